@@ -1,0 +1,34 @@
+# Ratchet: the two commands a newcomer needs are `make demo` and `make test` (after `make install`).
+PY ?= python3
+VENV ?= .venv
+BIN := $(VENV)/bin
+export LITELLM_LOCAL_MODEL_COST_MAP := True
+
+.PHONY: install test test-fast lint bench demo clean
+
+$(BIN)/python:
+	$(PY) -m venv $(VENV)
+	$(BIN)/pip install --quiet --upgrade pip setuptools wheel
+
+install: $(BIN)/python  ## create .venv and install Ratchet with its dev extras (CPU torch)
+	$(BIN)/pip install --quiet -e '.[dev]'
+	@$(BIN)/ratchet --version
+
+test: $(BIN)/python  ## the whole suite, slow end-to-end tests included
+	$(BIN)/pytest -q
+
+test-fast: $(BIN)/python  ## everything but the tests marked slow
+	$(BIN)/pytest -q -m 'not slow'
+
+lint: $(BIN)/python
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+
+bench: $(BIN)/python  ## benchmarks; JSON results under benchmarks/results/
+	$(BIN)/python -m benchmarks.run --out benchmarks/results
+
+demo: $(BIN)/python  ## the whole loop on this machine (Ctrl-C stops it; run again to resume)
+	$(BIN)/ratchet demo
+
+clean:
+	rm -rf .ratchet .pytest_cache benchmarks/results/*.json

@@ -1,0 +1,1 @@
+"""The `ratchet` console script."""

@@ -1,0 +1,26 @@
+"""`ratchet stats|verify|keygen|proof`: hand the arguments to ratchet_stats' own CLI unchanged."""
+
+from __future__ import annotations
+
+import sys
+
+import click
+
+_PASS = {"ignore_unknown_options": True, "allow_extra_args": True, "help_option_names": []}
+
+
+def _make(name: str, short: str) -> click.Command:
+    @click.command(name=name, context_settings=_PASS, add_help_option=False, help=short)
+    @click.argument("args", nargs=-1, type=click.UNPROCESSED)
+    def command(args: tuple[str, ...]) -> None:
+        from ratchet_stats.cli import main as stats_main
+
+        sys.exit(stats_main([name, *args], prog="ratchet"))
+
+    return command
+
+
+stats = _make("stats", "Exact statistics: plan, bound, mcnemar, ltt.")
+verify = _make("verify", "Verify signed evidence offline.")
+keygen = _make("keygen", "Generate an Ed25519 signing key.")
+proof = _make("proof", "Training-set membership helpers.")

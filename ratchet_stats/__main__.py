@@ -1,0 +1,5 @@
+import sys
+
+from ratchet_stats.cli import main
+
+sys.exit(main())
