@@ -1,0 +1,40 @@
+"""Run an ASGI app on loopback in a background thread (tests, benchmarks, the in-process demo)."""
+
+from __future__ import annotations
+
+import socket
+import threading
+import time
+from contextlib import contextmanager
+from collections.abc import Iterator
+
+import uvicorn
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that was free a moment ago."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@contextmanager
+def serve_in_thread(app, port: int | None = None, host: str = "127.0.0.1") -> Iterator[str]:
+    """Serve `app` until the block exits; yields its base URL (http://host:port). Waits until it accepts."""
+    port = port or free_port()
+    config = uvicorn.Config(app, host=host, port=port, log_level="warning", lifespan="on")
+    server = uvicorn.Server(config)
+    thread = threading.Thread(target=server.run, name=f"uvicorn-{port}", daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 30
+    while not server.started:
+        if not thread.is_alive():
+            raise RuntimeError(f"server on port {port} failed to start")
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"server on port {port} did not start in 30 s")
+        time.sleep(0.01)
+    try:
+        yield f"http://{host}:{port}"
+    finally:
+        server.should_exit = True
+        thread.join(timeout=15)
