@@ -29,33 +29,58 @@ class Settings(BaseSettings):
         env_prefix=ENV_PREFIX, env_file=".env", extra="ignore", case_sensitive=False, frozen=False
     )
 
-    home: Path = Field(Path(".ratchet"), description="Root folder for everything the embedded default writes.")
-    lake: str | None = Field(None, description="Traffic lake (folder or fsspec URL); default $RATCHET_HOME/lake.")
+    home: Path = Field(
+        Path(".ratchet"), description="Root folder for everything the embedded default writes."
+    )
+    lake: str | None = Field(
+        None, description="Traffic lake (folder or fsspec URL); default $RATCHET_HOME/lake."
+    )
     artifacts: str | None = Field(None, description="Artifacts root; default $RATCHET_HOME/artifacts.")
     control_db: str | None = Field(
-        None, description="SQLAlchemy URL of the control DB; default sqlite:///$RATCHET_HOME/control.db (WAL)."
+        None,
+        description="SQLAlchemy URL of the control DB; default sqlite:///$RATCHET_HOME/control.db (WAL).",
     )
-    api_keys: str = Field("", description="Client keys `name:secret,...` or `@file` with one `name:secret` a line.")
-    admin_key: str = Field("", description="Bearer key for the gateway's /ratchet/admin routes (safety-only).")
-    signing_key: str = Field("", description="Ed25519 private key (base64 or PEM) or `@file`; default key file.")
-    pepper: str = Field("", description="Server pepper for hashing API keys; default a file under $RATCHET_HOME.")
+    api_keys: str = Field(
+        "", description="Client keys `name:secret,...` or `@file` with one `name:secret` a line."
+    )
+    admin_key: str = Field(
+        "", description="Bearer key for the gateway's /ratchet/admin routes (safety-only)."
+    )
+    signing_key: str = Field(
+        "", description="Ed25519 private key (base64 or PEM) or `@file`; default key file."
+    )
+    pepper: str = Field(
+        "", description="Server pepper for hashing API keys; default a file under $RATCHET_HOME."
+    )
     teacher_model: str = Field("openai/demo-teacher", description="litellm model name of the teacher.")
     teacher_api_base: str | None = Field("http://127.0.0.1:8101/v1", description="Teacher API base URL.")
     teacher_api_key: str = Field("sk-demo-teacher", description="Teacher API key (never logged).")
     student_base_url: str | None = Field(
-        "http://127.0.0.1:8102/v1", description="OpenAI-compatible student server (vLLM or ratchet student-server)."
+        "http://127.0.0.1:8102/v1",
+        description="OpenAI-compatible student server (vLLM or ratchet student-server).",
     )
     student_api_key: str = Field("sk-student", description="Student server API key (vLLM --api-key).")
     student_base_model: str | None = Field(
-        None, description="Local path of the student's HF base model; default the demo base under $RATCHET_HOME."
+        None,
+        description="Local path of the student's HF base model; default the demo base under $RATCHET_HOME.",
     )
-    segment_seconds: float = Field(60.0, gt=0, description="Seal the ledger into a Parquet segment this often.")
-    max_body_bytes: int = Field(4 * 1024 * 1024, gt=0, description="Largest request body the gateway accepts.")
-    redact_pii: bool = Field(True, description="Replace PII with stable placeholders before anything is stored.")
+    segment_seconds: float = Field(
+        60.0, gt=0, description="Seal the ledger into a Parquet segment this often."
+    )
+    max_body_bytes: int = Field(
+        4 * 1024 * 1024, gt=0, description="Largest request body the gateway accepts."
+    )
+    redact_pii: bool = Field(
+        True, description="Replace PII with stable placeholders before anything is stored."
+    )
     upstream_timeout_s: float = Field(60.0, gt=0, description="Timeout of every teacher call.")
     student_timeout_s: float = Field(20.0, gt=0, description="Timeout of every student call (then: teacher).")
-    model_aliases: str = Field("", description="Extra model names clients may use for Ratchet, comma-separated.")
-    manifest_poll_seconds: float = Field(1.0, gt=0, description="How often the gateway re-reads the manifest.")
+    model_aliases: str = Field(
+        "", description="Extra model names clients may use for Ratchet, comma-separated."
+    )
+    manifest_poll_seconds: float = Field(
+        1.0, gt=0, description="How often the gateway re-reads the manifest."
+    )
 
     @field_validator("home", mode="after")
     @classmethod
