@@ -1,0 +1,70 @@
+"""The `ratchet` console script and the settings contract: clear errors naming the variable."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from ratchet_core.settings import SettingsError, load_settings
+
+RATCHET = [sys.executable, "-m", "ratchet_cli.main"]
+
+
+def run(args: list[str], env_extra: dict[str, str] | None = None, cwd=None) -> subprocess.CompletedProcess:
+    import os
+
+    env = {k: v for k, v in os.environ.items() if not k.startswith("RATCHET_")}
+    env.update(env_extra or {})
+    return subprocess.run([*RATCHET, *args], capture_output=True, text=True, env=env, cwd=cwd, timeout=120)
+
+
+def test_invalid_setting_names_the_variable(monkeypatch):
+    monkeypatch.setenv("RATCHET_SEGMENT_SECONDS", "soon")
+    monkeypatch.setenv("RATCHET_SEGMNT_SECONDS", "5")
+    with pytest.raises(SettingsError) as info:
+        load_settings()
+    message = str(info.value)
+    assert "RATCHET_SEGMENT_SECONDS" in message
+    assert "RATCHET_SEGMNT_SECONDS: unknown setting" in message
+
+
+def test_derived_locations_follow_home(tmp_path, monkeypatch):
+    monkeypatch.setenv("RATCHET_HOME", str(tmp_path / "h"))
+    s = load_settings()
+    assert s.lake_root == str(tmp_path / "h" / "lake")
+    assert s.control_db_url == f"sqlite:///{tmp_path / 'h' / 'control.db'}"
+    monkeypatch.setenv("RATCHET_LAKE", "s3://bucket/lake")
+    assert load_settings().lake_root == "s3://bucket/lake"
+
+
+def test_config_check_lists_problems_and_masks_secrets(tmp_path):
+    bad = run(["config", "check", "--json"], {"RATCHET_MAX_BODY_BYTES": "-3", "RATCHET_ADMIN_KEY": "hunter2"},
+              cwd=tmp_path)
+    assert bad.returncode == 1
+    report = json.loads(bad.stdout)
+    assert any(p.startswith("RATCHET_MAX_BODY_BYTES") for p in report["problems"])
+    assert "hunter2" not in bad.stdout + bad.stderr
+    good = run(["config", "check"], {"RATCHET_HOME": str(tmp_path)}, cwd=tmp_path)
+    assert good.returncode == 0, good.stderr
+    assert "configuration OK" in good.stdout
+
+
+def test_help_lists_existing_commands():
+    out = run(["--help"])
+    assert out.returncode == 0
+    for name in ("stats", "verify", "keygen", "config", "init"):
+        assert f"  {name}" in out.stdout
+
+
+def test_init_creates_keys_once(tmp_path):
+    first = run(["init", "--json"], {"RATCHET_HOME": str(tmp_path / "home")}, cwd=tmp_path)
+    assert first.returncode == 0, first.stderr
+    info = json.loads(first.stdout)
+    key_file = tmp_path / "home" / "keys" / "signing.key"
+    assert key_file.exists() and (key_file.stat().st_mode & 0o077) == 0
+    second = json.loads(run(["init", "--json"], {"RATCHET_HOME": str(tmp_path / "home")}, cwd=tmp_path).stdout)
+    assert second["key_id"] == info["key_id"]
+    assert info["created_key"] == "true" and second["created_key"] == "false"
