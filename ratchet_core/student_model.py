@@ -1,0 +1,112 @@
+"""The student's base model: the deterministic demo base, and the identity (hashes) of any base on disk.
+
+The demo base is NOT a language model. It is a 2-layer Llama with random weights (fixed seed) and the file-free
+ByT5 byte tokenizer, small enough to fine-tune on two CPU cores in a minute. It knows nothing before training;
+the LoRA adapter (plus its trained embeddings and head, see ratchet_core.training) teaches it one narrow task,
+which is exactly what the nightly loop needs to exercise end to end without downloading anything.
+
+It is saved in standard Hugging Face format (``config.json``, ``model.safetensors``, tokenizer files), so every
+piece of code that loads it — training, the student server — uses ``AutoModelForCausalLM``/``AutoTokenizer`` and
+loads a real local base (e.g. Qwen2.5-0.5B-Instruct) the same way.
+
+torch/transformers are imported inside the functions: importing this module stays light.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from pathlib import Path
+
+DEMO_BASE_NAME = "ratchet-demo-base"
+DEMO_SEED = 20240607
+
+# Byte vocabulary of ByT5: 3 special tokens + 256 bytes + 125 sentinel ids = 384.
+DEMO_CONFIG = {
+    "vocab_size": 384,
+    "hidden_size": 192,
+    "intermediate_size": 512,
+    "num_hidden_layers": 2,
+    "num_attention_heads": 4,
+    "num_key_value_heads": 4,
+    "max_position_embeddings": 1024,
+    "rms_norm_eps": 1e-6,
+    "tie_word_embeddings": False,
+}
+
+# Files that define a base model's behaviour; everything else in the folder (READMEs, caches) is ignored.
+_IDENTITY_SUFFIXES = (".safetensors", ".bin", ".json", ".model", ".txt", ".tiktoken")
+_MARKER = "ratchet_demo_base.txt"
+
+
+def _sha256_file(path: Path) -> str:
+    h = hashlib.sha256()
+    with path.open("rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def build_demo_base(path: str | Path) -> Path:
+    """Build the demo base at `path` (overwriting), deterministically from DEMO_SEED and DEMO_CONFIG."""
+    import torch
+    from transformers import ByT5Tokenizer, LlamaConfig, LlamaForCausalLM
+
+    out = Path(path)
+    out.mkdir(parents=True, exist_ok=True)
+    tokenizer = ByT5Tokenizer()
+    config = LlamaConfig(
+        **DEMO_CONFIG,
+        bos_token_id=None,
+        eos_token_id=tokenizer.eos_token_id,
+        pad_token_id=tokenizer.pad_token_id,
+    )
+    torch.manual_seed(DEMO_SEED)
+    model = LlamaForCausalLM(config)
+    model.generation_config.pad_token_id = tokenizer.pad_token_id
+    model.save_pretrained(out)
+    tokenizer.save_pretrained(out)
+    (out / _MARKER).write_text(
+        f"{DEMO_BASE_NAME}: a 2-layer Llama with random weights (seed {DEMO_SEED}) and a byte tokenizer.\n"
+        "A demo base for Ratchet's embedded default, not a language model.\n"
+    )
+    return out
+
+
+def ensure_demo_base(path: str | Path) -> Path:
+    """The demo base at `path`, built first if `path` holds no model yet. Returns the path."""
+    out = Path(path)
+    if (out / "config.json").exists() and any(out.glob("*.safetensors")):
+        return out
+    return build_demo_base(out)
+
+
+def base_identity(path: str | Path) -> dict:
+    """Name and SHA-256 of every file that defines the base at `path` (weights, config, tokenizer).
+
+    ``sha256`` is the SHA-256 of the sorted ``"<sha256>  <relative path>\\n"`` lines of those files (the
+    ``sha256sum`` manifest), so the identity changes when any of them does.
+    """
+    root = Path(path)
+    if not (root / "config.json").exists():
+        raise FileNotFoundError(
+            f"no model at {root}: expected a Hugging Face model folder with config.json "
+            "(build the demo base with ensure_demo_base, or point RATCHET_STUDENT_BASE_MODEL at a local model)"
+        )
+    files = {
+        p.relative_to(root).as_posix(): _sha256_file(p)
+        for p in sorted(root.rglob("*"))
+        if p.is_file() and p.name.endswith(_IDENTITY_SUFFIXES)
+    }
+    listing = "".join(f"{digest}  {name}\n" for name, digest in sorted(files.items()))
+    name = DEMO_BASE_NAME if (root / _MARKER).exists() else root.name
+    return {
+        "name": name,
+        "path": str(root),
+        "sha256": hashlib.sha256(listing.encode()).hexdigest(),
+        "files": files,
+    }
+
+
+def is_demo_base(path: str | Path) -> bool:
+    """Whether `path` holds the demo base (which needs embeddings and head trained alongside LoRA)."""
+    return (Path(path) / _MARKER).exists()
