@@ -1,0 +1,52 @@
+"""Ratchet's clock: real UTC time, or an accelerated clock for demos and simulations.
+
+With ``RATCHET_DAY_SECONDS=S`` and ``RATCHET_CLOCK_START=YYYY-MM-DD``, every S real seconds count as one day,
+starting at midnight UTC of the start day when the process first read the clock's epoch file
+(``$RATCHET_HOME/clock.json``, so the gateway, the demo driver and Dagster agree on "today").
+Without them, ``now()`` is ``datetime.now(UTC)``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from datetime import UTC, date, datetime, timedelta
+from pathlib import Path
+
+
+def _accelerated() -> tuple[float, datetime, float] | None:
+    day_seconds = os.environ.get("RATCHET_DAY_SECONDS")
+    if not day_seconds:
+        return None
+    start = datetime.fromisoformat(os.environ.get("RATCHET_CLOCK_START", "2026-01-01")).replace(tzinfo=UTC)
+    epoch_file = Path(os.environ.get("RATCHET_HOME", ".ratchet")) / "clock.json"
+    try:
+        state = json.loads(epoch_file.read_text())
+        real_epoch = float(state["real_epoch"])
+        start = datetime.fromisoformat(state["start"])
+        day_seconds = state["day_seconds"]
+    except (FileNotFoundError, KeyError, ValueError):
+        real_epoch = time.time()
+        epoch_file.parent.mkdir(parents=True, exist_ok=True)
+        tmp = epoch_file.with_suffix(".tmp")
+        tmp.write_text(
+            json.dumps({"real_epoch": real_epoch, "start": start.isoformat(), "day_seconds": float(day_seconds)})
+        )
+        os.replace(tmp, epoch_file)
+    return float(day_seconds), start, real_epoch
+
+
+def now() -> datetime:
+    """Current time on Ratchet's clock (timezone-aware UTC)."""
+    acc = _accelerated()
+    if acc is None:
+        return datetime.now(UTC)
+    day_seconds, start, real_epoch = acc
+    elapsed_days = (time.time() - real_epoch) / day_seconds
+    return start + timedelta(days=elapsed_days)
+
+
+def today() -> date:
+    """Current UTC day on Ratchet's clock."""
+    return now().date()
