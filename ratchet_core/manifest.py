@@ -1,0 +1,409 @@
+"""Signed release manifests: what every gateway replica serves, per task, as a chain of DSSE-signed documents.
+
+A manifest says, for each task, which release stage it is in (``teacher`` | ``shadow`` | ``canary`` | ``live``),
+which adapter version, what share of eligible traffic a canary gets, and the calibrated confidence threshold; plus
+global flags (student disabled, releases frozen, training paused, audit rate) and tasks pinned to the teacher.
+
+Only the control plane (Dagster sensors, ``ratchet admin``) holds the signing key and calls :func:`publish`; each
+gateway holds public keys only and follows :func:`latest_verified`, so a row it cannot verify never widens what the
+student serves. Manifests form a hash chain: ``sequence`` increases by one per publish and ``previous_digest`` is
+the SHA-256 of the previous envelope's canonical JSON (the ``digest`` column), like a transparency log's
+linked entries.
+
+Serving semantics of one :class:`TaskRelease` (the gateway follows these):
+
+- ``teacher``: the teacher answers everything; ``version`` is informational.
+- ``shadow``: ``version`` answers off the request path (pair rows, ``pair_role='shadow'``); clients are served by
+  ``previous_live`` (with ``previous_threshold``) when set, else by the teacher.
+- ``canary``: ``canary_percent`` of eligible requests go to ``version`` (with ``threshold``); the rest as in
+  shadow (``previous_live`` when set, else the teacher).
+- ``live``: ``version`` serves every eligible request; ``previous_live`` is where a rollback goes.
+
+``pins`` (tasks pinned to the teacher) and ``flags.student_disabled`` override all of the above towards the
+teacher. A task missing from ``tasks`` is in ``teacher``. With no manifest at all, :meth:`Manifest.default`
+applies: every task ``teacher``, audit rate 0.05.
+
+Storage: table ``release_manifests(sequence INTEGER PRIMARY KEY, envelope TEXT, digest TEXT, created_at TEXT)`` in
+the control DB. The primary key on ``sequence`` plus a serialised read-apply-insert transaction (SQLite:
+``BEGIN IMMEDIATE`` from :func:`ratchet_core.control_db.make_engine`; Postgres: ``SELECT ... FOR UPDATE`` on a one-row
+lock table) means concurrent publishers line up and never fork the chain or lose a change.
+
+References: DSSE v1 (secure-systems-lab/dsse), in-toto Statement v1, RFC 8785 (canonical JSON).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+from collections.abc import Callable, Sequence
+from datetime import UTC, datetime
+from typing import Any, Literal
+
+import sqlalchemy as sa
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from sqlalchemy.engine import Connection, Engine
+
+MANIFEST_PREDICATE = "https://ratchet.dev/release-manifest/v1"
+DEFAULT_AUDIT_RATE = 0.05
+STAGES = ("teacher", "shadow", "canary", "live")
+REASON_MIN, REASON_MAX = 3, 500
+
+Stage = Literal["teacher", "shadow", "canary", "live"]
+
+metadata = sa.MetaData()
+
+release_manifests = sa.Table(
+    "release_manifests",
+    metadata,
+    sa.Column("sequence", sa.Integer, primary_key=True, autoincrement=False),
+    sa.Column("envelope", sa.Text, nullable=False),
+    sa.Column("digest", sa.Text, nullable=False),
+    sa.Column("created_at", sa.Text, nullable=False),
+)
+
+# One row; publishers lock it (FOR UPDATE) on databases where BEGIN IMMEDIATE does not exist (Postgres).
+release_manifest_lock = sa.Table(
+    "release_manifest_lock",
+    metadata,
+    sa.Column("id", sa.Integer, primary_key=True, autoincrement=False),
+)
+
+
+class TaskRelease(BaseModel):
+    """Release state of one task."""
+
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
+
+    stage: Stage = "teacher"
+    version: str = ""
+    canary_percent: float = Field(0.0, ge=0.0, le=100.0)
+    threshold: float | None = None
+    previous_live: str | None = None
+    previous_threshold: float | None = None
+
+
+class Flags(BaseModel):
+    """Global switches. ``audit_rate``: share of student-served requests re-asked of the teacher."""
+
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
+
+    student_disabled: bool = False
+    releases_frozen: bool = False
+    training_paused: bool = False
+    audit_rate: float = Field(DEFAULT_AUDIT_RATE, ge=0.0, le=1.0)
+
+
+class Manifest(BaseModel):
+    """One release manifest: the predicate of a signed in-toto Statement (``MANIFEST_PREDICATE``)."""
+
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
+
+    sequence: int = Field(0, ge=0)
+    issued_at: str = ""
+    previous_digest: str = ""
+    tasks: dict[str, TaskRelease] = Field(default_factory=dict)
+    flags: Flags = Field(default_factory=Flags)
+    pins: list[str] = Field(default_factory=list)
+    reason: str = ""
+    actor: str = ""
+
+    @classmethod
+    def default(cls) -> Manifest:
+        """What applies before any manifest exists: every task on the teacher, audit rate 0.05."""
+        return cls(sequence=0, reason="default: no manifest published yet", actor="ratchet")
+
+    def task(self, name: str) -> TaskRelease:
+        """The release of `name` as published (``teacher`` when absent)."""
+        return self.tasks.get(name) or TaskRelease()
+
+    def serving(self, name: str) -> TaskRelease:
+        """The release a gateway must apply to `name`: pins and ``student_disabled`` force the teacher."""
+        if self.flags.student_disabled or name in self.pins:
+            return TaskRelease(stage="teacher", version=self.task(name).version)
+        return self.task(name)
+
+    def to_predicate(self) -> dict[str, Any]:
+        return self.model_dump(mode="json")
+
+    @classmethod
+    def from_predicate(cls, predicate: dict[str, Any]) -> Manifest:
+        return cls.model_validate(predicate)
+
+
+class ManifestError(ValueError):
+    """A manifest change a user asked for cannot be published; the message says what to do instead."""
+
+
+def ensure_tables(engine: Engine) -> None:
+    """Create the manifest tables (idempotent; safe when several processes start at once)."""
+    metadata.create_all(engine, checkfirst=True)
+    # Another process may insert the lock row first (Postgres has no BEGIN IMMEDIATE): that is fine.
+    with contextlib.suppress(sa.exc.IntegrityError), engine.begin() as conn:
+        if conn.execute(sa.select(release_manifest_lock.c.id)).first() is None:
+            conn.execute(release_manifest_lock.insert().values(id=1))
+
+
+def _now() -> str:
+    return datetime.now(UTC).isoformat(timespec="microseconds").replace("+00:00", "Z")
+
+
+def _as_key_list(public_keys: Any) -> list[Any]:
+    if public_keys is None:
+        return []
+    if isinstance(public_keys, list | tuple):
+        return list(public_keys)
+    return [public_keys]
+
+
+def _sign(manifest: Manifest, private_key: Any) -> tuple[str, str]:
+    """Sign `manifest`; return (envelope text as canonical JSON, its SHA-256 hex digest)."""
+    from ratchet_stats.canonical import canonical_json, digest, sha256_hex
+    from ratchet_stats.dsse import make_statement, sign_statement
+
+    predicate = manifest.to_predicate()
+    subject = {"name": f"release-manifest/{manifest.sequence}", "digest": {"sha256": digest(predicate)}}
+    envelope = sign_statement(make_statement(MANIFEST_PREDICATE, predicate, [subject]), private_key)
+    text = canonical_json(envelope).decode("utf-8")
+    return text, sha256_hex(text.encode("utf-8"))
+
+
+def verify_row(sequence: int, envelope_text: str, public_keys: Any) -> Manifest:
+    """Verify one stored row and return its manifest; raise ``ValueError`` saying which check failed.
+
+    Order: DSSE signature first (``ratchet_stats.dsse.verify_statement`` checks it before parsing the payload),
+    then the predicate type, then the predicate schema, then that the signed sequence equals the row's (a signed
+    manifest copied into another row is a replay, not a new release).
+    """
+    from ratchet_stats.dsse import VerificationError, verify_statement
+
+    try:
+        envelope = json.loads(envelope_text)
+    except (TypeError, ValueError) as exc:
+        raise ValueError(f"row {sequence}: envelope: not JSON ({exc})") from exc
+    try:
+        statement = verify_statement(envelope, _as_key_list(public_keys), predicate_type=MANIFEST_PREDICATE)
+    except VerificationError as exc:
+        raise ValueError(f"row {sequence}: {exc.check}: {exc}") from exc
+    except Exception as exc:  # malformed text that the verifier could not even read
+        raise ValueError(f"row {sequence}: envelope: {exc}") from exc
+    try:
+        manifest = Manifest.from_predicate(statement.get("predicate"))
+    except (ValidationError, TypeError) as exc:
+        raise ValueError(f"row {sequence}: predicate: does not parse as a release manifest: {exc}") from exc
+    if manifest.sequence != sequence:
+        raise ValueError(
+            f"row {sequence}: sequence: the signed manifest says {manifest.sequence} (replayed row)"
+        )
+    return manifest
+
+
+def _latest_verified(conn: Connection, public_keys: Any, batch: int = 64) -> tuple[Manifest | None, int, str]:
+    rejected = 0
+    upper: int | None = None
+    while True:
+        q = sa.select(release_manifests.c.sequence, release_manifests.c.envelope).order_by(
+            release_manifests.c.sequence.desc()
+        )
+        if upper is not None:
+            q = q.where(release_manifests.c.sequence < upper)
+        rows = conn.execute(q.limit(batch)).all()
+        if not rows:
+            return None, rejected, ""
+        for sequence, envelope_text in rows:
+            try:
+                manifest = verify_row(sequence, envelope_text, public_keys)
+            except ValueError:
+                rejected += 1
+                continue
+            from ratchet_stats.canonical import sha256_hex
+
+            return manifest, rejected, sha256_hex(envelope_text.encode("utf-8"))
+        upper = rows[-1][0]
+
+
+def latest_verified(engine: Engine | Connection, public_keys: Any) -> tuple[Manifest | None, int]:
+    """The newest manifest whose signature verifies under `public_keys` and whose predicate parses.
+
+    Returns ``(manifest or None, number of rejected rows newer than it)``. Rows that fail any check (unsigned,
+    forged, wrong key, wrong predicate type, unparsable, replayed) are skipped, never trusted. ``None`` means no
+    valid manifest: apply :meth:`Manifest.default`.
+    """
+    if isinstance(engine, Connection):
+        manifest, rejected, _ = _latest_verified(engine, public_keys)
+        return manifest, rejected
+    with engine.connect() as conn:
+        try:
+            manifest, rejected, _ = _latest_verified(conn, public_keys)
+        except (sa.exc.OperationalError, sa.exc.ProgrammingError):
+            conn.rollback()
+            if not sa.inspect(conn).has_table(release_manifests.name):
+                return None, 0  # nothing published yet: a fresh control DB
+            raise
+    return manifest, rejected
+
+
+def check_reason(reason: str) -> str:
+    """A change's reason must say why in 3-500 characters (it is signed and shown in the audit log)."""
+    text = (reason or "").strip()
+    if not REASON_MIN <= len(text) <= REASON_MAX:
+        raise ManifestError(
+            f"a reason of {REASON_MIN}-{REASON_MAX} characters is required (got {len(text)}); "
+            'say why, e.g. --reason "canary audits disagree on refunds"'
+        )
+    return text
+
+
+ChangeFn = Callable[[Manifest], "Manifest | None"]
+
+
+def publish_in(
+    conn: Connection,
+    private_key: Any,
+    change_fn: ChangeFn,
+    reason: str,
+    actor: str,
+    *,
+    public_keys: Any = None,
+) -> Manifest:
+    """:func:`publish` inside a transaction the caller holds (so it can write, e.g., an audit-log row atomically).
+
+    The caller must have begun the transaction with ``engine.begin()``; on SQLite that is ``BEGIN IMMEDIATE``.
+    """
+    reason = check_reason(reason)
+    # Postgres: serialise publishers on the lock row. SQLite ignores FOR UPDATE; BEGIN IMMEDIATE already did it.
+    conn.execute(sa.select(release_manifest_lock.c.id).with_for_update()).first()
+    keys = _as_key_list(public_keys) or [private_key.public_key()]
+    current, _, previous_digest = _latest_verified(conn, keys)
+    base = current if current is not None else Manifest.default()
+    draft = base.model_copy(deep=True)
+    changed = change_fn(draft)
+    new = Manifest.model_validate((changed if changed is not None else draft).model_dump())
+    # Rows we could not verify still hold their sequence number: go above them so the primary key never collides.
+    top = conn.execute(sa.select(sa.func.max(release_manifests.c.sequence))).scalar()
+    new = new.model_copy(
+        update={
+            "sequence": int(top or 0) + 1,
+            "issued_at": _now(),
+            "previous_digest": previous_digest,
+            "reason": reason,
+            "actor": actor,
+            "pins": sorted(set(new.pins)),
+        }
+    )
+    envelope_text, digest_hex = _sign(new, private_key)
+    conn.execute(
+        release_manifests.insert().values(
+            sequence=new.sequence, envelope=envelope_text, digest=digest_hex, created_at=new.issued_at
+        )
+    )
+    return new
+
+
+def publish(
+    engine: Engine,
+    private_key: Any,
+    change_fn: ChangeFn,
+    reason: str,
+    actor: str,
+    *,
+    public_keys: Any = None,
+) -> Manifest:
+    """Atomically read the latest verified manifest, apply `change_fn`, sign and append it; return it.
+
+    ``change_fn(draft)`` edits a deep copy of the current manifest in place (return ``None``) or returns a new
+    :class:`Manifest`; raising aborts the publish with nothing written. The new manifest gets ``sequence`` =
+    highest stored sequence + 1 and ``previous_digest`` = digest of the envelope it was derived from, and is
+    verified against `public_keys` (default: the signing key's own public key) when read back.
+    """
+    ensure_tables(engine)
+    with engine.begin() as conn:
+        return publish_in(conn, private_key, change_fn, reason, actor, public_keys=public_keys)
+
+
+def write_signed_manifest(
+    engine: Engine,
+    private_key: Any,
+    manifest: Manifest | None = None,
+    *,
+    tasks: dict[str, TaskRelease | dict[str, Any]] | None = None,
+    flags: Flags | dict[str, Any] | None = None,
+    pins: Sequence[str] | None = None,
+    sequence: int | None = None,
+    reason: str = "test manifest",
+    actor: str = "test",
+) -> Manifest:
+    """Sign and store a manifest as given (tests and fixtures): no change function, no chain checks.
+
+    Either pass a whole `manifest` or its parts (`tasks`, `flags`, `pins`). `sequence` defaults to the next free
+    one; ``previous_digest`` is the digest of the row just below it when there is one.
+    """
+    ensure_tables(engine)
+    if manifest is None:
+        manifest = Manifest(
+            tasks={
+                k: TaskRelease.model_validate(v) if isinstance(v, dict) else v
+                for k, v in (tasks or {}).items()
+            },
+            flags=Flags.model_validate(flags) if isinstance(flags, dict) else (flags or Flags()),
+            pins=list(pins or []),
+        )
+    with engine.begin() as conn:
+        if sequence is None:
+            top = conn.execute(sa.select(sa.func.max(release_manifests.c.sequence))).scalar()
+            sequence = int(top or 0) + 1
+        below = conn.execute(
+            sa.select(release_manifests.c.digest).where(release_manifests.c.sequence == sequence - 1)
+        ).scalar()
+        manifest = manifest.model_copy(
+            update={
+                "sequence": sequence,
+                "issued_at": manifest.issued_at or _now(),
+                "previous_digest": below or "",
+                "reason": manifest.reason or reason,
+                "actor": manifest.actor or actor,
+            }
+        )
+        envelope_text, digest_hex = _sign(manifest, private_key)
+        conn.execute(
+            release_manifests.insert().values(
+                sequence=sequence, envelope=envelope_text, digest=digest_hex, created_at=manifest.issued_at
+            )
+        )
+    return manifest
+
+
+def insert_raw_row(engine: Engine, sequence: int, envelope_text: str, digest_hex: str = "") -> None:
+    """Store a row without signing anything (tests of forged/unsigned rows)."""
+    ensure_tables(engine)
+    with engine.begin() as conn:
+        conn.execute(
+            release_manifests.insert().values(
+                sequence=sequence, envelope=envelope_text, digest=digest_hex, created_at=_now()
+            )
+        )
+
+
+def history(engine: Engine, public_keys: Any) -> list[dict[str, Any]]:
+    """Every stored row, oldest first, with whether it verifies and why not (for audit logs and exports)."""
+    ensure_tables(engine)
+    out: list[dict[str, Any]] = []
+    with engine.connect() as conn:
+        rows = conn.execute(sa.select(release_manifests).order_by(release_manifests.c.sequence)).all()
+    for row in rows:
+        entry: dict[str, Any] = {"sequence": row.sequence, "digest": row.digest, "created_at": row.created_at}
+        try:
+            m = verify_row(row.sequence, row.envelope, public_keys)
+            entry.update(verified=True, manifest=m.to_predicate())
+        except ValueError as exc:
+            entry.update(verified=False, error=str(exc))
+        out.append(entry)
+    return out
+
+
+def envelope_of(engine: Engine, sequence: int) -> dict[str, Any] | None:
+    """The stored DSSE envelope of one row (for `ratchet verify manifest`), or None."""
+    with engine.connect() as conn:
+        text = conn.execute(
+            sa.select(release_manifests.c.envelope).where(release_manifests.c.sequence == sequence)
+        ).scalar()
+    return None if text is None else json.loads(text)
