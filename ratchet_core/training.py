@@ -1,0 +1,246 @@
+"""Train a LoRA adapter for the student on the teacher's answers (train.jsonl, OpenAI chat fine-tuning format).
+
+Each row ``{"messages": [..., final assistant message], "tools": ..., "response_format": ...}`` becomes
+``prompt = render_prompt(messages[:-1], tools, response_format)`` and ``target = render_target(messages[-1])``
+(ratchet_core.chat_format, the format the student server decodes with). The loss is the mean token
+cross-entropy over the target tokens and the EOS token only; prompt tokens are masked (label -100).
+
+Context window: a sequence is at most ``max_len`` tokens. Every prompt is cut to its LAST ``prompt_window``
+tokens, ``prompt_window = max_len - (longest target + 1)`` (at least max_len // 2), and the same number is saved
+in ``ratchet_train.json`` next to the adapter so the student server cuts prompts identically at serving time.
+
+Optimiser: AdamW, linear warm-up over the first 5 % of steps then linear decay to 0; seeds fixed (torch, data
+order), so the same data and config give the same adapter on the same machine.
+
+Files saved: the standard PEFT pair ``adapter_config.json`` + ``adapter_model.safetensors`` (plus
+``ratchet_train.json``), loadable with ``PeftModel.from_pretrained`` and by vLLM's ``/v1/load_lora_adapter``.
+
+``modules_to_save`` and vLLM (checked against vLLM's docs and issue tracker): vLLM does NOT load adapters
+that carry fully trained ``embed_tokens``/``lm_head`` weights (peft ``modules_to_save``) — see vllm-project/vllm
+issue #9280 (closed unresolved) and the unmerged PRs #8082 / #11714 ("LoRA with lm_head and embed_tokens fully
+trained"); the older ``lora_extra_vocab_size`` path only covered added tokens. So ``modules_to_save`` is used
+only for the demo base (random weights: its embeddings and head must be learnt, and it is served by Ratchet's
+own student server), and is empty by default for a real base, whose adapters must stay vLLM-loadable.
+
+torch/transformers/peft are imported inside the functions: importing this module stays light.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import random
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from ratchet_core.chat_format import training_pair
+
+TRAIN_META_FILE = "ratchet_train.json"
+DEMO_MODULES_TO_SAVE = ["embed_tokens", "lm_head"]
+
+
+@dataclass
+class LoraTrainConfig:
+    """Hyper-parameters of one LoRA training run (all of them end up in the adapter's metadata)."""
+
+    rank: int = 16
+    alpha: int = 32
+    dropout: float = 0.0
+    lr: float = 5e-3
+    epochs: int = 3
+    batch_size: int = 16
+    max_len: int = 256
+    seed: int = 0
+    target_modules: str | list[str] = "all-linear"
+    # None = decide from the base: DEMO_MODULES_TO_SAVE for the demo base, none for a real base (vLLM).
+    modules_to_save: list[str] | None = None
+    weight_decay: float = 0.0
+    warmup_fraction: float = 0.05
+    # None = leave torch's thread count alone (the caller's process may be serving too).
+    num_threads: int | None = None
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+@dataclass
+class TrainResult:
+    """What a training run produced: where the adapter is, how training went, and the SHA-256 of each file."""
+
+    adapter_dir: Path
+    steps: int
+    final_loss: float
+    seconds: float
+    files: dict[str, str] = field(default_factory=dict)
+    examples: int = 0
+    target_tokens: int = 0
+    prompt_window: int = 0
+    losses: list[float] = field(default_factory=list)
+
+    @property
+    def adapter_sha256(self) -> str:
+        """SHA-256 over the sorted ``"<sha256>  <file>\\n"`` lines of the adapter files (sha256sum manifest)."""
+        listing = "".join(f"{d}  {n}\n" for n, d in sorted(self.files.items()))
+        return hashlib.sha256(listing.encode()).hexdigest()
+
+    def to_dict(self) -> dict:
+        d = asdict(self)
+        d["adapter_dir"] = str(self.adapter_dir)
+        d["adapter_sha256"] = self.adapter_sha256
+        return d
+
+
+def read_train_jsonl(path: str | Path) -> list[tuple[str, str]]:
+    """(prompt, target) pairs of a train.jsonl file; a bad line raises ValueError naming its line number."""
+    pairs = []
+    with Path(path).open(encoding="utf-8") as f:
+        for lineno, line in enumerate(f, 1):
+            if not line.strip():
+                continue
+            try:
+                pairs.append(training_pair(json.loads(line)))
+            except (ValueError, AttributeError, TypeError) as exc:
+                raise ValueError(f"{path}:{lineno}: not a chat fine-tuning row ({exc})") from exc
+    if not pairs:
+        raise ValueError(f"{path}: no training rows; write one JSON object per line with 'messages'")
+    return pairs
+
+
+def encode(tokenizer, text: str) -> list[int]:
+    """Token ids of `text` without special tokens (the byte tokenizer would append EOS otherwise)."""
+    return list(tokenizer(text, add_special_tokens=False)["input_ids"])
+
+
+def cut_prompt(prompt_ids: list[int], prompt_window: int) -> list[int]:
+    """The last `prompt_window` prompt tokens: the end of a prompt (latest turn + header) matters most."""
+    return prompt_ids[-prompt_window:] if len(prompt_ids) > prompt_window else prompt_ids
+
+
+def resolve_modules_to_save(base_path: str | Path, config: LoraTrainConfig) -> list[str] | None:
+    from ratchet_core.student_model import is_demo_base
+
+    if config.modules_to_save is not None:
+        return list(config.modules_to_save) or None
+    return list(DEMO_MODULES_TO_SAVE) if is_demo_base(base_path) else None
+
+
+def _sha256_file(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def train_lora(
+    base_path: str | Path,
+    train_jsonl: str | Path,
+    out_dir: str | Path,
+    config: LoraTrainConfig | None = None,
+    on_progress: Callable[[int, int, float], None] | None = None,
+) -> TrainResult:
+    """Train a LoRA adapter on `train_jsonl` over the base at `base_path`; save it in `out_dir`.
+
+    `on_progress(step, total_steps, loss)` is called after every optimiser step (loss of that batch).
+    """
+    import torch
+    from peft import LoraConfig, get_peft_model
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    config = config or LoraTrainConfig()
+    started = time.perf_counter()
+    if config.num_threads:
+        torch.set_num_threads(config.num_threads)
+    torch.manual_seed(config.seed)
+    rng = random.Random(config.seed)
+
+    tokenizer = AutoTokenizer.from_pretrained(base_path)
+    eos = tokenizer.eos_token_id
+    pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else eos
+    pairs = read_train_jsonl(train_jsonl)
+    encoded = [(encode(tokenizer, p), encode(tokenizer, t) + [eos]) for p, t in pairs]
+    longest_target = max(len(t) for _, t in encoded)
+    prompt_window = max(config.max_len // 2, config.max_len - longest_target)
+    examples = []
+    for p, t in encoded:
+        p = cut_prompt(p, prompt_window)
+        t = t[: config.max_len - len(p)]
+        examples.append((p + t, [-100] * len(p) + t))
+
+    model = AutoModelForCausalLM.from_pretrained(base_path, dtype=torch.float32)
+    lora = LoraConfig(
+        r=config.rank,
+        lora_alpha=config.alpha,
+        lora_dropout=config.dropout,
+        target_modules=config.target_modules,
+        modules_to_save=resolve_modules_to_save(base_path, config),
+        task_type="CAUSAL_LM",
+    )
+    model = get_peft_model(model, lora)
+    model.train()
+    params = [p for p in model.parameters() if p.requires_grad]
+    optimiser = torch.optim.AdamW(params, lr=config.lr, weight_decay=config.weight_decay)
+    steps_per_epoch = math.ceil(len(examples) / config.batch_size)
+    total = steps_per_epoch * config.epochs
+    warmup = max(1, int(total * config.warmup_fraction))
+
+    def lr_factor(step: int) -> float:  # step counts from 0
+        if step < warmup:
+            return (step + 1) / warmup
+        return max(0.0, (total - step) / max(1, total - warmup))
+
+    scheduler = torch.optim.lr_scheduler.LambdaLR(optimiser, lr_factor)
+    losses: list[float] = []
+    step = 0
+    for _ in range(config.epochs):
+        order = list(range(len(examples)))
+        rng.shuffle(order)
+        for start in range(0, len(order), config.batch_size):
+            batch = [examples[i] for i in order[start : start + config.batch_size]]
+            width = max(len(ids) for ids, _ in batch)
+            input_ids = torch.full((len(batch), width), pad, dtype=torch.long)
+            labels = torch.full((len(batch), width), -100, dtype=torch.long)
+            mask = torch.zeros((len(batch), width), dtype=torch.long)
+            for row, (ids, lab) in enumerate(batch):
+                input_ids[row, : len(ids)] = torch.tensor(ids)
+                labels[row, : len(lab)] = torch.tensor(lab)
+                mask[row, : len(ids)] = 1
+            loss = model(input_ids=input_ids, attention_mask=mask, labels=labels).loss
+            optimiser.zero_grad(set_to_none=True)
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(params, 1.0)
+            optimiser.step()
+            scheduler.step()
+            step += 1
+            losses.append(float(loss.detach()))
+            if on_progress is not None:
+                on_progress(step, total, losses[-1])
+
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    model.save_pretrained(out)
+    # peft writes a generic model card; it says nothing about this adapter and only adds noise to its hash.
+    (out / "README.md").unlink(missing_ok=True)
+    from ratchet_core.student_model import base_identity
+
+    meta = {
+        "config": config.to_dict(),
+        "prompt_window": prompt_window,
+        "max_len": config.max_len,
+        "examples": len(examples),
+        "steps": step,
+        "final_loss": losses[-1],
+        "base": {k: v for k, v in base_identity(base_path).items() if k not in ("files", "path")},
+    }
+    (out / TRAIN_META_FILE).write_text(json.dumps(meta, indent=2, sort_keys=True))
+    files = {p.name: _sha256_file(p) for p in sorted(out.iterdir()) if p.is_file()}
+    return TrainResult(
+        adapter_dir=out,
+        steps=step,
+        final_loss=losses[-1],
+        seconds=time.perf_counter() - started,
+        files=files,
+        examples=len(examples),
+        target_tokens=sum(len(t) for _, t in encoded),
+        prompt_window=prompt_window,
+        losses=losses,
+    )
