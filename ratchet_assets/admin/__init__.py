@@ -1,0 +1,1 @@
+"""`ratchet admin ...`: operator commands (effects, releases, erasures), one module per topic."""

@@ -1,0 +1,28 @@
+"""Helpers shared by the admin command modules: the control DB engine and JSON/table output."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import click
+from sqlalchemy.engine import Engine
+
+control_db_option = click.option(
+    "--control-db",
+    default="",
+    envvar=None,
+    help="SQLAlchemy URL of the control DB (default: RATCHET_CONTROL_DB / $RATCHET_HOME/control.db).",
+)
+json_option = click.option("--json", "as_json", is_flag=True, help="Print machine-readable JSON.")
+
+
+def engine_for(url: str) -> Engine:
+    from ratchet_core.control_db import make_engine
+    from ratchet_core.settings import load_settings
+
+    return make_engine(url or load_settings().control_db_url)
+
+
+def echo_json(data: Any) -> None:
+    click.echo(json.dumps(data, indent=2, sort_keys=True, default=str))
