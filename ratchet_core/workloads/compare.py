@@ -1,0 +1,130 @@
+"""Is an answer right? One comparator per kind of task, applied to assistant messages.
+
+- ``label``: the contents are equal after stripping surrounding whitespace.
+- ``json``: both contents parse as JSON and are equal as canonical JSON (RFC 8785: numbers are IEEE doubles, so
+  ``20`` equals ``20.0``; ``true`` never equals ``1``; key order is irrelevant). Unparsable or non-finite
+  (NaN/Infinity) content is wrong.
+- ``tool_call``: the same number of tool calls, with the same function names and canonical-JSON-equal arguments,
+  in order (call ids are ignored). When the expected message has no tool calls the contents are compared as labels.
+
+Tasks Ratchet does not know (free text) are compared as exact text (``label``).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from .base import COMPARATORS
+
+
+class _NotCanonical(ValueError):
+    pass
+
+
+def _reject_constant(name: str) -> Any:
+    raise _NotCanonical(f"{name} is not JSON")
+
+
+def parse_json(text: Any) -> Any:
+    """Parse strict JSON text (no NaN/Infinity); raises ValueError when it is not JSON."""
+    if not isinstance(text, str | bytes | bytearray):
+        raise _NotCanonical("not text")
+    return json.loads(text, parse_constant=_reject_constant)
+
+
+def canonical_form(value: Any) -> Any:
+    """A hashable value equal for two JSON values exactly when their canonical JSON (RFC 8785) is equal."""
+    if value is None:
+        return ("null",)
+    if isinstance(value, bool):
+        return ("bool", value)
+    if isinstance(value, int | float):
+        f = float(value)
+        if not math.isfinite(f):
+            raise _NotCanonical("non-finite number")
+        return ("num", f)
+    if isinstance(value, str):
+        return ("str", value)
+    if isinstance(value, Mapping):
+        return ("obj", tuple(sorted((str(k), canonical_form(v)) for k, v in value.items())))
+    if isinstance(value, Sequence):
+        return ("arr", tuple(canonical_form(v) for v in value))
+    raise _NotCanonical(f"{type(value).__name__} is not a JSON value")
+
+
+def json_equal(a: Any, b: Any) -> bool:
+    """Canonical-JSON equality of two parsed values; False if either is not a finite JSON value."""
+    try:
+        return canonical_form(a) == canonical_form(b)
+    except _NotCanonical:
+        return False
+
+
+def _content(msg: Mapping[str, Any] | None) -> str:
+    c = (msg or {}).get("content")
+    return c if isinstance(c, str) else ""
+
+
+def _calls(msg: Mapping[str, Any] | None) -> list:
+    return list((msg or {}).get("tool_calls") or [])
+
+
+def _call_parts(call: Any) -> tuple[str, Any]:
+    fn = (call.get("function") or {}) if isinstance(call, Mapping) else {}
+    args = fn.get("arguments")
+    return str(fn.get("name") or ""), args
+
+
+def label_equal(expected: Mapping[str, Any], got: Mapping[str, Any] | None) -> bool:
+    return _content(expected).strip() == _content(got).strip() and not _calls(got)
+
+
+def json_content_equal(expected: Mapping[str, Any], got: Mapping[str, Any] | None) -> bool:
+    try:
+        return json_equal(parse_json(_content(expected)), parse_json(_content(got)))
+    except ValueError:
+        return False
+
+
+def tool_calls_equal(expected: Mapping[str, Any], got: Mapping[str, Any] | None) -> bool:
+    want, have = _calls(expected), _calls(got)
+    if not want:
+        return label_equal(expected, got)
+    if len(want) != len(have):
+        return False
+    for w, h in zip(want, have, strict=True):
+        (wn, wa), (hn, ha) = _call_parts(w), _call_parts(h)
+        if wn != hn:
+            return False
+        try:
+            wa = parse_json(wa) if isinstance(wa, str) else wa
+            ha = parse_json(ha) if isinstance(ha, str) else ha
+        except ValueError:
+            return False
+        if not json_equal(wa, ha):
+            return False
+    return True
+
+
+_BY_COMPARATOR = {"label": label_equal, "json": json_content_equal, "tool_call": tool_calls_equal}
+assert set(_BY_COMPARATOR) == set(COMPARATORS)
+
+
+def comparator_of(task_or_comparator: str) -> str:
+    """The comparator name for a task name or comparator name (unknown tasks: ``label``)."""
+    if task_or_comparator in _BY_COMPARATOR:
+        return task_or_comparator
+    from . import TASKS  # the registry imports this module
+
+    spec = TASKS.get(task_or_comparator)
+    return spec.comparator if spec is not None else "label"
+
+
+def compare(
+    task_or_comparator: str, expected_message: Mapping[str, Any], got_message: Mapping[str, Any] | None
+) -> bool:
+    """True when `got_message` is a correct answer given the correct `expected_message` (see module doc)."""
+    return _BY_COMPARATOR[comparator_of(task_or_comparator)](expected_message, got_message)
