@@ -1,0 +1,165 @@
+"""What the demo teacher says, and the numbers around it: token pieces, log-probabilities, usage.
+
+Pure functions, cheap enough for the request path (a few regular expressions per request).
+
+- Tokens are whitespace/punctuation pieces: a word with its leading spaces, or one punctuation mark
+  (``\\s*\\w+|\\s*[^\\w\\s]|\\s+``); their concatenation is the text.
+- Usage counts ~4 characters per token (OpenAI's rule of thumb for English), plus 3 tokens per message of
+  chat framing, plus the configured reasoning tokens in completion_tokens (as reasoning models bill them).
+- Log-probabilities are deterministic in (text, position): the chosen token gets p in [0.74, 0.999], the
+  alternatives share what is left, so a top-k list is a valid sub-distribution.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+import re
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import orjson
+
+from ratchet_core.workloads import DESCRIPTIONS, detect_task, solve
+from ratchet_core.workloads.base import compact_json, last_user_text, tool_call_id
+from ratchet_core.workloads.tickets import LABELS
+
+_PIECE = re.compile(r"\s*\w+|\s*[^\w\s]|\s+")
+
+
+def pieces(text: str) -> list[str]:
+    """Split text into token pieces whose concatenation is `text`."""
+    return _PIECE.findall(text)
+
+
+def count_tokens(chars: int) -> int:
+    """~4 characters per token, at least 1 for any non-empty text."""
+    return 0 if chars <= 0 else max(1, math.ceil(chars / 4))
+
+
+def prompt_tokens(body: Mapping[str, Any]) -> int:
+    """Usage of a request: its messages' text (+3 per message), plus tools and response_format as JSON."""
+    total = 0
+    for msg in body.get("messages") or []:
+        content = msg.get("content") if isinstance(msg, Mapping) else None
+        if isinstance(content, str):
+            chars = len(content)
+        elif content is None:
+            chars = 0
+        else:
+            chars = len(orjson.dumps(content))
+        if isinstance(msg, Mapping) and msg.get("tool_calls"):
+            chars += len(orjson.dumps(msg["tool_calls"]))
+        total += count_tokens(chars) + 3
+    for key in ("tools", "response_format"):
+        if body.get(key):
+            total += count_tokens(len(orjson.dumps(body[key])))
+    return total
+
+
+def unit(*parts: object) -> float:
+    """A deterministic number in [0, 1) from its arguments (SHA-256)."""
+    h = hashlib.sha256("\x1f".join(map(str, parts)).encode()).digest()
+    return int.from_bytes(h[:8], "big") / 2**64
+
+
+def _alternatives(tok: str) -> list[str]:
+    core = tok.strip()
+    lead = tok[: len(tok) - len(tok.lstrip())]
+    alts = [lead + core.upper(), lead + core + "s", " the", ",", " a", "\n"]
+    return [a for a in dict.fromkeys(alts) if a != tok]
+
+
+def token_logprobs(text: str, top_logprobs: int = 0, salt: str = "") -> list[dict]:
+    """OpenAI `logprobs.content` entries for `text` (token, logprob, bytes, top_logprobs)."""
+    out = []
+    for i, tok in enumerate(pieces(text)):
+        u = unit(salt, text, i)
+        p = 0.999 - 0.259 * u**3
+        lp = math.log(p)
+        top = []
+        if top_logprobs > 0:
+            top.append({"token": tok, "logprob": lp, "bytes": list(tok.encode())})
+            rest, share = 1.0 - p, 0.6
+            for alt in _alternatives(tok)[: top_logprobs - 1]:
+                top.append({"token": alt, "logprob": math.log(rest * share), "bytes": list(alt.encode())})
+                share *= 0.5
+        out.append({"token": tok, "logprob": lp, "bytes": list(tok.encode()), "top_logprobs": top})
+    return out
+
+
+def generic_reply(messages: Sequence[Mapping[str, Any]], json_mode: bool) -> str:
+    """A short deterministic answer to a request of no built-in task."""
+    text = last_user_text(messages)
+    words = len(text.split())
+    tag = hashlib.sha256(text.encode()).hexdigest()[:8]
+    reply = f"Demo teacher reply {tag}: I read your message ({words} words) and have no specific answer."
+    return compact_json({"answer": reply}) if json_mode else reply
+
+
+def _wrongify(task: str, message: dict) -> dict:
+    """A deliberately wrong answer of the same shape (for tests of everything downstream of the teacher)."""
+    message = dict(message)
+    comparator = DESCRIPTIONS[task].comparator if task in DESCRIPTIONS else "label"
+    if comparator == "label":
+        content = message.get("content") or ""
+        if content in LABELS:
+            message["content"] = LABELS[(LABELS.index(content) + 1) % len(LABELS)]
+        else:
+            message["content"] = content + " (wrong)"
+    elif comparator == "json":
+        obj = orjson.loads(message["content"])
+        obj["amount"] = round((obj.get("amount") or 0) + 1.0, 2)
+        message["content"] = compact_json(obj)
+    else:
+        calls = []
+        for call in message["tool_calls"]:
+            args = orjson.loads(call["function"]["arguments"])
+            args["order_id"] = "Z-00000"
+            calls.append({**call, "function": {**call["function"], "arguments": compact_json(args)}})
+        message["tool_calls"] = calls
+    return message
+
+
+def resolve_task(body: Mapping[str, Any], header_task: str | None) -> str | None:
+    """The request's built-in task: metadata.ratchet_task, then X-Ratchet-Task, then the system prompt."""
+    metadata = body.get("metadata")
+    for task in (metadata.get("ratchet_task") if isinstance(metadata, Mapping) else None, header_task):
+        if isinstance(task, str) and task in DESCRIPTIONS:
+            return task
+    return detect_task(body.get("messages") or [], body.get("tools"), body.get("response_format"))
+
+
+def answer(body: Mapping[str, Any], task: str | None, wrong: bool) -> dict:
+    """The assistant message {role, content, tool_calls} the demo teacher returns for this request."""
+    messages = body.get("messages") or []
+    if task is None:
+        rf = body.get("response_format")
+        json_mode = isinstance(rf, Mapping) and rf.get("type") in ("json_object", "json_schema")
+        msg = {"role": "assistant", "content": generic_reply(messages, json_mode), "tool_calls": None}
+    else:
+        msg = solve(task, messages, body.get("tools"), body.get("response_format"))
+    if wrong:
+        msg = _wrongify(task or "", msg)
+    return msg
+
+
+def generated_text(message: Mapping[str, Any]) -> str:
+    """The text a model produced for this message: its content, or its tool calls' names and arguments."""
+    if message.get("tool_calls"):
+        return "".join(c["function"]["name"] + c["function"]["arguments"] for c in message["tool_calls"])
+    return message.get("content") or ""
+
+
+__all__ = [
+    "answer",
+    "compact_json",
+    "count_tokens",
+    "generated_text",
+    "pieces",
+    "prompt_tokens",
+    "resolve_task",
+    "token_logprobs",
+    "tool_call_id",
+    "unit",
+]
