@@ -1,0 +1,328 @@
+"""The evaluation certificate: what one adapter version scored on the golden set, in a form anyone can recompute.
+
+predicateType ``https://ratchet.dev/evaluation-certificate/v1``. The predicate signs the per-row outcomes, not just
+the summary numbers, so a verifier recomputes every claim from the signed data alone:
+
+- per task, ``rows`` = the sorted list of ``[confidence, correct, baseline_correct]`` triples, one per golden row
+  (``confidence`` rounded to ``CONFIDENCE_DIGITS`` decimals before anything is computed from it;
+  ``baseline_correct`` is ``null`` when there is no live version to compare with);
+- ``n`` = len(rows), ``correct`` = #correct, ``precision`` = correct / n;
+- ``lower_bound`` = Clopper-Pearson one-sided lower bound at ``delta``: the ``delta`` quantile of
+  Beta(correct, n - correct + 1) (Clopper & Pearson 1934), via ``ratchet_stats.bounds.clopper_pearson_lower``;
+  ``certified`` = lower_bound >= target;
+- ``ltt``: Learn-then-Test (Angelopoulos et al. 2021) over the fixed ``grid``: for each threshold lambda, the rows
+  with confidence >= lambda, their errors, the exact binomial p-value for H0 "precision < target" and the
+  fixed-sequence decision; ``threshold`` = the loosest certified lambda or null (``ratchet_stats.ltt``);
+- ``mcnemar``: the exact McNemar test (McNemar 1947; binomial on discordant pairs) of this version against the
+  live ``baseline`` version on the same rows: b = candidate right & baseline wrong, c = candidate wrong & baseline
+  right; or null when there is no live version.
+
+Each task's claims hold at level ``delta`` on their own (no correction across tasks: each task's release is a
+separate decision). The certificate carries no wall-clock time, so re-evaluating the same adapter on the same
+golden rows yields a byte-identical payload.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from ratchet_stats.bounds import clopper_pearson_lower
+from ratchet_stats.canonical import sha256_hex
+from ratchet_stats.ltt import DEFAULT_GRID as LTT_DEFAULT_GRID
+from ratchet_stats.ltt import ltt_calibrate
+from ratchet_stats.mcnemar import mcnemar_exact
+
+PREDICATE_TYPE = "https://ratchet.dev/evaluation-certificate/v1"
+CONFIDENCE_DIGITS = 6
+# Fixed in advance, as LTT requires: 0.00, 0.05, ..., 0.95 (a higher top often accepts too few rows to pass,
+# which stops the fixed sequence before it reaches the useful thresholds).
+DEFAULT_GRID: tuple[float, ...] = LTT_DEFAULT_GRID
+MCNEMAR_ALTERNATIVE = "two-sided"
+_TOL = 1e-9
+
+
+@dataclass(frozen=True)
+class TaskOutcomes:
+    """One task's golden rows as the evaluator saw them (same order in all three sequences).
+
+    ``baseline_correct`` is the live version's correctness on the same rows, or None when no version is live.
+    """
+
+    task: str
+    comparator: str
+    confidences: Sequence[float]
+    correct: Sequence[bool]
+    baseline_correct: Sequence[bool] | None = None
+    baseline_version: str | None = None
+
+
+def adapter_digest(file_sha256: Mapping[str, str]) -> str:
+    """Digest of an adapter directory: SHA-256 of its ``sha256sum`` manifest.
+
+    The manifest is the sorted lines ``"<file sha256>  <relative name>\\n"`` (what ``sha256sum`` prints), so
+    ``sha256sum * | sort -k2 | sha256sum`` reproduces it; equals ``ratchet_core.training.TrainResult.adapter_sha256``.
+    """
+    listing = "".join(f"{d}  {n}\n" for n, d in sorted(file_sha256.items()))
+    return sha256_hex(listing.encode("utf-8"))
+
+
+def _finite_or_none(x: float | None) -> float | None:
+    if x is None:
+        return None
+    x = float(x)
+    return x if math.isfinite(x) else None
+
+
+def _task_rows(t: TaskOutcomes) -> list[list[Any]]:
+    n = len(t.correct)
+    if len(t.confidences) != n:
+        raise ValueError(
+            f"task {t.task!r}: {len(t.confidences)} confidences for {n} outcomes; pass one per row"
+        )
+    if t.baseline_correct is not None and len(t.baseline_correct) != n:
+        raise ValueError(f"task {t.task!r}: baseline has {len(t.baseline_correct)} outcomes for {n} rows")
+    rows = []
+    for i in range(n):
+        conf = float(t.confidences[i])
+        if not (0.0 <= conf <= 1.0):
+            raise ValueError(f"task {t.task!r}: confidence {conf} outside [0, 1]")
+        base = None if t.baseline_correct is None else bool(t.baseline_correct[i])
+        rows.append([round(conf, CONFIDENCE_DIGITS), bool(t.correct[i]), base])
+    # Sorted so the payload does not depend on the golden rows' order; None sorts as -1.
+    rows.sort(key=lambda r: (r[0], r[1], -1 if r[2] is None else int(r[2])))
+    return rows
+
+
+def _ltt_section(rows: list[list[Any]], grid: Sequence[float], target: float, delta: float) -> dict[str, Any]:
+    if not rows:
+        return {"threshold": None, "table": []}
+    result = ltt_calibrate([r[0] for r in rows], [r[1] for r in rows], list(grid), target, delta)
+    table = [
+        {
+            "threshold": float(row.threshold),
+            "n": int(row.n),
+            "errors": int(row.errors),
+            "precision": _finite_or_none(row.precision),
+            "p_value": _finite_or_none(row.p_value),
+            "certified": bool(row.certified),
+            "tested": bool(getattr(row, "tested", True)),
+        }
+        for row in result.table
+    ]
+    return {"threshold": _finite_or_none(result.threshold), "table": table}
+
+
+def _mcnemar_section(rows: list[list[Any]], baseline_version: str | None) -> dict[str, Any] | None:
+    if not rows or rows[0][2] is None:
+        return None
+    b = sum(1 for r in rows if r[1] and not r[2])
+    c = sum(1 for r in rows if not r[1] and r[2])
+    result = mcnemar_exact(b, c, alternative=MCNEMAR_ALTERNATIVE)
+    return {
+        "baseline": baseline_version or "",
+        "b": b,
+        "c": c,
+        "alternative": MCNEMAR_ALTERNATIVE,
+        "p_value": float(result.p_value),
+    }
+
+
+def task_section(t: TaskOutcomes, target: float, delta: float, grid: Sequence[float]) -> dict[str, Any]:
+    """The certificate's entry for one task (formulas in the module docstring)."""
+    rows = _task_rows(t)
+    n = len(rows)
+    correct = sum(1 for r in rows if r[1])
+    lower = float(clopper_pearson_lower(correct, n, delta)) if n else 0.0
+    return {
+        "comparator": t.comparator,
+        "n": n,
+        "correct": correct,
+        "precision": correct / n if n else 0.0,
+        "lower_bound": lower,
+        "certified": bool(n > 0 and lower >= target),
+        "ltt": _ltt_section(rows, grid, target, delta),
+        "mcnemar": _mcnemar_section(rows, t.baseline_version),
+        "rows": rows,
+    }
+
+
+def build_certificate(
+    *,
+    version: str,
+    base: Mapping[str, Any],
+    adapter_sha256: str,
+    golden_root: str,
+    golden_size: int,
+    target: float,
+    delta: float,
+    tasks: Sequence[TaskOutcomes],
+    grid: Sequence[float] = DEFAULT_GRID,
+    day: str | None = None,
+) -> dict[str, Any]:
+    """The certificate predicate for ``version`` (a plain dict, ready for canonical JSON and signing).
+
+    ``base`` is the base model's identity (``ratchet_core.student_model.base_identity``), ``adapter_sha256`` the
+    adapter directory digest (``adapter_digest``), ``golden_root``/``golden_size`` the Merkle root (hex) and size
+    of the golden set evaluated on; ``day`` the night's partition.
+    """
+    if not (0.0 < target < 1.0):
+        raise ValueError(f"target must be in (0, 1), got {target}")
+    if not (0.0 < delta < 1.0):
+        raise ValueError(f"delta must be in (0, 1), got {delta}")
+    grid = [float(x) for x in grid]
+    if sorted(set(grid)) != grid:
+        raise ValueError("grid must be strictly increasing thresholds in [0, 1]")
+    names = [t.task for t in tasks]
+    if len(set(names)) != len(names):
+        raise ValueError(f"each task once: got {names}")
+    sections = {t.task: task_section(t, target, delta, grid) for t in tasks}
+    return {
+        "version": version,
+        "day": day,
+        "base": {k: base[k] for k in ("name", "sha256", "files") if k in base},
+        "adapter": {"sha256": adapter_sha256},
+        "golden": {"root": golden_root, "size": int(golden_size)},
+        "target": float(target),
+        "delta": float(delta),
+        "grid": grid,
+        "confidence": "exp(mean token logprob), rounded to 6 decimals (ratchet_core.confidence)",
+        "tasks": sections,
+        "certified_tasks": sorted(name for name, s in sections.items() if s["certified"]),
+    }
+
+
+def certificate_subjects(predicate: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """in-toto subjects: the adapter version, identified by its directory digest."""
+    return [{"name": f"adapter:{predicate['version']}", "digest": {"sha256": predicate["adapter"]["sha256"]}}]
+
+
+def _close(a: Any, b: Any) -> bool:
+    if a is None or b is None:
+        return a is None and b is None
+    return math.isclose(float(a), float(b), rel_tol=_TOL, abs_tol=_TOL)
+
+
+def _check_task(name: str, s: Mapping[str, Any], target: float, delta: float, grid: list[float]) -> list[str]:
+    problems: list[str] = []
+    rows = s.get("rows")
+    if not isinstance(rows, list):
+        return [f"{name}: no signed rows to recompute from"]
+    try:
+        outcomes = TaskOutcomes(
+            task=name,
+            comparator=str(s.get("comparator", "")),
+            confidences=[float(r[0]) for r in rows],
+            correct=[bool(r[1]) for r in rows],
+            baseline_correct=None if not rows or rows[0][2] is None else [bool(r[2]) for r in rows],
+            baseline_version=(s.get("mcnemar") or {}).get("baseline"),
+        )
+        if any(len(r) != 3 or not isinstance(r[1], bool) for r in rows):
+            raise ValueError("each row is [confidence, correct, baseline_correct]")
+        if outcomes.baseline_correct is not None and any(r[2] is None for r in rows):
+            raise ValueError("baseline outcomes missing for some rows")
+        again = task_section(outcomes, target, delta, grid)
+    except (TypeError, ValueError, IndexError, KeyError) as exc:
+        return [f"{name}: rows malformed ({exc})"]
+    if again["rows"] != rows:
+        problems.append(f"{name}: rows are not in canonical (sorted, rounded) form")
+    for field in ("n", "correct", "certified"):
+        if s.get(field) != again[field]:
+            problems.append(f"{name}: {field} is {s.get(field)!r}, recomputed {again[field]!r}")
+    for field in ("precision", "lower_bound"):
+        if not _close(s.get(field), again[field]):
+            problems.append(f"{name}: {field} is {s.get(field)!r}, recomputed {again[field]!r}")
+    ltt, ltt_again = s.get("ltt") or {}, again["ltt"]
+    if not _close(ltt.get("threshold"), ltt_again["threshold"]):
+        problems.append(
+            f"{name}: LTT threshold is {ltt.get('threshold')!r}, recomputed {ltt_again['threshold']!r}"
+        )
+    table = ltt.get("table") or []
+    if len(table) != len(ltt_again["table"]):
+        problems.append(f"{name}: LTT table has {len(table)} rows, recomputed {len(ltt_again['table'])}")
+    else:
+        for got, want in zip(table, ltt_again["table"], strict=True):
+            for field in ("n", "errors", "certified", "tested"):
+                if got.get(field) != want[field]:
+                    problems.append(
+                        f"{name}: LTT at {want['threshold']}: {field} {got.get(field)!r} != {want[field]!r}"
+                    )
+            for field in ("threshold", "precision", "p_value"):
+                if not _close(got.get(field), want[field]):
+                    problems.append(
+                        f"{name}: LTT at {want['threshold']}: {field} {got.get(field)!r} != {want[field]!r}"
+                    )
+    mc, mc_again = s.get("mcnemar"), again["mcnemar"]
+    if (mc is None) != (mc_again is None):
+        problems.append(
+            f"{name}: McNemar present={mc is not None}, but baseline outcomes present={mc_again is not None}"
+        )
+    elif mc is not None and mc_again is not None:
+        for field in ("b", "c", "alternative"):
+            if mc.get(field) != mc_again[field]:
+                problems.append(
+                    f"{name}: McNemar {field} is {mc.get(field)!r}, recomputed {mc_again[field]!r}"
+                )
+        if not _close(mc.get("p_value"), mc_again["p_value"]):
+            problems.append(
+                f"{name}: McNemar p_value is {mc.get('p_value')!r}, recomputed {mc_again['p_value']!r}"
+            )
+    return problems
+
+
+def check_certificate(predicate: Mapping[str, Any]) -> list[str]:
+    """Recompute every number in a certificate predicate from its signed rows; [] means consistent.
+
+    Each string names the task and quantity that disagrees, e.g. "tickets: lower_bound is 0.97, recomputed 0.91".
+    """
+    if not isinstance(predicate, Mapping):
+        return ["predicate is not a JSON object"]
+    problems: list[str] = []
+    try:
+        target, delta = float(predicate["target"]), float(predicate["delta"])
+        grid = [float(x) for x in predicate["grid"]]
+        tasks = predicate["tasks"]
+        golden_size = int(predicate["golden"]["size"])
+        if not isinstance(tasks, Mapping):
+            raise TypeError("tasks is not an object")
+    except (KeyError, TypeError, ValueError) as exc:
+        return [f"certificate is missing or has a malformed field: {exc}"]
+    if not (0 < target < 1 and 0 < delta < 1):
+        return [f"target {target} and delta {delta} must lie in (0, 1)"]
+    if sorted(set(grid)) != grid:
+        return ["grid is not strictly increasing"]
+    total = 0
+    for name in sorted(tasks):
+        section = tasks[name]
+        if not isinstance(section, Mapping):
+            problems.append(f"{name}: not an object")
+            continue
+        total += len(section.get("rows") or [])
+        problems.extend(_check_task(name, section, target, delta, grid))
+    if total > golden_size:
+        problems.append(f"tasks cover {total} rows but the golden set has only {golden_size}")
+    want = sorted(n for n, s in tasks.items() if isinstance(s, Mapping) and s.get("certified") is True)
+    if predicate.get("certified_tasks") != want:
+        problems.append(f"certified_tasks is {predicate.get('certified_tasks')!r}, tasks say {want!r}")
+    return problems
+
+
+def summary_lines(predicate: Mapping[str, Any]) -> list[str]:
+    """Short human-readable lines per task (for the CLI and Dagster metadata)."""
+    lines = [
+        f"version {predicate.get('version')}  target {predicate.get('target')}  delta {predicate.get('delta')}"
+    ]
+    for name, s in sorted((predicate.get("tasks") or {}).items()):
+        thr = (s.get("ltt") or {}).get("threshold")
+        mc = s.get("mcnemar")
+        mc_text = (
+            f"  McNemar vs {mc['baseline']}: b={mc['b']} c={mc['c']} p={mc['p_value']:.4g}" if mc else ""
+        )
+        lines.append(
+            f"{name}: {s.get('correct')}/{s.get('n')} correct, lower bound {s.get('lower_bound', 0):.4f} -> "
+            f"{'CERTIFIED' if s.get('certified') else 'not certified'}; LTT threshold "
+            f"{'none' if thr is None else thr}{mc_text}"
+        )
+    return lines

@@ -1,0 +1,55 @@
+"""Fixtures for the night part 2 tests (certificate, BOM, committed training sets, the three assets)."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def key_of(i: int) -> str:
+    """A deterministic example key (sha256 hex), independent of the code under test."""
+    return hashlib.sha256(f"example-{i}".encode()).hexdigest()
+
+
+@pytest.fixture(scope="session")
+def signing_key():
+    from ratchet_stats.keys import generate_private_key
+
+    return generate_private_key()
+
+
+@pytest.fixture(scope="session")
+def public_b64(signing_key) -> str:
+    from ratchet_stats.keys import public_key_b64
+
+    return public_key_b64(signing_key.public_key())
+
+
+def run_cli(*args: str) -> subprocess.CompletedProcess:
+    """`python -m ratchet_stats ...` in a subprocess (what an auditor runs)."""
+    return subprocess.run(
+        [sys.executable, "-m", "ratchet_stats", *args], capture_output=True, text=True, cwd=REPO, timeout=120
+    )
+
+
+def run_ratchet(*args: str) -> subprocess.CompletedProcess:
+    """The `ratchet` console entry point in a subprocess."""
+    return subprocess.run(
+        [sys.executable, "-m", "ratchet_cli.main", *args],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        timeout=120,
+    )
+
+
+def write_json(path: Path, obj) -> Path:
+    path.write_text(json.dumps(obj), encoding="utf-8")
+    return path
