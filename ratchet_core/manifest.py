@@ -183,7 +183,8 @@ def verify_row(sequence: int, envelope_text: str, public_keys: Any) -> Manifest:
     try:
         statement = verify_statement(envelope, _as_key_list(public_keys), predicate_type=MANIFEST_PREDICATE)
     except VerificationError as exc:
-        raise ValueError(f"row {sequence}: {exc.check}: {exc}") from exc
+        text = str(exc) if str(exc).startswith(f"{exc.check}:") else f"{exc.check}: {exc}"
+        raise ValueError(f"row {sequence}: {text}") from exc
     except Exception as exc:  # malformed text that the verifier could not even read
         raise ValueError(f"row {sequence}: envelope: {exc}") from exc
     try:

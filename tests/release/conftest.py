@@ -1,0 +1,79 @@
+"""Fixtures for release control: a control DB, a signing key, and writers for sealed segments and certificates."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from ratchet_core.control_db import make_engine
+from ratchet_core.schema import LEDGER_SCHEMA, empty_row, segment_relpath
+from ratchet_stats.keys import generate_private_key
+
+
+@pytest.fixture
+def key():
+    return generate_private_key()
+
+
+@pytest.fixture
+def engine(tmp_path):
+    return make_engine(f"sqlite:///{(tmp_path / 'control.db').as_posix()}")
+
+
+def write_pairs(lake: Path, day: str, seq: int, version: str, task: str, errors: list[bool], role="audit"):
+    """Seal one segment holding one pair row per answer (True = the student disagreed with the teacher)."""
+    rows = [
+        empty_row(
+            request_id=f"r-{day}-{seq}-{i}",
+            kind="pair",
+            day=day,
+            replica="gw1",
+            seq=i + 1,
+            task=task,
+            stage="canary",
+            version=version,
+            pair_role=role,
+            pair_outcome="disagree" if err else "agree",
+            schema_version=1,
+        )
+        for i, err in enumerate(errors)
+    ]
+    path = Path(lake) / segment_relpath(day, "gw1", seq)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    pq.write_table(pa.Table.from_pylist(rows, schema=LEDGER_SCHEMA), path)
+    return path
+
+
+def write_certificate(artifacts: Path, key, version: str, task: str, correct: int, n: int, day="2026-01-01"):
+    """Sign a real evaluation certificate (ratchet_stats.certificate) for one task."""
+    from ratchet_stats.certificate import (
+        PREDICATE_TYPE,
+        TaskOutcomes,
+        build_certificate,
+        certificate_subjects,
+    )
+    from ratchet_stats.dsse import make_statement, sign_statement
+
+    outcomes = TaskOutcomes(
+        task=task, comparator="label", confidences=[0.9] * n, correct=[i < correct for i in range(n)]
+    )
+    predicate = build_certificate(
+        version=version,
+        base={"name": "demo", "sha256": "0" * 64},
+        adapter_sha256="1" * 64,
+        golden_root="2" * 64,
+        golden_size=n,
+        target=0.9,
+        delta=0.05,
+        tasks=[outcomes],
+        day=day,
+    )
+    env = sign_statement(make_statement(PREDICATE_TYPE, predicate, certificate_subjects(predicate)), key)
+    path = Path(artifacts) / "certificates" / f"{version}.dsse.json"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(env))
+    return path
