@@ -18,7 +18,7 @@ from typing import Any
 REGISTRARS: dict[str, list[str]] = {
     "stats": ["ratchet_stats.cli_stats"],
     "keygen": ["ratchet_stats.cli_keys"],
-    "verify": ["ratchet_stats.cli_verify"],
+    "verify": ["ratchet_stats.cli_verify", "ratchet_stats.cli_evidence", "ratchet_stats.cli_receipt"],
     "proof": [],
 }
 
@@ -68,5 +68,3 @@ def main(argv: list[str] | None = None, prog: str = "python -m ratchet_stats") -
     except CliError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-
-

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
+import io
 import json
 import subprocess
 import sys
@@ -33,10 +35,16 @@ def public_b64(signing_key) -> str:
 
 
 def run_cli(*args: str) -> subprocess.CompletedProcess:
-    """`python -m ratchet_stats ...` in a subprocess (what an auditor runs)."""
-    return subprocess.run(
-        [sys.executable, "-m", "ratchet_stats", *args], capture_output=True, text=True, cwd=REPO, timeout=120
-    )
+    """`python -m ratchet_stats ...` in this process (the same argparse entry point an auditor runs)."""
+    from ratchet_stats.cli import main
+
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        try:
+            code = main(list(args))
+        except SystemExit as exc:  # argparse usage errors
+            code = int(exc.code or 0)
+    return subprocess.CompletedProcess(list(args), code, out.getvalue(), err.getvalue())
 
 
 def run_ratchet(*args: str) -> subprocess.CompletedProcess:

@@ -1,0 +1,257 @@
+"""`verify bom` and `verify proof` (and the certificate recomputation behind `verify certificate`).
+
+- ``verify bom FILE --key PUB [--notice NOTICE.md] [--adapter-dir DIR] [--json]``: signature first, then the
+  in-toto Statement, the CycloneDX 1.6 shape, the subjects, NOTICE.md's sha256 and contents, the adapter files;
+- ``verify proof --bom BOM --proof FILE [--key PUB] [--expect member|absent] [--json]``: checks a membership,
+  non-membership or disjointness proof (``ratchet_stats.commitment``) against the Merkle roots recorded in the BOM.
+  Without ``--key`` the BOM's signature is not checked (said on stderr): only use that for a BOM you trust;
+- ``verify certificate``: provided by ``ratchet_stats.cli_verify``; this module plugs
+  ``ratchet_stats.certificate.check_certificate`` into its PREDICATE_CHECKERS so every bound, the LTT table and
+  threshold and McNemar's p-value are recomputed from the signed rows.
+
+Exit codes: 0 verified, 1 verification failed (the failed check is named), 2 usage or input error.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+from ratchet_stats import bom as bom_mod
+from ratchet_stats import certificate as cert_mod
+from ratchet_stats import commitment as commit_mod
+from ratchet_stats.cli import CliError, emit
+
+
+def _install_certificate_checker() -> bool:
+    """Register check_certificate with cli_verify's PREDICATE_CHECKERS; False if cli_verify has no such hook."""
+    try:
+        from ratchet_stats import cli_verify
+    except ImportError:
+        return False
+    checkers = getattr(cli_verify, "PREDICATE_CHECKERS", None)
+    if checkers is None:
+        return False
+    checkers[cert_mod.PREDICATE_TYPE] = cert_mod.check_certificate
+    summaries = getattr(cli_verify, "PREDICATE_SUMMARIES", None)
+    if summaries is not None:
+        summaries[cert_mod.PREDICATE_TYPE] = cert_mod.summary_lines
+    return True
+
+
+def _read_bytes(path: str, what: str) -> bytes:
+    try:
+        return Path(path).read_bytes()
+    except OSError as exc:
+        raise CliError(f"cannot read {what} {path}: {exc.strerror}; check the path") from exc
+
+
+def _read_json(path: str, what: str) -> Any:
+    try:
+        return json.loads(_read_bytes(path, what))
+    except ValueError as exc:
+        raise CliError(f"{what} {path} is not JSON ({exc}); pass the file ratchet wrote") from exc
+
+
+def load_keys(spec: str | None, key_file: str | None = None) -> list[Any]:
+    """Public keys from ``--key`` (comma-separated: base64, PEM text, or paths to key files) and ``--key-file``."""
+    from ratchet_stats.keys import load_public_key
+
+    texts: list[str | bytes] = []
+    if key_file:
+        texts.append(_read_bytes(key_file, "key file"))
+    for part in (spec or "").split(","):
+        part = part.strip()
+        if not part:
+            continue
+        path = Path(part)
+        texts.append(path.read_bytes() if len(part) < 4096 and path.is_file() else part)
+    if not texts:
+        raise CliError("no public key: pass --key PUB (base64 or PEM, or a file) or --key-file FILE")
+    keys = []
+    for text in texts:
+        try:
+            keys.append(load_public_key(text))
+        except ValueError as exc:
+            raise CliError(f"not a public key: {exc}") from exc
+    return keys
+
+
+def _fail(args: argparse.Namespace, check: str, message: str, extra: dict[str, Any] | None = None) -> int:
+    data = {"ok": False, "check": check, "error": message, **(extra or {})}
+    if getattr(args, "json", False):
+        print(json.dumps(data, indent=2, sort_keys=True))
+    else:
+        print(f"FAILED ({check}): {message}", file=sys.stderr)
+    return 1
+
+
+def cmd_bom(args: argparse.Namespace) -> int:
+    envelope = _read_bytes(args.file, "BOM")
+    keys = load_keys(args.key, args.key_file)
+    notice = _read_bytes(args.notice, "NOTICE") if args.notice else None
+    try:
+        report = bom_mod.verify_bom(envelope, keys, notice=notice, adapter_dir=args.adapter_dir)
+    except bom_mod.BomError as exc:
+        return _fail(args, exc.check, exc.message)
+    metrics = bom_mod.metrics_from_bom(report.bom)
+    lines = [
+        f"OK: BOM of adapter {report.version} (sha256 {report.adapter_sha256})",
+        f"  checks: {', '.join(report.checks)}",
+        f"  training set: {report.train.row_count} rows, key root {report.train.key_root}",
+        f"  golden set:   {report.golden.row_count} rows, key root {report.golden.key_root}",
+    ]
+    lines += [f"  {m.get('slice')}: {m.get('type')} = {m.get('value')}" for m in metrics]
+    emit(args, {**report.to_dict(), "metrics": metrics}, "\n".join(lines))
+    return 0
+
+
+def _bom_for_proof(args: argparse.Namespace) -> tuple[str, Any, Any]:
+    envelope = _read_bytes(args.bom, "BOM")
+    if args.key or args.key_file:
+        try:
+            report = bom_mod.verify_bom(envelope, load_keys(args.key, args.key_file))
+        except bom_mod.BomError as exc:
+            raise _ProofFail(f"bom-{exc.check}", exc.message) from exc
+        return report.version, report.train, report.golden
+    print(
+        "warning: no --key: the BOM's signature is NOT checked; the roots are only as trustworthy as the file",
+        file=sys.stderr,
+    )
+    try:
+        statement = bom_mod.payload_unverified(envelope)
+        version, _, train, golden = bom_mod.check_bom_document(statement.get("predicate"))
+    except (ValueError, KeyError, TypeError) as exc:
+        raise CliError(f"{args.bom} is not a BOM envelope ({exc})") from exc
+    except bom_mod.BomError as exc:
+        raise _ProofFail(f"bom-{exc.check}", exc.message) from exc
+    return version, train, golden
+
+
+class _ProofFail(Exception):
+    def __init__(self, check: str, message: str) -> None:
+        super().__init__(message)
+        self.check = check
+        self.message = message
+
+
+def cmd_proof(args: argparse.Namespace) -> int:
+    proof = _read_json(args.proof, "proof")
+    try:
+        version, train, golden = _bom_for_proof(args)
+        if not isinstance(proof, dict):
+            raise _ProofFail("shape", "the proof is not a JSON object")
+        if proof.get("kind") == "disjointness":
+            count = commit_mod.verify_disjointness(
+                proof, train.key_root, train.key_count, golden.key_root, golden.key_count
+            )
+            data = {"ok": True, "kind": "disjointness", "version": version, "golden_keys_checked": count}
+            text = f"OK: none of the {count} golden keys is in the training set of {version}"
+            if args.expect == "member":
+                raise _ProofFail("expect", "a disjointness proof shows absence, --expect member was asked")
+            emit(args, data, text)
+            return 0
+        roots = {"training": (train.key_root, train.key_count), "golden": (golden.key_root, golden.key_count)}
+        which = next((name for name, (root, _) in roots.items() if proof.get("root") == root), None)
+        if which is None:
+            raise _ProofFail(
+                "root",
+                f"the proof's root {proof.get('root')} is neither the training nor the golden key root of {version}",
+            )
+        key, member = commit_mod.verify_key_proof(proof, *roots[which])
+    except commit_mod.ProofError as exc:
+        return _fail(args, exc.check, exc.message)
+    except _ProofFail as exc:
+        return _fail(args, exc.check, exc.message)
+    verdict = "IS" if member else "is NOT"
+    data = {
+        "ok": True,
+        "kind": proof.get("kind"),
+        "key": key,
+        "member": member,
+        "set": which,
+        "version": version,
+    }
+    if args.expect and (args.expect == "member") != member:
+        return _fail(args, "expect", f"the proof verifies, but key {key} {verdict} in the {which} set", data)
+    emit(args, data, f"OK: example {key} {verdict} in the {which} set of adapter {version}")
+    return 0
+
+
+def _add_key_args(p: argparse.ArgumentParser, required: bool) -> None:
+    p.add_argument(
+        "--key",
+        help="public key(s): base64, PEM, or a file; comma-separated for several"
+        + ("" if required else " (omit to skip the signature check)"),
+    )
+    p.add_argument("--key-file", help="a file holding the public key")
+    p.add_argument("--json", action="store_true", help="machine-readable output")
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    """Add `bom` and `proof` to the `verify` group (and `certificate` if cli_verify does not provide it)."""
+    p = subparsers.add_parser(
+        "bom",
+        help="verify an adapter's signed CycloneDX ML-BOM",
+        description="Verify an adapter's BOM: DSSE signature (first), in-toto Statement, CycloneDX 1.6 shape, "
+        "subjects = adapter files; optionally NOTICE.md and the adapter files themselves.",
+    )
+    p.add_argument("file", help="bom.dsse.json")
+    _add_key_args(p, required=True)
+    p.add_argument(
+        "--notice", help="NOTICE.md: its sha256 must match the BOM and it must name every license/source"
+    )
+    p.add_argument("--adapter-dir", help="adapter folder: every file's sha256 must match the BOM")
+    p.set_defaults(func=cmd_bom)
+
+    p = subparsers.add_parser(
+        "proof",
+        help="check a training-set membership / non-membership / disjointness proof against a BOM",
+        description="Check a proof made by `ratchet proof make` (or the gateway) against the Merkle roots the "
+        "BOM records: membership (Merkle inclusion), non-membership (adjacent sorted keys) or disjointness "
+        "(every golden key absent from the training set).",
+    )
+    p.add_argument("--bom", required=True, help="the adapter's bom.dsse.json")
+    p.add_argument("--proof", required=True, help="proof JSON file")
+    p.add_argument("--expect", choices=["member", "absent"], help="exit 1 unless the proof shows this")
+    _add_key_args(p, required=False)
+    p.set_defaults(func=cmd_proof)
+
+    if not _install_certificate_checker():
+        p = subparsers.add_parser(
+            "certificate",
+            help="verify an evaluation certificate and recompute every bound",
+            description="Verify an evaluation certificate's signature, then recompute each task's precision, "
+            "Clopper-Pearson bound, LTT table/threshold and McNemar p-value from the signed rows.",
+        )
+        p.add_argument("file", help="<version>.dsse.json")
+        _add_key_args(p, required=True)
+        p.set_defaults(func=cmd_certificate)
+
+
+def cmd_certificate(args: argparse.Namespace) -> int:
+    from ratchet_stats.dsse import VerificationError, verify_statement
+
+    envelope = _read_bytes(args.file, "certificate")
+    try:
+        statement = verify_statement(envelope, load_keys(args.key, args.key_file), cert_mod.PREDICATE_TYPE)
+    except VerificationError as exc:
+        return _fail(args, exc.check, str(exc))
+    predicate = statement["predicate"]
+    problems = cert_mod.check_certificate(predicate)
+    if problems:
+        return _fail(args, "recompute", "; ".join(problems[:10]), {"problems": problems})
+    data = {
+        "ok": True,
+        "version": predicate.get("version"),
+        "certified_tasks": predicate.get("certified_tasks"),
+    }
+    emit(
+        args,
+        data,
+        "OK: signature valid, every number recomputed\n" + "\n".join(cert_mod.summary_lines(predicate)),
+    )
+    return 0

@@ -1,0 +1,194 @@
+"""The signed ML-BOM: valid CycloneDX 1.6, verifies offline, and every tampering is named."""
+
+from __future__ import annotations
+
+import copy
+import json
+
+import pytest
+
+from ratchet_assets.night import bom_builder as BB
+from ratchet_stats import bom as B
+from ratchet_stats import certificate as CERT
+from ratchet_stats import commitment as C
+from ratchet_stats.dsse import make_statement, sign_statement
+from ratchet_stats.keys import generate_private_key, public_key_b64
+
+from .conftest import key_of, run_cli, write_json
+
+TRAIN_KEYS = [key_of(i) for i in range(0, 120, 2)]
+GOLDEN_KEYS = [key_of(i) for i in range(1, 40, 2)]
+
+
+def _certificate() -> dict:
+    conf = [0.99] * 95 + [0.3] * 5
+    correct = [True] * 95 + [False] * 5
+    return CERT.build_certificate(
+        version="v1-0123abcd",
+        base={"name": "ratchet-demo-base", "sha256": "e" * 64},
+        adapter_sha256="0" * 64,
+        golden_root=C.key_commitment(GOLDEN_KEYS).root,
+        golden_size=len(GOLDEN_KEYS),
+        target=0.9,
+        delta=0.05,
+        tasks=[CERT.TaskOutcomes("tickets", "label", conf, correct)],
+    )
+
+
+@pytest.fixture()
+def built(tmp_path, signing_key):
+    adapter = tmp_path / "adapter"
+    adapter.mkdir()
+    (adapter / "adapter_config.json").write_text('{"r": 8}')
+    (adapter / "adapter_model.safetensors").write_bytes(b"\x00weights" * 10)
+    files = BB.adapter_file_hashes(adapter)
+    train = BB.DataSet(
+        "training-set 2026-01-02",
+        "teacher answers, 7 days",
+        C.key_commitment(TRAIN_KEYS),
+        C.row_commitment({"i": i} for i in range(60)),
+    )
+    golden = BB.DataSet(
+        "golden-set 2026-01-02",
+        "held-out teacher answers",
+        C.key_commitment(GOLDEN_KEYS),
+        C.row_commitment({"g": i} for i in range(20)),
+    )
+    notice = BB.build_notice(
+        version="v1-0123abcd",
+        base_name="ratchet-demo-base",
+        base_license_id="Apache-2.0",
+        data_sets=[train, golden],
+        teacher_model="openai/demo-teacher",
+    ).encode()
+    cert = _certificate()
+    bom = BB.build_bom(
+        version="v1-0123abcd",
+        adapter_files=files,
+        hyperparameters={"rank": 8, "lr": 0.005, "target_modules": "all-linear"},
+        base={"name": "ratchet-demo-base", "sha256": "e" * 64, "files": {"config.json": "f" * 64}},
+        base_license_id="Apache-2.0",
+        train=train,
+        golden=golden,
+        teacher_model="openai/demo-teacher",
+        certificate=cert,
+        certificate_sha256="1" * 64,
+        notice_sha256=BB.hashlib.sha256(notice).hexdigest(),
+        code="0.1.0+gtest",
+    )
+    stmt = make_statement(B.BOM_PREDICATE, bom, B.subjects_for_files(files))
+    envelope = sign_statement(stmt, signing_key)
+    (tmp_path / "NOTICE.md").write_bytes(notice)
+    write_json(tmp_path / "bom.dsse.json", envelope)
+    return {
+        "dir": tmp_path,
+        "adapter": adapter,
+        "bom": bom,
+        "stmt": stmt,
+        "envelope": envelope,
+        "notice": notice,
+    }
+
+
+def test_bom_is_valid_cyclonedx_1_6(built):
+    from cyclonedx.schema import SchemaVersion
+    from cyclonedx.validation.json import JsonStrictValidator
+
+    errors = JsonStrictValidator(SchemaVersion.V1_6).validate_str(json.dumps(built["bom"]), all_errors=True)
+    assert errors is None, [str(e) for e in errors]
+
+
+def test_bom_verifies_with_notice_and_files(built, signing_key):
+    report = B.verify_bom(
+        built["envelope"], signing_key.public_key(), notice=built["notice"], adapter_dir=built["adapter"]
+    )
+    assert report.checks == [
+        "signature",
+        "statement",
+        "cyclonedx",
+        "components",
+        "subjects",
+        "notice",
+        "files",
+    ]
+    assert report.train == B.DataCommitment(
+        C.key_commitment(TRAIN_KEYS).root, 60, C.row_commitment({"i": i} for i in range(60)).root, 60
+    )
+    assert report.golden.key_count == len(GOLDEN_KEYS)
+    assert "Apache-2.0" in built["notice"].decode() and "golden-set 2026-01-02" in built["notice"].decode()
+
+
+def test_same_inputs_same_bom_bytes(built):
+    from ratchet_stats.canonical import canonical_json
+
+    again = copy.deepcopy(built["bom"])
+    assert canonical_json(again) == canonical_json(built["bom"])
+    assert built["bom"]["serialNumber"].startswith("urn:uuid:")
+
+
+def test_tampering_is_named(built, signing_key):
+    pub = signing_key.public_key()
+    with pytest.raises(B.BomError) as exc:
+        B.verify_bom(built["envelope"], generate_private_key().public_key())
+    assert exc.value.check == "signature"
+    with pytest.raises(B.BomError) as exc:
+        B.verify_bom(built["envelope"], pub, notice=built["notice"] + b"\nextra")
+    assert exc.value.check == "notice"
+    (built["adapter"] / "adapter_model.safetensors").write_bytes(b"other weights")
+    with pytest.raises(B.BomError) as exc:
+        B.verify_bom(built["envelope"], pub, adapter_dir=built["adapter"])
+    assert exc.value.check == "files"
+    # a re-signed BOM whose subjects do not match the listed adapter files
+    stmt = copy.deepcopy(built["stmt"])
+    stmt["subject"][0]["digest"]["sha256"] = "9" * 64
+    with pytest.raises(B.BomError) as exc:
+        B.verify_bom(sign_statement(stmt, signing_key), pub)
+    assert exc.value.check == "subjects"
+    # a re-signed BOM without the golden data component
+    stmt = copy.deepcopy(built["stmt"])
+    stmt["predicate"]["components"] = [
+        c for c in stmt["predicate"]["components"] if c["bom-ref"] != B.GOLDEN_REF
+    ]
+    with pytest.raises(B.BomError) as exc:
+        B.verify_bom(sign_statement(stmt, signing_key), pub)
+    assert exc.value.check == "components"
+
+
+def test_cli_verify_bom_and_proofs(built, signing_key):
+    d = built["dir"]
+    pub = public_key_b64(signing_key.public_key())
+    bom = str(d / "bom.dsse.json")
+    res = run_cli(
+        "verify",
+        "bom",
+        bom,
+        "--key",
+        pub,
+        "--notice",
+        str(d / "NOTICE.md"),
+        "--adapter-dir",
+        str(built["adapter"]),
+        "--json",
+    )
+    assert res.returncode == 0, res.stderr
+    assert json.loads(res.stdout)["train"]["key_count"] == 60
+    res = run_cli("verify", "bom", bom, "--key", public_key_b64(generate_private_key().public_key()))
+    assert res.returncode == 1 and "signature" in res.stderr
+
+    tree = C.KeyTree(TRAIN_KEYS)
+    member = write_json(d / "member.json", tree.prove(TRAIN_KEYS[3]))
+    absent = write_json(d / "absent.json", tree.prove(key_of(7)))
+    disjoint = write_json(d / "disjoint.json", tree.prove_disjoint(GOLDEN_KEYS))
+    forged_obj = {**tree.prove(TRAIN_KEYS[3]), "key": key_of(7)}
+    forged = write_json(d / "forged.json", forged_obj)
+    for proof, expect in ((member, "member"), (absent, "absent"), (disjoint, "absent")):
+        res = run_cli(
+            "verify", "proof", "--bom", bom, "--proof", str(proof), "--key", pub, "--expect", expect
+        )
+        assert res.returncode == 0, res.stderr
+    res = run_cli("verify", "proof", "--bom", bom, "--proof", str(absent), "--key", pub, "--expect", "member")
+    assert res.returncode == 1
+    res = run_cli("verify", "proof", "--bom", bom, "--proof", str(forged), "--key", pub, "--json")
+    assert res.returncode == 1 and json.loads(res.stdout)["check"] == "inclusion"
+    res = run_cli("verify", "proof", "--bom", bom, "--proof", str(member))  # no key: works, but warns
+    assert res.returncode == 0 and "NOT checked" in res.stderr
