@@ -1,0 +1,48 @@
+"""The night's logic as plain functions over paths (no Dagster): the assets in ``ratchet_assets.defs`` call
+them, and so do ``ratchet sim`` and the benchmarks. DuckDB (in-memory connections) does the heavy lifting.
+
+Layout under the artifacts root (D = YYYY-MM-DD):
+
+- ``traffic/day=D/traffic.parquet`` (+ ``segments.json``): the day's validated, deduplicated ledger rows;
+- ``examples/day=D/examples.parquet``: teacher-labelled examples, one per example key;
+- ``golden/registry.parquet``: permanent key -> golden/train assignment (only grows);
+  ``golden/day=D/golden.parquet`` + ``keys.txt``: golden examples to date;
+- ``train/day=D/train.jsonl`` + ``keys.txt`` + ``commitment.json``: the training set;
+- ``receipts/D/receipt.dsse.json`` + ``rows.parquet``: the signed daily receipt and its leaves.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import duckdb
+
+
+def day_dir(root: str | Path, kind: str, day: str) -> Path:
+    """``<root>/<kind>/day=<day>``."""
+    return Path(root) / kind / f"day={day}"
+
+
+def connect() -> duckdb.DuckDBPyConnection:
+    """An in-memory DuckDB connection (a query engine over files; nothing persisted)."""
+    con = duckdb.connect(":memory:")
+    con.execute("SET preserve_insertion_order = true")
+    return con
+
+
+def sql_str(value: str) -> str:
+    """A SQL string literal."""
+    return "'" + str(value).replace("'", "''") + "'"
+
+
+def sql_list(paths: list[Path] | list[str]) -> str:
+    """A DuckDB list literal of file paths."""
+    return "[" + ", ".join(sql_str(str(p)) for p in paths) + "]"
+
+
+def atomic_write_bytes(path: Path, data: bytes) -> None:
+    """Write to a temporary name then rename: readers never see half a file."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_bytes(data)
+    tmp.replace(path)

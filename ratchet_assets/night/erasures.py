@@ -1,0 +1,68 @@
+"""Erasures: example keys or request ids that must never again reach an examples file or a training set.
+
+Control-DB table ``erasures(id, example_key, request_id, reason, at)``; one of the two ids per row. The
+``examples`` and ``training_set`` steps read it every night, so an erasure also drops rows of earlier days
+still inside the training window. (``ratchet admin erase --request-id|--key`` writes here.)
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import UTC, datetime
+
+import sqlalchemy as sa
+from sqlalchemy.engine import Engine
+
+metadata = sa.MetaData()
+erasures_table = sa.Table(
+    "erasures",
+    metadata,
+    sa.Column("id", sa.Integer, primary_key=True, autoincrement=True),
+    sa.Column("example_key", sa.String(64), nullable=True, index=True),
+    sa.Column("request_id", sa.String(128), nullable=True, index=True),
+    sa.Column("reason", sa.Text, nullable=False),
+    sa.Column("at", sa.String(40), nullable=False),
+)
+
+
+@dataclass(frozen=True)
+class Erasures:
+    example_keys: frozenset[str] = frozenset()
+    request_ids: frozenset[str] = frozenset()
+
+
+def ensure_tables(engine: Engine) -> None:
+    metadata.create_all(engine, tables=[erasures_table], checkfirst=True)
+
+
+def record_erasure(
+    engine: Engine, *, reason: str, example_key: str | None = None, request_id: str | None = None
+) -> None:
+    """Record that an example (by key) or a request's data (by request id) must be forgotten."""
+    if bool(example_key) == bool(request_id):
+        raise ValueError("give exactly one of example_key (`ratchet proof key`) or request_id")
+    if not reason.strip():
+        raise ValueError("give a reason (kept for the audit trail)")
+    ensure_tables(engine)
+    with engine.begin() as conn:
+        conn.execute(
+            erasures_table.insert().values(
+                example_key=example_key or None,
+                request_id=request_id or None,
+                reason=reason,
+                at=datetime.now(UTC).isoformat(timespec="seconds"),
+            )
+        )
+
+
+def load_erasures(engine: Engine | None) -> Erasures:
+    """Every erased key and request id (empty when there is no control DB)."""
+    if engine is None:
+        return Erasures()
+    ensure_tables(engine)
+    with engine.connect() as conn:
+        rows = conn.execute(sa.select(erasures_table.c.example_key, erasures_table.c.request_id)).all()
+    return Erasures(
+        example_keys=frozenset(r[0] for r in rows if r[0]),
+        request_ids=frozenset(r[1] for r in rows if r[1]),
+    )

@@ -1,0 +1,229 @@
+"""The ``golden_split`` step: a permanent, deterministic assignment of example keys to golden or train.
+
+A new key k gets the score ``s(k) = int(sha256(salt ":" k)[:13 hex], 16) / 2**52`` (uniform on [0, 1)) and is
+golden iff ``s(k) < share``. Per task, if fewer than ``floor`` keys are golden to date (the floor is the least
+number of rows that can certify the target: ``ratchet_stats.bounds.rows_to_certify(target, delta)``, i.e.
+``ratchet stats plan``), more of the day's NEW keys of that task become golden, lowest score first. Only new keys
+are topped up: an older train key has already been in a training set, and golden rows must never have been.
+
+The registry ``golden/registry.parquet`` (key, task, golden, reason, first_day) records every assignment and only
+grows, so once golden, always golden (and once train, always train); it is rewritten under a file lock, by
+atomic rename. The day's output is the golden set to date: every golden example of days <= D not erased,
+``golden/day=D/golden.parquet`` (sorted by key) and ``keys.txt``; its commitment is the RFC 9162 root over the
+sorted keys (``ratchet_stats.commitment.key_commitment``).
+"""
+
+from __future__ import annotations
+
+import fcntl
+import hashlib
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from ratchet_assets.night import atomic_write_bytes, connect, day_dir, sql_list, sql_str
+from ratchet_assets.night.erasures import Erasures
+from ratchet_assets.night.examples import EXAMPLES_SCHEMA, examples_path
+from ratchet_stats.commitment import key_commitment
+
+REGISTRY_SCHEMA = pa.schema(
+    [
+        ("example_key", pa.string()),
+        ("task", pa.string()),
+        ("golden", pa.bool_()),
+        ("reason", pa.string()),
+        ("first_day", pa.string()),
+    ]
+)
+SCORE_HEX = 13  # 52 bits: exact in a double
+
+
+def golden_score(key: str, salt: str) -> float:
+    """The key's uniform score in [0, 1): first 52 bits of sha256(salt ':' key)."""
+    return int(hashlib.sha256(f"{salt}:{key}".encode()).hexdigest()[:SCORE_HEX], 16) / 2**52
+
+
+def _score_sql(salt: str, column: str = "example_key") -> str:
+    return f"(('0x' || substr(sha256({sql_str(salt + ':')} || {column}), 1, {SCORE_HEX}))::UBIGINT / 4503599627370496.0)"
+
+
+@dataclass
+class SplitResult:
+    day: str
+    path: str
+    keys_path: str
+    golden_root: str
+    golden_size: int
+    new_keys: int
+    new_golden: int
+    floor_topped_up: dict[str, int] = field(default_factory=dict)
+    golden_by_task: dict[str, int] = field(default_factory=dict)
+    floor: int = 0
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def registry_path(artifacts_root: str | Path) -> Path:
+    return Path(artifacts_root) / "golden" / "registry.parquet"
+
+
+@contextmanager
+def registry_lock(artifacts_root: str | Path) -> Iterator[None]:
+    """Exclusive lock around read-modify-write of the registry (several partitions may run at once)."""
+    lock = Path(artifacts_root) / "golden" / ".registry.lock"
+    lock.parent.mkdir(parents=True, exist_ok=True)
+    with open(lock, "a") as fh:
+        fcntl.flock(fh, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(fh, fcntl.LOCK_UN)
+
+
+def _examples_to_date(artifacts_root: str | Path, day: str) -> list[Path]:
+    root = Path(artifacts_root) / "examples"
+    out = []
+    for folder in sorted(root.glob("day=*")):
+        d = folder.name.removeprefix("day=")
+        if d <= day and (folder / "examples.parquet").exists():
+            out.append(folder / "examples.parquet")
+    return out
+
+
+def split_golden(
+    artifacts_root: str | Path,
+    day: str,
+    share: float = 0.2,
+    salt: str = "ratchet-golden-v1",
+    floor: int = 0,
+    erasures: Erasures | None = None,
+) -> SplitResult:
+    """Assign the day's new keys, then write the golden set to date for ``day``."""
+    if not 0.0 <= share < 1.0:
+        raise ValueError(f"golden share must be in [0, 1), got {share}")
+    erasures = erasures or Erasures()
+    today = examples_path(artifacts_root, day)
+    reg_path = registry_path(artifacts_root)
+    con = connect()
+    with registry_lock(artifacts_root):
+        if reg_path.exists():
+            con.execute(f"CREATE TEMP TABLE reg AS SELECT * FROM read_parquet({sql_str(str(reg_path))})")
+        else:
+            con.register("_reg0", REGISTRY_SCHEMA.empty_table())
+            con.execute("CREATE TEMP TABLE reg AS SELECT * FROM _reg0")
+        con.execute(
+            f"""
+            CREATE TEMP TABLE new AS
+            SELECT example_key, task, {_score_sql(salt)} AS score
+            FROM read_parquet({sql_str(str(today))})
+            WHERE example_key NOT IN (SELECT example_key FROM reg)
+            """
+        )
+        con.execute(f"ALTER TABLE new ADD COLUMN golden BOOLEAN; UPDATE new SET golden = score < {share!r}")
+        con.execute("ALTER TABLE new ADD COLUMN reason VARCHAR; UPDATE new SET reason = 'hash'")
+        topped: dict[str, int] = {}
+        if floor > 0:
+            have = dict(
+                con.execute(
+                    """
+                    SELECT task, count(*) FROM (
+                      SELECT task FROM reg WHERE golden UNION ALL SELECT task FROM new WHERE golden
+                    ) GROUP BY task
+                    """
+                ).fetchall()
+            )
+            for (task,) in con.execute("SELECT DISTINCT task FROM new ORDER BY task").fetchall():
+                deficit = floor - int(have.get(task, 0))
+                if deficit <= 0:
+                    continue
+                picked = con.execute(
+                    f"""
+                    UPDATE new SET golden = true, reason = 'floor'
+                    WHERE example_key IN (
+                      SELECT example_key FROM new WHERE task = {sql_str(task)} AND NOT golden
+                      ORDER BY score, example_key LIMIT {deficit})
+                    """
+                ).fetchall()[0][0]
+                if picked:
+                    topped[task] = int(picked)
+        new_keys, new_golden = con.execute(
+            "SELECT count(*), count(*) FILTER (WHERE golden) FROM new"
+        ).fetchall()[0]
+        if new_keys:
+            merged = con.sql(
+                f"""
+                SELECT example_key, task, golden, reason, first_day FROM reg
+                UNION ALL
+                SELECT example_key, task, golden, reason, {sql_str(day)} FROM new
+                ORDER BY example_key
+                """
+            ).to_arrow_table()
+            reg_path.parent.mkdir(parents=True, exist_ok=True)
+            tmp = reg_path.with_name(".registry.parquet.tmp")
+            pq.write_table(merged.cast(REGISTRY_SCHEMA), tmp, compression="zstd")
+            tmp.replace(reg_path)
+            con.execute("DROP TABLE reg")
+            con.execute(f"CREATE TEMP TABLE reg AS SELECT * FROM read_parquet({sql_str(str(reg_path))})")
+
+    files = _examples_to_date(artifacts_root, day)
+    con.register("erased_keys", pa.table({"k": pa.array(sorted(erasures.example_keys), pa.string())}))
+    con.register("erased_ids", pa.table({"r": pa.array(sorted(erasures.request_ids), pa.string())}))
+    golden = con.sql(
+        f"""
+        SELECT * EXCLUDE (rn) FROM (
+          SELECT e.*, row_number() OVER (PARTITION BY e.example_key ORDER BY e.day, e.ts, e.request_id) AS rn
+          FROM read_parquet({sql_list(files)}) e
+          JOIN (SELECT example_key FROM reg WHERE golden) g USING (example_key)
+          WHERE e.example_key NOT IN (SELECT k FROM erased_keys)
+            AND e.request_id NOT IN (SELECT r FROM erased_ids)
+        ) WHERE rn = 1 ORDER BY example_key
+        """
+    ).to_arrow_table()
+    golden = golden.select(EXAMPLES_SCHEMA.names).cast(EXAMPLES_SCHEMA)
+    con.register("golden_t", golden)
+    by_task = dict(con.execute("SELECT task, count(*) FROM golden_t GROUP BY task ORDER BY task").fetchall())
+    con.close()
+    out_dir = day_dir(artifacts_root, "golden", day)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    out = out_dir / "golden.parquet"
+    tmp = out_dir / ".golden.parquet.tmp"
+    pq.write_table(golden, tmp, compression="zstd", row_group_size=256_000)
+    tmp.replace(out)
+    keys = golden["example_key"].to_pylist()
+    keys_path = out_dir / "keys.txt"
+    atomic_write_bytes(keys_path, "".join(k + "\n" for k in keys).encode("ascii"))
+    commitment = key_commitment(keys)
+    return SplitResult(
+        day=day,
+        path=str(out),
+        keys_path=str(keys_path),
+        golden_root=commitment.root,
+        golden_size=commitment.size,
+        new_keys=int(new_keys),
+        new_golden=int(new_golden),
+        floor_topped_up=topped,
+        golden_by_task={k: int(v) for k, v in by_task.items()},
+        floor=floor,
+    )
+
+
+def golden_keys_registry(artifacts_root: str | Path) -> set[str]:
+    """Every key ever assigned golden."""
+    path = registry_path(artifacts_root)
+    if not path.exists():
+        return set()
+    con = connect()
+    keys = {
+        r[0]
+        for r in con.execute(
+            f"SELECT example_key FROM read_parquet({sql_str(str(path))}) WHERE golden"
+        ).fetchall()
+    }
+    con.close()
+    return keys

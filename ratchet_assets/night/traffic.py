@@ -1,0 +1,194 @@
+"""The ``traffic`` step: a day's sealed lake segments -> one validated, deduplicated, sorted partition file.
+
+Checks, in order:
+
+- schema: every segment must have exactly ``LEDGER_SCHEMA``'s columns and types (else ``TrafficError`` naming
+  the file and the column);
+- duplicates: a row seen twice — the same ``(replica, seq)``, or the same ``(request_id, kind, pair_role)`` — is
+  kept once (first by segment name) and counted; rows whose ``day`` is not the partition's are dropped and counted;
+- late segments: sealed (mtime) after the day's end plus a grace period, or absent from the previous
+  materialisation's ``segments.json`` (it arrived after the partition was built).
+
+Output ``<artifacts>/traffic/day=D/traffic.parquet`` sorted by (ts, replica, seq), written by pyarrow with fixed
+settings so a rerun over the same segments is byte-identical.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import pyarrow.parquet as pq
+
+from ratchet_assets.night import atomic_write_bytes, connect, day_dir, sql_list, sql_str
+from ratchet_core.schema import COLUMN_NAMES, LEDGER_SCHEMA
+
+
+class TrafficError(ValueError):
+    """The day's segments cannot be used as they are; the message says which file and what to do."""
+
+
+@dataclass
+class TrafficResult:
+    day: str
+    path: str
+    rows: int
+    requests: int
+    pairs: int
+    segments: int
+    duplicates_dropped: int
+    wrong_day_dropped: int
+    late_segments: list[str] = field(default_factory=list)
+    clients: int = 0
+    tasks: dict[str, int] = field(default_factory=dict)
+    served_by: dict[str, int] = field(default_factory=dict)
+    tokens: int = 0
+    teacher_cost_usd: float = 0.0
+    actual_cost_usd: float = 0.0
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def segment_files(lake_root: str | Path, day: str) -> list[Path]:
+    """Sealed segments of a day, by name (temporary names beginning with '.' are not sealed yet)."""
+    folder = day_dir(lake_root, "traffic", day)
+    if not folder.is_dir():
+        return []
+    return sorted(p for p in folder.glob("*.parquet") if not p.name.startswith("."))
+
+
+def check_schema(path: Path) -> list[str]:
+    """Differences between a segment's schema and LEDGER_SCHEMA (empty when it matches)."""
+    try:
+        schema = pq.read_schema(path)
+    except Exception as exc:  # unreadable: truncated copy, not Parquet, ...
+        return [f"cannot read Parquet footer ({exc.__class__.__name__}: {exc})"]
+    problems = []
+    for want in LEDGER_SCHEMA:
+        idx = schema.get_field_index(want.name)
+        if idx < 0:
+            problems.append(f"missing column {want.name!r}")
+        elif not schema.field(idx).type.equals(want.type):
+            problems.append(f"column {want.name!r} is {schema.field(idx).type}, expected {want.type}")
+    extra = sorted(set(schema.names) - set(COLUMN_NAMES))
+    if extra:
+        problems.append(f"unexpected columns {extra}")
+    return problems
+
+
+def consolidate_traffic(
+    lake_root: str | Path,
+    artifacts_root: str | Path,
+    day: str,
+    grace: timedelta = timedelta(minutes=60),
+) -> TrafficResult:
+    """Validate and merge the day's segments into ``traffic/day=D/traffic.parquet``; return what was seen."""
+    files = segment_files(lake_root, day)
+    bad = {str(p): probs for p in files if (probs := check_schema(p))}
+    if bad:
+        lines = [f"{path}: {'; '.join(probs)}" for path, probs in bad.items()]
+        raise TrafficError(
+            "segments do not match the ledger schema (ratchet_core.schema.LEDGER_SCHEMA):\n  "
+            + "\n  ".join(lines)
+            + "\nMove them out of the lake (or rewrite them with the gateway's schema) and rerun the partition."
+        )
+    out_dir = day_dir(artifacts_root, "traffic", day)
+    out = out_dir / "traffic.parquet"
+    manifest_path = out_dir / "segments.json"
+    previous = set()
+    if manifest_path.exists():
+        previous = {s["name"] for s in json.loads(manifest_path.read_text())["segments"]}
+    day_end = datetime.fromisoformat(day).replace(tzinfo=UTC) + timedelta(days=1)
+    late = []
+    for p in files:
+        sealed = datetime.fromtimestamp(p.stat().st_mtime, UTC)
+        if sealed > day_end + grace or (previous and p.name not in previous):
+            late.append(p.name)
+
+    con = connect()
+    cols = ", ".join(COLUMN_NAMES)
+    if files:
+        con.execute(
+            f"CREATE TEMP VIEW raw AS SELECT {cols}, filename AS _file FROM read_parquet({sql_list(files)}, "
+            "filename = true)"
+        )
+    else:
+        con.register("_empty", LEDGER_SCHEMA.empty_table())
+        con.execute(f"CREATE TEMP VIEW raw AS SELECT {cols}, '' AS _file FROM _empty")
+    counts = con.execute(
+        f"SELECT count(*), count(*) FILTER (WHERE day <> {sql_str(day)}) FROM raw"
+    ).fetchall()[0]
+    total, wrong_day = int(counts[0]), int(counts[1])
+    con.execute(
+        f"""
+        CREATE TEMP TABLE kept AS
+        SELECT {cols} FROM (
+          SELECT *,
+            row_number() OVER (PARTITION BY replica, seq ORDER BY _file) AS _by_seq,
+            row_number() OVER (PARTITION BY request_id, kind, pair_role ORDER BY _file, replica, seq) AS _by_id
+          FROM raw WHERE day = {sql_str(day)}
+        ) WHERE _by_seq = 1 AND _by_id = 1
+        """
+    )
+    table = con.sql("SELECT * FROM kept ORDER BY ts, replica, seq, request_id, kind").to_arrow_table()
+    table = table.cast(LEDGER_SCHEMA)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    tmp = out_dir / ".traffic.parquet.tmp"
+    pq.write_table(table, tmp, compression="zstd", row_group_size=256_000, write_statistics=True)
+    tmp.replace(out)
+    segments = [{"name": p.name, "bytes": p.stat().st_size} for p in files]
+    atomic_write_bytes(manifest_path, json.dumps({"day": day, "segments": segments}, sort_keys=True).encode())
+
+    stats = con.execute(
+        """
+        SELECT count(*),
+               count(*) FILTER (WHERE kind = 'request'),
+               count(*) FILTER (WHERE kind = 'pair'),
+               count(DISTINCT client) FILTER (WHERE kind = 'request'),
+               coalesce(sum(total_tokens) FILTER (WHERE kind = 'request'), 0),
+               coalesce(sum(teacher_cost_usd) FILTER (WHERE kind = 'request'), 0),
+               coalesce(sum(actual_cost_usd) FILTER (WHERE kind = 'request'), 0)
+        FROM kept
+        """
+    ).fetchall()[0]
+    tasks = dict(
+        con.execute(
+            "SELECT task, count(*) FROM kept WHERE kind = 'request' GROUP BY task ORDER BY task"
+        ).fetchall()
+    )
+    served = dict(
+        con.execute(
+            "SELECT served_by, count(*) FROM kept WHERE kind = 'request' GROUP BY served_by ORDER BY served_by"
+        ).fetchall()
+    )
+    con.close()
+    kept_rows = int(stats[0])
+    return TrafficResult(
+        day=day,
+        path=str(out),
+        rows=kept_rows,
+        requests=int(stats[1]),
+        pairs=int(stats[2]),
+        segments=len(files),
+        duplicates_dropped=total - wrong_day - kept_rows,
+        wrong_day_dropped=wrong_day,
+        late_segments=late,
+        clients=int(stats[3]),
+        tasks={k: int(v) for k, v in tasks.items()},
+        served_by={k: int(v) for k, v in served.items()},
+        tokens=int(stats[4]),
+        teacher_cost_usd=float(stats[5]),
+        actual_cost_usd=float(stats[6]),
+    )
+
+
+def traffic_path(artifacts_root: str | Path, day: str) -> Path:
+    """Where ``consolidate_traffic`` wrote the day (raises with what to do if it has not run)."""
+    path = day_dir(artifacts_root, "traffic", day) / "traffic.parquet"
+    if not path.exists():
+        raise FileNotFoundError(f"{path} does not exist: materialise `traffic` for {day} first")
+    return path

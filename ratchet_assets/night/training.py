@@ -1,0 +1,169 @@
+"""The ``training_set`` step: non-golden examples of the last ``window_days`` days as chat fine-tuning rows.
+
+Row (one per example key, earliest occurrence wins, sorted by key)::
+
+    {"messages": [...request messages, {"role": "assistant", ...}], "response_format": ..., "tools": ...}
+
+Each line of ``train/day=D/train.jsonl`` is ``canonical_json(row)`` — assembled in DuckDB from the canonical
+JSON parts stored by ``examples`` (keys in sorted order: messages < response_format < tools), so the line bytes
+ARE the Merkle leaves. Commitments (``commitment.json``, RFC 9162 SHA-256): the row tree over the lines in file
+order and the key tree over the sorted keys (``keys.txt``), which makes non-membership provable.
+Keys assigned golden in the registry are excluded, and the result is checked against the full registry.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field
+from datetime import date, timedelta
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+
+from ratchet_assets.night import atomic_write_bytes, connect, day_dir, sql_list, sql_str
+from ratchet_assets.night.erasures import Erasures
+from ratchet_assets.night.split import registry_path
+from ratchet_stats import merkle
+from ratchet_stats.commitment import key_commitment
+
+
+class TrainingSetError(RuntimeError):
+    """The training set cannot be built; the message says what to run first."""
+
+
+@dataclass
+class TrainingResult:
+    day: str
+    path: str
+    keys_path: str
+    rows: int
+    rows_root: str
+    keys_root: str
+    window_days: int
+    days: list[str] = field(default_factory=list)
+    by_task: dict[str, int] = field(default_factory=dict)
+    golden_overlap: int = 0
+    erased: int = 0
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def window(day: str, window_days: int) -> list[str]:
+    d = date.fromisoformat(day)
+    return [(d - timedelta(days=i)).isoformat() for i in range(window_days - 1, -1, -1)]
+
+
+ROW_SQL = """
+'{"messages":' ||
+  CASE WHEN messages = '[]' THEN '[' || answer || ']'
+       ELSE substr(messages, 1, length(messages) - 1) || ',' || answer || ']' END ||
+',"response_format":' || response_format || ',"tools":' || tools || '}'
+"""
+
+
+def build_training_set(
+    artifacts_root: str | Path,
+    day: str,
+    window_days: int = 7,
+    erasures: Erasures | None = None,
+) -> TrainingResult:
+    """Write ``train/day=D/{train.jsonl, keys.txt, commitment.json}``; return counts, roots and the overlap."""
+    if window_days < 1:
+        raise ValueError(f"window_days must be >= 1, got {window_days}")
+    erasures = erasures or Erasures()
+    days = window(day, window_days)
+    files = [p for d in days if (p := day_dir(artifacts_root, "examples", d) / "examples.parquet").exists()]
+    if day_dir(artifacts_root, "examples", day) / "examples.parquet" not in files:
+        raise TrainingSetError(f"no examples for {day}: materialise `examples` for {day} first")
+    reg = registry_path(artifacts_root)
+    if not reg.exists():
+        raise TrainingSetError(f"no golden registry at {reg}: materialise `golden_split` for {day} first")
+    con = connect()
+    con.execute(f"CREATE TEMP TABLE reg AS SELECT example_key, golden FROM read_parquet({sql_str(str(reg))})")
+    con.register("erased_keys", pa.table({"k": pa.array(sorted(erasures.example_keys), pa.string())}))
+    con.register("erased_ids", pa.table({"r": pa.array(sorted(erasures.request_ids), pa.string())}))
+    con.execute(f"CREATE TEMP VIEW ex AS SELECT * FROM read_parquet({sql_list(files)})")
+    unassigned = con.execute(
+        "SELECT count(*) FROM ex WHERE example_key NOT IN (SELECT example_key FROM reg)"
+    ).fetchall()[0][0]
+    if unassigned:
+        raise TrainingSetError(
+            f"{unassigned} example keys in the window have no golden/train assignment: materialise "
+            f"`golden_split` for every day of {days[0]}..{day} first"
+        )
+    erased = con.execute(
+        """SELECT count(*) FROM ex WHERE example_key IN (SELECT k FROM erased_keys)
+           OR request_id IN (SELECT r FROM erased_ids)"""
+    ).fetchall()[0][0]
+    con.execute(
+        f"""
+        CREATE TEMP TABLE train AS
+        SELECT example_key, task, {ROW_SQL} AS line FROM (
+          SELECT e.*, row_number() OVER (PARTITION BY e.example_key ORDER BY e.day, e.ts, e.request_id) AS rn
+          FROM ex e JOIN reg r USING (example_key)
+          WHERE NOT r.golden
+            AND e.example_key NOT IN (SELECT k FROM erased_keys)
+            AND e.request_id NOT IN (SELECT r FROM erased_ids)
+        ) WHERE rn = 1
+        ORDER BY example_key
+        """
+    )
+    overlap = con.execute(
+        "SELECT count(*) FROM train WHERE example_key IN (SELECT example_key FROM reg WHERE golden)"
+    ).fetchall()[0][0]
+    table = con.sql("SELECT example_key, line FROM train ORDER BY example_key").to_arrow_table()
+    by_task = dict(con.execute("SELECT task, count(*) FROM train GROUP BY task ORDER BY task").fetchall())
+    con.close()
+    keys = table["example_key"].to_pylist()
+    lines = [s.encode("utf-8") for s in table["line"].to_pylist()]
+    out_dir = day_dir(artifacts_root, "train", day)
+    out = out_dir / "train.jsonl"
+    atomic_write_bytes(out, b"".join(line + b"\n" for line in lines))
+    keys_path = out_dir / "keys.txt"
+    atomic_write_bytes(keys_path, "".join(k + "\n" for k in keys).encode("ascii"))
+    rows_root = merkle.root(lines).hex()
+    keys_c = key_commitment(keys)
+    commitment = {
+        "day": day,
+        "window_days": window_days,
+        "days": days,
+        "rows": {"root": rows_root, "size": len(lines), "leaf": "canonical_json(row), file order"},
+        "keys": {"root": keys_c.root, "size": keys_c.size, "leaf": "example key ASCII, sorted ascending"},
+        "tree": "RFC 9162 SHA-256",
+    }
+    atomic_write_bytes(out_dir / "commitment.json", json.dumps(commitment, indent=2, sort_keys=True).encode())
+    return TrainingResult(
+        day=day,
+        path=str(out),
+        keys_path=str(keys_path),
+        rows=len(lines),
+        rows_root=rows_root,
+        keys_root=keys_c.root,
+        window_days=window_days,
+        days=days,
+        by_task={k: int(v) for k, v in by_task.items()},
+        golden_overlap=int(overlap),
+        erased=int(erased),
+    )
+
+
+def disjoint_from_golden(artifacts_root: str | Path, day: str) -> tuple[bool, int, list[str]]:
+    """Check ``train/day=D/keys.txt`` against every golden key ever assigned: (ok, overlap, examples)."""
+    keys_path = day_dir(artifacts_root, "train", day) / "keys.txt"
+    reg = registry_path(artifacts_root)
+    con = connect()
+    shared = [
+        r[0]
+        for r in con.execute(
+            f"""
+            SELECT t.column0 FROM read_csv({sql_str(str(keys_path))}, header = false, columns = {{'column0': 'VARCHAR'}}) t
+            JOIN (SELECT example_key FROM read_parquet({sql_str(str(reg))}) WHERE golden) g
+              ON g.example_key = t.column0
+            ORDER BY 1
+            """
+        ).fetchall()
+    ]
+    con.close()
+    return not shared, len(shared), shared[:5]
