@@ -24,6 +24,7 @@ import random
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from functools import lru_cache
 from typing import Any
 
 COMPARATORS = ("label", "json", "tool_call")
@@ -252,7 +253,8 @@ def answer_slots(template: Any) -> list[str]:
     return []
 
 
-def _keyword_re(keywords: Sequence[str]) -> re.Pattern[str]:
+@lru_cache(maxsize=256)
+def _keyword_re(keywords: tuple[str, ...]) -> re.Pattern[str]:
     return re.compile(r"\b(?:" + "|".join(re.escape(k.lower()) for k in keywords) + r")\b")
 
 
@@ -386,7 +388,8 @@ def validate(desc: TaskDescription) -> list[str]:
             missing = set(answer_slots(intent.answer)) - set(_slot_names(t))
             if missing:
                 problems.append(f"{desc.name}/{intent.name}: template {t!r} lacks slots {sorted(missing)}")
-    for name, values in desc.slots.items():
+    fixed = {**desc.slots, "prefixes": desc.prefixes, "suffixes": desc.suffixes}
+    for name, values in fixed.items():
         for v in values:
             hits = [i.name for i in desc.all_intents if _keyword_re(i.keywords).search(v.lower())]
             if hits:

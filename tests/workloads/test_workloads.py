@@ -162,3 +162,14 @@ def test_validate_flags_ambiguous_descriptions():
         fallback_answer="a",
     )
     assert len(validate(bad)) == 2
+
+
+def test_solve_after_the_real_redactor():
+    redact = pytest.importorskip("ratchet_core.redact")
+    examples = get_workload("mixed").generate(300, seed=12, day=2, drift_day=1)
+    changed = 0
+    for ex in examples:
+        msgs = redact.redact_messages(ex.messages)
+        changed += msgs != ex.messages
+        assert compare(ex.task, ex.expected, solve(ex.task, msgs, ex.tools, ex.response_format)), msgs
+    assert changed >= 30
