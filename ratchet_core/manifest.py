@@ -278,7 +278,7 @@ def publish_in(
     base = current if current is not None else Manifest.default()
     draft = base.model_copy(deep=True)
     changed = change_fn(draft)
-    new = Manifest.model_validate((changed if changed is not None else draft).model_dump())
+    new = Manifest.model_validate((changed if isinstance(changed, Manifest) else draft).model_dump())
     # Rows we could not verify still hold their sequence number: go above them so the primary key never collides.
     top = conn.execute(sa.select(sa.func.max(release_manifests.c.sequence))).scalar()
     new = new.model_copy(
@@ -311,8 +311,8 @@ def publish(
 ) -> Manifest:
     """Atomically read the latest verified manifest, apply `change_fn`, sign and append it; return it.
 
-    ``change_fn(draft)`` edits a deep copy of the current manifest in place (return ``None``) or returns a new
-    :class:`Manifest`; raising aborts the publish with nothing written. The new manifest gets ``sequence`` =
+    ``change_fn(draft)`` edits a deep copy of the current manifest in place or returns a new :class:`Manifest`
+    (any other return value is ignored); raising aborts the publish with nothing written. The new manifest gets ``sequence`` =
     highest stored sequence + 1 and ``previous_digest`` = digest of the envelope it was derived from, and is
     verified against `public_keys` (default: the signing key's own public key) when read back.
     """

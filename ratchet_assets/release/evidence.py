@@ -1,0 +1,147 @@
+"""Audit evidence from sealed traffic: pair rows of ``<lake>/traffic/day=*/*.parquet``, read once each, in order.
+
+A pair row (``kind='pair'``, ledger schema in ``ratchet_core.schema``) compares the student's answer with the
+teacher's for one request: ``pair_role`` audit (student served, teacher re-asked) or shadow (teacher served, the
+student answered off the path); ``pair_outcome`` agree | disagree | error. As evidence about a version's precision:
+
+- ``disagree`` -> an error, ``agree`` -> a correct answer;
+- ``error`` (one side failed) -> no evidence; a shadow answer whose confidence is below the threshold -> no
+  evidence either (the gateway would have sent that request to the teacher).
+
+Segments are immutable once sealed (written under a temp name, then renamed), so a watermark over segment names is
+exact: :class:`Watermark` holds, per day, the segments fully read, plus the position inside the segment where the
+last evaluation stopped. Days more than ``SETTLE_DAYS`` before the newest day seen are considered settled and
+dropped from the watermark (a segment sealed that late is ignored, and counted in ``late_ignored``).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+SETTLE_DAYS = 2
+
+
+@dataclass(frozen=True)
+class PairRow:
+    segment: str  # lake-relative path of the segment
+    index: int  # position among the segment's pair rows (ordered by seq)
+    version: str
+    task: str
+    role: str
+    outcome: str
+    confidence: float | None
+    threshold: float | None
+
+    @property
+    def error(self) -> bool | None:
+        """True = the student was wrong, False = right, None = this row says nothing about precision."""
+        if self.outcome not in ("agree", "disagree"):
+            return None
+        if (
+            self.role == "shadow"
+            and self.confidence is not None
+            and self.threshold is not None
+            and self.confidence < self.threshold
+        ):
+            return None
+        return self.outcome == "disagree"
+
+
+@dataclass
+class Watermark:
+    done: dict[str, list[str]] = field(default_factory=dict)  # day -> segment file names fully read
+    partial: dict[str, int] = field(default_factory=dict)  # segment relpath -> pair rows already read
+    min_day: str = ""  # days before this are settled
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "done": {d: sorted(v) for d, v in sorted(self.done.items())},
+            "partial": dict(sorted(self.partial.items())),
+            "min_day": self.min_day,
+        }
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any] | None) -> Watermark:
+        d = d or {}
+        return cls(
+            {k: list(v) for k, v in d.get("done", {}).items()},
+            {k: int(v) for k, v in d.get("partial", {}).items()},
+            d.get("min_day", ""),
+        )
+
+    def is_done(self, rel: str) -> bool:
+        day, name = _day_and_name(rel)
+        return name in self.done.get(day, ())
+
+    def mark_done(self, rel: str) -> None:
+        day, name = _day_and_name(rel)
+        names = self.done.setdefault(day, [])
+        if name not in names:
+            names.append(name)
+        self.partial.pop(rel, None)
+
+    def settle(self, newest_day: str) -> None:
+        """Forget days more than SETTLE_DAYS before `newest_day` (keeps the cursor small)."""
+        cutoff = (dt.date.fromisoformat(newest_day) - dt.timedelta(days=SETTLE_DAYS)).isoformat()
+        if cutoff <= self.min_day:
+            return
+        self.min_day = cutoff
+        self.done = {d: v for d, v in self.done.items() if d >= cutoff}
+        self.partial = {p: n for p, n in self.partial.items() if _day_and_name(p)[0] >= cutoff}
+
+
+def _day_and_name(rel: str) -> tuple[str, str]:
+    parts = Path(rel).parts  # traffic/day=YYYY-MM-DD/<name>.parquet
+    return parts[-2].removeprefix("day="), parts[-1]
+
+
+def pending_segments(lake: Path, wm: Watermark) -> tuple[list[str], int]:
+    """Segments not yet fully read, oldest day first; plus how many late segments of settled days exist."""
+    root = Path(lake) / "traffic"
+    out: list[str] = []
+    late = 0
+    if not root.is_dir():
+        return out, late
+    for day_dir in sorted(root.glob("day=*")):
+        day = day_dir.name.removeprefix("day=")
+        try:
+            dt.date.fromisoformat(day)
+        except ValueError:
+            continue
+        for seg in sorted(day_dir.glob("*.parquet")):
+            rel = f"traffic/{day_dir.name}/{seg.name}"
+            if wm.min_day and day < wm.min_day:
+                late += 1 if seg.name not in wm.done.get(day, ()) else 0
+                continue
+            if not wm.is_done(rel):
+                out.append(rel)
+    return out, late
+
+
+def read_pairs(lake: Path, segments: list[str], wm: Watermark) -> Iterator[tuple[str, list[PairRow]]]:
+    """For each segment (in order), its pair rows not yet read, ordered by seq."""
+    import duckdb
+
+    con = duckdb.connect()
+    try:
+        for rel in segments:
+            rows = con.execute(
+                "SELECT version, task, pair_role, pair_outcome, confidence, threshold FROM read_parquet(?) "
+                "WHERE kind = 'pair' ORDER BY seq, request_id",
+                [str(Path(lake) / rel)],
+            ).fetchall()
+            start = wm.partial.get(rel, 0)
+            yield (
+                rel,
+                [
+                    PairRow(rel, i, r[0] or "", r[1] or "", r[2] or "", r[3] or "", r[4], r[5])
+                    for i, r in enumerate(rows)
+                    if i >= start
+                ],
+            )
+    finally:
+        con.close()

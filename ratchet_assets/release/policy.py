@@ -1,0 +1,298 @@
+"""The release policy: a version walks shadow -> canary 5% -> 25% -> 50% -> live on evidence, or rolls back.
+
+Evidence is a stream of audited answers of one (version, task): ``error`` = the student disagreed with the
+teacher (pair rows, ``pair_role`` shadow or audit). Two betting e-processes (``ratchet_stats.eprocess``) watch it:
+
+- promote, H0: error >= 1 - target. Rejecting (e-value >= 1/alpha) is evidence precision > target: advance one
+  step. The promote process is RESET at every step, so each exposure level must earn its own evidence on answers
+  it has not seen (a fresh e-process on fresh data is again valid at level alpha).
+- rollback, H0: error <= 1 - floor. Rejecting is evidence precision < floor: roll back to the previous live
+  version (or the teacher). One rollback process runs for the version's whole life (never reset): errors seen in
+  shadow still count against it at 50%, which only makes rollback faster; by Ville's inequality the chance it
+  ever fires for a version whose precision is >= floor is <= alpha.
+
+One decision per (version, task) per evaluation: after a decision the remaining evidence waits for the next
+evaluation (so a burst of audits cannot skip a stage). Rollback is checked before promotion on every answer.
+When releases are frozen, promotions are held (the promote process keeps its rejection; it fires once unfrozen,
+which stays valid because an e-process may be stopped at any stopping time) while rollbacks still happen: a
+rollback only narrows what the student serves.
+
+References: Ramdas, Grünwald, Vovk & Shafer (2023), "Game-theoretic statistics and safe anytime-valid
+inference", Statistical Science 38(4); Waudby-Smith & Ramdas (2023), JRSS-B 86(1) (the betting rule).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from ratchet_core.manifest import TaskRelease
+from ratchet_stats.canonical import digest
+from ratchet_stats.eprocess import BettingEProcess
+
+
+@dataclass(frozen=True)
+class Step:
+    """One rung of the ladder: a manifest stage and the share of eligible traffic the version serves."""
+
+    stage: Literal["shadow", "canary", "live"]
+    percent: float
+
+    @property
+    def label(self) -> str:
+        return f"canary-{self.percent:g}" if self.stage == "canary" else self.stage
+
+    def describe(self) -> str:
+        return f"canary {self.percent:g}%" if self.stage == "canary" else self.stage
+
+
+LADDER: tuple[Step, ...] = (
+    Step("shadow", 0.0),
+    Step("canary", 5.0),
+    Step("canary", 25.0),
+    Step("canary", 50.0),
+    Step("live", 100.0),
+)
+LIVE = len(LADDER) - 1
+
+
+def step_of(release: TaskRelease) -> int | None:
+    """Ladder index of a published release (None for ``teacher``); a custom canary share maps to the rung below."""
+    if release.stage == "shadow":
+        return 0
+    if release.stage == "live":
+        return LIVE
+    if release.stage == "canary":
+        rungs = [
+            i for i, s in enumerate(LADDER) if s.stage == "canary" and s.percent <= release.canary_percent
+        ]
+        return max(rungs) if rungs else 0
+    return None
+
+
+@dataclass(frozen=True)
+class ReleasePolicy:
+    """target: promote on evidence precision > target; floor: roll back on evidence precision < floor."""
+
+    target: float = 0.95
+    floor: float = 0.90
+    alpha: float = 0.05
+    rollback_alpha: float = 0.05
+
+    def __post_init__(self) -> None:
+        if not 0.0 < self.floor < self.target < 1.0:
+            raise ValueError(
+                f"need 0 < floor < target < 1 (got floor={self.floor}, target={self.target}); "
+                "e.g. target 0.95, floor 0.90"
+            )
+
+    def new_promote(self) -> BettingEProcess:
+        return BettingEProcess.promote(1.0 - self.target, self.alpha)
+
+    def new_rollback(self) -> BettingEProcess:
+        return BettingEProcess.rollback(1.0 - self.floor, self.rollback_alpha)
+
+
+@dataclass
+class Track:
+    """Evidence about one (version, task) at its current step."""
+
+    version: str
+    task: str
+    step: int
+    promote: BettingEProcess
+    rollback: BettingEProcess
+    ignored: int = 0  # pair rows that say nothing about precision (pair error, below threshold)
+
+    @classmethod
+    def start(cls, version: str, task: str, step: int, policy: ReleasePolicy) -> Track:
+        return cls(version, task, step, policy.new_promote(), policy.new_rollback())
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "version": self.version,
+            "task": self.task,
+            "step": self.step,
+            "promote": self.promote.to_json(),
+            "rollback": self.rollback.to_json(),
+            "ignored": self.ignored,
+        }
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> Track:
+        return cls(
+            d["version"],
+            d["task"],
+            int(d["step"]),
+            BettingEProcess.from_json(d["promote"]),
+            BettingEProcess.from_json(d["rollback"]),
+            int(d.get("ignored", 0)),
+        )
+
+    def at_step(self, step: int, policy: ReleasePolicy) -> Track:
+        """The track after the manifest moved it to `step` (by us or an operator): fresh promote evidence."""
+        if step == self.step:
+            return self
+        return Track(self.version, self.task, step, policy.new_promote(), self.rollback, self.ignored)
+
+    def evidence_digest(self) -> str:
+        """SHA-256 of the e-process states a decision rests on (part of the effect key)."""
+        return digest(self.to_dict())
+
+
+Action = Literal["promote", "rollback", "hold"]
+
+
+@dataclass
+class Decision:
+    action: Action
+    version: str
+    task: str
+    from_step: int
+    to_step: int | None  # ladder index; None = leave the ladder (rollback)
+    message: str
+    evidence: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def target_label(self) -> str:
+        return "rollback" if self.to_step is None else LADDER[self.to_step].label
+
+
+def _needed_agreements(proc: BettingEProcess, cap: int = 5000) -> int | None:
+    """How many further agreeing answers in a row would make `proc` reject (None if more than `cap`)."""
+    if proc.rejected:
+        return 0
+    probe = BettingEProcess.from_json(proc.to_json())
+    for i in range(1, cap + 1):
+        probe.update(False)
+        if probe.rejected:
+            return i
+    return None
+
+
+def _evidence(track: Track) -> dict[str, Any]:
+    p, r = track.promote, track.rollback
+    return {
+        "step": LADDER[track.step].label,
+        "stage_audits": p.n,
+        "stage_disagreements": p.errors,
+        "promote_e_value": _finite(p.e_value),
+        "total_audits": r.n,
+        "total_disagreements": r.errors,
+        "rollback_e_value": _finite(r.e_value),
+        "e_threshold": p.threshold,
+        "ignored": track.ignored,
+        "evidence_digest": track.evidence_digest(),
+    }
+
+
+def _finite(x: float) -> float | None:
+    return x if math.isfinite(x) else None
+
+
+def decide(track: Track, policy: ReleasePolicy, frozen: bool = False) -> Decision:
+    """What the current evidence says for `track` (rollback first, then promotion, else hold)."""
+    name = f"{track.version} on {track.task} at {LADDER[track.step].describe()}"
+    ev = _evidence(track)
+    if track.rollback.rejected:
+        return Decision(
+            "rollback",
+            track.version,
+            track.task,
+            track.step,
+            None,
+            f"rolling back {name}: {track.rollback.errors} of {track.rollback.n} audited answers disagree with "
+            f"the teacher; rollback e-value {track.rollback.e_value:.3g} >= {track.rollback.threshold:g} "
+            f"(evidence precision < {policy.floor:g})",
+            ev,
+        )
+    if track.step < LIVE and track.promote.rejected:
+        nxt = LADDER[track.step + 1]
+        if frozen:
+            return Decision(
+                "hold",
+                track.version,
+                track.task,
+                track.step,
+                track.step,
+                f"holding {name}: evidence supports {nxt.describe()} (promote e-value "
+                f"{track.promote.e_value:.3g}) but releases are frozen; unfreeze with "
+                '`ratchet admin flag releases_frozen false --reason "..."`',
+                ev,
+            )
+        return Decision(
+            "promote",
+            track.version,
+            track.task,
+            track.step,
+            track.step + 1,
+            f"promoting {name} to {nxt.describe()}: {track.promote.n} audits at this step, "
+            f"{track.promote.errors} disagree; promote e-value {track.promote.e_value:.3g} >= "
+            f"{track.promote.threshold:g} (evidence precision > {policy.target:g})",
+            ev,
+        )
+    if track.step == LIVE:
+        msg = (
+            f"{name}: serving; watching for rollback ({track.rollback.n} audits, {track.rollback.errors} "
+            f"disagree, rollback e-value {track.rollback.e_value:.3g} of {track.rollback.threshold:g})"
+        )
+    else:
+        need = _needed_agreements(track.promote)
+        need_text = f"at least {need} more agreeing audits" if need is not None else "far more audits"
+        msg = (
+            f"holding {name}: has {track.promote.n} audits at this step ({track.promote.errors} disagree), "
+            f"promote e-value {track.promote.e_value:.3g} of {track.promote.threshold:g} needed; needs "
+            f"{need_text} for {LADDER[track.step + 1].describe()}"
+        )
+    return Decision("hold", track.version, track.task, track.step, track.step, msg, ev)
+
+
+def feed(
+    track: Track, errors: Iterable[bool | None], policy: ReleasePolicy, frozen: bool = False
+) -> tuple[Decision, int]:
+    """Feed answers one by one until a decision; return it and how many answers were consumed.
+
+    ``None`` in `errors` is an answer that says nothing about precision (counted as ignored). Answers after a
+    promote or rollback decision are NOT consumed: the caller keeps them for the next evaluation.
+    """
+    consumed = 0
+    decision = decide(track, policy, frozen)
+    if decision.action != "hold":
+        return decision, 0
+    for err in errors:
+        consumed += 1
+        if err is None:
+            track.ignored += 1
+            continue
+        track.promote.update(bool(err))
+        track.rollback.update(bool(err))
+        # Cheap test first: decide() also works out the hold message, which simulates further audits.
+        if track.rollback.rejected or (track.step < LIVE and track.promote.rejected and not frozen):
+            return decide(track, policy, frozen), consumed
+    return decide(track, policy, frozen), consumed
+
+
+def simulate(
+    error_stream: Sequence[bool], policy: ReleasePolicy, start_step: int = 0
+) -> list[tuple[int, Decision]]:
+    """Walk a version along the ladder on a stream of audited answers (the sensor's logic without I/O).
+
+    Returns ``(answers consumed so far, decision)`` for every promote/rollback; stops after a rollback or when
+    the stream ends.
+    """
+    track = Track.start("sim", "sim", start_step, policy)
+    pos = 0
+    events: list[tuple[int, Decision]] = []
+    while pos <= len(error_stream):
+        decision, used = feed(track, error_stream[pos:], policy)
+        pos += used
+        if decision.action == "hold":
+            break
+        events.append((pos, decision))
+        if decision.action == "rollback":
+            break
+        assert decision.to_step is not None
+        track = track.at_step(decision.to_step, policy)
+    return events

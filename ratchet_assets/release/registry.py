@@ -1,0 +1,273 @@
+"""Control-DB tables of release control: the versions registry, the admin audit log, failed nights.
+
+``versions`` has one row per (version, task): ``status`` is candidate | shadow | canary | live | rolled_back |
+retired | rejected and ``stage`` the manifest stage it was last published at. A verified, consistent evaluation
+certificate (``<artifacts>/certificates/<version>.dsse.json``, ``ratchet_stats.certificate``) registers the version:
+``candidate`` for each certified task (with the certificate's LTT threshold), ``rejected`` for the others.
+"""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy.engine import Connection, Engine
+
+from ratchet_core import manifest as mf
+
+VERSION_STATUSES = ("candidate", "shadow", "canary", "live", "rolled_back", "retired", "rejected")
+
+metadata = sa.MetaData()
+
+versions = sa.Table(
+    "versions",
+    metadata,
+    sa.Column("version", sa.String(200), primary_key=True),
+    sa.Column("task", sa.String(200), primary_key=True),
+    sa.Column("stage", sa.String(16), nullable=False),
+    sa.Column("status", sa.String(16), nullable=False),
+    sa.Column("threshold", sa.Float, nullable=True),
+    sa.Column("certificate_path", sa.Text, nullable=False),
+    sa.Column("day", sa.String(10), nullable=False),
+    sa.Column("created_at", sa.String(40), nullable=False),
+    sa.Column("updated_at", sa.String(40), nullable=False),
+    sa.Column("note", sa.Text, nullable=False),
+)
+
+audit_log = sa.Table(
+    "release_audit_log",
+    metadata,
+    sa.Column("id", sa.Integer, primary_key=True, autoincrement=True),
+    sa.Column("at", sa.String(40), nullable=False),
+    sa.Column("actor", sa.String(200), nullable=False),
+    sa.Column("action", sa.String(64), nullable=False),
+    sa.Column("target", sa.Text, nullable=False),
+    sa.Column("reason", sa.Text, nullable=False),
+    sa.Column("details", sa.Text, nullable=False),
+    sa.Column("manifest_sequence", sa.Integer, nullable=True),
+)
+
+# The release sensor's state, written in the same transaction as each manifest it publishes: a sensor that dies
+# after publishing but before Dagster stores its cursor resumes from here, never re-spending evidence.
+release_state = sa.Table(
+    "release_state",
+    metadata,
+    sa.Column("id", sa.Integer, primary_key=True, autoincrement=False),
+    sa.Column("generation", sa.Integer, nullable=False),
+    sa.Column("state", sa.Text, nullable=False),
+    sa.Column("updated_at", sa.String(40), nullable=False),
+)
+
+failed_nights = sa.Table(
+    "failed_nights",
+    metadata,
+    sa.Column("run_id", sa.String(64), primary_key=True),
+    sa.Column("job_name", sa.String(200), nullable=False),
+    sa.Column("partition", sa.String(64), nullable=False),
+    sa.Column("failed_at", sa.String(40), nullable=False),
+    sa.Column("message", sa.Text, nullable=False),
+)
+
+
+def now_iso() -> str:
+    return datetime.now(UTC).isoformat(timespec="microseconds").replace("+00:00", "Z")
+
+
+def ensure_tables(engine: Engine) -> None:
+    mf.ensure_tables(engine)
+    metadata.create_all(engine, checkfirst=True)
+
+
+def append_audit(
+    conn: Connection,
+    actor: str,
+    action: str,
+    target: str,
+    reason: str,
+    details: dict[str, Any] | None = None,
+    manifest_sequence: int | None = None,
+) -> None:
+    conn.execute(
+        audit_log.insert().values(
+            at=now_iso(),
+            actor=actor,
+            action=action,
+            target=target,
+            reason=reason,
+            details=json.dumps(details or {}, sort_keys=True),
+            manifest_sequence=manifest_sequence,
+        )
+    )
+
+
+def set_status(conn: Connection, version: str, task: str, status: str, stage: str, note: str = "") -> None:
+    """Update (or create, for a version the operator names directly) one registry row."""
+    assert status in VERSION_STATUSES, status
+    t = versions
+    where = sa.and_(t.c.version == version, t.c.task == task)
+    values = {"status": status, "stage": stage, "updated_at": now_iso()}
+    if note:
+        values["note"] = note[:500]
+    if conn.execute(t.update().where(where).values(**values)).rowcount == 0:
+        conn.execute(
+            t.insert().values(
+                version=version,
+                task=task,
+                threshold=None,
+                certificate_path="",
+                day="",
+                created_at=now_iso(),
+                note=note[:500],
+                **{k: v for k, v in values.items() if k != "note"},
+            )
+        )
+
+
+def get_version(conn: Connection, version: str, task: str) -> dict[str, Any] | None:
+    row = (
+        conn.execute(
+            sa.select(versions).where(sa.and_(versions.c.version == version, versions.c.task == task))
+        )
+        .mappings()
+        .first()
+    )
+    return dict(row) if row else None
+
+
+def list_versions(engine: Engine, status: str | None = None) -> list[dict[str, Any]]:
+    ensure_tables(engine)
+    q = sa.select(versions).order_by(versions.c.created_at, versions.c.version, versions.c.task)
+    if status:
+        q = q.where(versions.c.status == status)
+    with engine.connect() as conn:
+        return [dict(r) for r in conn.execute(q).mappings()]
+
+
+def register_certificates(engine: Engine, artifacts: Path, public_keys: Any) -> list[str]:
+    """Register every certificate not yet in the registry; return one line per certificate acted on.
+
+    A certificate whose signature does not verify under `public_keys`, or whose numbers do not recompute
+    (``ratchet_stats.certificate.check_certificate``), registers nothing and is reported (it stays on disk).
+    """
+    from ratchet_stats.certificate import PREDICATE_TYPE, check_certificate
+    from ratchet_stats.dsse import VerificationError, verify_statement
+
+    ensure_tables(engine)
+    folder = Path(artifacts) / "certificates"
+    if not folder.is_dir():
+        return []
+    with engine.connect() as conn:
+        known = {r[0] for r in conn.execute(sa.select(versions.c.certificate_path).distinct())}
+    notes: list[str] = []
+    for path in sorted(folder.glob("*.dsse.json")):
+        if str(path) in known:
+            continue
+        try:
+            statement = verify_statement(path.read_text(), public_keys, predicate_type=PREDICATE_TYPE)
+        except (VerificationError, ValueError, OSError) as exc:
+            check = getattr(exc, "check", "read")
+            notes.append(f"{path.name}: not registered, {check} check failed: {exc}")
+            continue
+        predicate = statement["predicate"]
+        problems = check_certificate(predicate)
+        if problems:
+            notes.append(f"{path.name}: not registered, numbers do not recompute: {problems[0]}")
+            continue
+        version = str(predicate["version"])
+        day = str(predicate.get("day") or "")
+        with engine.begin() as conn:
+            for task, section in sorted(predicate["tasks"].items()):
+                if get_version(conn, version, task) is not None:
+                    continue
+                certified = section.get("certified") is True
+                conn.execute(
+                    versions.insert().values(
+                        version=version,
+                        task=task,
+                        stage="teacher",
+                        status="candidate" if certified else "rejected",
+                        threshold=(section.get("ltt") or {}).get("threshold"),
+                        certificate_path=str(path),
+                        day=day,
+                        created_at=now_iso(),
+                        updated_at=now_iso(),
+                        note=f"certificate: lower bound {section.get('lower_bound')} vs target "
+                        f"{predicate.get('target')}",
+                    )
+                )
+                notes.append(
+                    f"{version} on {task}: {'candidate' if certified else 'rejected'} by certificate"
+                )
+    return notes
+
+
+def load_state(engine: Engine) -> dict[str, Any] | None:
+    with engine.connect() as conn:
+        text = conn.execute(sa.select(release_state.c.state).where(release_state.c.id == 1)).scalar()
+    return json.loads(text) if text else None
+
+
+def store_state(conn: Connection, state: dict[str, Any]) -> None:
+    values = {"generation": int(state.get("generation", 0)), "state": json.dumps(state, sort_keys=True)}
+    if (
+        conn.execute(
+            release_state.update().where(release_state.c.id == 1).values(updated_at=now_iso(), **values)
+        ).rowcount
+        == 0
+    ):
+        conn.execute(release_state.insert().values(id=1, updated_at=now_iso(), **values))
+
+
+def record_failed_night(engine: Engine, run_id: str, job_name: str, partition: str, message: str) -> bool:
+    """Store a failed night run once (idempotent by run id); return True when newly recorded."""
+    ensure_tables(engine)
+    with engine.begin() as conn:
+        exists = conn.execute(
+            sa.select(failed_nights.c.run_id).where(failed_nights.c.run_id == run_id)
+        ).first()
+        if exists:
+            return False
+        conn.execute(
+            failed_nights.insert().values(
+                run_id=run_id,
+                job_name=job_name,
+                partition=partition,
+                failed_at=now_iso(),
+                message=message[:2000],
+            )
+        )
+    return True
+
+
+def read_audit_log(engine: Engine, limit: int = 1000) -> list[dict[str, Any]]:
+    """Release audit-log rows plus the gateway's safety events (``gateway_safety_events``) when that table exists."""
+    ensure_tables(engine)
+    with engine.connect() as conn:
+        rows = [
+            {**dict(r), "source": "control-plane", "details": json.loads(r["details"])}
+            for r in conn.execute(
+                sa.select(audit_log).order_by(audit_log.c.id.desc()).limit(limit)
+            ).mappings()
+        ]
+        if sa.inspect(conn).has_table("gateway_safety_events"):
+            events = sa.Table("gateway_safety_events", sa.MetaData(), autoload_with=conn)
+            for r in conn.execute(sa.select(events).limit(limit)).mappings():
+                d = {k: (str(v) if v is not None else None) for k, v in dict(r).items()}
+                rows.append(
+                    {
+                        "id": None,
+                        "at": d.get("at") or d.get("created_at") or d.get("ts") or "",
+                        "actor": d.get("actor") or d.get("replica") or "gateway",
+                        "action": d.get("action") or d.get("kind") or d.get("event") or "safety",
+                        "target": d.get("task") or d.get("target") or "",
+                        "reason": d.get("reason") or "",
+                        "details": d,
+                        "manifest_sequence": None,
+                        "source": "gateway",
+                    }
+                )
+    rows.sort(key=lambda r: r["at"] or "", reverse=True)
+    return rows[:limit]
