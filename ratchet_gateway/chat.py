@@ -1,0 +1,629 @@
+"""``POST /v1/chat/completions``: route, call teacher and/or student, record the row durably, answer.
+
+The order per request: authenticate -> read the body (size-limited) -> validate -> route by the release manifest
+-> call the model(s) -> build the ledger row (redacted) -> ``await ledger.append`` (journal group commit) ->
+release the response. Streaming responses are recorded when the stream ends, before the final ``[DONE]``; a
+stream that breaks is recorded with ``truncated=True``. Shadow and audit calls run off the request path and
+write ``pair`` rows.
+"""
+
+from __future__ import annotations
+
+import secrets
+import time
+from collections.abc import AsyncIterator
+from typing import TYPE_CHECKING, Any
+
+import aiohttp
+import orjson
+from pydantic import ValidationError
+from starlette.requests import Request
+from starlette.responses import Response, StreamingResponse
+
+from ratchet_core.confidence import answer_confidence
+from ratchet_core.schema import empty_row
+from ratchet_gateway.errors import GatewayError, error_response
+from ratchet_gateway.models import ChatRequest, describe_validation_error
+from ratchet_gateway.routing import Route, route
+
+if TYPE_CHECKING:
+    from ratchet_gateway.app import Gateway
+
+_SORTED = orjson.OPT_SORT_KEYS
+_PARAM_KEYS = ("temperature", "top_p", "max_tokens", "max_completion_tokens", "stop", "seed", "user", "n")
+
+
+def _cj(obj: Any) -> str:
+    """Compact JSON with sorted keys (the ledger's canonical text form of structured values)."""
+    return orjson.dumps(obj, option=_SORTED).decode()
+
+
+def new_request_id() -> str:
+    return "req_" + secrets.token_hex(12)
+
+
+def _now_us_and_day(clock_now) -> tuple[int, str]:
+    if clock_now is None:
+        us = time.time_ns() // 1000
+        return us, time.strftime("%Y-%m-%d", time.gmtime(us / 1e6))
+    dt = clock_now()
+    return int(dt.timestamp() * 1e6), dt.strftime("%Y-%m-%d")
+
+
+def _message_of(resp: dict) -> tuple[dict, str, dict]:
+    """(assistant message, finish_reason, usage) of choice 0."""
+    choices = resp.get("choices") or [{}]
+    choice = choices[0] if isinstance(choices[0], dict) else {}
+    msg = choice.get("message") or {}
+    return msg, str(choice.get("finish_reason") or ""), resp.get("usage") or {}
+
+
+def _tokens(usage: dict) -> tuple[int, int, int, int]:
+    p = int(usage.get("prompt_tokens") or 0)
+    c = int(usage.get("completion_tokens") or 0)
+    details = usage.get("completion_tokens_details") or {}
+    r = int(details.get("reasoning_tokens") or 0) if isinstance(details, dict) else 0
+    return p, c, r, int(usage.get("total_tokens") or p + c)
+
+
+def _confidence(resp: dict) -> float:
+    choices = resp.get("choices") or [{}]
+    lp = (choices[0] or {}).get("logprobs") or {}
+    content = lp.get("content") or []
+    return answer_confidence([float(t.get("logprob", 0.0)) for t in content if isinstance(t, dict)])
+
+
+class ChatHandler:
+    def __init__(self, gw: Gateway):
+        self.gw = gw
+
+    # entry point -------------------------------------------------------------------------------------------
+    async def __call__(self, request: Request) -> Response:
+        gw = self.gw
+        t0 = time.perf_counter()
+        rid = new_request_id()
+        headers = {"x-ratchet-request-id": rid, "x-ratchet-served-by": "teacher", "x-ratchet-version": ""}
+        try:
+            client = gw.keys.authenticate(request.headers.get("authorization"))
+            if client is None:
+                raise GatewayError(
+                    401,
+                    "invalid or missing API key: send 'Authorization: Bearer <key>' with a key from "
+                    "RATCHET_API_KEYS",
+                    "invalid_api_key",
+                )
+            raw = await self._read_body(request)
+            body = self._parse(raw)
+            req = self._validate(body)
+            if req.model not in gw.model_names:
+                raise GatewayError(
+                    404,
+                    f"model {req.model!r} is not served here; use one of: {', '.join(sorted(gw.model_names))} "
+                    "(GET /v1/models lists them)",
+                    "model_not_found",
+                )
+            task = (
+                (req.metadata or {}).get("ratchet_task") or request.headers.get("x-ratchet-task") or "default"
+            )
+            meta = body.get("metadata")
+            if isinstance(meta, dict):
+                rest = {k: v for k, v in meta.items() if k != "ratchet_task"}
+                if rest:
+                    body["metadata"] = rest
+                else:
+                    body.pop("metadata")
+            ts, day = _now_us_and_day(gw.clock_now)
+            r = route(gw.manifest, gw.safety, task, rid)
+            ctx = _Ctx(
+                rid=rid,
+                t0=t0,
+                ts=ts,
+                day=day,
+                client=client,
+                task=task,
+                req=req,
+                body=body,
+                route=r,
+                headers=headers,
+            )
+            if req.stream:
+                return await self._stream(ctx)
+            return await self._complete(ctx)
+        except GatewayError as err:
+            if err.status >= 500:
+                err.message = f"{err.message} (request id {rid})"
+            gw.metrics.errors.labels(err.type).inc()
+            gw.metrics.requests.labels(headers["x-ratchet-served-by"], str(err.status)).inc()
+            headers["x-ratchet-overhead-ms"] = f"{(time.perf_counter() - t0) * 1000:.3f}"
+            return error_response(err, headers)
+
+    # input -------------------------------------------------------------------------------------------------
+    async def _read_body(self, request: Request) -> bytes:
+        limit = self.gw.settings.max_body_bytes
+        declared = request.headers.get("content-length")
+        too_big = GatewayError(
+            413,
+            f"request body is larger than {limit} bytes (RATCHET_MAX_BODY_BYTES); send a shorter conversation",
+            "body_too_large",
+        )
+        if declared is not None and declared.isdigit() and int(declared) > limit:
+            raise too_big
+        chunks, size = [], 0
+        async for chunk in request.stream():
+            size += len(chunk)
+            if size > limit:
+                raise too_big
+            chunks.append(chunk)
+        return b"".join(chunks)
+
+    @staticmethod
+    def _parse(raw: bytes) -> dict:
+        try:
+            body = orjson.loads(raw)
+        except orjson.JSONDecodeError as exc:
+            why = "is not valid UTF-8" if "utf-8" in str(exc).lower() else "is not valid JSON"
+            raise GatewayError(
+                400,
+                f"request body {why}; send a UTF-8 JSON object with 'model' and 'messages'",
+                "invalid_json",
+            ) from exc
+        if not isinstance(body, dict):
+            raise GatewayError(
+                400, "request body must be a JSON object with 'model' and 'messages'", "invalid_body"
+            )
+        return body
+
+    @staticmethod
+    def _validate(body: dict) -> ChatRequest:
+        try:
+            return ChatRequest.model_validate(body)
+        except ValidationError as exc:
+            raise GatewayError(400, describe_validation_error(exc), "invalid_request") from exc
+
+    # non-streaming -----------------------------------------------------------------------------------------
+    async def _complete(self, ctx: _Ctx) -> Response:
+        student_resp = None
+        if ctx.route.student_version:
+            student_resp = await self._try_student(ctx)
+        if student_resp is not None:
+            ctx.served_by = "student"
+            resp = student_resp
+        else:
+            resp = await self._call_teacher(ctx)
+        out = self._finish_body(ctx, resp)
+        row = self._row(ctx, resp)
+        await self._commit(ctx, row)
+        self._after(ctx, resp)
+        return Response(out, media_type="application/json", headers=self._final_headers(ctx))
+
+    async def _try_student(self, ctx: _Ctx) -> dict | None:
+        """The student's answer if it came back in time with confidence >= threshold, else None (-> teacher)."""
+        gw = self.gw
+        body = {**ctx.body, "logprobs": True}
+        t = time.perf_counter()
+        try:
+            resp = await gw.student.complete(
+                body, model=ctx.route.student_version, timeout_s=gw.settings.student_timeout_s, task=ctx.task
+            )
+        except GatewayError as err:
+            ctx.student_error = err.message
+            ctx.upstream_ms += (time.perf_counter() - t) * 1000
+            return None
+        ctx.upstream_ms += (time.perf_counter() - t) * 1000
+        ctx.confidence = _confidence(resp)
+        ctx.threshold = ctx.route.threshold
+        p, c, _, _ = _tokens(resp.get("usage") or {})
+        ctx.student_cost = gw.student_prices.cost(p, c)
+        ctx.version = ctx.route.student_version or ""
+        if ctx.threshold is not None and ctx.confidence < ctx.threshold:
+            return None  # cascade: not confident enough
+        if not ctx.req.logprobs:
+            for choice in resp.get("choices") or []:
+                if isinstance(choice, dict):
+                    choice["logprobs"] = None
+        return resp
+
+    async def _call_teacher(self, ctx: _Ctx) -> dict:
+        t = time.perf_counter()
+        try:
+            resp = await self.gw.teacher.complete(
+                ctx.body, timeout_s=self.gw.settings.upstream_timeout_s, task=ctx.task
+            )
+        except GatewayError as err:
+            ctx.upstream_ms += (time.perf_counter() - t) * 1000
+            await self._record_failure(ctx, err)
+            raise
+        ctx.upstream_ms += (time.perf_counter() - t) * 1000
+        return resp
+
+    def _finish_body(self, ctx: _Ctx, resp: dict) -> bytes:
+        return orjson.dumps(resp)
+
+    # streaming ---------------------------------------------------------------------------------------------
+    async def _stream(self, ctx: _Ctx) -> Response:
+        include_usage = bool((ctx.req.stream_options or {}).get("include_usage"))
+        if ctx.route.student_version:
+            resp = await self._try_student(ctx)
+            if resp is not None:
+                ctx.served_by = "student"
+                row = self._row(ctx, resp)
+                return StreamingResponse(
+                    self._replay_as_sse(ctx, resp, row, include_usage),
+                    media_type="text/event-stream",
+                    headers=self._final_headers(ctx, committed=False),
+                )
+        t = time.perf_counter()
+        agen = self.gw.teacher.stream(ctx.body, timeout_s=self.gw.settings.upstream_timeout_s, task=ctx.task)
+        try:
+            first = await agen.__anext__()
+        except StopAsyncIteration:
+            first = None
+        except GatewayError as err:
+            ctx.upstream_ms += (time.perf_counter() - t) * 1000
+            await self._record_failure(ctx, err)
+            raise
+        ctx.ttfb_upstream_ms = (time.perf_counter() - t) * 1000
+        return StreamingResponse(
+            self._relay(ctx, agen, first, t, include_usage),
+            media_type="text/event-stream",
+            headers=self._final_headers(ctx, committed=False),
+        )
+
+    async def _relay(
+        self, ctx: _Ctx, agen: AsyncIterator[bytes], first: bytes | None, t: float, include_usage: bool
+    ) -> AsyncIterator[bytes]:
+        acc = _StreamAccumulator()
+        done = False
+        try:
+            chunk = first
+            while chunk is not None:
+                obj = orjson.loads(chunk)
+                acc.add(obj)
+                if include_usage or obj.get("choices"):
+                    yield b"data: " + chunk + b"\n\n"
+                try:
+                    chunk = await agen.__anext__()
+                except StopAsyncIteration:
+                    chunk = None
+            ctx.upstream_ms += (time.perf_counter() - t) * 1000
+            resp = acc.response()
+            row = self._row(ctx, resp)
+            await self._commit(ctx, row)
+            done = True
+            self._after(ctx, resp)
+            yield b"data: [DONE]\n\n"
+        except (GatewayError, aiohttp.ClientError, TimeoutError) as exc:  # upstream broke mid-stream
+            err = (
+                exc
+                if isinstance(exc, GatewayError)
+                else GatewayError(502, "the model stream broke; retry", "upstream_error")
+            )
+            ctx.error = err
+            yield (
+                b"data: "
+                + orjson.dumps({"error": {"message": err.message, "type": err.type, "code": err.code}})
+                + b"\n\n"
+            )
+        finally:
+            if not done:
+                resp = acc.response()
+                row = self._row(ctx, resp, truncated=True)
+                self._commit_nowait(row)
+            await agen.aclose()
+
+    async def _replay_as_sse(
+        self, ctx: _Ctx, resp: dict, row: dict, include_usage: bool
+    ) -> AsyncIterator[bytes]:
+        base = {
+            "id": resp.get("id", ctx.rid),
+            "object": "chat.completion.chunk",
+            "created": resp.get("created", int(time.time())),
+            "model": resp.get("model", ""),
+        }
+        msg, finish, usage = _message_of(resp)
+        choice0 = (resp.get("choices") or [{}])[0]
+
+        def chunk(delta: dict, finish_reason=None, logprobs=None) -> bytes:
+            c = {
+                **base,
+                "choices": [
+                    {"index": 0, "delta": delta, "finish_reason": finish_reason, "logprobs": logprobs}
+                ],
+            }
+            return b"data: " + orjson.dumps(c) + b"\n\n"
+
+        committed = False
+        try:
+            await self._commit(ctx, row)
+            committed = True
+            yield chunk({"role": "assistant", "content": ""})
+            if msg.get("content"):
+                yield chunk({"content": msg["content"]}, logprobs=choice0.get("logprobs"))
+            for i, tc in enumerate(msg.get("tool_calls") or []):
+                yield chunk({"tool_calls": [{"index": i, **tc}]})
+            yield chunk({}, finish_reason=finish or "stop")
+            if include_usage:
+                yield b"data: " + orjson.dumps({**base, "choices": [], "usage": usage}) + b"\n\n"
+            self._after(ctx, resp)
+            yield b"data: [DONE]\n\n"
+        finally:
+            if not committed:
+                self._commit_nowait(self._row(ctx, resp, truncated=True))
+
+    # ledger ------------------------------------------------------------------------------------------------
+    def _row(
+        self, ctx: _Ctx, resp: dict | None, truncated: bool = False, err: GatewayError | None = None
+    ) -> dict:
+        gw = self.gw
+        red = gw.redact
+        msg, finish, usage = _message_of(resp or {})
+        p, c, r, tot = _tokens(usage)
+        teacher_cost = gw.teacher_prices.cost(p, c)
+        # a cascade paid for both answers
+        actual = ctx.student_cost if ctx.served_by == "student" else teacher_cost + (ctx.student_cost or 0.0)
+        latency = (time.perf_counter() - ctx.t0) * 1000
+        tools = {"tools": ctx.req.tools, "tool_choice": ctx.req.tool_choice} if ctx.req.tools else None
+        params = {k: ctx.body[k] for k in _PARAM_KEYS if k in ctx.body}
+        content = msg.get("content")
+        tool_calls = msg.get("tool_calls")
+        err = err or ctx.error
+        return empty_row(
+            request_id=ctx.rid,
+            kind="request",
+            ts=ctx.ts,
+            day=ctx.day,
+            client=ctx.client,
+            task=ctx.task,
+            model_requested=ctx.req.model,
+            stage=ctx.route.stage,
+            version=ctx.version or ctx.route.version,
+            served_by=ctx.served_by,
+            stream=ctx.req.stream,
+            messages=_cj(red(ctx.body.get("messages") or [])),
+            tools=_cj(red(tools)) if tools else "",
+            response_format=_cj(ctx.req.response_format) if ctx.req.response_format else "",
+            params=_cj(params),
+            answer=red(content) if isinstance(content, str) else "",
+            tool_calls=_cj(red(tool_calls)) if tool_calls else "",
+            finish_reason="error" if err else finish,
+            prompt_tokens=p,
+            completion_tokens=c,
+            reasoning_tokens=r,
+            total_tokens=tot,
+            teacher_cost_usd=teacher_cost if resp else 0.0,
+            actual_cost_usd=actual if resp else (ctx.student_cost or 0.0),
+            latency_ms=latency,
+            upstream_ms=ctx.upstream_ms,
+            overhead_ms=max(0.0, latency - ctx.upstream_ms),
+            confidence=ctx.confidence,
+            threshold=ctx.threshold,
+            pair_role=self._pair_role(ctx),
+            truncated=truncated,
+            status_code=err.status if err else 200,
+            error_type=err.type if err else "",
+            error=red(err.message) if err else "",
+        )
+
+    @staticmethod
+    def _pair_role(ctx: _Ctx) -> str:
+        if ctx.served_by == "teacher" and ctx.route.shadow_version:
+            return "shadow"
+        if ctx.served_by == "student" and ctx.route.audit:
+            return "audit"
+        return ""
+
+    async def _commit(self, ctx: _Ctx, row: dict) -> None:
+        try:
+            await self.gw.ledger.append(row)
+        except OSError as exc:
+            raise GatewayError(
+                503,
+                "the gateway cannot record requests right now (ledger unavailable); retry later",
+                "ledger_unavailable",
+            ) from exc
+        ctx.committed = True
+
+    def _commit_nowait(self, row: dict) -> None:
+        try:
+            self.gw.ledger.append_nowait(row)
+        except OSError:
+            self.gw.metrics.errors.labels("ledger_unavailable").inc()
+
+    async def _record_failure(self, ctx: _Ctx, err: GatewayError) -> None:
+        ctx.served_by = "teacher"
+        row = self._row(ctx, None, err=err)
+        try:
+            await self.gw.ledger.append(row)
+        except OSError:
+            self.gw.metrics.errors.labels("ledger_unavailable").inc()
+
+    def _final_headers(self, ctx: _Ctx, committed: bool = True) -> dict[str, str]:
+        h = ctx.headers
+        h["x-ratchet-served-by"] = ctx.served_by
+        h["x-ratchet-version"] = ctx.version if ctx.served_by == "student" else ""
+        elapsed = (time.perf_counter() - ctx.t0) * 1000
+        overhead = elapsed - ctx.upstream_ms
+        h["x-ratchet-overhead-ms"] = f"{max(0.0, overhead):.3f}"
+        m = self.gw.metrics
+        m.requests.labels(ctx.served_by, "200").inc()
+        m.latency.labels(ctx.served_by).observe(elapsed / 1000)
+        m.overhead.observe(max(0.0, overhead) / 1000)
+        return h
+
+    # off the request path ----------------------------------------------------------------------------------
+    def _after(self, ctx: _Ctx, resp: dict) -> None:
+        r: Route = ctx.route
+        if ctx.served_by == "teacher" and r.shadow_version:
+            self.gw.spawn(self._pair(ctx, resp, "shadow", r.shadow_version))
+        elif ctx.served_by == "student" and r.audit:
+            self.gw.spawn(self._pair(ctx, resp, "audit", None))
+
+    async def _pair(self, ctx: _Ctx, served: dict, role: str, version: str | None) -> None:
+        """Ask the other model, compare with the task's comparator, write a ``pair`` row."""
+        gw = self.gw
+        t = time.perf_counter()
+        confidence = None
+        try:
+            if role == "shadow":
+                other = await gw.student.complete(
+                    {**ctx.body, "logprobs": True},
+                    model=version,
+                    timeout_s=gw.settings.student_timeout_s,
+                    task=ctx.task,
+                )
+                confidence = _confidence(other)
+            else:
+                other = await gw.teacher.complete(
+                    ctx.body, timeout_s=gw.settings.upstream_timeout_s, task=ctx.task
+                )
+            error = None
+        except GatewayError as err:
+            other, error = None, err
+        served_msg, _, _ = _message_of(served)
+        teacher_msg, student_msg = (served_msg, None) if role == "shadow" else (None, served_msg)
+        if other is not None:
+            other_msg, _, _ = _message_of(other)
+            if role == "shadow":
+                student_msg = other_msg
+            else:
+                teacher_msg = other_msg
+            outcome = "agree" if gw.compare(ctx.task, teacher_msg, student_msg) else "disagree"
+        else:
+            outcome = "error"
+        gw.metrics.pairs.labels(role, outcome).inc()
+        msg, finish, usage = _message_of(other or {})
+        p, c, rt, tot = _tokens(usage)
+        teacher_cost = gw.teacher_prices.cost(p, c)
+        red = gw.redact
+        elapsed = (time.perf_counter() - t) * 1000
+        row = empty_row(
+            request_id=ctx.rid,
+            kind="pair",
+            ts=ctx.ts,
+            day=ctx.day,
+            client=ctx.client,
+            task=ctx.task,
+            model_requested=ctx.req.model,
+            stage=ctx.route.stage,
+            version=(version or ctx.version) if role == "shadow" else ctx.version,
+            served_by="student" if role == "shadow" else "teacher",
+            stream=ctx.req.stream,
+            messages=_cj(red(ctx.body.get("messages") or [])),
+            response_format=_cj(ctx.req.response_format) if ctx.req.response_format else "",
+            answer=red(msg.get("content")) if isinstance(msg.get("content"), str) else "",
+            tool_calls=_cj(red(msg.get("tool_calls"))) if msg.get("tool_calls") else "",
+            finish_reason="error" if error else finish,
+            prompt_tokens=p,
+            completion_tokens=c,
+            reasoning_tokens=rt,
+            total_tokens=tot,
+            teacher_cost_usd=teacher_cost,
+            actual_cost_usd=gw.student_prices.cost(p, c) if role == "shadow" else teacher_cost,
+            latency_ms=elapsed,
+            upstream_ms=elapsed,
+            overhead_ms=0.0,
+            confidence=confidence,
+            threshold=ctx.route.threshold if role == "shadow" else ctx.threshold,
+            pair_role=role,
+            pair_outcome=outcome,
+            status_code=error.status if error else 200,
+            error_type=error.type if error else "",
+            error=red(error.message) if error else "",
+        )
+        try:
+            await gw.ledger.append(row)
+        except OSError:
+            gw.metrics.errors.labels("ledger_unavailable").inc()
+
+
+class _Ctx:
+    __slots__ = (
+        "rid",
+        "t0",
+        "ts",
+        "day",
+        "client",
+        "task",
+        "req",
+        "body",
+        "route",
+        "headers",
+        "served_by",
+        "version",
+        "upstream_ms",
+        "confidence",
+        "threshold",
+        "student_cost",
+        "student_error",
+        "error",
+        "committed",
+        "ttfb_upstream_ms",
+    )
+
+    def __init__(self, *, rid, t0, ts, day, client, task, req, body, route, headers):
+        self.rid, self.t0, self.ts, self.day = rid, t0, ts, day
+        self.client, self.task, self.req, self.body, self.route, self.headers = (
+            client,
+            task,
+            req,
+            body,
+            route,
+            headers,
+        )
+        self.served_by = "teacher"
+        self.version = ""
+        self.upstream_ms = 0.0
+        self.confidence: float | None = None
+        self.threshold: float | None = None
+        self.student_cost: float | None = None
+        self.student_error: str | None = None
+        self.error: GatewayError | None = None
+        self.committed = False
+        self.ttfb_upstream_ms = 0.0
+
+
+class _StreamAccumulator:
+    """Rebuilds the assistant message, finish reason and usage from streamed chunks (for the ledger row)."""
+
+    def __init__(self) -> None:
+        self.id = ""
+        self.model = ""
+        self.content: list[str] = []
+        self.tool_calls: dict[int, dict] = {}
+        self.finish = ""
+        self.usage: dict = {}
+
+    def add(self, obj: dict) -> None:
+        self.id = self.id or obj.get("id", "")
+        self.model = self.model or obj.get("model", "")
+        if obj.get("usage"):
+            self.usage = obj["usage"]
+        for choice in obj.get("choices") or []:
+            delta = choice.get("delta") or {}
+            if delta.get("content"):
+                self.content.append(delta["content"])
+            for tc in delta.get("tool_calls") or []:
+                slot = self.tool_calls.setdefault(
+                    int(tc.get("index", 0)),
+                    {"id": "", "type": "function", "function": {"name": "", "arguments": ""}},
+                )
+                if tc.get("id"):
+                    slot["id"] = tc["id"]
+                fn = tc.get("function") or {}
+                if fn.get("name"):
+                    slot["function"]["name"] += fn["name"]
+                if fn.get("arguments"):
+                    slot["function"]["arguments"] += fn["arguments"]
+            if choice.get("finish_reason"):
+                self.finish = choice["finish_reason"]
+
+    def response(self) -> dict:
+        msg: dict[str, Any] = {"role": "assistant", "content": "".join(self.content) or None}
+        if self.tool_calls:
+            msg["tool_calls"] = [self.tool_calls[i] for i in sorted(self.tool_calls)]
+        return {
+            "id": self.id,
+            "model": self.model,
+            "choices": [{"index": 0, "message": msg, "finish_reason": self.finish}],
+            "usage": self.usage,
+        }

@@ -1,0 +1,365 @@
+"""The replica's durable request ledger: journal group commit -> DuckDB -> sealed Parquet segments.
+
+Why this shape (measured on the 2-core box): a DuckDB commit costs 3-5 ms, an append + fdatasync of 2 KB about
+0.3 ms. So a response is released once its row is in an append-only **journal** that has been fdatasync'd, and
+rows reach DuckDB later, in batches:
+
+1. ``await ledger.append(row)`` assigns the next per-replica ``seq`` (gap-free, journal order = seq order) and
+   queues the row. One **writer thread** takes every row queued while the previous fdatasync ran, writes them
+   as records ``<len:u32><crc32:u32><orjson>`` with one ``write`` + one ``fdatasync``, then resolves all their
+   futures: a group commit, one disk flush for many concurrent requests.
+2. A **loader thread** inserts the journaled rows into ``<replica>.duckdb`` (the process's own file) every
+   ``load_interval`` seconds, as an Arrow batch in one transaction.
+3. Every ``segment_seconds`` and at shutdown the loader **seals** rows with ``seq`` > the sealed high-water mark
+   into ``<lake>/traffic/day=D/<replica>-<first seq>.parquet`` (temp name, fsync, rename, fsync dir), then
+   stores the new mark in DuckDB. If the process dies between rename and mark, the next start reads the seqs of
+   this replica's segments above the mark and never seals them again: no row sealed twice, none skipped.
+
+Restart: rows of the journal with ``seq`` > max(seq) in DuckDB are loaded (idempotent by (replica, seq)); a torn
+tail record (crash mid-write, never acknowledged) ends the replay. The journal is truncated once every row in it
+is in DuckDB and it is larger than ``journal_max_bytes``.
+
+Replica identity must survive a crash so the restarted process replays the right journal: a process takes the
+first free slot ``<base>-<i>`` by ``flock`` on ``<ledger dir>/<base>-<i>.lock`` (the kernel releases it when the
+process dies), so ``--workers 2`` gives ``host-0`` and ``host-1`` and a restart takes them back.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import fcntl
+import os
+import re
+import socket
+import struct
+import threading
+import time
+import zlib
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from ratchet_core.schema import COLUMN_NAMES, LEDGER_SCHEMA, duckdb_ddl, segment_relpath
+
+_HEADER = struct.Struct("<II")
+
+
+def default_replica_base() -> str:
+    return re.sub(r"[^A-Za-z0-9_.-]", "-", socket.gethostname()) or "replica"
+
+
+def read_journal(path: Path) -> list[dict[str, Any]]:
+    """Every intact record of a journal file, in order; stops at the first torn or corrupt record."""
+    rows: list[dict[str, Any]] = []
+    if not path.exists():
+        return rows
+    data = path.read_bytes()
+    pos = 0
+    while pos + _HEADER.size <= len(data):
+        length, crc = _HEADER.unpack_from(data, pos)
+        start = pos + _HEADER.size
+        end = start + length
+        if end > len(data) or zlib.crc32(data[start:end]) != crc:
+            break
+        rows.append(orjson.loads(data[start:end]))
+        pos = end
+    return rows
+
+
+def rows_to_arrow(rows: list[dict[str, Any]]):
+    import pyarrow as pa
+
+    cols = {name: [r.get(name) for r in rows] for name in COLUMN_NAMES}
+    return pa.Table.from_pydict(cols, schema=LEDGER_SCHEMA)
+
+
+class Ledger:
+    """One replica's ledger. ``open()`` before use, ``close()`` at shutdown (flush, load, seal)."""
+
+    def __init__(
+        self,
+        ledger_dir: Path,
+        lake_root: str,
+        segment_seconds: float,
+        replica_base: str | None = None,
+        load_interval: float = 0.2,
+        journal_max_bytes: int = 64 * 1024 * 1024,
+        on_commit: Callable[[float, int], None] | None = None,
+    ):
+        self.ledger_dir = Path(ledger_dir)
+        self.lake_root = Path(lake_root)
+        self.segment_seconds = segment_seconds
+        self.replica_base = replica_base or default_replica_base()
+        self.load_interval = load_interval
+        self.journal_max_bytes = journal_max_bytes
+        self.on_commit = on_commit
+        self.replica = ""
+        self.error: str | None = None
+        self._lock = threading.Lock()
+        self._cv = threading.Condition(self._lock)
+        self._pending: list[
+            tuple[bytes, dict[str, Any], asyncio.Future | None, asyncio.AbstractEventLoop | None]
+        ] = []
+        self._to_load: list[dict[str, Any]] = []
+        self._load_lock = threading.Lock()
+        self._stopping = False
+        self._loader_stop = threading.Event()
+        self._seal_request = threading.Event()
+        self._seal_done = threading.Condition()
+        self._seals_completed = 0
+        self._seq = 0
+        self._written_seq = 0
+        self._loaded_seq = 0
+        self._sealed_seq = 0
+        self._recovered: set[int] = set()
+        self._journal_bytes = 0
+        self._fd = -1
+        self._lock_fd = -1
+        self._con = None
+        self._threads: list[threading.Thread] = []
+
+    # lifecycle ---------------------------------------------------------------------------------------------
+    def open(self) -> None:
+        import duckdb
+
+        self.ledger_dir.mkdir(parents=True, exist_ok=True)
+        for i in range(1024):
+            fd = os.open(self.ledger_dir / f"{self.replica_base}-{i}.lock", os.O_RDWR | os.O_CREAT, 0o600)
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                os.close(fd)
+                continue
+            self._lock_fd, self.replica = fd, f"{self.replica_base}-{i}"
+            break
+        else:  # pragma: no cover
+            raise RuntimeError(f"no free ledger slot under {self.ledger_dir}")
+        self._con = duckdb.connect(str(self.ledger_dir / f"{self.replica}.duckdb"))
+        self._con.execute(duckdb_ddl("ledger"))
+        self._con.execute("CREATE TABLE IF NOT EXISTS seal_state (id INTEGER PRIMARY KEY, sealed_seq BIGINT)")
+        self._loaded_seq = int(self._con.execute("SELECT coalesce(max(seq), 0) FROM ledger").fetchone()[0])
+        row = self._con.execute("SELECT sealed_seq FROM seal_state WHERE id = 1").fetchone()
+        self._sealed_seq = int(row[0]) if row else 0
+        # Replay the journal tail that never reached DuckDB.
+        journal = self.journal_path
+        tail = [r for r in read_journal(journal) if r["seq"] > self._loaded_seq]
+        if tail:
+            self._insert(tail)
+        self._seq = self._written_seq = self._loaded_seq
+        self._recover_sealed()
+        self._fd = os.open(journal, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+        os.ftruncate(self._fd, 0)  # every row in it is now in DuckDB
+        os.fsync(self._fd)
+        self._journal_bytes = 0
+        self._last_seal = time.monotonic()
+        for target, name in ((self._writer, "journal"), (self._loader, "loader")):
+            t = threading.Thread(target=target, name=f"ledger-{name}-{self.replica}", daemon=True)
+            t.start()
+            self._threads.append(t)
+
+    @property
+    def journal_path(self) -> Path:
+        return self.ledger_dir / f"{self.replica}.journal"
+
+    def close(self) -> None:
+        if self._con is None:
+            return
+        with self._cv:
+            self._stopping = True
+            self._cv.notify_all()
+        self._threads[0].join()
+        self._loader_stop.set()
+        self._threads[1].join()
+        self._load_pending()
+        self._seal()
+        if self._loaded_seq >= self._written_seq:
+            os.ftruncate(self._fd, 0)
+        os.close(self._fd)
+        self._con.execute("CHECKPOINT")
+        self._con.close()
+        self._con = None
+        os.close(self._lock_fd)
+
+    # appending ---------------------------------------------------------------------------------------------
+    async def append(self, row: dict[str, Any]) -> int:
+        """Give ``row`` the next seq and return it once the row is fdatasync'd in the journal."""
+        loop = asyncio.get_running_loop()
+        fut = loop.create_future()
+        seq = self._enqueue(row, fut, loop)
+        await fut
+        return seq
+
+    def append_nowait(self, row: dict[str, Any]) -> int:
+        """Queue a row without awaiting durability (pair rows written off the request path)."""
+        return self._enqueue(row, None, None)
+
+    def _enqueue(self, row, fut, loop) -> int:
+        if self.error:
+            raise OSError(f"ledger is not writable: {self.error}")
+        with self._cv:
+            if self._stopping:
+                raise OSError("ledger is closed")
+            self._seq += 1
+            row["seq"] = self._seq
+            row["replica"] = self.replica
+            self._pending.append((orjson.dumps(row), row, fut, loop))
+            self._cv.notify()
+            return self._seq
+
+    def _writer(self) -> None:
+        while True:
+            with self._cv:
+                while not self._pending and not self._stopping:
+                    self._cv.wait()
+                if not self._pending and self._stopping:
+                    return
+                batch, self._pending = self._pending, []
+            started = time.perf_counter()
+            err: BaseException | None = None
+            try:
+                if self._journal_bytes > self.journal_max_bytes and self._loaded_seq >= self._written_seq:
+                    os.ftruncate(self._fd, 0)  # every record in it is in DuckDB already
+                    self._journal_bytes = 0
+                buf = b"".join(_HEADER.pack(len(data), zlib.crc32(data)) + data for data, _, _, _ in batch)
+                os.write(self._fd, buf)
+                os.fdatasync(self._fd)
+                self._journal_bytes += len(buf)
+                self._written_seq = batch[-1][1]["seq"]
+            except OSError as exc:  # disk full, I/O error: fail these requests, report not ready
+                err = exc
+                self.error = f"{type(exc).__name__}: {exc}"
+            if self.on_commit and err is None:
+                self.on_commit(time.perf_counter() - started, len(batch))
+            if err is None:
+                with self._load_lock:
+                    self._to_load.extend(row for _, row, _, _ in batch)
+            by_loop: dict[asyncio.AbstractEventLoop, list[asyncio.Future]] = {}
+            for _, _, fut, loop in batch:
+                if fut is not None:
+                    by_loop.setdefault(loop, []).append(fut)
+            for loop, futs in by_loop.items():
+                with contextlib.suppress(RuntimeError):  # loop closed
+                    loop.call_soon_threadsafe(_resolve, futs, err)
+
+    # DuckDB loading and sealing (loader thread; also close()) ----------------------------------------------
+    def _loader(self) -> None:
+        while not self._loader_stop.wait(self.load_interval):
+            try:
+                self._load_pending()
+                if self._seal_request.is_set() or time.monotonic() - self._last_seal >= self.segment_seconds:
+                    self._seal_request.clear()
+                    self._seal()
+                    with self._seal_done:
+                        self._seals_completed += 1
+                        self._seal_done.notify_all()
+            except Exception as exc:  # keep serving; /readyz reports it
+                self.error = f"loader: {type(exc).__name__}: {exc}"
+
+    def _load_pending(self) -> None:
+        with self._load_lock:
+            rows, self._to_load = self._to_load, []
+        if rows:
+            self._insert(rows)
+
+    def _insert(self, rows: list[dict[str, Any]]) -> None:
+        table = rows_to_arrow(rows)
+        self._con.register("incoming", table)
+        try:
+            self._con.execute("INSERT INTO ledger SELECT * FROM incoming")
+        finally:
+            self._con.unregister("incoming")
+        self._loaded_seq = rows[-1]["seq"]
+
+    def _recover_sealed(self) -> None:
+        """Seqs of this replica's segments above the mark (a crash between rename and mark)."""
+        import pyarrow.parquet as pq
+
+        traffic = self.lake_root / "traffic"
+        if not traffic.exists():
+            return
+        for path in traffic.glob(f"day=*/{self.replica}-*.parquet"):
+            first = int(path.stem.rsplit("-", 1)[1])
+            if first > self._sealed_seq:
+                seqs = pq.read_table(path, columns=["seq"]).column("seq").to_pylist()
+                self._recovered.update(s for s in seqs if s > self._sealed_seq)
+
+    def _seal(self) -> list[Path]:
+        import pyarrow.compute as pc
+        import pyarrow.parquet as pq
+
+        self._last_seal = time.monotonic()
+        table = self._con.sql(
+            f"SELECT * FROM ledger WHERE seq > {int(self._sealed_seq)} ORDER BY seq"
+        ).to_arrow_table()
+        if table.num_rows == 0:
+            return []
+        table = table.cast(LEDGER_SCHEMA)
+        top = int(pc.max(table.column("seq")).as_py())
+        if self._recovered:
+            keep = pc.invert(pc.is_in(table.column("seq"), value_set=_pa_int64(sorted(self._recovered))))
+            table = table.filter(keep)
+        written = []
+        for day in sorted(pc.unique(table.column("day")).to_pylist()):
+            part = table.filter(pc.equal(table.column("day"), day))
+            first = int(pc.min(part.column("seq")).as_py())
+            path = self.lake_root / segment_relpath(day, self.replica, first)
+            if path.exists():
+                continue
+            path.parent.mkdir(parents=True, exist_ok=True)
+            tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+            pq.write_table(part, tmp)
+            fd = os.open(tmp, os.O_RDONLY)
+            try:
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+            os.rename(tmp, path)
+            dfd = os.open(path.parent, os.O_RDONLY)
+            try:
+                os.fsync(dfd)
+            finally:
+                os.close(dfd)
+            written.append(path)
+        self._con.execute("INSERT OR REPLACE INTO seal_state VALUES (1, ?)", [top])
+        self._sealed_seq = top
+        self._recovered = {s for s in self._recovered if s > top}
+        return written
+
+    def seal_now(self, timeout: float = 30.0) -> None:
+        """Ask the loader to load and seal everything durable so far, and wait for it."""
+        with self._seal_done:
+            target = self._seals_completed + 1
+            self._seal_request.set()
+            self._seal_done.wait_for(lambda: self._seals_completed >= target, timeout)
+
+    # observability -----------------------------------------------------------------------------------------
+    @property
+    def lag_rows(self) -> int:
+        """Rows acknowledged (journaled) but not yet in DuckDB."""
+        return max(0, self._written_seq - self._loaded_seq)
+
+    @property
+    def writable(self) -> bool:
+        return self._con is not None and self.error is None and all(t.is_alive() for t in self._threads)
+
+    @property
+    def last_seq(self) -> int:
+        return self._seq
+
+
+def _resolve(futs: list[asyncio.Future], err: BaseException | None) -> None:
+    for fut in futs:
+        if not fut.done():
+            if err is None:
+                fut.set_result(None)
+            else:
+                fut.set_exception(OSError(f"ledger write failed: {err}"))
+
+
+def _pa_int64(values: list[int]):
+    import pyarrow as pa
+
+    return pa.array(values, type=pa.int64())
