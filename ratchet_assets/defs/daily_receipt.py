@@ -1,0 +1,75 @@
+"""Asset ``daily_receipt``: the day's signed, chained receipt (teacher-equivalent cost vs paid, per client)."""
+
+import dagster as dg
+
+from ratchet_assets.defs.partitions import daily_partitions
+from ratchet_assets.defs.resources import ControlDB, RatchetPaths, Signer
+from ratchet_assets.night import markdown_table
+from ratchet_assets.night.receipts import ReceiptConflict, build_receipt
+
+EFFECTS_CHECK = "no_indeterminate_effects"
+
+
+@dg.asset(
+    partitions_def=daily_partitions,
+    group_name="night",
+    kinds={"duckdb", "json"},
+    deps=["traffic"],
+    check_specs=[dg.AssetCheckSpec(EFFECTS_CHECK, asset="daily_receipt")],
+)
+def daily_receipt(
+    context: dg.AssetExecutionContext, paths: RatchetPaths, control_db: ControlDB, signer: Signer
+) -> dg.MaterializeResult:
+    """Signed receipt of the day's requests: Merkle root over canonical rows, chained to the previous day."""
+    day = context.partition_key
+    ledger = control_db.effects()
+    try:
+        r = build_receipt(paths.artifacts_root(), day, signer.private_key(), ledger)
+    except ReceiptConflict as exc:
+        raise dg.Failure(description=str(exc)) from None
+    context.log.info(f"{day}: receipt {r.outcome} ({r.size} requests, root {r.root})")
+    t = r.totals
+    stuck = ledger.indeterminate()
+    return dg.MaterializeResult(
+        metadata={
+            "dagster/row_count": dg.MetadataValue.int(r.size),
+            "dagster/uri": dg.MetadataValue.path(r.path),
+            "root": dg.MetadataValue.text(r.root),
+            "envelope_digest": dg.MetadataValue.text(r.envelope_digest),
+            "previous": dg.MetadataValue.text(r.previous["digest"] if r.previous else "none (first receipt)"),
+            "signature": dg.MetadataValue.text("new" if r.outcome == "execute" else "reused"),
+            "teacher_equivalent_usd": dg.MetadataValue.float(t["teacher_cost_micro_usd"] / 1e6),
+            "paid_usd": dg.MetadataValue.float(t["actual_cost_micro_usd"] / 1e6),
+            "saved_usd": dg.MetadataValue.float(t["saved_micro_usd"] / 1e6),
+            "student_requests": dg.MetadataValue.int(t["served_by"].get("student", 0)),
+            "clients": dg.MetadataValue.md(
+                markdown_table(
+                    ["client", "requests", "teacher-equivalent $", "paid $", "saved $"],
+                    [
+                        [
+                            c,
+                            e["requests"],
+                            f"{e['teacher_cost_micro_usd'] / 1e6:.6f}",
+                            f"{e['actual_cost_micro_usd'] / 1e6:.6f}",
+                            f"{e['saved_micro_usd'] / 1e6:.6f}",
+                        ]
+                        for c, e in sorted(r.clients.items())[:20]
+                    ],
+                )
+            ),
+        },
+        check_results=[
+            dg.AssetCheckResult(
+                check_name=EFFECTS_CHECK,
+                passed=not stuck,
+                severity=dg.AssetCheckSeverity.WARN,
+                description="No effect in the ledger has an unknown outcome (lapsed lease, no report).",
+                metadata={
+                    "indeterminate": dg.MetadataValue.int(len(stuck)),
+                    "effects": dg.MetadataValue.text(
+                        ", ".join(f"{e.effect_type} {e.key}" for e in stuck[:10]) or "none"
+                    ),
+                },
+            )
+        ],
+    )

@@ -1,0 +1,72 @@
+"""Asset ``golden_split``: permanent golden/train assignment of example keys and the golden set to date."""
+
+import dagster as dg
+
+from ratchet_assets.defs.partitions import daily_partitions
+from ratchet_assets.defs.resources import ControlDB, NightConfig, RatchetPaths
+from ratchet_assets.night import markdown_table
+from ratchet_assets.night.erasures import load_erasures
+from ratchet_assets.night.split import split_golden
+from ratchet_stats.bounds import rows_to_certify
+
+
+def certification_floor(night: NightConfig) -> int:
+    """Least golden rows per task that can certify the target with zero errors (`ratchet stats plan`)."""
+    return rows_to_certify(night.certify_target, night.certify_delta)[0].rows
+
+
+@dg.asset(
+    partitions_def=daily_partitions,
+    group_name="night",
+    kinds={"duckdb", "parquet"},
+    deps=["examples"],
+    check_specs=[dg.AssetCheckSpec("golden_floor_met", asset="golden_split")],
+)
+def golden_split(
+    context: dg.AssetExecutionContext, paths: RatchetPaths, control_db: ControlDB, night: NightConfig
+) -> dg.MaterializeResult:
+    """Golden (held-out) example keys: once golden, always golden; Merkle root over the sorted keys."""
+    day = context.partition_key
+    floor = certification_floor(night)
+    r = split_golden(
+        paths.artifacts_root(),
+        day,
+        share=night.golden_share,
+        salt=night.golden_salt,
+        floor=floor,
+        erasures=load_erasures(control_db.engine()),
+    )
+    context.log.info(
+        f"{day}: {r.new_keys} new keys, {r.new_golden} golden; golden to date {r.golden_size}, root {r.golden_root}"
+    )
+    short = {t: n for t, n in r.golden_by_task.items() if n < floor}
+    metadata: dict[str, dg.MetadataValue] = {
+        "dagster/row_count": dg.MetadataValue.int(r.golden_size),
+        "dagster/uri": dg.MetadataValue.path(r.path),
+        "golden_root": dg.MetadataValue.text(r.golden_root),
+        "golden_size": dg.MetadataValue.int(r.golden_size),
+        "new_keys": dg.MetadataValue.int(r.new_keys),
+        "new_golden": dg.MetadataValue.int(r.new_golden),
+        "floor_per_task": dg.MetadataValue.int(floor),
+        "by_task": dg.MetadataValue.md(
+            markdown_table(
+                ["task", "golden", "topped up today"],
+                [[t, n, r.floor_topped_up.get(t, 0)] for t, n in sorted(r.golden_by_task.items())],
+            )
+        ),
+    }
+    for task, n in sorted(r.golden_by_task.items()):
+        metadata[f"golden/{task}"] = dg.MetadataValue.int(n)
+    return dg.MaterializeResult(
+        metadata=metadata,
+        check_results=[
+            dg.AssetCheckResult(
+                check_name="golden_floor_met",
+                passed=not short,
+                severity=dg.AssetCheckSeverity.WARN,
+                description=f"Every task has at least {floor} golden rows (enough to certify "
+                f"{night.certify_target:.0%} at delta {night.certify_delta}).",
+                metadata={"short": dg.MetadataValue.text(str(short) if short else "none")},
+            )
+        ],
+    )

@@ -1,0 +1,20 @@
+"""The night as one partitioned job, and its daily schedule (02:00 UTC, for the day that just ended)."""
+
+from __future__ import annotations
+
+import dagster as dg
+
+from ratchet_assets.defs.partitions import daily_partitions
+
+# Asset groups the night runs; H7/H8 assets join by using one of these group names.
+NIGHT_GROUPS = ("night", "night_school", "evidence")
+
+nightly = dg.define_asset_job(
+    "nightly",
+    selection=dg.AssetSelection.groups(*NIGHT_GROUPS),
+    partitions_def=daily_partitions,
+    description="traffic -> examples -> golden_split -> training_set (-> adapter, certificate, BOM) "
+    "and daily_receipt for one UTC day.",
+)
+
+nightly_schedule = dg.build_schedule_from_partitioned_job(nightly, hour_of_day=2, minute_of_hour=0)
