@@ -1,0 +1,364 @@
+"""`ratchet admin versions|promote|rollback|retire|pin|unpin|flag|audit-log|export`: operate releases by hand.
+
+Every change needs ``--reason`` (3-500 characters), is published as a new signed release manifest (the gateways
+follow it within seconds) and appended to the release audit log, both in one control-DB transaction. The signing
+key is the control plane's (``RATCHET_SIGNING_KEY`` or ``$RATCHET_HOME/keys/signing.key``); the admin CLI never
+creates one, since gateways would not trust manifests signed by a key they do not hold.
+"""
+
+from __future__ import annotations
+
+import getpass
+import json
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import click
+
+from ratchet_assets.admin.common import control_db_option, echo_json, engine_for, json_option
+
+FLAG_NAMES = ("student_disabled", "releases_frozen", "training_paused", "audit_rate")
+TARGETS = ("shadow", "canary-5", "canary-25", "canary-50", "live")
+
+reason_option = click.option(
+    "--reason", required=True, help="Why (3-500 characters); signed into the manifest and the audit log."
+)
+actor_option = click.option("--actor", default="", help="Who is acting (default: the OS user name).")
+key_option = click.option(
+    "--signing-key-file",
+    default="",
+    help="Ed25519 private key file (default: RATCHET_SIGNING_KEY or $RATCHET_HOME/keys/signing.key).",
+)
+
+
+def _fail(message: str, code: int = 2) -> None:
+    click.echo(f"error: {message}", err=True)
+    sys.exit(code)
+
+
+def _private_key(path: str) -> Any:
+    from ratchet_core.settings import load_settings
+    from ratchet_stats.keys import load_private_key, load_private_key_file
+
+    if path:
+        return load_private_key_file(Path(path))
+    settings = load_settings()
+    if settings.signing_key.startswith("@"):
+        return load_private_key_file(Path(settings.signing_key[1:]))
+    if settings.signing_key:
+        return load_private_key(settings.signing_key)
+    if settings.signing_key_path.exists():
+        return load_private_key_file(settings.signing_key_path)
+    _fail(f"no signing key at {settings.signing_key_path}: run `ratchet init` or set RATCHET_SIGNING_KEY")
+
+
+def _change(
+    control_db: str,
+    key_file: str,
+    action: str,
+    target: str,
+    reason: str,
+    actor: str,
+    change: Callable[[Any, Any], dict[str, str] | None],
+    as_json: bool,
+) -> None:
+    """Publish one change: ``change(conn, draft_manifest)`` edits the draft and returns registry updates."""
+    from ratchet_assets.release import registry
+    from ratchet_core import manifest as mf
+
+    engine = engine_for(control_db)
+    key = _private_key(key_file)
+    registry.ensure_tables(engine)
+    actor = actor or getpass.getuser()
+    statuses: dict[str, Any] = {}
+    try:
+        with engine.begin() as conn:
+
+            def apply(m: Any) -> None:
+                statuses.clear()
+                statuses.update(change(conn, m) or {})
+
+            new = mf.publish_in(conn, key, apply, reason, f"admin:{actor}")
+            for (version, task), (status, stage) in statuses.items():
+                registry.set_status(conn, version, task, status, stage, f"{action} by {actor}: {reason}")
+            registry.append_audit(
+                conn,
+                actor,
+                action,
+                target,
+                reason.strip(),
+                {"statuses": {f"{v}|{t}": s for (v, t), (s, _) in statuses.items()}},
+                new.sequence,
+            )
+    except (mf.ManifestError, ValueError) as exc:
+        _fail(str(exc))
+    if as_json:
+        echo_json(
+            {"action": action, "target": target, "sequence": new.sequence, "manifest": new.to_predicate()}
+        )
+    else:
+        click.echo(f"published manifest {new.sequence}: {action} {target}")
+
+
+def _current_version_row(conn: Any, version: str, task: str) -> dict[str, Any] | None:
+    from ratchet_assets.release import registry
+
+    return registry.get_version(conn, version, task)
+
+
+@click.command("versions")
+@click.option("--status", default=None, help="Only versions with this status (candidate, live, ...).")
+@control_db_option
+@json_option
+def versions_cmd(status: str | None, control_db: str, as_json: bool) -> None:
+    """List adapter versions per task with their status and what the manifest serves."""
+    from ratchet_assets.release import registry
+
+    engine = engine_for(control_db)
+    rows = registry.list_versions(engine, status=status)
+    if as_json:
+        echo_json(rows)
+        return
+    if not rows:
+        click.echo("no versions yet: a passing evaluation certificate registers one")
+        return
+    for r in rows:
+        thr = "-" if r["threshold"] is None else f"{r['threshold']:.3f}"
+        click.echo(
+            f"{r['version']:<24} {r['task']:<16} {r['status']:<12} stage={r['stage']:<8} threshold={thr}"
+        )
+
+
+@click.command("promote")
+@click.argument("version")
+@click.option("--task", required=True, help="Task to promote the version on.")
+@click.option(
+    "--to", "to", type=click.Choice(TARGETS), default=None, help="Target stage (default: next step)."
+)
+@click.option("--force", is_flag=True, help="Allow a rejected/rolled-back version, or promote while frozen.")
+@reason_option
+@actor_option
+@key_option
+@control_db_option
+@json_option
+def promote_cmd(
+    version: str,
+    task: str,
+    to: str | None,
+    force: bool,
+    reason: str,
+    actor: str,
+    signing_key_file: str,
+    control_db: str,
+    as_json: bool,
+) -> None:
+    """Move VERSION on --task one step along shadow -> canary 5/25/50% -> live (or straight --to a stage)."""
+    from ratchet_assets.release.control import release_for
+    from ratchet_assets.release.policy import LIVE, step_of
+    from ratchet_core.manifest import ManifestError
+
+    def change(conn: Any, m: Any) -> dict:
+        row = _current_version_row(conn, version, task)
+        if row and row["status"] in ("rejected", "rolled_back", "retired") and not force:
+            raise ManifestError(
+                f"{version} is {row['status']} on {task}; pass --force to promote it anyway (and say why)"
+            )
+        if m.flags.releases_frozen and not force:
+            raise ManifestError(
+                "releases are frozen; unfreeze with `ratchet admin flag releases_frozen false` or pass --force"
+            )
+        cur = m.task(task)
+        now = step_of(cur) if cur.version == version else None
+        if to:
+            step = TARGETS.index(to)
+        elif now is None:
+            step = 0
+        elif now >= LIVE:
+            raise ManifestError(f"{version} is already live on {task}")
+        else:
+            step = now + 1
+        threshold = row["threshold"] if row else (cur.threshold if cur.version == version else None)
+        new = release_for(step, version, threshold, cur)
+        m.tasks[task] = new
+        out = {(version, task): ("live" if new.stage == "live" else new.stage, new.stage)}
+        if new.stage == "live" and new.previous_live and new.previous_live != version:
+            out[(new.previous_live, task)] = ("retired", "teacher")
+        return out
+
+    _change(control_db, signing_key_file, "promote", f"{version}/{task}", reason, actor, change, as_json)
+
+
+@click.command("rollback")
+@click.option(
+    "--task", required=True, help="Task to roll back to its previous live version (or the teacher)."
+)
+@reason_option
+@actor_option
+@key_option
+@control_db_option
+@json_option
+def rollback_cmd(
+    task: str, reason: str, actor: str, signing_key_file: str, control_db: str, as_json: bool
+) -> None:
+    """Roll --task back to its previous live version, or to the teacher when there is none."""
+    from ratchet_assets.release.control import rolled_back
+    from ratchet_core.manifest import ManifestError
+
+    def change(conn: Any, m: Any) -> dict:
+        cur = m.task(task)
+        if cur.stage == "teacher":
+            raise ManifestError(f"{task} is already served by the teacher; nothing to roll back")
+        m.tasks[task] = back = rolled_back(cur)
+        out = {(cur.version, task): ("rolled_back", "teacher")}
+        if back.stage == "live":
+            out[(back.version, task)] = ("live", "live")
+        return out
+
+    _change(control_db, signing_key_file, "rollback", task, reason, actor, change, as_json)
+
+
+@click.command("retire")
+@click.argument("version")
+@click.option("--task", required=True, help="Task to retire the version on.")
+@reason_option
+@actor_option
+@key_option
+@control_db_option
+@json_option
+def retire_cmd(
+    version: str, task: str, reason: str, actor: str, signing_key_file: str, control_db: str, as_json: bool
+) -> None:
+    """Take VERSION out of service on --task for good (it falls back like a rollback if it is serving)."""
+    from ratchet_assets.release.control import rolled_back
+    from ratchet_core.manifest import TaskRelease
+
+    def change(conn: Any, m: Any) -> dict:
+        cur = m.task(task)
+        out = {(version, task): ("retired", "teacher")}
+        if cur.version == version and cur.stage != "teacher":
+            m.tasks[task] = back = rolled_back(cur)
+            if back.stage == "live":
+                out[(back.version, task)] = ("live", "live")
+        elif cur.previous_live == version:
+            m.tasks[task] = TaskRelease(
+                **{**cur.model_dump(), "previous_live": None, "previous_threshold": None}
+            )
+        return out
+
+    _change(control_db, signing_key_file, "retire", f"{version}/{task}", reason, actor, change, as_json)
+
+
+def _pin_cmd(pin: bool) -> click.Command:
+    @click.command("pin" if pin else "unpin")
+    @click.argument("task")
+    @reason_option
+    @actor_option
+    @key_option
+    @control_db_option
+    @json_option
+    def cmd(
+        task: str, reason: str, actor: str, signing_key_file: str, control_db: str, as_json: bool
+    ) -> None:
+        def change(conn: Any, m: Any) -> dict:
+            pins = set(m.pins)
+            pins.add(task) if pin else pins.discard(task)
+            m.pins = sorted(pins)
+            return {}
+
+        _change(control_db, signing_key_file, "pin" if pin else "unpin", task, reason, actor, change, as_json)
+
+    cmd.help = (
+        "Pin TASK to the teacher (the student never answers it)."
+        if pin
+        else "Unpin TASK (its release applies again)."
+    )
+    return cmd
+
+
+@click.command("flag")
+@click.argument("name", type=click.Choice(FLAG_NAMES))
+@click.argument("value")
+@reason_option
+@actor_option
+@key_option
+@control_db_option
+@json_option
+def flag_cmd(
+    name: str, value: str, reason: str, actor: str, signing_key_file: str, control_db: str, as_json: bool
+) -> None:
+    """Set a flag: student_disabled|releases_frozen|training_paused true/false, or audit_rate 0..1."""
+    if name == "audit_rate":
+        try:
+            parsed: Any = float(value)
+        except ValueError:
+            _fail(f"audit_rate takes a number between 0 and 1, e.g. 0.05 (got {value!r})")
+        if not 0.0 <= parsed <= 1.0:
+            _fail(f"audit_rate takes a number between 0 and 1, e.g. 0.05 (got {value!r})")
+    else:
+        lowered = value.strip().lower()
+        if lowered not in ("true", "false", "on", "off", "1", "0", "yes", "no"):
+            _fail(f"{name} takes true or false (got {value!r})")
+        parsed = lowered in ("true", "on", "1", "yes")
+
+    def change(conn: Any, m: Any) -> dict:
+        setattr(m.flags, name, parsed)
+        return {}
+
+    _change(control_db, signing_key_file, "flag", f"{name}={parsed}", reason, actor, change, as_json)
+
+
+@click.command("audit-log")
+@click.option("--limit", default=100, show_default=True, help="Newest first, at most this many.")
+@control_db_option
+@json_option
+def audit_log_cmd(limit: int, control_db: str, as_json: bool) -> None:
+    """Every release change (admin and sensor) and every gateway safety event, newest first."""
+    from ratchet_assets.release import registry
+
+    rows = registry.read_audit_log(engine_for(control_db), limit=limit)
+    if as_json:
+        echo_json(rows)
+        return
+    if not rows:
+        click.echo("no release changes yet")
+    for r in rows:
+        seq = f"manifest {r['manifest_sequence']}" if r["manifest_sequence"] else r["source"]
+        click.echo(f"{r['at']}  {r['actor']:<16} {r['action']:<9} {r['target']:<28} {seq:<12} {r['reason']}")
+
+
+@click.command("export")
+@click.option("--out", "out", default="-", help="NDJSON file to write (default: stdout).")
+@key_option
+@control_db_option
+def export_cmd(out: str, signing_key_file: str, control_db: str) -> None:
+    """Export manifests (with verification status), versions and the audit log as NDJSON, one object a line."""
+    from ratchet_assets.release import registry
+    from ratchet_core import manifest as mf
+
+    engine = engine_for(control_db)
+    registry.ensure_tables(engine)
+    pub = _private_key(signing_key_file).public_key()
+    lines = [{"type": "manifest", **h} for h in mf.history(engine, pub)]
+    lines += [{"type": "version", **v} for v in registry.list_versions(engine)]
+    lines += [{"type": "audit", **a} for a in reversed(registry.read_audit_log(engine, limit=10**9))]
+    text = "".join(json.dumps(line, sort_keys=True, default=str) + "\n" for line in lines)
+    if out == "-":
+        click.echo(text, nl=False)
+    else:
+        Path(out).write_text(text)
+        click.echo(f"wrote {len(lines)} records to {out}")
+
+
+COMMANDS = [
+    versions_cmd,
+    promote_cmd,
+    rollback_cmd,
+    retire_cmd,
+    _pin_cmd(True),
+    _pin_cmd(False),
+    flag_cmd,
+    audit_log_cmd,
+    export_cmd,
+]

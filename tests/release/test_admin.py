@@ -1,0 +1,146 @@
+"""`ratchet admin` release commands: signed, audited, exported; concurrent with each other and a sensor tick."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import threading
+
+import pytest
+import sqlalchemy as sa
+from click.testing import CliRunner
+
+from ratchet_assets.admin.cli import admin
+from ratchet_assets.release import registry
+from ratchet_assets.release.control import release_tick
+from ratchet_core import manifest as mf
+from ratchet_stats.keys import save_private_key
+
+from .conftest import write_pairs
+
+
+@pytest.fixture
+def setup(tmp_path, key, engine):
+    key_file = tmp_path / "signing.key"
+    save_private_key(key, key_file)
+    url = str(engine.url)
+    common = ["--control-db", url, "--signing-key-file", str(key_file)]
+    return url, common
+
+
+def _run(args, ok=True):
+    result = CliRunner().invoke(admin, args, catch_exceptions=False)
+    if ok:
+        assert result.exit_code == 0, result.output
+    return result
+
+
+def test_admin_changes_are_signed_audited_and_exported(setup, key, engine, tmp_path):
+    url, common = setup
+    _run(["pin", "extract", "--reason", "extract answers look odd", *common])
+    _run(["flag", "audit_rate", "0.2", "--reason", "audit more during rollout", *common])
+    out = _run(
+        ["promote", "v1-abc", "--task", "tickets", "--reason", "manual first rollout", "--json", *common]
+    )
+    assert json.loads(out.output)["manifest"]["tasks"]["tickets"]["stage"] == "shadow"
+    _run(["promote", "v1-abc", "--task", "tickets", "--reason", "shadow looked fine", *common])
+    m, _ = mf.latest_verified(engine, key.public_key())
+    assert (m.task("tickets").stage, m.task("tickets").canary_percent) == ("canary", 5.0)
+    assert m.pins == ["extract"] and m.flags.audit_rate == 0.2 and m.actor.startswith("admin:")
+
+    short = _run(["rollback", "--task", "tickets", "--reason", "no", *common], ok=False)
+    assert short.exit_code == 2 and "3-500 characters" in short.output
+    bad = _run(["flag", "audit_rate", "7", "--reason", "way too much", *common], ok=False)
+    assert bad.exit_code == 2 and "between 0 and 1" in bad.output
+    _run(["rollback", "--task", "tickets", "--reason", "complaints from support", *common])
+    m, _ = mf.latest_verified(engine, key.public_key())
+    assert m.task("tickets").stage == "teacher"
+    forced = _run(["promote", "v1-abc", "--task", "tickets", "--reason", "try again", *common], ok=False)
+    assert forced.exit_code == 2 and "--force" in forced.output
+    _run(["promote", "v1-abc", "--task", "tickets", "--force", "--reason", "fixed upstream", *common])
+
+    versions = json.loads(_run(["versions", "--json", "--control-db", url]).output)
+    assert {(v["version"], v["task"], v["status"]) for v in versions} == {("v1-abc", "tickets", "shadow")}
+
+    # A gateway safety event (H5's table) shows up in the audit log next to the signed changes.
+    with engine.begin() as conn:
+        conn.exec_driver_sql(
+            "CREATE TABLE IF NOT EXISTS gateway_safety_events (id INTEGER PRIMARY KEY, created_at TEXT, kind TEXT,"
+            " task TEXT, reason TEXT, actor TEXT, cleared_at TEXT, cleared_reason TEXT)"
+        )
+        conn.exec_driver_sql(
+            "INSERT INTO gateway_safety_events (created_at, kind, task, reason, actor) "
+            "VALUES ('2999-01-01T00:00:00', 'pin', 'tools', 'tool calls broken', 'oncall')"
+        )
+    log = json.loads(_run(["audit-log", "--json", "--control-db", url]).output)
+    assert log[0]["source"] == "gateway" and log[0]["target"] == "tools"
+    assert [e["action"] for e in log if e["source"] == "control-plane"] == [
+        "promote",
+        "rollback",
+        "promote",
+        "promote",
+        "flag",
+        "pin",
+    ]
+    assert all(e["manifest_sequence"] for e in log if e["source"] == "control-plane")
+
+    export = tmp_path / "export.ndjson"
+    _run(["export", "--out", str(export), *common])
+    records = [json.loads(line) for line in export.read_text().splitlines()]
+    manifests = [r for r in records if r["type"] == "manifest"]
+    assert [r["sequence"] for r in manifests] == list(range(1, 7)) and all(r["verified"] for r in manifests)
+    assert sum(r["type"] == "audit" for r in records) == 7
+
+
+@pytest.mark.slow
+def test_concurrent_admin_processes_and_a_sensor_tick_keep_one_chain(setup, key, engine, tmp_path):
+    url, common = setup
+    registry.ensure_tables(engine)
+    mf.publish(
+        engine, key, lambda m: m.tasks.update(t=mf.TaskRelease(stage="shadow", version="v1")), "start", "ops"
+    )
+    write_pairs(tmp_path / "lake", "2026-01-02", 1, "v1", "t", [False] * 150)  # the tick will promote
+    tasks = [f"task{i}" for i in range(5)]
+    env = {k: v for k, v in os.environ.items() if not k.startswith("RATCHET_")}
+    code = "from ratchet_assets.admin.cli import admin; admin()"
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-c", code, "pin", t, "--reason", f"pin {t} for the test", *common],
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+        )
+        for t in tasks
+    ]
+    procs.append(
+        subprocess.Popen(
+            [sys.executable, "-c", code, "flag", "audit_rate", "0.3", "--reason", "more audits", *common],
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+        )
+    )
+    tick_result = {}
+    sensor = threading.Thread(
+        target=lambda: tick_result.update(
+            r=release_tick(engine, key, tmp_path / "lake", tmp_path / "artifacts", None)
+        )
+    )
+    sensor.start()
+    for p in procs:
+        out, _ = p.communicate(timeout=120)
+        assert p.returncode == 0, out.decode()
+    sensor.join(timeout=120)
+    assert tick_result["r"].published, tick_result["r"].summary()
+
+    with engine.connect() as conn:
+        rows = conn.execute(sa.select(mf.release_manifests).order_by(mf.release_manifests.c.sequence)).all()
+    assert [r.sequence for r in rows] == list(range(1, 9))  # start + 6 admin changes + 1 promotion, no gaps
+    chain = [mf.verify_row(r.sequence, r.envelope, key.public_key()) for r in rows]
+    for prev, m in zip(rows, chain[1:], strict=False):
+        assert m.previous_digest == prev.digest  # no fork: each one derived from the one before
+    final = chain[-1]
+    assert final.pins == sorted(tasks) and final.flags.audit_rate == 0.3  # no change lost
+    assert (final.task("t").stage, final.task("t").canary_percent) == ("canary", 5.0)
