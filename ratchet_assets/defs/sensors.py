@@ -14,6 +14,7 @@ import dagster as dg
 from ratchet_assets.defs.jobs import nightly
 from ratchet_assets.defs.partitions import daily_partitions
 from ratchet_assets.defs.resources import NightConfig, RatchetPaths
+from ratchet_core.clock import now as clock_now
 
 
 def _replicas(folder: Path) -> set[str]:
@@ -47,11 +48,11 @@ def night_segments_sensor(
     context: dg.SensorEvaluationContext, paths: RatchetPaths, night: NightConfig
 ) -> dg.SensorResult | dg.SkipReason:
     """Start the night for each day whose sealed segments are complete."""
-    from ratchet_core.clock import now
-
     start = daily_partitions.start.strftime("%Y-%m-%d")
     after = context.cursor or ""
-    days = complete_days(paths.lake_root(), after, now(), timedelta(minutes=night.late_grace_minutes), start)
+    days = complete_days(
+        paths.lake_root(), after, clock_now(), timedelta(minutes=night.late_grace_minutes), start
+    )
     if not days:
         return dg.SkipReason(
             f"no complete day after {after or 'the start'} in {paths.lake_root() / 'traffic'}"

@@ -1,0 +1,166 @@
+"""The night in Dagster: two consecutive days, safe reruns (one signature), the sensor, and the CI command."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import dagster as dg
+import pytest
+import sqlalchemy as sa
+
+from ratchet_assets.defs.daily_receipt import daily_receipt
+from ratchet_assets.defs.examples import examples
+from ratchet_assets.defs.golden_split import golden_split
+from ratchet_assets.defs.resources import night_resources
+from ratchet_assets.defs.traffic import traffic
+from ratchet_assets.defs.training_set import training_set
+from ratchet_core.control_db import make_engine
+from ratchet_stats.keys import load_public_key
+from ratchet_stats.receipt import verify_receipt
+
+from .conftest import DAY1, DAY2, tree_digest
+
+ASSETS = [traffic, examples, golden_split, training_set, daily_receipt]
+
+
+def _night(home: Path, day: str, instance: dg.DagsterInstance) -> dg.ExecuteInProcessResult:
+    return dg.materialize(ASSETS, partition_key=day, instance=instance, resources=night_resources(home))
+
+
+def _meta(result: dg.ExecuteInProcessResult, asset: str) -> dict:
+    [event] = [e for e in result.get_asset_materialization_events() if e.asset_key.to_user_string() == asset]
+    return {k: v.value for k, v in event.materialization.metadata.items()}
+
+
+def test_two_days_then_three_reruns_of_day_one_are_identical_with_one_signature(two_days: Path) -> None:
+    home = two_days
+    instance = dg.DagsterInstance.ephemeral()
+    first = _night(home, DAY1, instance)
+    assert first.success
+    checks = {e.check_name: e.passed for e in first.get_asset_check_evaluations()}
+    assert checks["training_set_disjoint_from_golden"] is True and checks["no_indeterminate_effects"] is True
+    assert _meta(first, "daily_receipt")["signature"] == "new"
+    artifacts = home / "artifacts"
+    snapshot = {
+        sub: tree_digest(artifacts, sub) for sub in ("traffic", "examples", "golden", "train", "receipts")
+    }
+    roots = {
+        "golden": _meta(first, "golden_split")["golden_root"],
+        "train": _meta(first, "training_set")["rows_root"],
+        "receipt": _meta(first, "daily_receipt")["root"],
+    }
+    assert _night(home, DAY2, instance).success
+    day2 = json.loads((artifacts / "receipts" / DAY2 / "receipt.dsse.json").read_bytes())
+
+    for _ in range(3):
+        rerun = _night(home, DAY1, instance)
+        assert rerun.success
+        assert _meta(rerun, "daily_receipt")["signature"] == "reused"
+        assert {
+            "golden": _meta(rerun, "golden_split")["golden_root"],
+            "train": _meta(rerun, "training_set")["rows_root"],
+            "receipt": _meta(rerun, "daily_receipt")["root"],
+        } == roots
+        for sub in ("traffic", "examples", "train", "receipts"):
+            now = {k: v for k, v in tree_digest(artifacts, sub).items() if DAY1 in k}
+            assert now == {k: v for k, v in snapshot[sub].items() if DAY1 in k}, sub
+
+    engine = make_engine(f"sqlite:///{(home / 'control.db').as_posix()}")
+    with engine.connect() as conn:
+        rows = conn.execute(sa.text("SELECT key, status, attempts FROM effects ORDER BY key")).all()
+    assert [tuple(r) for r in rows] == [(f"receipt:{DAY1}", "done", 1), (f"receipt:{DAY2}", "done", 1)]
+
+    # Day 2 chains to day 1, and both verify offline with the public key alone.
+    pub = load_public_key((home / "keys" / "signing.pub").read_text())
+    day1 = (artifacts / "receipts" / DAY1 / "receipt.dsse.json").read_bytes()
+    report = verify_receipt(day2, pub, prev_envelope=day1)
+    assert report["checks"] == ["signature", "predicate", "totals", "chain"]
+
+
+def test_changed_traffic_for_a_signed_day_is_refused_not_signed_again(two_days: Path) -> None:
+    from ratchet_assets.night.fixtures import write_day
+
+    home = two_days
+    instance = dg.DagsterInstance.ephemeral()
+    assert _night(home, DAY1, instance).success
+    envelope = (home / "artifacts" / "receipts" / DAY1 / "receipt.dsse.json").read_bytes()
+    write_day(home / "lake", DAY1, 5, seed=99, replicas=("r9",), seal_next_day=False)  # a late replica
+    result = dg.materialize(
+        ASSETS, partition_key=DAY1, instance=instance, resources=night_resources(home), raise_on_error=False
+    )
+    assert not result.success
+    failure = next(e for e in result.all_events if e.event_type_value == "STEP_FAILURE")
+    assert "already signed" in str(failure.event_specific_data.error) and "never signs a day twice" in str(
+        failure.event_specific_data.error
+    )
+    assert (home / "artifacts" / "receipts" / DAY1 / "receipt.dsse.json").read_bytes() == envelope
+
+
+def test_sensor_starts_complete_days_in_order_with_run_keys_and_cursor(two_days: Path, monkeypatch) -> None:
+    from datetime import UTC, datetime
+
+    from ratchet_assets.defs import sensors
+    from ratchet_assets.defs.jobs import nightly
+    from ratchet_assets.defs.sensors import night_segments_sensor
+
+    monkeypatch.setattr(sensors, "clock_now", lambda: datetime(2026, 1, 3, 0, 30, tzinfo=UTC))
+
+    resources = night_resources(two_days)
+    # The night's own definitions (the full code location also holds other teams' assets).
+    defs = dg.Definitions(assets=ASSETS, jobs=[nightly], sensors=[night_segments_sensor], resources=resources)
+    with dg.build_sensor_context(
+        instance=dg.DagsterInstance.ephemeral(), cursor="", definitions=defs, resources=resources
+    ) as ctx:
+        result = night_segments_sensor(ctx)
+    # Day 1 and day 2 are complete (every replica sealed a later segment); day 3 has only just begun.
+    assert [r.run_key for r in result.run_requests] == [f"night-{DAY1}", f"night-{DAY2}"]
+    assert [r.partition_key for r in result.run_requests] == [DAY1, DAY2]
+    assert result.cursor == DAY2
+    with dg.build_sensor_context(
+        instance=dg.DagsterInstance.ephemeral(), cursor=DAY2, definitions=defs, resources=resources
+    ) as ctx:
+        idle = night_segments_sensor(ctx)
+    assert isinstance(idle, dg.SkipReason) and DAY2 in idle.skip_message
+
+
+def test_sensor_waits_for_a_replica_that_has_not_rolled_over(home: Path) -> None:
+    from datetime import UTC, datetime, timedelta
+
+    from ratchet_assets.defs.sensors import complete_days
+    from ratchet_assets.night.fixtures import write_day
+
+    write_day(home / "lake", DAY1, 20, seed=1, seal_next_day=False)
+    end = datetime(2026, 1, 2, tzinfo=UTC)
+    grace = timedelta(minutes=60)
+    assert complete_days(home / "lake", "", end + timedelta(minutes=5), grace, DAY1) == []
+    assert complete_days(home / "lake", "", end + timedelta(minutes=61), grace, DAY1) == [DAY1]
+
+
+@pytest.mark.slow
+def test_ci_command_materialises_a_partition_on_a_fresh_dagster_home(two_days: Path, tmp_path: Path) -> None:
+    dagster_home = tmp_path / "dagster_home"
+    dagster_home.mkdir()
+    env = {
+        **{k: v for k, v in os.environ.items() if not k.startswith("RATCHET_")},
+        "DAGSTER_HOME": str(dagster_home),
+        "RATCHET_HOME": str(two_days),
+    }
+    cmd = [
+        str(Path(sys.executable).with_name("dagster")),
+        "asset",
+        "materialize",
+        "-m",
+        "ratchet_assets.definitions",
+        "--select",
+        "traffic,examples,golden_split,training_set,daily_receipt",
+        "--partition",
+        DAY1,
+    ]
+    proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=240, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert (two_days / "artifacts" / "train" / f"day={DAY1}" / "train.jsonl").stat().st_size > 0
+    assert (two_days / "artifacts" / "receipts" / DAY1 / "receipt.dsse.json").exists()
