@@ -138,11 +138,11 @@ class Ledger:
         else:  # pragma: no cover
             raise RuntimeError(f"no free ledger slot under {self.ledger_dir}")
         self._con = duckdb.connect(str(self.ledger_dir / f"{self.replica}.duckdb"))
-        self._con.execute(duckdb_ddl("ledger"))
-        self._con.execute("CREATE TABLE IF NOT EXISTS seal_state (id INTEGER PRIMARY KEY, sealed_seq BIGINT)")
-        self._loaded_seq = int(self._con.execute("SELECT coalesce(max(seq), 0) FROM ledger").fetchone()[0])
-        row = self._con.execute("SELECT sealed_seq FROM seal_state WHERE id = 1").fetchone()
-        self._sealed_seq = int(row[0]) if row else 0
+        self._sql(duckdb_ddl("ledger"))
+        self._sql("CREATE TABLE IF NOT EXISTS seal_state (id INTEGER PRIMARY KEY, sealed_seq BIGINT)")
+        self._loaded_seq = int(self._sql("SELECT coalesce(max(seq), 0) FROM ledger")[0][0])
+        rows = self._sql("SELECT sealed_seq FROM seal_state WHERE id = 1")
+        self._sealed_seq = int(rows[0][0]) if rows else 0
         # Replay the journal tail that never reached DuckDB.
         journal = self.journal_path
         tail = [r for r in read_journal(journal) if r["seq"] > self._loaded_seq]
@@ -159,6 +159,10 @@ class Ledger:
             t = threading.Thread(target=target, name=f"ledger-{name}-{self.replica}", daemon=True)
             t.start()
             self._threads.append(t)
+
+    def _sql(self, query: str, params: list | None = None) -> list[tuple]:
+        # DuckDB 2 refuses new work on a connection with an unfinished result: always fetch everything.
+        return self._con.execute(query, params or []).fetchall()
 
     @property
     def journal_path(self) -> Path:
@@ -178,7 +182,7 @@ class Ledger:
         if self._loaded_seq >= self._written_seq:
             os.ftruncate(self._fd, 0)
         os.close(self._fd)
-        self._con.execute("CHECKPOINT")
+        self._sql("CHECKPOINT")
         self._con.close()
         self._con = None
         os.close(self._lock_fd)
@@ -268,7 +272,7 @@ class Ledger:
         table = rows_to_arrow(rows)
         self._con.register("incoming", table)
         try:
-            self._con.execute("INSERT INTO ledger SELECT * FROM incoming")
+            self._sql("INSERT INTO ledger SELECT * FROM incoming")
         finally:
             self._con.unregister("incoming")
         self._loaded_seq = rows[-1]["seq"]
@@ -323,7 +327,7 @@ class Ledger:
             finally:
                 os.close(dfd)
             written.append(path)
-        self._con.execute("INSERT OR REPLACE INTO seal_state VALUES (1, ?)", [top])
+        self._sql("INSERT OR REPLACE INTO seal_state VALUES (1, ?)", [top])
         self._sealed_seq = top
         self._recovered = {s for s in self._recovered if s > top}
         return written
