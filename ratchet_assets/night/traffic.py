@@ -68,11 +68,12 @@ def check_schema(path: Path) -> list[str]:
     except Exception as exc:  # unreadable: truncated copy, not Parquet, ...
         return [f"cannot read Parquet footer ({exc.__class__.__name__}: {exc})"]
     problems = []
+    missing = [f.name for f in LEDGER_SCHEMA if schema.get_field_index(f.name) < 0]
+    if missing:
+        problems.append(f"missing columns {missing}")
     for want in LEDGER_SCHEMA:
         idx = schema.get_field_index(want.name)
-        if idx < 0:
-            problems.append(f"missing column {want.name!r}")
-        elif not schema.field(idx).type.equals(want.type):
+        if idx >= 0 and not schema.field(idx).type.equals(want.type):
             problems.append(f"column {want.name!r} is {schema.field(idx).type}, expected {want.type}")
     extra = sorted(set(schema.names) - set(COLUMN_NAMES))
     if extra:
