@@ -14,6 +14,7 @@ from pathlib import Path
 
 BENCHES = [
     "benchmarks.bench_merkle",
+    "benchmarks.bench_gateway",
 ]
 
 

@@ -57,6 +57,7 @@ def model_prices(model: str, fallback_like: str = "gpt-4o") -> Prices:
     """Prices from litellm's local cost map; an unknown model is registered priced like ``fallback_like``."""
     import litellm
 
+    litellm.suppress_debug_info = True  # no "Provider List" banners in the gateway's log
     _, provider, _, _ = _provider(model, None)
     name = model.split("/", 1)[1] if "/" in model else model
     info = litellm.model_cost.get(model) or litellm.model_cost.get(name)
