@@ -15,6 +15,7 @@ from pathlib import Path
 BENCHES = [
     "benchmarks.bench_merkle",
     "benchmarks.bench_gateway",
+    "benchmarks.bench_student",
 ]
 
 
