@@ -13,9 +13,14 @@ Layout under the artifacts root (D = YYYY-MM-DD):
 
 from __future__ import annotations
 
+import json
+import re
 from pathlib import Path
+from typing import Any
 
 import duckdb
+
+from ratchet_stats.canonical import canonical_json
 
 
 def day_dir(root: str | Path, kind: str, day: str) -> Path:
@@ -53,3 +58,30 @@ def markdown_table(header: list[str], rows: list[list[object]]) -> str:
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     lines += ["| " + " | ".join(str(c) for c in row) + " |" for row in rows]
     return "\n".join(lines)
+
+
+_ASTRAL = re.compile("[\U00010000-\U0010ffff]")
+_ENCODE = json.JSONEncoder(sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False).encode
+
+
+def canonical_text(obj: Any) -> str:
+    """``ratchet_stats.canonical.canonical_json(obj)`` as text, fast for values parsed from JSON.
+
+    The night canonicalises millions of JSON-parsed values (only dict/list/str/int/float/bool/None, string
+    keys), for which canonical_json's type walk is redundant: the same encoder settings give the same bytes.
+    Object keys with characters above U+FFFF sort differently in RFC 8785 (UTF-16 order), so any text with
+    such a character is handed to canonical_json itself.
+    """
+    text = _ENCODE(obj)
+    if not text.isascii() and _ASTRAL.search(text):
+        return canonical_json(obj).decode("utf-8")
+    return text
+
+
+def loads_strict(text: str) -> Any:
+    """json.loads that refuses NaN/Infinity (not JSON; canonical JSON cannot carry them)."""
+    return json.loads(text, parse_constant=_no_constant)
+
+
+def _no_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not valid JSON")

@@ -16,7 +16,6 @@ Output ``examples/day=D/examples.parquet`` sorted by key, with canonical JSON te
 
 from __future__ import annotations
 
-import json
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -24,11 +23,11 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from ratchet_assets.night import connect, day_dir
+from ratchet_assets.night import canonical_text, connect, day_dir, loads_strict
 from ratchet_assets.night.erasures import Erasures
 from ratchet_assets.night.traffic import traffic_path
 from ratchet_core.example_key import split_tools_column
-from ratchet_stats.canonical import canonical_json, sha256_hex
+from ratchet_stats.canonical import sha256_hex
 
 EXAMPLES_SCHEMA = pa.schema(
     [
@@ -83,26 +82,47 @@ class ExamplesResult:
         return asdict(self)
 
 
-def _canonical_text(value: Any) -> str:
-    return canonical_json(value).decode("utf-8")
+class _Keyer:
+    """Example keys for ledger rows, memoising the few distinct tools / response_format / answer texts."""
+
+    def __init__(self) -> None:
+        self._tools: dict[str, str] = {}
+        self._rf: dict[str, str] = {}
+        self._task: dict[str, str] = {}
+
+    def tools(self, text: str) -> str:
+        if text not in self._tools:
+            self._tools[text] = canonical_text(split_tools_column(text)[0])
+        return self._tools[text]
+
+    def rf(self, text: str) -> str:
+        if text not in self._rf:
+            self._rf[text] = canonical_text((loads_strict(text) if text else None) or None)
+        return self._rf[text]
+
+    def parts(self, task: str, messages: str, tools: str, response_format: str) -> tuple[str, str, str, str]:
+        """(example key, canonical messages, canonical tools or 'null', canonical response_format or 'null').
+
+        The key document is assembled from canonical parts in sorted key order (messages < response_format <
+        task < tools): the same bytes as ``ratchet_core.example_key.key_document`` (the ledger's messages are
+        already redacted).
+        """
+        c_msgs = canonical_text(loads_strict(messages))
+        c_tools, c_rf = self.tools(tools), self.rf(response_format)
+        c_task = self._task.get(task) or self._task.setdefault(task, canonical_text(task))
+        doc = f'{{"messages":{c_msgs},"response_format":{c_rf},"task":{c_task},"tools":{c_tools}}}'
+        return sha256_hex(doc.encode("utf-8")), c_msgs, c_tools, c_rf
 
 
 def key_parts(task: str, messages: str, tools: str, response_format: str) -> tuple[str, str, str, str]:
-    """(example key, canonical messages, canonical tools or 'null', canonical response_format or 'null')."""
-    msgs = json.loads(messages)
-    tool_list, _choice = split_tools_column(tools)
-    rf = json.loads(response_format) if response_format else None
-    rf = rf or None
-    doc = {"task": task, "messages": msgs, "tools": tool_list, "response_format": rf}
-    # Same bytes as ratchet_core.example_key.key_document: the ledger already holds redacted messages.
-    key = sha256_hex(canonical_json(doc))
-    return key, _canonical_text(msgs), _canonical_text(tool_list), _canonical_text(rf)
+    """``_Keyer().parts`` for one row."""
+    return _Keyer().parts(task, messages, tools, response_format)
 
 
 def assistant_message(answer: str, tool_calls: str) -> str:
     """Canonical JSON of the assistant message a ledger row's answer columns describe."""
-    calls = json.loads(tool_calls) if tool_calls else None
-    return _canonical_text({"role": "assistant", "content": answer or None, "tool_calls": calls or None})
+    calls = loads_strict(tool_calls) if tool_calls else None
+    return canonical_text({"role": "assistant", "content": answer or None, "tool_calls": calls or None})
 
 
 def build_examples(artifacts_root: str | Path, day: str, erasures: Erasures | None = None) -> ExamplesResult:
@@ -114,8 +134,9 @@ def build_examples(artifacts_root: str | Path, day: str, erasures: Erasures | No
     candidates = con.execute("SELECT count(*) FROM cand").fetchall()[0][0]
     # Keys are computed once per distinct request content (Python: canonical JSON + SHA-256).
     distinct = con.sql("SELECT DISTINCT task, messages, tools, response_format FROM cand").to_arrow_table()
+    keyer = _Keyer()
     parts = [
-        (t, m, tl, rf, *key_parts(t, m, tl, rf))
+        (t, m, tl, rf, *keyer.parts(t, m, tl, rf))
         for t, m, tl, rf in zip(
             distinct["task"].to_pylist(),
             distinct["messages"].to_pylist(),
@@ -148,8 +169,9 @@ def build_examples(artifacts_root: str | Path, day: str, erasures: Erasures | No
         WHERE rn = 1 ORDER BY example_key
         """
     ).to_arrow_table()
+    memo: dict[tuple[str, str], str] = {}
     answers = [
-        assistant_message(a, tc)
+        memo.get((a, tc)) or memo.setdefault((a, tc), assistant_message(a, tc))
         for a, tc in zip(best["answer"].to_pylist(), best["tool_calls"].to_pylist(), strict=True)
     ]
     n = best.num_rows

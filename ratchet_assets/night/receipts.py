@@ -25,7 +25,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from ratchet_assets.effects import EffectLedger, EffectRecord
-from ratchet_assets.night import atomic_write_bytes, connect, sql_str
+from ratchet_assets.night import atomic_write_bytes, canonical_text, connect, sql_str
 from ratchet_assets.night.traffic import traffic_path
 from ratchet_core.schema import RECEIPT_LEAF_FIELDS
 from ratchet_stats import merkle
@@ -113,7 +113,7 @@ def build_receipt(
 ) -> ReceiptResult:
     """Compute, sign (at most once per day) and write the day's receipt."""
     rows = leaf_rows(traffic_path(artifacts_root, day))
-    leaves = [canonical_json(r) for r in rows]
+    leaves = [canonical_text(r).encode("utf-8") for r in rows]
     root_hex = merkle.root(leaves).hex()
     merkle.clear_cache()
     clients, _ = totals_from_rows(rows)

@@ -187,3 +187,15 @@ def test_no_golden_key_ever_appears_in_any_training_set(tmp_path_factory, days, 
         if g
     }
     assert not training_keys & golden
+
+
+def test_fast_canonical_text_matches_canonical_json_and_rejects_nan() -> None:
+    from ratchet_assets.night import canonical_text, loads_strict
+    from ratchet_core.workloads import get_workload
+
+    values = [ex.messages for ex in get_workload("mixed").generate(30, seed=9)]
+    values += [{"b": 1.5, "a": [None, True, "é\u0001"]}, {"\U0001f600": 1, "\uffff": 2, "z": "\U0001f600"}]
+    for v in values:
+        assert canonical_text(v).encode("utf-8") == canonical_json(v)
+    with pytest.raises(ValueError, match="NaN"):
+        loads_strict('{"x": NaN}')
