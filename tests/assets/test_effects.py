@@ -132,3 +132,19 @@ def test_admin_effects_list_show_resolve(url: str) -> None:
     )
     assert resolved.exit_code == 0, resolved.output
     assert ledger.lookup("training.launch", "train:abc").status == "failed"
+
+
+def test_admin_erase_records_an_erasure(url: str) -> None:
+    from ratchet_assets.admin.cli import admin
+    from ratchet_assets.night.erasures import load_erasures
+
+    runner = CliRunner()
+    ok = runner.invoke(
+        admin, ["erase", "--request-id", "req-1", "--reason", "GDPR request", "--control-db", url]
+    )
+    assert ok.exit_code == 0, ok.output
+    both = runner.invoke(
+        admin, ["erase", "--request-id", "a", "--key", "b", "--reason", "x", "--control-db", url]
+    )
+    assert both.exit_code == 2 and "exactly one" in both.output
+    assert load_erasures(make_engine(url)).request_ids == frozenset({"req-1"})
