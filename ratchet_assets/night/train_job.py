@@ -1,0 +1,82 @@
+"""The training process: ``python -m ratchet_assets.night.train_job``, launched by the ``lora_adapter`` asset
+through Dagster Pipes.
+
+Pipes hands it ``extras`` = {base_path, train_jsonl, out_dir, result_path, config (LoraTrainConfig fields)};
+it trains with ``ratchet_core.training.train_lora``, streams progress to the Dagster UI as log lines (about 20
+per run, each with step/total/loss), writes the ``TrainResult`` as JSON to ``result_path`` and reports the run's
+numbers as materialization metadata (final loss, steps, seconds, adapter sha256).
+
+Same code at scale: the image of ``infra/k8s/training-job.yaml`` runs this module on a GPU node, launched by
+``dagster_k8s.PipesK8sClient`` instead of ``PipesSubprocessClient`` (see ``ratchet_assets.defs.lora_adapter``).
+Without Pipes (``--no-pipes BASE TRAIN_JSONL OUT_DIR``) it trains with the default config and prints progress,
+which is handy for a manual check of a base model.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+PROGRESS_LINES = 20
+
+
+def run_training(extras: dict[str, Any], log: Callable[[str], None]) -> tuple[dict[str, Any], dict[str, Any]]:
+    """Train per ``extras``; return (the TrainResult as a dict, metadata for the UI)."""
+    from ratchet_core.training import LoraTrainConfig, train_lora
+
+    config = LoraTrainConfig(**extras.get("config", {}))
+    every = {"n": 1}
+
+    def on_progress(step: int, total: int, loss: float) -> None:
+        every["n"] = max(1, total // PROGRESS_LINES)
+        if step == 1 or step == total or step % every["n"] == 0:
+            log(f"step {step}/{total} loss {loss:.4f}")
+
+    log(f"training LoRA on {extras['train_jsonl']} over base {extras['base_path']} ({config.to_dict()})")
+    result = train_lora(extras["base_path"], extras["train_jsonl"], extras["out_dir"], config, on_progress)
+    data = result.to_dict()
+    data.pop("losses", None)
+    Path(extras["result_path"]).write_text(json.dumps(data, indent=2, sort_keys=True), encoding="utf-8")
+    metadata = {
+        "final_loss": {"raw_value": float(result.final_loss), "type": "float"},
+        "steps": {"raw_value": int(result.steps), "type": "int"},
+        "train_seconds": {"raw_value": round(float(result.seconds), 2), "type": "float"},
+        "train_examples": {"raw_value": int(result.examples), "type": "int"},
+        "adapter_sha256": {"raw_value": result.adapter_sha256, "type": "text"},
+    }
+    log(f"done: {result.steps} steps, final loss {result.final_loss:.4f}, {result.seconds:.1f} s")
+    return data, metadata
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["--no-pipes"]:
+        if len(argv) != 4:
+            print(
+                "usage: python -m ratchet_assets.night.train_job --no-pipes BASE TRAIN_JSONL OUT_DIR",
+                file=sys.stderr,
+            )
+            return 2
+        base, train, out = argv[1:]
+        Path(out).mkdir(parents=True, exist_ok=True)
+        extras = {
+            "base_path": base,
+            "train_jsonl": train,
+            "out_dir": out,
+            "result_path": str(Path(out) / "result.json"),
+        }
+        run_training(extras, lambda line: print(line, flush=True))
+        return 0
+    from dagster_pipes import open_dagster_pipes
+
+    with open_dagster_pipes() as pipes:
+        _, metadata = run_training(dict(pipes.extras), pipes.log.info)
+        pipes.report_asset_materialization(metadata=metadata)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
