@@ -15,6 +15,7 @@ ADMIN_MODULES = (
     "ratchet_assets.admin.effects_cmd",
     "ratchet_assets.admin.erase_cmd",
     "ratchet_assets.admin.release_cmd",
+    "ratchet_assets.admin.export_cmd",
 )
 
 

@@ -1,0 +1,92 @@
+"""`ratchet admin export-adapter --version V --out DIR`: copy an adapter with its BOM, NOTICE and certificate.
+
+The export is what you hand to another team or a vLLM host: ``DIR/adapter/`` (the PEFT files, loadable with
+``--lora-modules V=DIR/adapter``), ``DIR/bom.dsse.json``, ``DIR/NOTICE.md``, ``DIR/certificate.dsse.json`` and the
+sorted key lists. The BOM is verified against the copied files before the command succeeds (with the public key
+of RATCHET_SIGNING_KEY / the key file, or ``--key``), so a tampered artifact is never exported.
+"""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import click
+
+from ratchet_assets.admin.common import echo_json, json_option
+
+_EXTRAS = ("bom.dsse.json", "NOTICE.md", "certificate.dsse.json", "train-keys.txt", "golden-keys.txt",
+           "disjoint.proof.json")  # fmt: skip
+
+
+def _public_key(key: str | None):
+    from ratchet_stats.keys import load_public_key
+
+    if key:
+        path = Path(key)
+        return load_public_key(path.read_bytes() if path.is_file() else key)
+    from ratchet_assets.defs.resources import Signer
+
+    return Signer(create_if_missing=False).public_key()
+
+
+@click.command("export-adapter")
+@click.option(
+    "--version", "version", required=True, help="adapter version, e.g. v3-1a2b3c4d (`ratchet admin versions`)"
+)
+@click.option("--out", "out", required=True, type=click.Path(file_okay=False), help="folder to create")
+@click.option(
+    "--artifacts", default="", help="artifacts root (default: RATCHET_ARTIFACTS / $RATCHET_HOME/artifacts)"
+)
+@click.option(
+    "--key", default=None, help="public key to verify the BOM with (default: the control plane's key)"
+)
+@json_option
+def export_adapter(version: str, out: str, artifacts: str, key: str | None, as_json: bool) -> None:
+    """Copy an adapter with its signed BOM, NOTICE.md and certificate into OUT (verified first)."""
+    from ratchet_core.settings import load_settings
+    from ratchet_stats.bom import BomError, verify_bom
+
+    root = Path(artifacts or load_settings().artifacts_root)
+    adapter = root / "adapters" / version
+    boms = root / "boms" / version
+    if not adapter.is_dir():
+        raise click.ClickException(
+            f"no adapter {version} under {root / 'adapters'}; list them with `ratchet admin versions`"
+        )
+    if not (boms / "bom.dsse.json").exists():
+        raise click.ClickException(
+            f"{version} has no BOM ({boms}): only certified adapters get one; materialise `bom` for its night first"
+        )
+    dest = Path(out)
+    if dest.exists() and any(dest.iterdir()):
+        raise click.ClickException(f"{dest} is not empty: choose a new folder")
+    try:
+        public = _public_key(key)
+    except (OSError, ValueError) as exc:
+        raise click.ClickException(f"no public key to verify with ({exc}); pass --key PUB") from exc
+    dest.mkdir(parents=True, exist_ok=True)
+    shutil.copytree(adapter, dest / "adapter")
+    copied = []
+    for name in _EXTRAS:
+        if (boms / name).exists():
+            shutil.copyfile(boms / name, dest / name)
+            copied.append(name)
+    notice = (dest / "NOTICE.md").read_bytes() if (dest / "NOTICE.md").exists() else None
+    try:
+        report = verify_bom(
+            (dest / "bom.dsse.json").read_bytes(), public, notice=notice, adapter_dir=dest / "adapter"
+        )
+    except BomError as exc:
+        shutil.rmtree(dest, ignore_errors=True)
+        raise click.ClickException(
+            f"the BOM of {version} does not verify ({exc.check}): {exc.message}; nothing exported"
+        ) from exc
+    data = {"version": version, "out": str(dest), "files": ["adapter/", *copied], "checks": report.checks}
+    if as_json:
+        echo_json(data)
+    else:
+        click.echo(f"exported {version} to {dest} (verified: {', '.join(report.checks)})")
+
+
+COMMANDS = [export_adapter]
