@@ -132,32 +132,38 @@ def build_examples(artifacts_root: str | Path, day: str, erasures: Erasures | No
     con.execute(f"CREATE TEMP VIEW t AS SELECT * FROM read_parquet('{traffic_path(artifacts_root, day)}')")
     con.execute(f"CREATE TEMP TABLE cand AS {CANDIDATES_SQL}")
     candidates = con.execute("SELECT count(*) FROM cand").fetchall()[0][0]
-    # Keys are computed once per distinct request content (Python: canonical JSON + SHA-256).
-    distinct = con.sql("SELECT DISTINCT task, messages, tools, response_format FROM cand").to_arrow_table()
+    # Keys are computed once per distinct request content (Python: canonical JSON + SHA-256), memoised.
+    cols = con.sql("SELECT task, messages, tools, response_format FROM cand").to_arrow_table()
     keyer = _Keyer()
-    parts = [
-        (t, m, tl, rf, *keyer.parts(t, m, tl, rf))
-        for t, m, tl, rf in zip(
-            distinct["task"].to_pylist(),
-            distinct["messages"].to_pylist(),
-            distinct["tools"].to_pylist(),
-            distinct["response_format"].to_pylist(),
-            strict=True,
-        )
-    ]
-    names = ["task", "messages", "tools", "response_format", "example_key", "c_messages", "c_tools", "c_rf"]
+    memo: dict[tuple[str, str, str, str], tuple[str, str, str, str]] = {}
+    parts = []
+    for row in zip(
+        cols["task"].to_pylist(),
+        cols["messages"].to_pylist(),
+        cols["tools"].to_pylist(),
+        cols["response_format"].to_pylist(),
+        strict=True,
+    ):
+        got = memo.get(row)
+        if got is None:
+            got = memo[row] = keyer.parts(*row)
+        parts.append(got)
+    del cols, memo
+    names = ["example_key", "c_messages", "c_tools", "c_rf"]
     keyed = pa.table({n: pa.array([p[i] for p in parts], pa.string()) for i, n in enumerate(names)})
+    del parts
     con.register("keyed", keyed)
+    # cand and keyed are aligned row by row (cand is a materialised table read in order).
+    con.execute("CREATE TEMP TABLE cand_k AS SELECT * FROM cand POSITIONAL JOIN keyed")
     con.register("erased_keys", pa.table({"k": pa.array(sorted(erasures.example_keys), pa.string())}))
     con.register("erased_ids", pa.table({"r": pa.array(sorted(erasures.request_ids), pa.string())}))
     con.execute(
         """
         CREATE TEMP TABLE joined AS
-        SELECT k.example_key, c.task, c.request_id, c.ts, c.source, k.c_messages, k.c_tools, k.c_rf,
-               c.answer, c.tool_calls,
-               (k.example_key IN (SELECT k FROM erased_keys) OR c.request_id IN (SELECT r FROM erased_ids))
+        SELECT example_key, task, request_id, ts, source, c_messages, c_tools, c_rf, answer, tool_calls,
+               (example_key IN (SELECT k FROM erased_keys) OR request_id IN (SELECT r FROM erased_ids))
                  AS erased
-        FROM cand c JOIN keyed k USING (task, messages, tools, response_format)
+        FROM cand_k
         """
     )
     erased = con.execute("SELECT count(*) FROM joined WHERE erased").fetchall()[0][0]

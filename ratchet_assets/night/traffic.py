@@ -114,27 +114,30 @@ def consolidate_traffic(
     cols = ", ".join(COLUMN_NAMES)
     if files:
         con.execute(
-            f"CREATE TEMP VIEW raw AS SELECT {cols}, filename AS _file FROM read_parquet({sql_list(files)}, "
-            "filename = true)"
+            f"CREATE TEMP VIEW raw AS SELECT {cols}, filename AS _file, file_row_number AS _row "
+            f"FROM read_parquet({sql_list(files)}, filename = true, file_row_number = true)"
         )
     else:
         con.register("_empty", LEDGER_SCHEMA.empty_table())
-        con.execute(f"CREATE TEMP VIEW raw AS SELECT {cols}, '' AS _file FROM _empty")
+        con.execute(f"CREATE TEMP VIEW raw AS SELECT {cols}, '' AS _file, 0::BIGINT AS _row FROM _empty")
     counts = con.execute(
         f"SELECT count(*), count(*) FILTER (WHERE day <> {sql_str(day)}) FROM raw"
     ).fetchall()[0]
     total, wrong_day = int(counts[0]), int(counts[1])
+    # Duplicates are found on narrow columns only; the wide rows are read once, for the kept positions.
     con.execute(
         f"""
-        CREATE TEMP TABLE kept AS
-        SELECT {cols} FROM (
-          SELECT *,
-            row_number() OVER (PARTITION BY replica, seq ORDER BY _file) AS _by_seq,
-            row_number() OVER (PARTITION BY request_id, kind, pair_role ORDER BY _file, replica, seq) AS _by_id
-          FROM raw WHERE day = {sql_str(day)}
+        CREATE TEMP TABLE keep AS
+        SELECT _file, _row FROM (
+          SELECT _file, _row,
+            row_number() OVER (PARTITION BY replica, seq ORDER BY _file, _row) AS _by_seq,
+            row_number() OVER (PARTITION BY request_id, kind, pair_role ORDER BY _file, _row) AS _by_id
+          FROM (SELECT _file, _row, replica, seq, request_id, kind, pair_role FROM raw
+                WHERE day = {sql_str(day)})
         ) WHERE _by_seq = 1 AND _by_id = 1
         """
     )
+    con.execute(f"CREATE TEMP TABLE kept AS SELECT {cols} FROM raw SEMI JOIN keep USING (_file, _row)")
     table = con.sql("SELECT * FROM kept ORDER BY ts, replica, seq, request_id, kind").to_arrow_table()
     table = table.cast(LEDGER_SCHEMA)
     out_dir.mkdir(parents=True, exist_ok=True)
