@@ -16,6 +16,7 @@ BENCHES = [
     "benchmarks.bench_merkle",
     "benchmarks.bench_gateway",
     "benchmarks.bench_student",
+    "benchmarks.bench_night",
 ]
 
 
