@@ -4,11 +4,18 @@
 
 1. registers new evaluation certificates (``registry.register_certificates``);
 2. admits the newest candidate of a task into ``shadow`` when the task is not mid-rollout (teacher or live);
-3. feeds unread pair rows, in segment order, into the (version, task) tracks of the current manifest
-   (``policy.feed``), stopping at the first promote/rollback decision (one decision per tick: the watermark stays
-   right after the deciding row);
+3. feeds unread pair rows, in segment order, into the (version, task) tracks of every version serving a task in
+   the current manifest (``policy.serving_tracks``: the release's version and, mid-rollout, the live version it
+   would replace, fed by its audits only), stopping at the first promote/rollback decision (one decision per
+   tick: the watermark stays right after the deciding row);
 4. applies the decision: effect ledger (type ``release.publish``, key = version/task/target/evidence digest) ->
    signed manifest, versions registry and audit log in one control-DB transaction.
+
+Rollback targets (:func:`rollback_release`): a live version goes back to the version that was live before it
+(``previous_live``, or found in the manifest chain) if that one is still healthy (not rolled back or rejected,
+its rollback processes quiet), else to the teacher. When the live version behind a candidate in shadow or canary
+is rolled back, the candidate keeps its stage and evidence; what serves the rest becomes that healthy predecessor
+or the teacher.
 
 The state (the sensor cursor) is JSON: the tracks' e-process states and the segment watermark. A tick that fails
 before returning leaves the old state in place; re-running it recomputes the same decision with the same effect
@@ -18,7 +25,7 @@ key, and the effect ledger (policy ``probe``: a manifest whose reason names the 
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -28,7 +35,15 @@ from sqlalchemy.engine import Engine
 
 from ratchet_assets.release import registry
 from ratchet_assets.release.evidence import Watermark, pending_segments, read_pairs
-from ratchet_assets.release.policy import LADDER, Decision, ReleasePolicy, Track, decide, feed, step_of
+from ratchet_assets.release.policy import (
+    LADDER,
+    Decision,
+    ReleasePolicy,
+    Track,
+    decide,
+    feed,
+    serving_tracks,
+)
 from ratchet_core import manifest as mf
 
 EFFECT_TYPE = "release.publish"
@@ -113,6 +128,88 @@ def rolled_back(current: mf.TaskRelease) -> mf.TaskRelease:
     return mf.TaskRelease(stage="teacher")
 
 
+def predecessor(history: Sequence[mf.Manifest], task: str, version: str) -> tuple[str, float | None] | None:
+    """(version, threshold) that was live on `task` before `version`: the ``previous_live`` of the newest manifest
+    (of `history`, oldest first) in which `version` is live with one; None when there is none."""
+    for m in reversed(history):
+        rel = m.task(task)
+        if (
+            rel.stage == "live"
+            and rel.version == version
+            and rel.previous_live
+            and rel.previous_live != version
+        ):
+            return rel.previous_live, rel.previous_threshold
+    return None
+
+
+def rollback_release(
+    current: mf.TaskRelease,
+    task: str,
+    version: str,
+    history: Sequence[mf.Manifest] = (),
+    healthy: Callable[[str], bool] = lambda v: True,
+) -> mf.TaskRelease:
+    """The task's release once `version` is rolled back; `version` is the release's own version (shadow, canary
+    or live) or, mid-rollout, the live version behind it (``previous_live``).
+
+    - a candidate (shadow/canary): the live version behind it serves again, as live;
+    - the live version: back to its ``previous_live`` if ``healthy``, else the teacher;
+    - the live version behind a candidate: the candidate keeps its stage; the rest is served by the live version's
+      own predecessor (from `history`) if ``healthy``, else by the teacher.
+
+    A restored live version keeps its own healthy predecessor (from `history`) as ``previous_live``. Raises
+    ValueError when `version` is not serving `task` in `current`.
+    """
+
+    def ok(fallback: tuple[str, float | None] | None) -> tuple[str, float | None] | None:
+        return fallback if fallback and fallback[0] != version and healthy(fallback[0]) else None
+
+    def restore(fallback: tuple[str, float | None] | None) -> mf.TaskRelease:
+        if fallback is None:
+            return mf.TaskRelease(stage="teacher")
+        before = ok(predecessor(history, task, fallback[0]))
+        return mf.TaskRelease(
+            stage="live",
+            version=fallback[0],
+            canary_percent=100.0,
+            threshold=fallback[1],
+            previous_live=before[0] if before and before[0] != fallback[0] else None,
+            previous_threshold=before[1] if before and before[0] != fallback[0] else None,
+        )
+
+    prev = (current.previous_live, current.previous_threshold) if current.previous_live else None
+    if current.version == version and current.stage in ("shadow", "canary", "live"):
+        return restore(ok(prev))
+    if current.stage in ("shadow", "canary") and current.previous_live == version:
+        fallback = ok(predecessor(history, task, version))
+        return current.model_copy(
+            update={
+                "previous_live": fallback[0] if fallback else None,
+                "previous_threshold": fallback[1] if fallback else None,
+            }
+        )
+    raise ValueError(f"{version} is not serving {task} ({current.stage} {current.version or '(teacher)'})")
+
+
+def _healthy(engine: Engine, task: str, tracks: dict[tuple[str, str], Track]) -> Callable[[str], bool]:
+    with engine.connect() as conn:
+        status = {
+            r.version: r.status
+            for r in conn.execute(
+                sa.select(registry.versions.c.version, registry.versions.c.status).where(
+                    registry.versions.c.task == task
+                )
+            )
+        }
+
+    def healthy(version: str) -> bool:
+        t = tracks.get((version, task))
+        return status.get(version) not in ("rolled_back", "rejected") and (t is None or not t.rolled_back)
+
+    return healthy
+
+
 def _apply(
     engine: Engine,
     private_key: Any,
@@ -120,6 +217,7 @@ def _apply(
     public_keys: Any,
     result: TickResult,
     state_after: dict[str, Any],
+    tracks: dict[tuple[str, str], Track],
 ) -> None:
     key = f"{decision.version}/{decision.task}/{decision.target_label}/{decision.evidence['evidence_digest']}"
     fingerprint = decision.evidence["evidence_digest"]
@@ -136,12 +234,21 @@ def _apply(
             f"release effect {key} is {begin.outcome}: {begin.detail or 'another tick holds it'}"
         )
 
+    history: list[mf.Manifest] = []
+    healthy = _healthy(engine, decision.task, tracks)
+    if decision.action == "rollback":
+        history = [
+            mf.Manifest.from_predicate(e["manifest"])
+            for e in mf.history(engine, public_keys)
+            if e.get("verified")
+        ]
+
     def change(m: mf.Manifest) -> None:
         cur = m.task(decision.task)
-        if cur.version != decision.version or step_of(cur) != decision.from_step:
+        if (decision.version, decision.from_step) not in serving_tracks(cur):
             raise Superseded(f"{decision.task} is now {cur.stage} {cur.version or '(teacher)'}")
         if decision.action == "rollback":
-            m.tasks[decision.task] = rolled_back(cur)
+            m.tasks[decision.task] = rollback_release(cur, decision.task, decision.version, history, healthy)
         else:
             if m.flags.releases_frozen:
                 raise Frozen("releases were frozen")
@@ -163,9 +270,15 @@ def _apply(
                 registry.set_status(
                     conn, decision.version, decision.task, "rolled_back", "teacher", decision.message
                 )
-                if rel.stage == "live":
+                serving = rel.version if rel.stage == "live" else rel.previous_live
+                if serving and rel.stage != "teacher":
                     registry.set_status(
-                        conn, rel.version, decision.task, "live", "live", "restored by rollback"
+                        conn,
+                        serving,
+                        decision.task,
+                        "live",
+                        "live",
+                        f"restored by rollback of {decision.version}",
                     )
             else:
                 status = "live" if rel.stage == "live" else rel.stage
@@ -282,17 +395,16 @@ def release_tick(
     manifest = manifest or mf.Manifest.default()
     frozen = manifest.flags.releases_frozen
 
-    # Tracks of the versions the manifest has in the ladder; a moved step (operator) resets promote evidence.
+    # Tracks of the versions serving a task (policy.serving_tracks); a moved step (operator) resets promote
+    # evidence, never rollback evidence.
     old = {k: Track.from_dict(v) for k, v in state.get("tracks", {}).items()}
     tracks: dict[tuple[str, str], Track] = {}
     for task, rel in sorted(manifest.tasks.items()):
-        step = step_of(rel)
-        if step is None or not rel.version:
-            continue
-        prev = old.get(f"{rel.version}|{task}")
-        tracks[(rel.version, task)] = (
-            prev.at_step(step, policy) if prev else Track.start(rel.version, task, step, policy)
-        )
+        for version, step in serving_tracks(rel):
+            prev = old.get(f"{version}|{task}")
+            tracks[(version, task)] = (
+                prev.at_step(step, policy) if prev else Track.start(version, task, step, policy)
+            )
 
     wm = Watermark.from_dict(state.get("watermark"))
     decision: Decision | None = None
@@ -311,7 +423,7 @@ def release_tick(
             stopped = False
             for row in rows:
                 t = tracks.get((row.version, row.task))
-                if t is None:
+                if t is None or not t.accepts(row.role):
                     continue
                 d, _ = feed(t, [row.error], policy, frozen)
                 if d.action != "hold":
@@ -333,7 +445,7 @@ def release_tick(
             elif decision.to_step is not None:
                 after[f"{version}|{task}"] = t.at_step(decision.to_step, policy).to_dict()
         state_after = {"tracks": after, "watermark": wm.to_dict(), "generation": generation + 1}
-        _apply(engine, private_key, decision, keys, result, state_after)
+        _apply(engine, private_key, decision, keys, result, state_after, tracks)
         if result.published:
             generation += 1
     for t in tracks.values():
@@ -346,9 +458,8 @@ def release_tick(
     latest = latest or mf.Manifest.default()
     new_tracks: dict[str, Any] = {}
     for (version, task), t in tracks.items():
-        rel = latest.task(task)
-        step = step_of(rel)
-        if rel.version == version and step is not None:
+        step = dict(serving_tracks(latest.task(task))).get(version)
+        if step is not None:
             new_tracks[f"{version}|{task}"] = t.at_step(step, policy).to_dict()
     result.state = {"tracks": new_tracks, "watermark": wm.to_dict(), "generation": generation}
     with engine.connect() as conn:
@@ -359,14 +470,17 @@ def release_tick(
             )
         }
     for task, rel in sorted(latest.tasks.items()):
-        if rel.version:
+        serving = [(rel.version, rel.stage, rel.canary_percent)] if rel.version else []
+        if rel.stage in ("shadow", "canary") and rel.previous_live:
+            serving.append((rel.previous_live, "live", 100.0 - rel.canary_percent))  # serves the rest
+        for version, stage, percent in serving:
             result.stages.append(
                 {
-                    "version": rel.version,
+                    "version": version,
                     "task": task,
-                    "stage": rel.stage,
-                    "canary_percent": rel.canary_percent,
-                    "day": day_of.get((rel.version, task), ""),
+                    "stage": stage,
+                    "canary_percent": percent,
+                    "day": day_of.get((version, task), ""),
                     "manifest_sequence": latest.sequence,
                 }
             )

@@ -9,7 +9,23 @@ teacher (pair rows, ``pair_role`` shadow or audit). Two betting e-processes (``r
 - rollback, H0: error <= 1 - floor. Rejecting is evidence precision < floor: roll back to the previous live
   version (or the teacher). One rollback process runs for the version's whole life (never reset): errors seen in
   shadow still count against it at 50%, which only makes rollback faster; by Ville's inequality the chance it
-  ever fires for a version whose precision is >= floor is <= alpha.
+  ever fires for a version whose precision is >= floor is <= ``rollback_alpha``.
+- drift restarts (live only): the whole-life process bets from its whole history (aGRAPA's plug-in mean), so a
+  version that was right for 1,000 audits and then turns bad (traffic drift) would need hundreds of bad audits
+  before it even starts betting. So from the moment a version is live, a further rollback process E_j starts every
+  ``drift_block`` of its answers (j = 1 at once, 2, ...); the newest ``drift_keep`` are kept, and the version is
+  rolled back when the mixture M = sum_j w_j E_j, w_j = 1 / (j (j + 1)) (sum 1), reaches 1/drift_alpha. Each
+  E_j is a test supermartingale started at a stopping time (1 before), a weighted average of such is one, and
+  dropping old terms only lowers it, so by Ville the chance M ever crosses under H0 is <= ``drift_alpha`` (the
+  e-detector construction of Shin, Ramdas & Rinaldo 2024). Together: P(a version with precision >= floor is ever
+  rolled back) <= rollback_alpha + drift_alpha. A 30%-wrong stream is caught within 200 answers after 0 to 1,500
+  clean ones at live.
+
+Which answers feed a track: every version that serves a task has one. The release's own version (shadow, canary
+or live) is fed by all its pair rows (shadow answers and audits of the requests it served); while a candidate is
+in shadow or canary, the live version it would replace (``previous_live``, which serves the rest) has its own
+track at ``live``, fed only by audits (``pair_role`` audit) of the requests it served
+(:func:`serving_tracks`, :meth:`Track.accepts`).
 
 One decision per (version, task) per evaluation: after a decision the remaining evidence waits for the next
 evaluation (so a burst of audits cannot skip a stage). Rollback is checked before promotion on every answer.
@@ -18,11 +34,14 @@ which stays valid because an e-process may be stopped at any stopping time) whil
 rollback only narrows what the student serves.
 
 References: Ramdas, Grünwald, Vovk & Shafer (2023), "Game-theoretic statistics and safe anytime-valid
-inference", Statistical Science 38(4); Waudby-Smith & Ramdas (2023), JRSS-B 86(1) (the betting rule).
+inference", Statistical Science 38(4); Waudby-Smith & Ramdas (2023), JRSS-B 86(1) (the betting rule); Shin,
+Ramdas & Rinaldo (2024), "E-detectors: a nonparametric framework for sequential change detection", New England
+Journal of Statistics in Data Science 2(2) (restarted e-processes with summable weights).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
@@ -80,6 +99,9 @@ class ReleasePolicy:
     floor: float = 0.90
     alpha: float = 0.05
     rollback_alpha: float = 0.05
+    drift_alpha: float = 0.05  # level of the restarted rollback processes together (module docstring)
+    drift_block: int = 50  # answers between restarts
+    drift_keep: int = 6  # restarts kept (the newest)
 
     def __post_init__(self) -> None:
         if not 0.0 < self.floor < self.target < 1.0:
@@ -87,12 +109,40 @@ class ReleasePolicy:
                 f"need 0 < floor < target < 1 (got floor={self.floor}, target={self.target}); "
                 "e.g. target 0.95, floor 0.90"
             )
+        if not 0.0 < self.drift_alpha < 1.0 or self.drift_block < 1 or self.drift_keep < 1:
+            raise ValueError(
+                f"need 0 < drift_alpha < 1, drift_block >= 1, drift_keep >= 1 (got {self.drift_alpha}, "
+                f"{self.drift_block}, {self.drift_keep}); e.g. 0.05, 50, 6"
+            )
 
     def new_promote(self) -> BettingEProcess:
         return BettingEProcess.promote(1.0 - self.target, self.alpha)
 
     def new_rollback(self) -> BettingEProcess:
         return BettingEProcess.rollback(1.0 - self.floor, self.rollback_alpha)
+
+    def new_restart(self) -> BettingEProcess:
+        """A restarted rollback process (its own ``rejected`` is unused: the mixture decides)."""
+        return BettingEProcess.rollback(1.0 - self.floor, self.drift_alpha)
+
+
+def serving_tracks(release: TaskRelease) -> list[tuple[str, int]]:
+    """(version, ladder step) of every version to watch on a task, the release's own version first.
+
+    The release's version at its step; while it is in shadow or canary, also the live version it would replace
+    (``previous_live``, which serves the rest of the traffic), at ``live``.
+    """
+    step = step_of(release)
+    if step is None or not release.version:
+        return []
+    out = [(release.version, step)]
+    if (
+        release.stage in ("shadow", "canary")
+        and release.previous_live
+        and release.previous_live != release.version
+    ):
+        out.append((release.previous_live, LIVE))
+    return out
 
 
 @dataclass
@@ -105,6 +155,11 @@ class Track:
     promote: BettingEProcess
     rollback: BettingEProcess
     ignored: int = 0  # pair rows that say nothing about precision (pair error, below threshold)
+    restarts: list[tuple[int, BettingEProcess]] = field(
+        default_factory=list
+    )  # (j, drift restart), oldest first
+    live_seen: int = 0  # answers seen while live (restart j starts at live_seen = (j - 1) * drift_block)
+    drift_rejected_at: int | None = None  # rollback.n when the restart mixture reached 1/drift_alpha
 
     @classmethod
     def start(cls, version: str, task: str, step: int, policy: ReleasePolicy) -> Track:
@@ -118,6 +173,9 @@ class Track:
             "promote": self.promote.to_json(),
             "rollback": self.rollback.to_json(),
             "ignored": self.ignored,
+            "restarts": [[j, p.to_json()] for j, p in self.restarts],
+            "live_seen": self.live_seen,
+            "drift_rejected_at": self.drift_rejected_at,
         }
 
     @classmethod
@@ -129,13 +187,45 @@ class Track:
             BettingEProcess.from_json(d["promote"]),
             BettingEProcess.from_json(d["rollback"]),
             int(d.get("ignored", 0)),
+            [(int(j), BettingEProcess.from_json(p)) for j, p in d.get("restarts", [])],
+            int(d.get("live_seen", 0)),
+            d.get("drift_rejected_at"),
         )
 
     def at_step(self, step: int, policy: ReleasePolicy) -> Track:
         """The track after the manifest moved it to `step` (by us or an operator): fresh promote evidence."""
         if step == self.step:
             return self
-        return Track(self.version, self.task, step, policy.new_promote(), self.rollback, self.ignored)
+        return dataclasses.replace(self, step=step, promote=policy.new_promote())
+
+    def accepts(self, role: str) -> bool:
+        """Whether a pair row of this version with `role` is evidence here: a live version only learns from
+        audits of the requests it served; a version in shadow or canary from its shadow answers and audits."""
+        return self.step < LIVE or role == "audit"
+
+    def observe(self, error: bool, policy: ReleasePolicy) -> None:
+        """One audited answer: update every process; while live, start a drift restart every ``drift_block``."""
+        if self.step == LIVE:
+            if self.live_seen % policy.drift_block == 0:
+                j = self.live_seen // policy.drift_block + 1
+                self.restarts = [*self.restarts, (j, policy.new_restart())][-policy.drift_keep :]
+            self.live_seen += 1
+        self.promote.update(error)
+        self.rollback.update(error)
+        for _, proc in self.restarts:
+            proc.update(error)
+        if self.drift_rejected_at is None and self.drift_e_value >= 1.0 / policy.drift_alpha:
+            self.drift_rejected_at = self.rollback.n
+
+    @property
+    def drift_e_value(self) -> float:
+        """The restart mixture sum_j E_j / (j (j + 1)) over the kept restarts."""
+        return sum(p.e_value / (j * (j + 1)) for j, p in self.restarts)
+
+    @property
+    def rolled_back(self) -> bool:
+        """Whether either rollback rule (whole-life process, drift restarts) has rejected."""
+        return self.rollback.rejected or self.drift_rejected_at is not None
 
     def evidence_digest(self) -> str:
         """SHA-256 of the e-process states a decision rests on (part of the effect key)."""
@@ -183,6 +273,18 @@ def _evidence(track: Track) -> dict[str, Any]:
         "total_disagreements": r.errors,
         "rollback_e_value": _finite(r.e_value),
         "e_threshold": p.threshold,
+        "drift_e_value": _finite(track.drift_e_value),
+        "drift": [
+            {
+                "restart": j,
+                "after_audit": r.n - q.n,
+                "audits": q.n,
+                "disagreements": q.errors,
+                "e_value": _finite(q.e_value),
+                "e_threshold": q.threshold,
+            }
+            for j, q in track.restarts
+        ],
         "ignored": track.ignored,
         "evidence_digest": track.evidence_digest(),
     }
@@ -196,16 +298,25 @@ def decide(track: Track, policy: ReleasePolicy, frozen: bool = False) -> Decisio
     """What the current evidence says for `track` (rollback first, then promotion, else hold)."""
     name = f"{track.version} on {track.task} at {LADDER[track.step].describe()}"
     ev = _evidence(track)
-    if track.rollback.rejected:
+    if track.rolled_back:
+        if track.rollback.rejected:
+            what = (
+                f"{track.rollback.errors} of {track.rollback.n} audited answers disagree with the teacher; "
+                f"rollback e-value {track.rollback.e_value:.3g} >= {track.rollback.threshold:g}"
+            )
+        else:
+            j, first = track.restarts[0]
+            what = (
+                f"{first.errors} of its last {first.n} audited answers disagree with the teacher; drift e-value "
+                f"{track.drift_e_value:.3g} >= {1.0 / policy.drift_alpha:g}"
+            )
         return Decision(
             "rollback",
             track.version,
             track.task,
             track.step,
             None,
-            f"rolling back {name}: {track.rollback.errors} of {track.rollback.n} audited answers disagree with "
-            f"the teacher; rollback e-value {track.rollback.e_value:.3g} >= {track.rollback.threshold:g} "
-            f"(evidence precision < {policy.floor:g})",
+            f"rolling back {name}: {what} (evidence precision < {policy.floor:g})",
             ev,
         )
     if track.step < LIVE and track.promote.rejected:
@@ -266,10 +377,9 @@ def feed(
         if err is None:
             track.ignored += 1
             continue
-        track.promote.update(bool(err))
-        track.rollback.update(bool(err))
+        track.observe(bool(err), policy)
         # Cheap test first: decide() also works out the hold message, which simulates further audits.
-        if track.rollback.rejected or (track.step < LIVE and track.promote.rejected and not frozen):
+        if track.rolled_back or (track.step < LIVE and track.promote.rejected and not frozen):
             return decide(track, policy, frozen), consumed
     return decide(track, policy, frozen), consumed
 
