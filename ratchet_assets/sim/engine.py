@@ -11,7 +11,7 @@ Per simulated day d (1-based; workload day index d - 1):
 2. release control during the day: every ``tick_requests`` requests a sensor tick feeds the new pair rows, in
    order, to the (version, task) tracks of ``ratchet_assets.release.policy`` (betting e-processes; one decision per
    tick, the rest waits, as ``ratchet_assets.release.control.release_tick`` does) and applies a promote/rollback
-   with ``control.release_for`` / ``control.rolled_back`` to the in-memory manifest; a certified candidate enters
+   with ``control.release_for`` / ``control.rollback_release`` to the in-memory manifest; a certified candidate enters
    shadow when its task is on the teacher or live (``control._admit``'s rule). Evidence per row is
    ``ratchet_assets.release.evidence.PairRow.error``.
 3. the night, with the asset logic itself: ``night.traffic.consolidate_traffic`` -> ``night.examples
@@ -47,9 +47,17 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-from ratchet_assets.release.control import release_for, rolled_back
+from ratchet_assets.release.control import release_for, rollback_release
 from ratchet_assets.release.evidence import PairRow
-from ratchet_assets.release.policy import LADDER, Decision, ReleasePolicy, Track, decide, feed, step_of
+from ratchet_assets.release.policy import (
+    LADDER,
+    Decision,
+    ReleasePolicy,
+    Track,
+    decide,
+    feed,
+    serving_tracks,
+)
 from ratchet_assets.sim.student import CorruptedStudent, FastStudent, Student
 from ratchet_core import manifest as mf
 from ratchet_core.redact import redact_messages, redact_text
@@ -390,13 +398,13 @@ class Simulation:
         self._admit(day, i)
         tracks: dict[tuple[str, str], Track] = {}
         for task, rel in sorted(s.manifest.tasks.items()):
-            step = step_of(rel)
-            if step is None or not rel.version:
-                continue
-            prev = s.tracks.get((rel.version, task))
-            tracks[(rel.version, task)] = (
-                prev.at_step(step, policy) if prev else Track.start(rel.version, task, step, policy)
-            )
+            # every version serving the task is watched: the release's own version and, mid-rollout, the live
+            # version behind it (its audits can roll it back while a candidate is in shadow or canary)
+            for version, step in serving_tracks(rel):
+                prev = s.tracks.get((version, task))
+                tracks[(version, task)] = (
+                    prev.at_step(step, policy) if prev else Track.start(version, task, step, policy)
+                )
         s.tracks = tracks
         decision: Decision | None = None
         for t in tracks.values():
@@ -425,7 +433,8 @@ class Simulation:
         dep = self._deployment(d.version, d.task)
         track = s.tracks[(d.version, d.task)]
         if d.action == "rollback":
-            s.manifest.tasks[d.task] = rolled_back(cur)
+            rolled = {x.version for x in s.deployments if x.rolled_back_day is not None} | {d.version}
+            s.manifest.tasks[d.task] = rollback_release(cur, d.task, d.version, [], lambda v: v not in rolled)
             del s.tracks[(d.version, d.task)]
             if dep is not None:
                 dep.rolled_back_day, dep.stage = day, "rolled_back"
