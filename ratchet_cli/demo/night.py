@@ -1,0 +1,201 @@
+"""The demo's nights and release control.
+
+``python -m ratchet_cli.demo.night DAY OUT.json`` runs the code location's ``nightly`` job for partition DAY in
+the Dagster instance of ``$DAGSTER_HOME`` (the one `dagster dev` shows, so each night appears in the UI's runs and
+asset lineage) and writes a summary: which assets materialised (with their key metadata), which checks passed,
+which steps failed and why. It runs in its own process so a night never shares memory with the demo's driver and
+Ctrl-C can stop it by process group.
+
+``release_tick_once``: one evaluation of release control (what Dagster's ``release_promotion_sensor`` runs each
+tick), for ``ratchet demo --no-dagster-ui`` where no daemon runs the sensor.
+``serving_stages``: what the latest verified release manifest says each task is served by.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+NIGHT_JOB = "nightly"
+# The sensor's policy (ratchet_assets.defs.release_sensors._policy with NightConfig's default target 0.95).
+PROMOTE_TARGET = 0.95
+ROLLBACK_FLOOR = 0.90
+
+
+# --- the night, in its own process -------------------------------------------------------------------------------
+def _plain(value: Any) -> Any:
+    inner = getattr(value, "value", value)
+    if isinstance(inner, str | int | float | bool) or inner is None:
+        return inner
+    return str(inner)
+
+
+def _run_night(day: str) -> dict[str, Any]:
+    import dagster as dg
+
+    from ratchet_assets.definitions import defs as load_defs
+
+    job = load_defs().resolve_job_def(NIGHT_JOB)
+    started = time.monotonic()
+    with dg.DagsterInstance.get() as instance:
+        result = job.execute_in_process(
+            partition_key=day,
+            instance=instance,
+            raise_on_error=False,
+            tags={"ratchet/source": "ratchet-demo"},
+        )
+        materialised: dict[str, dict[str, Any]] = {}
+        for event in result.get_asset_materialization_events():
+            mat = event.materialization
+            assert mat is not None
+            materialised[mat.asset_key.to_user_string()] = {k: _plain(v) for k, v in mat.metadata.items()}
+        checks = {e.check_name: bool(e.passed) for e in result.get_asset_check_evaluations()}
+        failures = {}
+        for event in result.all_events:
+            if event.event_type_value == "STEP_FAILURE":
+                err = event.event_specific_data.error  # type: ignore[union-attr]
+                message = (err.message if err is not None else "failed").strip().splitlines()
+                failures[event.step_key or "?"] = message[0] if message else "failed"
+        skipped = [e.step_key for e in result.all_events if e.event_type_value == "STEP_SKIPPED"]
+    return {
+        "day": day,
+        "run_id": result.run_id,
+        "success": result.success,
+        "seconds": round(time.monotonic() - started, 1),
+        "materialised": materialised,
+        "checks": checks,
+        "failures": failures,
+        "skipped": sorted(s for s in skipped if s),
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = sys.argv[1:] if argv is None else argv
+    if len(args) != 2:
+        print("usage: python -m ratchet_cli.demo.night YYYY-MM-DD OUT.json", file=sys.stderr)
+        return 2
+    day, out = args
+    summary = _run_night(day)
+    tmp = Path(out).with_suffix(".tmp")
+    tmp.write_text(json.dumps(summary, indent=2, sort_keys=True))
+    os.replace(tmp, out)
+    return 0 if summary["success"] else 3
+
+
+# --- the driver's side --------------------------------------------------------------------------------------------
+@dataclass
+class NightResult:
+    day: str
+    exit_code: int
+    log_path: Path
+    summary: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def materialised(self) -> list[str]:
+        return sorted(self.summary.get("materialised", {}))
+
+    def meta(self, asset: str, key: str) -> Any:
+        return self.summary.get("materialised", {}).get(asset, {}).get(key)
+
+
+def run_night(day: str, env: dict[str, str], logs: Path, timeout_s: float = 3600.0) -> NightResult:
+    """Run the night of `day` in a child process (own process group); Ctrl-C interrupts it cleanly."""
+    logs.mkdir(parents=True, exist_ok=True)
+    log_path = logs / f"night-{day}.log"
+    out = logs / f"night-{day}.json"
+    out.unlink(missing_ok=True)
+    with open(log_path, "ab") as log:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "ratchet_cli.demo.night", day, str(out)],
+            env=env,
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+            cwd=env.get("DAGSTER_HOME") or None,
+        )
+        try:
+            code = proc.wait(timeout=timeout_s)
+        except BaseException:  # Ctrl-C, SIGTERM or the timeout: let Dagster mark the run, then make sure
+            _stop(proc)
+            raise
+    summary = json.loads(out.read_text()) if out.exists() else {}
+    return NightResult(day, code, log_path, summary)
+
+
+def _stop(proc: subprocess.Popen) -> None:
+    for sig, wait in ((signal.SIGINT, 20.0), (signal.SIGTERM, 10.0), (signal.SIGKILL, 10.0)):
+        try:
+            os.killpg(proc.pid, sig)
+        except ProcessLookupError:
+            return
+        try:
+            proc.wait(timeout=wait)
+            return
+        except subprocess.TimeoutExpired:
+            continue
+
+
+def release_tick_once(home: Path, state: dict[str, Any] | None) -> tuple[dict[str, Any], str | None]:
+    """One release-control evaluation; returns (new state, what it did or None when it held)."""
+    from ratchet_assets.release.control import release_tick
+    from ratchet_assets.release.policy import ReleasePolicy
+    from ratchet_core.control_db import make_engine
+    from ratchet_core.settings import load_settings
+    from ratchet_stats.keys import load_private_key_file
+
+    settings = load_settings()
+    engine = make_engine(settings.control_db_url)
+    try:
+        result = release_tick(
+            engine,
+            load_private_key_file(settings.signing_key_path),
+            Path(settings.lake_root),
+            Path(settings.artifacts_root),
+            state or None,
+            policy=ReleasePolicy(target=PROMOTE_TARGET, floor=ROLLBACK_FLOOR),
+        )
+    finally:
+        engine.dispose()
+    return result.state, (result.summary() if result.acted else None)
+
+
+def serving_stages(home: Path, tasks: list[str]) -> dict[str, dict[str, Any]]:
+    """Per task: stage, version and canary share from the newest manifest that verifies under the home's key."""
+    from ratchet_core import manifest as mf
+    from ratchet_core.control_db import make_engine
+    from ratchet_core.settings import load_settings
+    from ratchet_stats.keys import load_public_key
+
+    settings = load_settings()
+    engine = make_engine(settings.control_db_url)
+    try:
+        mf.ensure_tables(engine)
+        public = load_public_key((home / "keys" / "signing.pub").read_bytes())
+        manifest, _ = mf.latest_verified(engine, [public])
+    finally:
+        engine.dispose()
+    manifest = manifest or mf.Manifest.default()
+    out = {}
+    for task in tasks:
+        rel = manifest.serving(task)
+        out[task] = {"stage": rel.stage, "version": rel.version, "canary_percent": rel.canary_percent}
+    return out
+
+
+def describe_stage(s: dict[str, Any]) -> str:
+    if s["stage"] == "teacher":
+        return "teacher"
+    share = f" {s['canary_percent']:g}%" if s["stage"] == "canary" else ""
+    return f"{s['stage']}{share} {s['version']}"
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,441 @@
+"""The demo's day loop: start the services, drive each day's traffic through the gateway, run each night.
+
+A day: ``bursts`` bursts of the built-in workload spread over the first 80% of the day (``run_traffic``), then
+wait for the day to end on Ratchet's clock and for the gateway to seal its last segment (two sealing intervals
+after the last answer), then the night (``ratchet_cli.demo.night``), then one line per day: requests, share served
+by the student, accuracy, the receipt, the certificate and every task's stage. Release control runs in Dagster's
+daemon (``release_promotion_sensor``) when `dagster dev` runs, else here between bursts (``--no-dagster-ui``).
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ratchet_cli.demo.night import describe_stage, release_tick_once, run_night, serving_stages
+from ratchet_cli.demo.state import DayClock, DemoState, next_day, real_day_clock, set_accelerated_clock
+from ratchet_cli.demo.supervisor import Service, Supervisor
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+TASKS = ["tickets", "extract", "tools"]
+TRAFFIC_SPAN = 0.8  # share of the day over which the bursts are spread; the rest lets the last segment seal
+
+
+@dataclass
+class DemoOptions:
+    home: Path
+    days: int | None = None  # total days the demo runs (None: until Ctrl-C)
+    day_seconds: float | None = None  # None: real UTC days
+    requests_per_day: int = 360
+    workload: str = "mixed"
+    dagster_ui: bool = True
+    clock_start: str = "2026-01-01"
+    bursts: int = 6
+    concurrency: int = 4
+    stream_share: float = 0.1
+    gateway_port: int = 8100
+    teacher_port: int = 8101
+    student_port: int = 8102
+    dagster_port: int = 3000
+    ready_timeout_s: float = 300.0
+
+    @property
+    def accelerated(self) -> bool:
+        return self.day_seconds is not None
+
+    @property
+    def segment_seconds(self) -> float:
+        # Seal often enough that a day's last rows are in the lake soon after it ends.
+        return 60.0 if self.day_seconds is None else max(1.0, min(10.0, self.day_seconds / 10.0))
+
+
+def write_instance_config(dagster_home: Path) -> Path:
+    """``$DAGSTER_HOME/dagster.yaml`` from the repo's, with the SQLite folder made absolute (a relative
+    ``base_dir`` is resolved against each process's working directory, so `dagster dev` and a night started
+    elsewhere would keep separate run histories)."""
+    target = dagster_home / "dagster.yaml"
+    source = REPO_ROOT / "dagster.yaml"
+    text = source.read_text() if source.exists() else "telemetry:\n  enabled: false\n"
+    storage = (dagster_home / "storage").as_posix()
+    text = text.replace("base_dir: storage\n", f"base_dir: {storage}\n")
+    if "storage:" not in text:
+        text = f"storage:\n  sqlite:\n    base_dir: {storage}\n" + text
+    if not target.exists() or target.read_text() != text:
+        target.write_text(text)
+    return target
+
+
+@dataclass
+class Totals:
+    sent: int = 0
+    ok: int = 0
+    correct: int = 0
+    served_by: Counter = field(default_factory=Counter)
+    by_task: dict[str, Counter] = field(default_factory=dict)
+    error_samples: list[str] = field(default_factory=list)
+
+    def add(self, s: dict[str, Any]) -> None:
+        self.sent += s["sent"]
+        self.ok += s["ok"]
+        self.correct += s["correct"]
+        self.served_by.update(s["served_by"])
+        for task, c in s["by_task"].items():
+            self.by_task.setdefault(task, Counter()).update(c)
+        self.error_samples.extend(s["error_samples"][: max(0, 3 - len(self.error_samples))])
+
+    @property
+    def student_share(self) -> float:
+        return self.served_by.get("student", 0) / self.ok if self.ok else 0.0
+
+
+Echo = Callable[[str], None]
+
+
+class DemoRunner:
+    def __init__(
+        self, options: DemoOptions, echo: Echo, emit: Callable[[dict[str, Any]], None] | None = None
+    ):
+        self.o = options
+        self.home = options.home.resolve()
+        self.echo = echo
+        self.emit = emit
+        self.sup = Supervisor()
+        self.state = DemoState()
+        self.logs = self.home / "logs"
+        self.last_tick = 0.0
+        self.reports: list[dict[str, Any]] = []
+
+    # environment ------------------------------------------------------------------------------------------------
+    def base_env(self) -> dict[str, str]:
+        env = {k: v for k, v in os.environ.items() if k not in ("RATCHET_DAY_SECONDS", "RATCHET_CLOCK_START")}
+        env.update(
+            RATCHET_HOME=str(self.home),
+            RATCHET_TEACHER_API_BASE=f"http://127.0.0.1:{self.o.teacher_port}/v1",
+            RATCHET_STUDENT_BASE_URL=f"http://127.0.0.1:{self.o.student_port}/v1",
+            DAGSTER_HOME=str(self.home / "dagster"),
+            LITELLM_LOCAL_MODEL_COST_MAP="True",
+            PYTHONUNBUFFERED="1",
+        )
+        return env
+
+    def gateway_env(self) -> dict[str, str]:
+        env = self.base_env()
+        env.update(
+            RATCHET_API_KEYS=f"demo:{self.state.api_key}",
+            RATCHET_SEGMENT_SECONDS=f"{self.o.segment_seconds:g}",
+        )
+        if self.o.accelerated:
+            env.update(RATCHET_DAY_SECONDS=f"{self.o.day_seconds:g}", RATCHET_CLOCK_START=self.o.clock_start)
+        return env
+
+    def prepare_dagster_home(self) -> Path:
+        dagster_home = self.home / "dagster"
+        dagster_home.mkdir(parents=True, exist_ok=True)
+        write_instance_config(dagster_home)
+        return dagster_home
+
+    # services ---------------------------------------------------------------------------------------------------
+    def services(self) -> list[Service]:
+        py = sys.executable
+        ratchet = [py, "-m", "ratchet_cli.main"]
+        o = self.o
+        adapters = []
+        for cfg in sorted((self.home / "artifacts" / "adapters").glob("v*/adapter_config.json")):
+            adapters += ["--adapter", f"{cfg.parent.name}={cfg.parent}"]  # resume: serve what was promoted
+        svcs = [
+            Service(
+                "demo teacher",
+                [*ratchet, "demo-teacher", "--port", str(o.teacher_port)],
+                self.base_env(),
+                f"http://127.0.0.1:{o.teacher_port}/healthz",
+                f"http://127.0.0.1:{o.teacher_port}/v1",
+                self.logs / "demo-teacher.log",
+                o.teacher_port,
+            ),
+            Service(
+                "student server",
+                [*ratchet, "student-server", "--port", str(o.student_port), *adapters],
+                self.base_env(),
+                f"http://127.0.0.1:{o.student_port}/healthz",
+                f"http://127.0.0.1:{o.student_port}/v1",
+                self.logs / "student-server.log",
+                o.student_port,
+                ready_timeout_s=o.ready_timeout_s,
+            ),
+            Service(
+                "gateway",
+                [
+                    py,
+                    "-m",
+                    "ratchet_cli.demo.child",
+                    "gateway",
+                    "--port",
+                    str(o.gateway_port),
+                    "--log-level",
+                    "info",
+                ],
+                self.gateway_env(),
+                f"http://127.0.0.1:{o.gateway_port}/readyz",
+                f"http://127.0.0.1:{o.gateway_port}/v1",
+                self.logs / "gateway.log",
+                o.gateway_port,
+            ),
+        ]
+        if o.dagster_ui:
+            workspace = REPO_ROOT / "workspace.yaml"
+            where = ["-w", str(workspace)] if workspace.exists() else ["-m", "ratchet_assets.definitions"]
+            dagster = str(Path(py).with_name("dagster"))
+            svcs.append(
+                Service(
+                    "dagster",
+                    [dagster, "dev", *where, "-h", "127.0.0.1", "-p", str(o.dagster_port)],
+                    self.base_env(),
+                    f"http://127.0.0.1:{o.dagster_port}/server_info",
+                    f"http://127.0.0.1:{o.dagster_port}",
+                    self.logs / "dagster.log",
+                    o.dagster_port,
+                    ready_timeout_s=o.ready_timeout_s,
+                    cwd=self.home / "dagster",
+                )
+            )
+        return svcs
+
+    def start_services(self) -> None:
+        svcs = self.services()
+        for svc in svcs:
+            self.sup.start(svc)
+        for svc in svcs:
+            self.echo(f"waiting for {svc.name} ({svc.ready_url}) ...")
+            self.sup.wait_ready(svc)
+        self.echo("")
+        width = max(len(s.name) for s in svcs)
+        for svc in svcs:
+            self.echo(f"  {svc.name:<{width}}  {svc.url}   log: {svc.log_path}")
+        self.echo(
+            f"  {'api key':<{width}}  {self.state.api_key}   (client 'demo'; Authorization: Bearer <key>)"
+        )
+        self.echo(
+            f"  try: OPENAI_API_KEY={self.state.api_key} ratchet traffic --base-url "
+            f"http://127.0.0.1:{self.o.gateway_port}/v1 --requests 20\n"
+        )
+
+    # the loop ---------------------------------------------------------------------------------------------------
+    def run(self) -> list[dict[str, Any]]:
+        from ratchet_cli.init_cmd import ensure_home
+
+        os.environ["RATCHET_HOME"] = str(self.home)  # this process's own settings (release ticks, manifests)
+        info = ensure_home(self.home)
+        self.echo(f"Ratchet home {info['home']} (signing key id {info['key_id'][:16]}…)")
+        self.state = DemoState.load(self.home)
+        self.state.save(self.home)
+        self.prepare_dagster_home()
+        mode = f"accelerated: one day = {self.o.day_seconds:g} s" if self.o.accelerated else "real UTC days"
+        self.echo(f"clock: {mode}; {self.o.requests_per_day} requests a day ({self.o.workload})")
+        if self.o.days is not None and len(self.state.days_done) >= self.o.days:
+            self.echo(
+                f"all {self.o.days} day(s) already ran in {self.home} ({', '.join(self.state.days_done)}); "
+                f"pass --days {len(self.state.days_done) + 1} or more to continue"
+            )
+            self.print_verify()
+            return []
+        try:
+            self.start_services()
+            self.resume_open_day()
+            while self.o.days is None or len(self.state.days_done) < self.o.days:
+                day = self.next_day()
+                totals = self.run_day(day)
+                self.night(day, totals)
+        finally:
+            self.echo("stopping services ...")
+            killed = self.sup.stop_all()
+            if killed:
+                self.echo(f"had to kill: {', '.join(killed)}")
+        self.print_verify()
+        return self.reports
+
+    def next_day(self) -> str:
+        last = self.state.last_day()
+        if self.o.accelerated:
+            return next_day(last) if last else self.o.clock_start
+        from datetime import UTC, datetime
+
+        today = datetime.now(UTC).date().isoformat()
+        if self.state.open_day == today:
+            return today
+        return today if not last or last < today else next_day(last)
+
+    def resume_open_day(self) -> None:
+        """A day whose traffic started but whose night did not run: run its night first (real mode: if it is over)."""
+        day = self.state.open_day
+        if not day or day in self.state.days_done:
+            return
+        if not self.o.accelerated and time.time() < real_day_clock(day).real_end:
+            return  # still today: its remaining bursts run next
+        if not any((self.home / "lake" / "traffic" / f"day={day}").glob("*.parquet")):
+            self.state.open_day = None  # stopped before any of its traffic was sealed: the day starts over
+            self.state.bursts_done.pop(day, None)
+            self.state.save(self.home)
+            return
+        self.echo(f"resuming: {day}'s traffic was interrupted; running its night now")
+        self.night(day, Totals())
+
+    def run_day(self, day: str) -> Totals:
+        from ratchet_core.traffic import run_traffic
+
+        index = self.state.index_of(day)
+        if self.state.open_day != day:
+            self.state.open_day = day
+            self.state.bursts_done = {day: 0}
+        self.state.save(self.home)
+        done = int(self.state.bursts_done.get(day, 0))
+        clock = (
+            set_accelerated_clock(self.home, day, self.o.day_seconds)
+            if self.o.accelerated
+            else real_day_clock(day)
+        )
+        n, b = self.o.requests_per_day, self.o.bursts
+        sizes = [n // b + (1 if i < n % b else 0) for i in range(b)]
+        total = Totals()
+        self.echo(f"day {day} (#{index + 1}): sending {n} requests in {b} bursts ...")
+        for j in range(done, b):
+            self.wait_until(clock.real_time_at(TRAFFIC_SPAN * j / b), clock)
+            if sizes[j] == 0:
+                continue
+            summary = run_traffic(
+                f"http://127.0.0.1:{self.o.gateway_port}/v1",
+                self.state.api_key,
+                workload=self.o.workload,
+                requests=sizes[j],
+                concurrency=self.o.concurrency,
+                seed=index * 1000 + j,
+                day=index,
+                stream_share=self.o.stream_share,
+                timeout_s=120.0,
+            )
+            total.add(summary)
+            self.state.bursts_done[day] = j + 1
+            self.state.save(self.home)
+            self.tick()
+        last_answer = time.time()
+        self.wait_until(max(clock.real_end, last_answer + 2 * self.o.segment_seconds + 1.0), clock)
+        return total
+
+    def wait_until(self, real_time: float, clock: DayClock) -> None:
+        """Sleep until `real_time`, checking the children every second and ticking release control when due."""
+        while True:
+            self.sup.check_alive()
+            left = real_time - time.time()
+            if left <= 0:
+                return
+            self.tick()
+            time.sleep(min(1.0, left))
+
+    def tick(self, force: bool = False) -> None:
+        """--no-dagster-ui: one release-control evaluation (at most every few seconds unless forced)."""
+        if self.o.dagster_ui:
+            return
+        every = 60.0 if not self.o.accelerated else max(2.0, self.o.day_seconds / 10.0)
+        if not force and time.monotonic() - self.last_tick < every:
+            return
+        self.last_tick = time.monotonic()
+        self.state.release_state, acted = release_tick_once(self.home, self.state.release_state)
+        self.state.save(self.home)
+        if acted:
+            self.echo(f"  release: {acted}")
+
+    def night(self, day: str, totals: Totals) -> None:
+        self.echo(f"night of {day}: materialising the nightly job (log {self.logs / f'night-{day}.log'}) ...")
+        result = run_night(day, self.base_env(), self.logs)
+        self.state.days_done = sorted({*self.state.days_done, day})
+        if self.state.open_day == day:
+            self.state.open_day = None
+        self.state.bursts_done.pop(day, None)
+        self.state.save(self.home)
+        self.tick(force=True)  # --no-dagster-ui: admit the new certificate now
+        report = self.day_report(day, totals, result)
+        self.reports.append(report)
+        self.print_day(report)
+        if self.emit is not None:
+            self.emit(report)
+
+    # reporting --------------------------------------------------------------------------------------------------
+    def day_report(self, day: str, totals: Totals, result) -> dict[str, Any]:
+        artifacts = self.home / "artifacts"
+        receipt = artifacts / "receipts" / day / "receipt.dsse.json"
+        version = result.meta("lora_adapter", "version") or result.meta("evaluation_certificate", "version")
+        bom = artifacts / "boms" / str(version) / "bom.dsse.json" if version else None
+        certified = result.meta("evaluation_certificate", "certified_tasks")
+        return {
+            "day": day,
+            "requests": totals.sent,
+            "ok": totals.ok,
+            "errors": totals.sent - totals.ok,
+            "error_samples": totals.error_samples,
+            "accuracy": (totals.correct / totals.ok) if totals.ok else None,
+            "served_by": dict(totals.served_by),
+            "student_share": totals.student_share,
+            "by_task": {t: dict(c) for t, c in sorted(totals.by_task.items())},
+            "night": {
+                "exit_code": result.exit_code,
+                "seconds": result.summary.get("seconds"),
+                "run_id": result.summary.get("run_id"),
+                "materialised": result.materialised,
+                "failures": result.summary.get("failures", {}),
+                "log": str(result.log_path),
+            },
+            "adapter_version": version,
+            "certified_tasks": []
+            if certified in (None, "none")
+            else [t.strip() for t in certified.split(",")],
+            "saved_usd": result.meta("daily_receipt", "saved_usd"),
+            "receipt": str(receipt) if receipt.exists() else None,
+            "bom": str(bom) if bom is not None and bom.exists() else None,
+            "stages": serving_stages(self.home, TASKS),
+        }
+
+    def print_day(self, r: dict[str, Any]) -> None:
+        acc = "-" if r["accuracy"] is None else f"{r['accuracy']:.1%}"
+        self.echo(
+            f"day {r['day']}: {r['requests']} requests ({r['errors']} errors), "
+            f"student served {r['student_share']:.1%}, accuracy {acc}"
+        )
+        for sample in r["error_samples"]:
+            self.echo(f"  error: {sample}")
+        night = r["night"]
+        self.echo(f"  night: {', '.join(night['materialised']) or 'nothing'} ({night['seconds']} s)")
+        for step, msg in night["failures"].items():
+            self.echo(f"  night step {step} did not complete: {msg}")
+        if r["adapter_version"]:
+            certified = ", ".join(r["certified_tasks"]) or "none yet (not enough evidence)"
+            self.echo(f"  adapter {r['adapter_version']}: certified for {certified}")
+        self.echo(f"  receipt: {r['receipt'] or 'none (see ' + night['log'] + ')'}")
+        if r["saved_usd"] is not None:
+            self.echo(f"  saved against all-teacher: ${r['saved_usd']:.6f}")
+        if r["bom"]:
+            self.echo(f"  bom: {r['bom']}")
+        self.echo("  stages: " + ", ".join(f"{t}={describe_stage(s)}" for t, s in r["stages"].items()))
+
+    def print_verify(self) -> None:
+        receipts = sorted((self.home / "artifacts" / "receipts").glob("*/receipt.dsse.json"))
+        boms = sorted((self.home / "artifacts" / "boms").glob("*/bom.dsse.json"))
+        if not receipts and not boms:
+            return
+        pub = self.home / "keys" / "signing.pub"
+        self.echo("\nverify the evidence offline (public key only):")
+        if receipts:
+            last = receipts[-1]
+            prev = f" --prev {receipts[-2]}" if len(receipts) > 1 else ""
+            self.echo(f"  ratchet verify receipt {last} --key {pub}{prev}")
+        for bom in boms[-1:]:
+            version = bom.parent.name
+            adapter = self.home / "artifacts" / "adapters" / version
+            notice = bom.parent / "NOTICE.md"
+            extra = f" --notice {notice}" if notice.exists() else ""
+            extra += f" --adapter-dir {adapter}" if adapter.exists() else ""
+            self.echo(f"  ratchet verify bom {bom} --key {pub}{extra}")

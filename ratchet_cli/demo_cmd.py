@@ -1,0 +1,146 @@
+"""`ratchet demo`: the whole loop on this machine.
+
+Starts the demo teacher, the student server, the gateway and Dagster (`dagster dev`: webserver + daemon) on
+loopback as child processes, drives the built-in workload through the gateway every day, runs every night in
+Dagster (traffic -> examples -> golden split -> training set -> adapter -> certificate -> BOM, and the signed
+daily receipt), and lets the release sensor promote what the statistics certify. Ctrl-C stops everything; run it
+again to resume (state under ``$RATCHET_HOME/demo/``). Parts: ``ratchet_cli.demo``.
+"""
+
+from __future__ import annotations
+
+import json
+import signal
+import sys
+from pathlib import Path
+
+import click
+
+
+def _sigterm_as_interrupt(signum, frame):  # noqa: ARG001
+    raise KeyboardInterrupt
+
+
+@click.command("demo")
+@click.option(
+    "--days",
+    type=click.IntRange(min=1),
+    default=None,
+    help="Stop after this many days in total (a rerun continues up to it). Default: until Ctrl-C.",
+)
+@click.option(
+    "--day-seconds",
+    type=click.FloatRange(min=5.0),
+    default=None,
+    help="Accelerated clock: one day lasts this many real seconds. Default: real UTC days.",
+)
+@click.option(
+    "--requests-per-day",
+    type=click.IntRange(min=1),
+    default=360,
+    show_default=True,
+    help="Requests sent a day.",
+)
+@click.option(
+    "--workload",
+    type=click.Choice(["mixed", "tickets", "extract", "tools"]),
+    default="mixed",
+    show_default=True,
+    help="Built-in workload to send.",
+)
+@click.option(
+    "--home",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=None,
+    help="Ratchet home (default $RATCHET_HOME, else ./.ratchet).",
+)
+@click.option(
+    "--no-dagster-ui", is_flag=True, help="Do not start `dagster dev`; run release control in-process."
+)
+@click.option(
+    "--clock-start",
+    default="2026-01-01",
+    show_default=True,
+    help="First day of the accelerated clock (YYYY-MM-DD).",
+)
+@click.option(
+    "--bursts", type=click.IntRange(1, 100), default=6, show_default=True, help="Traffic bursts a day."
+)
+@click.option(
+    "--concurrency", type=click.IntRange(1, 64), default=4, show_default=True, help="Requests in flight."
+)
+@click.option("--gateway-port", type=int, default=8100, show_default=True)
+@click.option("--teacher-port", type=int, default=8101, show_default=True)
+@click.option("--student-port", type=int, default=8102, show_default=True)
+@click.option("--dagster-port", type=int, default=3000, show_default=True)
+@click.option(
+    "--json", "as_json", is_flag=True, help="Print one JSON object per day (stdout) instead of text."
+)
+def demo(
+    days: int | None,
+    day_seconds: float | None,
+    requests_per_day: int,
+    workload: str,
+    home: Path | None,
+    no_dagster_ui: bool,
+    clock_start: str,
+    bursts: int,
+    concurrency: int,
+    gateway_port: int,
+    teacher_port: int,
+    student_port: int,
+    dagster_port: int,
+    as_json: bool,
+) -> None:
+    """Run the whole loop on this machine: teacher, student, gateway, Dagster, nightly training and release.
+
+    Example (three nights in a few minutes): ratchet demo --days 3 --day-seconds 60
+    """
+    from datetime import date
+
+    from ratchet_cli.demo.runner import DemoOptions, DemoRunner
+    from ratchet_cli.demo.supervisor import ServiceError
+    from ratchet_core.settings import SettingsError, load_settings
+
+    try:
+        date.fromisoformat(clock_start)
+    except ValueError:
+        raise click.BadParameter(
+            f"{clock_start!r}: write a day as YYYY-MM-DD", param_hint="--clock-start"
+        ) from None
+    try:
+        settings = load_settings(**({"home": home} if home else {}))
+    except SettingsError as exc:
+        raise click.ClickException(str(exc)) from None
+    options = DemoOptions(
+        home=settings.home,
+        days=days,
+        day_seconds=day_seconds,
+        requests_per_day=requests_per_day,
+        workload=workload,
+        dagster_ui=not no_dagster_ui,
+        clock_start=clock_start,
+        bursts=bursts,
+        concurrency=concurrency,
+        gateway_port=gateway_port,
+        teacher_port=teacher_port,
+        student_port=student_port,
+        dagster_port=dagster_port,
+    )
+
+    def echo(line: str) -> None:
+        click.echo(line, err=as_json)
+
+    def emit(report: dict) -> None:
+        click.echo(json.dumps(report, sort_keys=True))
+
+    previous = signal.signal(signal.SIGTERM, _sigterm_as_interrupt)
+    try:
+        DemoRunner(options, echo, emit if as_json else None).run()
+    except KeyboardInterrupt:
+        echo("\nstopped. Run the same command again to resume where it left off.")
+        sys.exit(130)
+    except (ServiceError, ValueError) as exc:
+        raise click.ClickException(str(exc)) from None
+    finally:
+        signal.signal(signal.SIGTERM, previous)
