@@ -1,0 +1,153 @@
+"""Browser check: a night materialised into a DAGSTER_HOME shows in the Dagster UI's asset graph.
+
+Materialises traffic -> examples -> golden_split -> training_set and daily_receipt for one day of fixture traffic
+into the instance of a temp DAGSTER_HOME, starts `dagster-webserver -w workspace.yaml` on a free loopback port
+over that instance, opens the `night` group's lineage in headless Debian Chromium (playwright, no browser
+download) and asserts every node is drawn with a latest materialisation event, then saves a screenshot.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from ratchet_cli.demo.runner import REPO_ROOT, write_instance_config
+from ratchet_cli.demo.supervisor import Service, Supervisor
+
+CHROMIUM = Path("/usr/bin/chromium")
+DAY = "2026-01-01"
+NIGHT_ASSETS = ["traffic", "examples", "golden_split", "training_set", "daily_receipt"]
+LAUNCH_ARGS = [
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--no-first-run",
+]
+
+pytestmark = pytest.mark.slow
+
+
+def _materialise_night(home: Path, dagster_home: Path) -> None:
+    import dagster as dg
+
+    from ratchet_assets.defs.daily_receipt import daily_receipt
+    from ratchet_assets.defs.examples import examples
+    from ratchet_assets.defs.golden_split import golden_split
+    from ratchet_assets.defs.resources import night_resources
+    from ratchet_assets.defs.traffic import traffic
+    from ratchet_assets.defs.training_set import training_set
+
+    with dg.DagsterInstance.from_config(str(dagster_home)) as instance:
+        result = dg.materialize(
+            [traffic, examples, golden_split, training_set, daily_receipt],
+            partition_key=DAY,
+            instance=instance,
+            resources=night_resources(home),
+        )
+        assert result.success
+        # Stored in the instance the webserver will read (not an ephemeral one).
+        assert {k.to_user_string() for k in instance.get_asset_keys()} >= set(NIGHT_ASSETS)
+
+
+def _node_events(body: str) -> dict[str, str]:
+    """Asset name -> the text after its node's 'Latest event' label, from the lineage page's text."""
+    lines = [line.strip() for line in body.splitlines() if line.strip()]
+    out = {}
+    for i, line in enumerate(lines[:-2]):
+        if line in NIGHT_ASSETS and lines[i + 1] == "Latest event":
+            out[line] = lines[i + 2]
+    return out
+
+
+def _wait_for_materialised(page, deadline_s: float) -> str:
+    """The page text once every night node shows a latest event time (statuses load after the nodes)."""
+    deadline = time.monotonic() + deadline_s
+    while True:
+        body = page.inner_text("body")
+        events = _node_events(body)
+        if set(events) == set(NIGHT_ASSETS) and all(w.endswith("ago") for w in events.values()):
+            return body
+        if time.monotonic() > deadline:
+            return body  # the assertions below say what is missing
+        page.wait_for_timeout(500)
+
+
+@pytest.mark.skipif(
+    not CHROMIUM.exists(), reason="/usr/bin/chromium is missing (CI installs Debian's chromium)"
+)
+def test_the_nights_assets_show_materialised_in_the_asset_graph(
+    keyed_home, clean_env, ports, tmp_path
+) -> None:
+    from playwright.sync_api import sync_playwright
+
+    from ratchet_assets.night.fixtures import write_day
+
+    write_day(keyed_home / "lake", DAY, 40, seed=1)
+    dagster_home = tmp_path / "dagster_home"
+    dagster_home.mkdir()
+    write_instance_config(dagster_home)
+    _materialise_night(keyed_home, dagster_home)
+
+    port = ports[0]
+    workspace = REPO_ROOT / "workspace.yaml"
+    where = ["-w", str(workspace)] if workspace.exists() else ["-m", "ratchet_assets.definitions"]
+    location = "ratchet" if workspace.exists() else "ratchet_assets.definitions"
+    env = {**clean_env, "DAGSTER_HOME": str(dagster_home), "RATCHET_HOME": str(keyed_home)}
+    webserver = Service(
+        "dagster webserver",
+        [
+            str(Path(sys.executable).with_name("dagster-webserver")),
+            *where,
+            "-h",
+            "127.0.0.1",
+            "-p",
+            str(port),
+        ],
+        env,
+        f"http://127.0.0.1:{port}/server_info",
+        f"http://127.0.0.1:{port}",
+        tmp_path / "webserver.log",
+        port,
+        ready_timeout_s=120,
+        cwd=dagster_home,
+    )
+    sup = Supervisor()
+    try:
+        sup.start(webserver)
+        sup.wait_ready(webserver)
+        with sync_playwright() as pw:
+            browser = pw.chromium.launch(executable_path=str(CHROMIUM), args=LAUNCH_ARGS)
+            try:
+                page = browser.new_page(viewport={"width": 1600, "height": 1000})
+                page.goto(f"{webserver.url}/locations/{location}/asset-groups/night/lineage")
+                for name in NIGHT_ASSETS:  # nodes are drawn once the code location has loaded
+                    page.get_by_text(name, exact=True).first.wait_for(timeout=120_000)
+                body = _wait_for_materialised(page, deadline_s=90)
+                skip = page.get_by_role("button", name="Skip")  # Dagster's first-visit newsletter prompt
+                if skip.count() and skip.first.is_visible():
+                    skip.first.click()
+                shot = tmp_path / "asset-graph.png"
+                page.screenshot(path=str(shot))
+            finally:
+                browser.close()
+    finally:
+        sup.stop_all(timeout_s=20)
+
+    assert shot.stat().st_size > 10_000
+    events = _node_events(body)
+    assert set(events) == set(NIGHT_ASSETS), body[:2000]
+    # A materialised node shows when ("12 seconds ago"); a never-materialised one shows a dash.
+    for name, when in events.items():
+        assert when.endswith("ago"), f"{name}: latest event {when!r}"
+    # The downstream assets of the night that did not run here are drawn as links out of the group, unmaterialised.
+    assert "lora_adapter" in body and "lora_adapter" not in events
+
+
+def test_node_event_parser_reads_the_lineage_text() -> None:
+    body = "night\ntraffic\nLatest event\n31 seconds ago\nAsset checks\nexamples\nLatest event\n–\n"
+    assert _node_events(body) == {"traffic": "31 seconds ago", "examples": "–"}
