@@ -160,16 +160,41 @@ def _rules(key: bytes) -> list[tuple[re.Pattern[str], Callable[[re.Match[str]], 
 
 
 _DEFAULT_RULES = _rules(DEFAULT_KEY)
-# Cheap pre-filter: text with no digit, '@' or 'Bearer'/'sk-'-like material has nothing to redact.
-_MAYBE = re.compile(r"[\d@]|bearer|[A-Za-z0-9_-]{16,}", re.IGNORECASE)
+_DIGITS = str.maketrans("", "", "0123456789")
+_TOKEN_RUN = re.compile(r"[A-Za-z0-9_+/-]{32}")
+_KEY_HINTS = ("sk-", "k_live_", "k_test_", "AKIA", "ghp_", "gho_", "ghu_", "ghs_", "ghr_", "xox")
+
+
+def _gates(s: str) -> tuple[bool, ...]:
+    """Cheap C-speed pre-checks, one per rule in _rules order: a rule whose gate is False cannot match, so its
+    regex is skipped (a plain sentence costs a few microseconds instead of a dozen regex scans)."""
+    digits = len(s) - len(s.translate(_DIGITS))
+    colons = s.count(":")
+    long_run = len(s) >= 32 and any(len(w) >= 32 for w in s.split()) and _TOKEN_RUN.search(s) is not None
+    return (
+        "bearer" in s.lower(),  # bearer
+        any(h in s for h in _KEY_HINTS),  # provider keys
+        "eyJ" in s,  # JWT
+        "@" in s,  # email
+        long_run,  # long opaque tokens
+        digits >= 4 and len(s) >= 15,  # IBAN
+        digits >= 13,  # card
+        colons >= 2,  # IPv6
+        digits >= 4 and s.count(".") >= 3,  # IPv4
+        "+" in s and digits >= 8,  # international phone
+        digits >= 10,  # NANP phone
+        digits >= 9,  # trunk-prefixed phone
+    )
 
 
 def redact_text(s: str, key: bytes = DEFAULT_KEY) -> str:
     """Return ``s`` with every email, phone, card, IBAN, IP address and key-like string replaced by a placeholder."""
-    if not s or not _MAYBE.search(s):
+    if not s or len(s) < 6:
         return s
     rules = _DEFAULT_RULES if key == DEFAULT_KEY else _rules(key)
-    for pattern, fn in rules:
+    for (pattern, fn), gate in zip(rules, _gates(s), strict=True):
+        if not gate:
+            continue
 
         def sub(m: re.Match[str], fn: Callable[[re.Match[str]], str | None] = fn) -> str:
             out = fn(m)

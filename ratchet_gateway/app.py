@@ -152,6 +152,10 @@ class Gateway:
     # lifecycle -----------------------------------------------------------------------------------------------
     async def start(self) -> None:
         s = self.settings
+        if self.keys.empty:
+            log.warning(
+                "RATCHET_API_KEYS is empty: every request gets 401; set it to name:secret,... or @file"
+            )
         await asyncio.to_thread(self.ledger.open)
         self.teacher = Upstream(s.teacher_model, s.teacher_api_base, s.teacher_api_key, s.upstream_timeout_s)
         self.student = Upstream(

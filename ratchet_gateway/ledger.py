@@ -109,6 +109,7 @@ class Ledger:
         self._loader_stop = threading.Event()
         self._seal_request = threading.Event()
         self._seal_done = threading.Condition()
+        self._flushed = threading.Condition()  # notified after every journal batch
         self._seals_completed = 0
         self._seq = 0
         self._written_seq = 0
@@ -240,6 +241,8 @@ class Ledger:
             if err is None:
                 with self._load_lock:
                     self._to_load.extend(row for _, row, _, _ in batch)
+            with self._flushed:
+                self._flushed.notify_all()
             by_loop: dict[asyncio.AbstractEventLoop, list[asyncio.Future]] = {}
             for _, _, fut, loop in batch:
                 if fut is not None:
@@ -333,7 +336,10 @@ class Ledger:
         return written
 
     def seal_now(self, timeout: float = 30.0) -> None:
-        """Ask the loader to load and seal everything durable so far, and wait for it."""
+        """Wait until every row appended so far is journaled, then have the loader load and seal it all."""
+        target = self._seq
+        with self._flushed:
+            self._flushed.wait_for(lambda: self._written_seq >= target or self.error is not None, timeout)
         with self._seal_done:
             target = self._seals_completed + 1
             self._seal_request.set()

@@ -1,17 +1,21 @@
-"""Receipts, proofs and the public key, served to clients from the artifacts the control plane wrote.
+"""Receipts, proofs and the public key, served to clients from the files the ``daily_receipt`` asset wrote.
 
-File layout read (written by the daily_receipt asset):
+Layout read (``ratchet_assets.night.receipts``), under ``<artifacts>/receipts/<day>/``:
 
-- ``<artifacts>/receipts/<day>/receipt.dsse.json``: the signed receipt of that day (DSSE envelope).
-- ``<artifacts>/receipts/<day>/proofs/<request_id>.json``: one Merkle inclusion proof per request row, a JSON
-  object with at least ``client`` (who made the request); the proof is returned as is.
+- ``receipt.dsse.json``: the signed receipt (DSSE envelope, canonical JSON);
+- ``rows.parquet``: the Merkle leaves in tree order, columns ``index``, ``request_id``, ``client``, ``leaf`` (the
+  canonical JSON text that is hashed, RFC 9162 leaf = SHA-256(0x00 || leaf)).
 
-A client sees only its own rows: a proof of another client's request is a 404, exactly like a missing one, so
-its existence is not revealed. ``GET /ratchet/public-key`` returns the PEM of the manifest/receipt key(s).
+``GET /ratchet/receipts/{day}`` returns the envelope plus the calling client's own leaves;
+``GET /ratchet/receipts/{day}/proof/{request_id}`` returns an RFC 9162 inclusion proof in the shape of
+``ratchet_stats.receipt`` (``_type`` = its PROOF_TYPE; verify with ``ratchet verify proof``), computed here with
+``ratchet_stats.merkle`` (the gateway never imports the control plane). Another client's request is a 404 exactly
+like a missing one, so its existence is not revealed. ``GET /ratchet/public-key`` returns the signing public key(s).
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
 import re
 from pathlib import Path
@@ -24,29 +28,74 @@ _DAY = re.compile(r"^\d{4}-\d{2}-\d{2}$")
 _RID = re.compile(r"^[A-Za-z0-9_.-]{1,128}$")
 
 
+def _read_rows(path: Path) -> dict[str, list]:
+    import pyarrow.parquet as pq
+
+    t = pq.read_table(path, columns=["request_id", "client", "leaf"])
+    return {name: t.column(name).to_pylist() for name in ("request_id", "client", "leaf")}
+
+
+def build_proof(folder: Path, day: str, request_id: str, client: str) -> dict | None:
+    """The inclusion proof of `request_id` if it is in the day's receipt and belongs to `client`, else None."""
+    from ratchet_stats import merkle
+    from ratchet_stats.receipt import PROOF_TYPE, envelope_digest
+
+    rows = _read_rows(folder / "rows.parquet")
+    try:
+        index = rows["request_id"].index(request_id)
+    except ValueError:
+        return None
+    if rows["client"][index] != client:
+        return None
+    leaves = [s.encode("utf-8") for s in rows["leaf"]]
+    envelope = json.loads((folder / "receipt.dsse.json").read_bytes())
+    return {
+        "_type": PROOF_TYPE,
+        "day": day,
+        "request_id": request_id,
+        "index": index,
+        "size": len(leaves),
+        "leaf": rows["leaf"][index],
+        "proof": [h.hex() for h in merkle.inclusion_proof(leaves, index)],
+        "root": merkle.root(leaves).hex(),
+        "receipt_digest": envelope_digest(envelope),
+    }
+
+
 def add_receipt_routes(app: FastAPI, gw) -> None:
     from ratchet_gateway.app import json_response, openai_error
 
-    def root() -> Path:
-        return Path(gw.settings.artifacts_root) / "receipts"
+    def folder(day: str) -> Path:
+        return Path(gw.settings.artifacts_root) / "receipts" / day
 
     def client_of(request: Request) -> str | None:
         return gw.keys.authenticate(request.headers.get("authorization"))
 
+    def no_receipt(day: str) -> Response:
+        return openai_error(
+            404, f"no receipt for {day} yet; receipts are signed after the day closes", "receipt_not_found"
+        )
+
     @app.get("/ratchet/receipts/{day}")
     async def receipt(day: str, request: Request) -> Response:
-        if client_of(request) is None:
+        client = client_of(request)
+        if client is None:
             return openai_error(401, "invalid or missing API key", "invalid_api_key")
         if not _DAY.match(day):
             return openai_error(400, "day must be YYYY-MM-DD")
-        path = root() / day / "receipt.dsse.json"
-        if not path.exists():
-            return openai_error(
-                404,
-                f"no receipt for {day} yet; receipts are signed after the day closes",
-                "receipt_not_found",
+        f = folder(day)
+        if not (f / "receipt.dsse.json").exists() or not (f / "rows.parquet").exists():
+            return no_receipt(day)
+        rows = await asyncio.to_thread(_read_rows, f / "rows.parquet")
+        mine = [
+            {"index": i, "request_id": rid, "leaf": leaf}
+            for i, (rid, c, leaf) in enumerate(
+                zip(rows["request_id"], rows["client"], rows["leaf"], strict=True)
             )
-        return json_response(json.loads(path.read_text()))
+            if c == client
+        ]
+        envelope = json.loads((f / "receipt.dsse.json").read_bytes())
+        return json_response({"day": day, "client": client, "envelope": envelope, "rows": mine})
 
     @app.get("/ratchet/receipts/{day}/proof/{request_id}")
     async def proof(day: str, request_id: str, request: Request) -> Response:
@@ -55,17 +104,14 @@ def add_receipt_routes(app: FastAPI, gw) -> None:
             return openai_error(401, "invalid or missing API key", "invalid_api_key")
         if not _DAY.match(day) or not _RID.match(request_id):
             return openai_error(400, "day must be YYYY-MM-DD and request_id an x-ratchet-request-id value")
-        path = root() / day / "proofs" / f"{request_id}.json"
-        missing = openai_error(
-            404,
-            f"no proof for request {request_id} on {day} (not yours, or not receipted yet)",
-            "proof_not_found",
-        )
-        if not path.exists():
-            return missing
-        data = json.loads(path.read_text())
-        if data.get("client") != client:
-            return missing
+        f = folder(day)
+        if not (f / "receipt.dsse.json").exists() or not (f / "rows.parquet").exists():
+            return no_receipt(day)
+        data = await asyncio.to_thread(build_proof, f, day, request_id, client)
+        if data is None:
+            return openai_error(
+                404, f"no request {request_id} of yours in the receipt for {day}", "proof_not_found"
+            )
         return json_response(data)
 
     @app.get("/ratchet/public-key")

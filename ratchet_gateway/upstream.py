@@ -196,6 +196,8 @@ class Upstream:
                             if data == b"[DONE]":
                                 return
                             yield data
+            # OpenAI-compatible servers always end with [DONE]: a body that stops before it is a broken stream.
+            raise GatewayError(502, "the model's stream ended before [DONE]; retry", "upstream_stream_broken")
         finally:
             resp.release()
 
