@@ -112,7 +112,9 @@ def bom(context: dg.AssetExecutionContext, paths: RatchetPaths, signer: Signer) 
         data_sets=[train, golden_set],
         teacher_model=teacher,
     ).encode("utf-8")
-    hyper = {k: v for k, v in record["config"].items() if v is not None}
+    hyper = record.get("hyperparameters") or {
+        k: v for k, v in record["config"].items() if v is not None and k != "num_threads"
+    }
     document = BB.build_bom(
         version=version,
         adapter_files=record["files"],

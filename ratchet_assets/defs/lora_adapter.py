@@ -116,6 +116,18 @@ def launch_rank(effects: Any, key: str) -> int:
     return next(i for i, r in enumerate(ordered, 1) if r.key == key)
 
 
+def _effective_hyperparameters(adapter_dir: Path, train_config: dict[str, Any]) -> dict[str, Any]:
+    """Every hyper-parameter the run used (the trainer's own record when present), for the BOM."""
+    meta_file = adapter_dir / "ratchet_train.json"
+    data = dict(train_config)
+    if meta_file.exists():
+        meta = json.loads(meta_file.read_text())
+        data.update(meta.get("config") or {})
+        if "prompt_window" in meta:
+            data["prompt_window"] = meta["prompt_window"]
+    return {k: v for k, v in data.items() if v is not None and k != "num_threads"}
+
+
 def pipes_client() -> dg.PipesSubprocessClient:
     """The Pipes client that runs training (swap for ``dagster_k8s.PipesK8sClient`` at scale; module docstring)."""
     return dg.PipesSubprocessClient()
@@ -202,6 +214,7 @@ def lora_adapter(
             "base": {k: identity[k] for k in ("name", "sha256", "files")},
             "base_path": str(base),
             "config": train_config,
+            "hyperparameters": _effective_hyperparameters(target, train_config),
             "config_hash": config_hash,
             "train_rows_root": rows_root,
             "train_day": day,
