@@ -58,6 +58,9 @@ class GatewayOptions:
     manifest_loader: Callable[[], tuple[Any, int]] | None = None  # () -> (Manifest | None, rejected rows)
     load_interval: float = 0.2
     pair_drain_timeout_s: float = 30.0
+    teacher_via_litellm: bool = (
+        False  # force litellm.acompletion for the teacher (measuring; non-OpenAI providers)
+    )
 
 
 def _public_keys(settings: Settings) -> list[Any]:
@@ -157,7 +160,13 @@ class Gateway:
                 "RATCHET_API_KEYS is empty: every request gets 401; set it to name:secret,... or @file"
             )
         await asyncio.to_thread(self.ledger.open)
-        self.teacher = Upstream(s.teacher_model, s.teacher_api_base, s.teacher_api_key, s.upstream_timeout_s)
+        self.teacher = Upstream(
+            s.teacher_model,
+            s.teacher_api_base,
+            s.teacher_api_key,
+            s.upstream_timeout_s,
+            force_litellm=self.options.teacher_via_litellm,
+        )
         self.student = Upstream(
             "student", s.student_base_url, s.student_api_key, s.student_timeout_s, resolve=False
         )

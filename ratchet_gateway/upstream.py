@@ -83,7 +83,13 @@ class Upstream:
     """One model endpoint. ``complete(body)`` -> response dict; ``stream(body)`` -> SSE ``data:`` payloads."""
 
     def __init__(
-        self, model: str, api_base: str | None, api_key: str | None, timeout_s: float, resolve: bool = True
+        self,
+        model: str,
+        api_base: str | None,
+        api_key: str | None,
+        timeout_s: float,
+        resolve: bool = True,
+        force_litellm: bool = False,
     ):
         self.requested_model = model
         self.api_key = api_key
@@ -98,7 +104,7 @@ class Upstream:
         if provider == "openai" and not base:
             base = "https://api.openai.com/v1"
         self.base = (base or "").rstrip("/")
-        self.fast = provider in OPENAI_COMPATIBLE and bool(self.base)
+        self.fast = provider in OPENAI_COMPATIBLE and bool(self.base) and not force_litellm
         self._session: aiohttp.ClientSession | None = None
         self._headers = {"Content-Type": "application/json"}
         if self.api_key:

@@ -88,7 +88,7 @@ def sealed_rows(lake: Path | str) -> list[dict]:
 
 @contextmanager
 def running_gateway(
-    tmp_path: Path, teacher_url: str, student_url: str | None = None, **overrides
+    tmp_path: Path, teacher_url: str, student_url: str | None = None, options: dict | None = None, **overrides
 ) -> Iterator[RunningGateway]:
     from ratchet_core.control_db import make_engine
     from ratchet_gateway.app import GatewayOptions, create_app
@@ -112,7 +112,8 @@ def running_gateway(
     settings = Settings(**values)
     key = generate_private_key()
     app = create_app(
-        settings, GatewayOptions(replica="gw", public_keys=[key.public_key()], load_interval=0.05)
+        settings,
+        GatewayOptions(replica="gw", public_keys=[key.public_key()], load_interval=0.05, **(options or {})),
     )
     with serve_in_thread(app) as url:
         yield RunningGateway(url, settings, app, key, make_engine(settings.control_db_url))
