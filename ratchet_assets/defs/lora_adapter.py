@@ -166,6 +166,8 @@ def lora_adapter(
     folder = train_dir(artifacts, day)
     if not (folder / "train.jsonl").exists():
         raise dg.Failure(f"no training set at {folder}: materialise `training_set` for {day} first")
+    if not (folder / "train.jsonl").read_bytes().strip():
+        raise dg.Failure(f"the training set of {day} is empty: no teacher-answered traffic to learn from yet")
     if training_paused(control_db, signer):
         context.log.warning(
             "training is paused by the release manifest (training_paused): no adapter tonight; resume with "
