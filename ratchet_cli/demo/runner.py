@@ -371,13 +371,20 @@ class DemoRunner:
         version = result.meta("lora_adapter", "version") or result.meta("evaluation_certificate", "version")
         bom = artifacts / "boms" / str(version) / "bom.dsse.json" if version else None
         certified = result.meta("evaluation_certificate", "certified_tasks")
+        sealed = result.meta("daily_receipt", "dagster/row_count")
+        # A resumed day's traffic was sent by the previous run: count what its receipt signed.
+        resumed = not totals.sent and bool(sealed)
+        if resumed:
+            student = int(result.meta("daily_receipt", "student_requests") or 0)
+            totals.sent = totals.ok = int(sealed)
+            totals.served_by.update({"student": student, "teacher": int(sealed) - student})
         return {
             "day": day,
             "requests": totals.sent,
             "ok": totals.ok,
             "errors": totals.sent - totals.ok,
             "error_samples": totals.error_samples,
-            "accuracy": (totals.correct / totals.ok) if totals.ok else None,
+            "accuracy": (totals.correct / totals.ok) if totals.ok and not resumed else None,
             "served_by": dict(totals.served_by),
             "student_share": totals.student_share,
             "by_task": {t: dict(c) for t, c in sorted(totals.by_task.items())},
