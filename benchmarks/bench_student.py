@@ -13,7 +13,16 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 BAR = 0.95
-TRAIN_KW = {"lr": 4e-3, "epochs": 4, "max_len": 160, "batch_size": 16, "rank": 32, "alpha": 32, "seed": 0}
+TRAIN_KW = {
+    "lr": 4e-3,
+    "epochs": 4,
+    "max_len": 160,
+    "batch_size": 16,
+    "rank": 32,
+    "alpha": 32,
+    "seed": 0,
+    "num_threads": 1,
+}
 
 
 def run(out_dir: Path) -> dict:

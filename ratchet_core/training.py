@@ -59,7 +59,8 @@ class LoraTrainConfig:
     modules_to_save: list[str] | None = None
     weight_decay: float = 0.0
     warmup_fraction: float = 0.05
-    # None = leave torch's thread count alone (the caller's process may be serving too).
+    # None = leave torch's thread count alone (the caller's process may be serving too). On a CPU shared with
+    # other busy processes, 1 is far faster than 2 (measured 6x: OpenMP threads spin waiting for each other).
     num_threads: int | None = None
 
     def to_dict(self) -> dict:

@@ -10,8 +10,18 @@ import pytest
 from ratchet_core.workloads import get_workload
 
 # Small enough for two shared CPU cores; the system prompt is the same in every row, so cutting its start
-# (prompt window 160 - longest label) loses nothing the answer depends on.
-TRAIN_KW = {"lr": 4e-3, "epochs": 4, "max_len": 160, "batch_size": 16, "rank": 32, "alpha": 32, "seed": 0}
+# (prompt window 160 - longest label) loses nothing the answer depends on. One torch thread: on a CPU shared
+# with other test runs, two OpenMP threads were measured 6x slower.
+TRAIN_KW = {
+    "lr": 4e-3,
+    "epochs": 4,
+    "max_len": 160,
+    "batch_size": 16,
+    "rank": 32,
+    "alpha": 32,
+    "seed": 0,
+    "num_threads": 1,
+}
 
 
 def write_train_jsonl(examples, path: Path) -> Path:
