@@ -81,7 +81,7 @@ def _wait_for_materialised(page, deadline_s: float) -> str:
     not CHROMIUM.exists(), reason="/usr/bin/chromium is missing (CI installs Debian's chromium)"
 )
 def test_the_nights_assets_show_materialised_in_the_asset_graph(
-    keyed_home, clean_env, ports, tmp_path
+    keyed_home, clean_env, ports, tmp_path, monkeypatch
 ) -> None:
     from playwright.sync_api import sync_playwright
 
@@ -91,6 +91,7 @@ def test_the_nights_assets_show_materialised_in_the_asset_graph(
     dagster_home = tmp_path / "dagster_home"
     dagster_home.mkdir()
     write_instance_config(dagster_home)
+    monkeypatch.setenv("DAGSTER_HOME", str(dagster_home))  # the instance file may read it
     _materialise_night(keyed_home, dagster_home)
 
     port = ports[0]

@@ -51,9 +51,7 @@ def test_state_survives_a_restart_and_keeps_the_api_key_private(tmp_path) -> Non
         DemoState.load(tmp_path)
 
 
-def test_instance_config_pins_sqlite_storage_under_dagster_home_whatever_the_cwd(
-    tmp_path, monkeypatch
-) -> None:
+def test_instance_config_keeps_run_storage_in_dagster_home_whatever_the_cwd(tmp_path, monkeypatch) -> None:
     import dagster as dg
 
     from ratchet_cli.demo.runner import write_instance_config
@@ -64,10 +62,12 @@ def test_instance_config_pins_sqlite_storage_under_dagster_home_whatever_the_cwd
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()
     monkeypatch.chdir(elsewhere)
+    monkeypatch.setenv("DAGSTER_HOME", str(dagster_home))
     with dg.DagsterInstance.from_config(str(dagster_home)) as instance:
         instance.get_runs()  # touches the run storage
-    assert (dagster_home / "storage").is_dir()
-    assert not (elsewhere / "storage").exists()
+    assert list(dagster_home.rglob("runs.db"))
+    assert list(elsewhere.iterdir()) == []
+    assert "enabled: false" in (dagster_home / "dagster.yaml").read_text()  # no telemetry
 
 
 def _service(tmp_path: Path, name: str, code: str, port: int) -> Service:
