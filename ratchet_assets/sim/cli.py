@@ -43,7 +43,7 @@ def _day_line(r: dict[str, Any]) -> str:
     "--bad-deploy-version",
     type=int,
     default=None,
-    help="The V-th deployed version passes its certificate but answers 30%% of requests wrong.",
+    help="The V-th deployed version passes its certificate but answers 30% of requests wrong.",
 )
 @click.option("--seed", type=int, default=0, show_default=True, help="Seed of the traffic.")
 @click.option(
