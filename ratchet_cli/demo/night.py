@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -62,7 +63,8 @@ def _run_night(day: str) -> dict[str, Any]:
             if event.event_type_value == "STEP_FAILURE":
                 err = event.event_specific_data.error  # type: ignore[union-attr]
                 message = (err.message if err is not None else "failed").strip().splitlines()
-                failures[event.step_key or "?"] = message[0] if message else "failed"
+                first = message[0] if message else "failed"
+                failures[event.step_key or "?"] = re.sub(r"^[\w.]+(Error|Failure|Exception): ", "", first)
         skipped = [e.step_key for e in result.all_events if e.event_type_value == "STEP_SKIPPED"]
     return {
         "day": day,
