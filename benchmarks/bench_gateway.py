@@ -195,7 +195,13 @@ def run(out_dir: Path) -> dict:
         [sys.executable, str(bench / "mock_upstream.py"), "--port", str(mport)], start_new_session=True
     )
     procs = [mock]
-    result: dict = {"durable_ledger": True, "rounds": ROUNDS, "duration_s": DURATION_S}
+    # Load average before/after: on the shared 2-core box other sessions' tests dominate the latency tails.
+    result: dict = {
+        "durable_ledger": True,
+        "rounds": ROUNDS,
+        "duration_s": DURATION_S,
+        "loadavg_before": os.getloadavg(),
+    }
     try:
         _wait_http(f"http://127.0.0.1:{mport}/", mock)
         direct = f"http://127.0.0.1:{mport}/v1"
@@ -235,6 +241,7 @@ def run(out_dir: Path) -> dict:
         for p in procs:
             if p.poll() is None:
                 os.killpg(p.pid, signal.SIGKILL)
+    result["loadavg_after"] = os.getloadavg()
     one = {r["concurrency"]: r for r in result["one_worker"]}
     result["summary"] = {
         "added_p50_ms_c1": one[1]["added_p50_ms"],
