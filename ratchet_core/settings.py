@@ -114,7 +114,7 @@ def unknown_variables(environ: dict[str, str] | None = None) -> list[str]:
     env = os.environ if environ is None else environ
     known = {ENV_PREFIX + name.upper() for name in Settings.model_fields}
     # Variables used by tools around Ratchet, not by Settings itself.
-    known |= {"RATCHET_BENCH_OUT", "RATCHET_TEST_SLOW"}
+    known |= {"RATCHET_DAY_SECONDS", "RATCHET_CLOCK_START"}  # read by ratchet_core.clock, not Settings
     return sorted(k for k in env if k.upper().startswith(ENV_PREFIX) and k.upper() not in known)
 
 

@@ -1,7 +1,6 @@
 """The night's partitions: one per UTC day.
 
-The first day is ``$NIGHT_PARTITIONS_START`` (YYYY-MM-DD), default 2026-01-01. The variable is deliberately
-not ``RATCHET_``-prefixed: Ratchet's settings reject unknown ``RATCHET_*`` variables.
+The first day is ``$RATCHET_PARTITIONS_START`` (YYYY-MM-DD, a Ratchet setting), default 2026-01-01.
 """
 
 from __future__ import annotations
@@ -10,7 +9,7 @@ import os
 
 import dagster as dg
 
-START_ENV = "NIGHT_PARTITIONS_START"
+START_ENV = "RATCHET_PARTITIONS_START"
 DEFAULT_START = "2026-01-01"
 
 daily_partitions = dg.DailyPartitionsDefinition(
