@@ -81,6 +81,9 @@ class Settings(BaseSettings):
     manifest_poll_seconds: float = Field(
         1.0, gt=0, description="How often the gateway re-reads the manifest."
     )
+    partitions_start: str = Field(
+        "2026-01-01", pattern=r"^\d{4}-\d{2}-\d{2}$", description="First day (UTC) of the nightly partitions."
+    )
 
     @field_validator("home", mode="after")
     @classmethod
