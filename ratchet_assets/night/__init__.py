@@ -19,6 +19,8 @@ from pathlib import Path
 from typing import Any
 
 import duckdb
+import orjson
+import pyarrow as pa
 
 from ratchet_stats.canonical import canonical_json
 
@@ -85,3 +87,116 @@ def loads_strict(text: str) -> Any:
 
 def _no_constant(name: str) -> Any:
     raise ValueError(f"{name} is not valid JSON")
+
+
+# Fast canonical check ------------------------------------------------------------------------------------------
+# A float token of compact JSON (after ':', ',' or '['; before ',', ']' or '}'): orjson and Python spell some
+# floats differently (1e-05 vs 0.00001), so texts with one (or with text that looks like one) take the slow path.
+_FLOAT_TOKEN = re.compile(rb"[:,\[]-?[0-9]+(?:\.[0-9]+|(?:\.[0-9]+)?[eE][-+]?[0-9]+)[,\]}]")
+_ASTRAL_UTF8 = re.compile(rb"[\xf0-\xf4]")
+_MAX_NESTING = 256
+
+
+def canonical_json_text(data: bytes, prechecked: bool = False) -> str | None:
+    """``canonical_text(loads_strict(text))`` for JSON text given as UTF-8 bytes, or None when it equals the text.
+
+    Fast path (the ledger's text columns are canonical JSON already): the text is its own canonical form when
+    orjson's sorted-key round trip reproduces it byte for byte and it holds no float token (orjson and Python
+    spell some floats differently: ``0.00001`` vs ``1e-05``), no character above U+FFFF (RFC 8785 orders such
+    keys by UTF-16) and little nesting (Python's parser has a recursion limit). A round trip can only reproduce
+    text without duplicate keys, whitespace or big integers, and on str/int/bool/null values orjson writes
+    exactly the bytes of Python's encoder (the same escapes, checked for every code point in the tests).
+    Everything else takes the definition itself. ``prechecked``: the caller already ruled out float tokens,
+    astral characters and deep nesting (``FAST_CHECK_SQL``).
+    """
+    if prechecked or (
+        (data.isascii() or not _ASTRAL_UTF8.search(data))
+        and data.count(b"[") + data.count(b"{") <= _MAX_NESTING
+        and not _FLOAT_TOKEN.search(data)
+    ):
+        try:
+            if orjson.dumps(orjson.loads(data), option=orjson.OPT_SORT_KEYS) == data:
+                return None
+        except (orjson.JSONDecodeError, orjson.JSONEncodeError):
+            pass
+    text = canonical_text(loads_strict(data.decode("utf-8")))
+    return None if text.encode("utf-8") == data else text
+
+
+def fast_check_sql(column: str) -> str:
+    """SQL: may `column` take the fast path of ``canonical_json_text`` (no float token, astral char, deep nesting)?"""
+    return (
+        f"NOT (regexp_matches({column}, '{_FLOAT_TOKEN.pattern.decode()}')"
+        f" OR regexp_matches({column}, '[\\x{{10000}}-\\x{{10FFFF}}]')"
+        f" OR length({column}) - length(replace(replace({column}, '[', ''), '{{', '')) > {_MAX_NESTING})"
+    )
+
+
+def canonical_fixups(con: duckdb.DuckDBPyConnection, texts_sql: str) -> pa.Table:
+    """(raw, canonical) for every distinct non-empty text of query `texts_sql` (column ``text``) that is not its
+    own canonical form. Ledger texts are canonical already, so the result is usually empty; errors (not JSON,
+    NaN) propagate from ``loads_strict`` as before. DuckDB screens the texts; Python round-trips them.
+    """
+    raw: list[bytes] = []
+    fixed: list[str] = []
+    sql = (
+        f"SELECT encode(text) AS text, {fast_check_sql('text')} AS fast "
+        f"FROM (SELECT DISTINCT text FROM ({texts_sql}) WHERE text <> '')"
+    )
+    for batch in stream_batches(con, sql):
+        for data, fast in zip(batch.column(0).to_pylist(), batch.column(1).to_pylist(), strict=True):
+            if (text := canonical_json_text(data, prechecked=fast)) is not None:
+                raw.append(data)
+                fixed.append(text)
+    return pa.table(
+        {"raw": pa.array(raw, pa.binary()).cast(pa.string()), "canonical": pa.array(fixed, pa.string())}
+    )
+
+
+def stream_batches(con: duckdb.DuckDBPyConnection, sql: str, rows: int = 65_536) -> Any:
+    """Record batches of a query, streamed (the whole result is never held in Python)."""
+    reader = con.sql(sql).to_arrow_reader(rows)
+    yield from reader
+
+
+class ChunkedParquetWriter:
+    """``pq.write_table(table, path, row_group_size=R, **kw)`` fed batch by batch: row groups of exactly R rows.
+
+    Each row group is written from one contiguous (combined) table, so the file does not depend on how the
+    input was batched. Written under a temporary name and renamed on ``close()``.
+    """
+
+    def __init__(self, path: Path, schema: pa.Schema, row_group_size: int = 256_000, **kw: Any) -> None:
+        import pyarrow.parquet as pq
+
+        self.path = path
+        self.schema = schema
+        self.row_group_size = row_group_size
+        self.rows = 0
+        path.parent.mkdir(parents=True, exist_ok=True)
+        self._tmp = path.with_name(f".{path.name}.tmp")
+        self._writer = pq.ParquetWriter(self._tmp, schema, **kw)
+        self._pending: list[pa.RecordBatch] = []
+        self._pending_rows = 0
+
+    def write(self, batch: pa.RecordBatch | pa.Table) -> None:
+        table = batch if isinstance(batch, pa.Table) else pa.Table.from_batches([batch])
+        table = table.select(self.schema.names).cast(self.schema)
+        self._pending.extend(table.to_batches())
+        self._pending_rows += table.num_rows
+        while self._pending_rows >= self.row_group_size:
+            self._flush(self.row_group_size)
+
+    def _flush(self, n: int) -> None:
+        table = pa.Table.from_batches(self._pending, self.schema)
+        head, tail = table.slice(0, n), table.slice(n)
+        self._writer.write_table(head.combine_chunks(), row_group_size=self.row_group_size)
+        self.rows += head.num_rows
+        self._pending = tail.to_batches()
+        self._pending_rows = tail.num_rows
+
+    def close(self) -> None:
+        if self._pending_rows:
+            self._flush(self._pending_rows)
+        self._writer.close()
+        self._tmp.replace(self.path)

@@ -17,13 +17,25 @@ Output ``examples/day=D/examples.parquet`` sorted by key, with canonical JSON te
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
+from json.encoder import encode_basestring
 from pathlib import Path
 from typing import Any
 
+import duckdb
 import pyarrow as pa
-import pyarrow.parquet as pq
+import pyarrow.compute as pc
 
-from ratchet_assets.night import canonical_text, connect, day_dir, loads_strict
+from ratchet_assets.night import (
+    ChunkedParquetWriter,
+    canonical_fixups,
+    canonical_json_text,
+    canonical_text,
+    connect,
+    day_dir,
+    loads_strict,
+    sql_str,
+    stream_batches,
+)
 from ratchet_assets.night.erasures import Erasures
 from ratchet_assets.night.traffic import traffic_path
 from ratchet_core.example_key import split_tools_column
@@ -48,7 +60,8 @@ _COMPLETE = """status_code = 200 AND NOT coalesce(truncated, false) AND coalesce
   AND finish_reason NOT IN ('length', 'error', 'content_filter')"""
 
 CANDIDATES_SQL = f"""
-SELECT request_id, ts, task, messages, tools, response_format, answer, tool_calls, 'request' AS source
+SELECT request_id, ts, task, messages, tools, response_format, answer, tool_calls, 'request' AS source,
+       file_row_number AS _row, NULL::BIGINT AS _row2
 FROM t WHERE kind = 'request' AND served_by = 'teacher' AND messages <> '' AND {_COMPLETE}
 UNION ALL
 SELECT p.request_id, p.ts,
@@ -57,7 +70,7 @@ SELECT p.request_id, p.ts,
        CASE WHEN p.messages <> '' THEN p.tools ELSE coalesce(r.tools, '') END AS tools,
        CASE WHEN p.messages <> '' THEN p.response_format ELSE coalesce(r.response_format, '') END
          AS response_format,
-       p.answer, p.tool_calls, 'audit' AS source
+       p.answer, p.tool_calls, 'audit' AS source, p.file_row_number AS _row, r.file_row_number AS _row2
 FROM (SELECT * FROM t WHERE kind = 'pair' AND pair_role = 'audit' AND pair_outcome <> 'error'
         AND NOT coalesce(truncated, false) AND coalesce(error, '') = ''
         AND finish_reason NOT IN ('length', 'error', 'content_filter')
@@ -125,88 +138,125 @@ def assistant_message(answer: str, tool_calls: str) -> str:
     return canonical_text({"role": "assistant", "content": answer or None, "tool_calls": calls or None})
 
 
+def _register_small_columns(con: duckdb.DuckDBPyConnection, keyer: _Keyer) -> None:
+    """Register ``tools_c``, ``rf_c``, ``task_c`` (raw, c): the canonical part of each distinct value (few)."""
+    combos = con.execute("SELECT DISTINCT task, tools, response_format FROM cand").fetchall()
+    for name, i, fn in (
+        ("task_c", 0, canonical_text),
+        ("tools_c", 1, lambda v: keyer.tools(v or "")),
+        ("rf_c", 2, lambda v: keyer.rf(v or "")),
+    ):
+        values = sorted({c[i] for c in combos}, key=lambda v: (v is None, v or ""))
+        con.register(name, pa.table({"raw": pa.array(values, pa.string()), "c": [fn(v) for v in values]}))
+
+
+def _answers(answer: list[str | None], tool_calls: list[str | None]) -> list[str]:
+    """``assistant_message`` per row, with tool calls taken through the fast canonical check."""
+    out = []
+    for a, tc in zip(answer, tool_calls, strict=True):
+        calls = "null"
+        if tc:
+            fixed = canonical_json_text(tc.encode("utf-8"))
+            calls = tc if fixed is None else fixed
+            if not calls.startswith("[") or calls == "[]":  # falsy or not a list: the definition decides
+                out.append(assistant_message(a, tc))
+                continue
+        content = encode_basestring(a) if a else "null"
+        out.append(f'{{"content":{content},"role":"assistant","tool_calls":{calls}}}')
+    return out
+
+
+def _sorted_counts(counts: dict[Any, int]) -> dict[Any, int]:
+    """Counts ordered as SQL ``ORDER BY`` orders them (NULLs last)."""
+    return dict(sorted(counts.items(), key=lambda kv: (kv[0] is None, kv[0] or "")))
+
+
+KEY_DOC_SQL = """'{"messages":' || c_messages || ',"response_format":' || c_rf || ',"task":' || c_task
+  || ',"tools":' || c_tools || '}'"""
+
+
 def build_examples(artifacts_root: str | Path, day: str, erasures: Erasures | None = None) -> ExamplesResult:
-    """Extract the day's examples from ``traffic/day=D/traffic.parquet`` into ``examples/day=D``."""
+    """Extract the day's examples from ``traffic/day=D/traffic.parquet`` into ``examples/day=D``.
+
+    Set-wise: DuckDB assembles each candidate's key document from canonical parts and hashes it (the bytes of
+    ``ratchet_core.example_key.key_document``: the ledger's texts are checked to be canonical JSON, and the few
+    that are not are replaced by their canonical form, computed by the Python definition), deduplicates and
+    sorts; rows stream to Parquet in row groups.
+    """
     erasures = erasures or Erasures()
     con = connect()
-    con.execute(f"CREATE TEMP VIEW t AS SELECT * FROM read_parquet('{traffic_path(artifacts_root, day)}')")
-    con.execute(f"CREATE TEMP TABLE cand AS {CANDIDATES_SQL}")
-    candidates = con.execute("SELECT count(*) FROM cand").fetchall()[0][0]
-    # Keys are computed once per distinct request content (Python: canonical JSON + SHA-256), memoised.
-    cols = con.sql("SELECT task, messages, tools, response_format FROM cand").to_arrow_table()
+    con.execute(
+        f"CREATE TEMP VIEW t AS SELECT * FROM read_parquet({sql_str(str(traffic_path(artifacts_root, day)))}, file_row_number = true)"
+    )
+    con.execute(f"CREATE TEMP VIEW cand AS {CANDIDATES_SQL}")
     keyer = _Keyer()
-    memo: dict[tuple[str, str, str, str], tuple[str, str, str, str]] = {}
-    parts = []
-    for row in zip(
-        cols["task"].to_pylist(),
-        cols["messages"].to_pylist(),
-        cols["tools"].to_pylist(),
-        cols["response_format"].to_pylist(),
-        strict=True,
-    ):
-        got = memo.get(row)
-        if got is None:
-            got = memo[row] = keyer.parts(*row)
-        parts.append(got)
-    del cols, memo
-    names = ["example_key", "c_messages", "c_tools", "c_rf"]
-    keyed = pa.table({n: pa.array([p[i] for p in parts], pa.string()) for i, n in enumerate(names)})
-    del parts
-    con.register("keyed", keyed)
-    # cand and keyed are aligned row by row (cand is a materialised table read in order).
-    con.execute("CREATE TEMP TABLE cand_k AS SELECT * FROM cand POSITIONAL JOIN keyed")
+    _register_small_columns(con, keyer)
+    con.register("msg_fix", canonical_fixups(con, "SELECT messages AS text FROM cand"))
     con.register("erased_keys", pa.table({"k": pa.array(sorted(erasures.example_keys), pa.string())}))
     con.register("erased_ids", pa.table({"r": pa.array(sorted(erasures.request_ids), pa.string())}))
+    # Narrow pass: every candidate's key and erasure flag (the wide columns are read again only for winners).
+    con.execute(
+        f"""
+        CREATE TEMP TABLE keyed AS
+        SELECT sha256({KEY_DOC_SQL}) AS example_key, request_id, ts, source, _row, _row2
+        FROM (
+          SELECT c.request_id, c.ts, c.source, c._row, c._row2,
+                 coalesce(f.canonical, c.messages) AS c_messages, tl.c AS c_tools, rf.c AS c_rf, tk.c AS c_task
+          FROM cand c
+          LEFT JOIN msg_fix f ON f.raw = c.messages
+          LEFT JOIN tools_c tl ON tl.raw IS NOT DISTINCT FROM c.tools
+          LEFT JOIN rf_c rf ON rf.raw IS NOT DISTINCT FROM c.response_format
+          LEFT JOIN task_c tk ON tk.raw IS NOT DISTINCT FROM c.task
+        )
+        """
+    )
+    candidates, erased = con.execute(
+        """
+        SELECT count(*), count(*) FILTER (WHERE example_key IN (SELECT k FROM erased_keys)
+                                          OR request_id IN (SELECT r FROM erased_ids))
+        FROM keyed
+        """
+    ).fetchall()[0]
     con.execute(
         """
-        CREATE TEMP TABLE joined AS
-        SELECT example_key, task, request_id, ts, source, c_messages, c_tools, c_rf, answer, tool_calls,
-               (example_key IN (SELECT k FROM erased_keys) OR request_id IN (SELECT r FROM erased_ids))
-                 AS erased
-        FROM cand_k
+        CREATE TEMP TABLE winners AS
+        SELECT example_key, source, _row, _row2 FROM (
+          SELECT *, row_number() OVER (PARTITION BY example_key ORDER BY ts, request_id, source) AS rn
+          FROM keyed
+          WHERE example_key NOT IN (SELECT k FROM erased_keys) AND request_id NOT IN (SELECT r FROM erased_ids)
+        ) WHERE rn = 1
         """
     )
-    erased = con.execute("SELECT count(*) FROM joined WHERE erased").fetchall()[0][0]
-    best = con.sql(
-        """
-        SELECT example_key, task, request_id, ts, source, c_messages, c_tools, c_rf, answer, tool_calls
-        FROM (SELECT *, row_number() OVER (PARTITION BY example_key ORDER BY ts, request_id, source) AS rn
-              FROM joined WHERE NOT erased)
-        WHERE rn = 1 ORDER BY example_key
-        """
-    ).to_arrow_table()
-    memo: dict[tuple[str, str], str] = {}
-    answers = [
-        memo.get((a, tc)) or memo.setdefault((a, tc), assistant_message(a, tc))
-        for a, tc in zip(best["answer"].to_pylist(), best["tool_calls"].to_pylist(), strict=True)
-    ]
-    n = best.num_rows
-    table = pa.table(
-        {
-            "example_key": best["example_key"],
-            "task": best["task"],
-            "day": pa.array([day] * n, pa.string()),
-            "request_id": best["request_id"],
-            "ts": best["ts"],
-            "source": best["source"],
-            "messages": best["c_messages"],
-            "tools": best["c_tools"],
-            "response_format": best["c_rf"],
-            "answer": pa.array(answers, pa.string()),
-        }
-    ).cast(EXAMPLES_SCHEMA)
-    out_dir = day_dir(artifacts_root, "examples", day)
-    out_dir.mkdir(parents=True, exist_ok=True)
-    out = out_dir / "examples.parquet"
-    tmp = out_dir / ".examples.parquet.tmp"
-    pq.write_table(table, tmp, compression="zstd", row_group_size=256_000)
-    tmp.replace(out)
-    con.register("best_t", table)
-    by_task = dict(con.execute("SELECT task, count(*) FROM best_t GROUP BY task ORDER BY task").fetchall())
-    by_source = dict(
-        con.execute("SELECT source, count(*) FROM best_t GROUP BY source ORDER BY source").fetchall()
+    con.execute("DROP TABLE keyed")
+    out = day_dir(artifacts_root, "examples", day) / "examples.parquet"
+    writer = ChunkedParquetWriter(out, EXAMPLES_SCHEMA, compression="zstd")
+    by_task: dict[str, int] = {}
+    by_source: dict[str, int] = {}
+    rows = stream_batches(
+        con,
+        f"""
+        SELECT w.example_key, c.task, {sql_str(day)} AS day, c.request_id, c.ts, c.source,
+               coalesce(f.canonical, c.messages) AS messages, tl.c AS tools, rf.c AS response_format,
+               c.answer, c.tool_calls
+        FROM winners w JOIN cand c
+          ON c.source = w.source AND c._row = w._row AND c._row2 IS NOT DISTINCT FROM w._row2
+        LEFT JOIN msg_fix f ON f.raw = c.messages
+        LEFT JOIN tools_c tl ON tl.raw IS NOT DISTINCT FROM c.tools
+        LEFT JOIN rf_c rf ON rf.raw IS NOT DISTINCT FROM c.response_format
+        ORDER BY w.example_key
+        """,
     )
+    for batch in rows:
+        answers = _answers(batch.column("answer").to_pylist(), batch.column("tool_calls").to_pylist())
+        table = pa.Table.from_batches([batch]).drop_columns(["answer", "tool_calls"])
+        table = table.append_column("answer", pa.array(answers, pa.string()))
+        for counts, column in ((by_task, "task"), (by_source, "source")):
+            for item in pc.value_counts(table[column]).to_pylist():
+                counts[item["values"]] = counts.get(item["values"], 0) + int(item["counts"])
+        writer.write(table)
+    writer.close()
     con.close()
+    n = writer.rows
     return ExamplesResult(
         day=day,
         path=str(out),
@@ -214,8 +264,8 @@ def build_examples(artifacts_root: str | Path, day: str, erasures: Erasures | No
         candidates=int(candidates),
         duplicates=int(candidates) - int(erased) - n,
         erased=int(erased),
-        by_task={k: int(v) for k, v in by_task.items()},
-        by_source={k: int(v) for k, v in by_source.items()},
+        by_task=_sorted_counts(by_task),
+        by_source=_sorted_counts(by_source),
     )
 
 
