@@ -23,7 +23,15 @@ from typing import Any
 
 import pyarrow.parquet as pq
 
-from ratchet_assets.night import atomic_write_bytes, connect, day_dir, sql_list, sql_str
+from ratchet_assets.night import (
+    ChunkedParquetWriter,
+    atomic_write_bytes,
+    connect,
+    day_dir,
+    sql_list,
+    sql_str,
+    stream_batches,
+)
 from ratchet_core.schema import COLUMN_NAMES, LEDGER_SCHEMA
 
 
@@ -137,13 +145,14 @@ def consolidate_traffic(
         ) WHERE _by_seq = 1 AND _by_id = 1
         """
     )
-    con.execute(f"CREATE TEMP TABLE kept AS SELECT {cols} FROM raw SEMI JOIN keep USING (_file, _row)")
-    table = con.sql("SELECT * FROM kept ORDER BY ts, replica, seq, request_id, kind").to_arrow_table()
-    table = table.cast(LEDGER_SCHEMA)
-    out_dir.mkdir(parents=True, exist_ok=True)
-    tmp = out_dir / ".traffic.parquet.tmp"
-    pq.write_table(table, tmp, compression="zstd", row_group_size=256_000, write_statistics=True)
-    tmp.replace(out)
+    con.execute(f"CREATE TEMP VIEW kept AS SELECT {cols} FROM raw SEMI JOIN keep USING (_file, _row)")
+    # Streamed: DuckDB sorts, Arrow batches go to Parquet in row groups (the day is never held in Python).
+    writer = ChunkedParquetWriter(
+        out, LEDGER_SCHEMA, row_group_size=256_000, compression="zstd", write_statistics=True
+    )
+    for batch in stream_batches(con, "SELECT * FROM kept ORDER BY ts, replica, seq, request_id, kind"):
+        writer.write(batch)
+    writer.close()
     segments = [{"name": p.name, "bytes": p.stat().st_size} for p in files]
     atomic_write_bytes(manifest_path, json.dumps({"day": day, "segments": segments}, sort_keys=True).encode())
 

@@ -16,12 +16,13 @@ from __future__ import annotations
 import json
 from dataclasses import asdict, dataclass, field
 from datetime import date, timedelta
+from hashlib import sha256 as _sha256
 from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
 
-from ratchet_assets.night import atomic_write_bytes, connect, day_dir, sql_list, sql_str
+from ratchet_assets.night import atomic_write_bytes, connect, day_dir, sql_list, sql_str, stream_batches
 from ratchet_assets.night.erasures import Erasures
 from ratchet_assets.night.split import registry_path
 from ratchet_stats import merkle
@@ -84,7 +85,10 @@ def build_training_set(
     con.execute(f"CREATE TEMP TABLE reg AS SELECT example_key, golden FROM read_parquet({sql_str(str(reg))})")
     con.register("erased_keys", pa.table({"k": pa.array(sorted(erasures.example_keys), pa.string())}))
     con.register("erased_ids", pa.table({"r": pa.array(sorted(erasures.request_ids), pa.string())}))
-    con.execute(f"CREATE TEMP VIEW ex AS SELECT * FROM read_parquet({sql_list(files)})")
+    con.execute(
+        f"CREATE TEMP VIEW ex AS SELECT * FROM read_parquet({sql_list(files)}, filename = true, "
+        "file_row_number = true)"
+    )
     unassigned = con.execute(
         "SELECT count(*) FROM ex WHERE example_key NOT IN (SELECT example_key FROM reg)"
     ).fetchall()[0][0]
@@ -97,39 +101,55 @@ def build_training_set(
         """SELECT count(*) FROM ex WHERE example_key IN (SELECT k FROM erased_keys)
            OR request_id IN (SELECT r FROM erased_ids)"""
     ).fetchall()[0][0]
+    # Narrow pass: which file row is each training key's earliest occurrence (the wide row is read once, below).
     con.execute(
-        f"""
+        """
         CREATE TEMP TABLE train AS
-        SELECT example_key, task, {ROW_SQL} AS line FROM (
-          SELECT e.*, row_number() OVER (PARTITION BY e.example_key ORDER BY e.day, e.ts, e.request_id) AS rn
+        SELECT example_key, task, filename, file_row_number FROM (
+          SELECT e.example_key, e.task, e.filename, e.file_row_number,
+                 row_number() OVER (PARTITION BY e.example_key ORDER BY e.day, e.ts, e.request_id) AS rn
           FROM ex e JOIN reg r USING (example_key)
           WHERE NOT r.golden
             AND e.example_key NOT IN (SELECT k FROM erased_keys)
             AND e.request_id NOT IN (SELECT r FROM erased_ids)
         ) WHERE rn = 1
-        ORDER BY example_key
         """
     )
     overlap = con.execute(
         "SELECT count(*) FROM train WHERE example_key IN (SELECT example_key FROM reg WHERE golden)"
     ).fetchall()[0][0]
-    table = con.sql("SELECT example_key, line FROM train ORDER BY example_key").to_arrow_table()
     by_task = dict(con.execute("SELECT task, count(*) FROM train GROUP BY task ORDER BY task").fetchall())
-    con.close()
-    keys = table["example_key"].to_pylist()
-    lines = [s.encode("utf-8") for s in table["line"].to_pylist()]
     out_dir = day_dir(artifacts_root, "train", day)
+    out_dir.mkdir(parents=True, exist_ok=True)
     out = out_dir / "train.jsonl"
-    atomic_write_bytes(out, b"".join(line + b"\n" for line in lines))
+    tmp = out_dir / ".train.jsonl.tmp"
+    keys: list[str] = []
+    leaf_hashes: list[bytes] = []
+    rows = stream_batches(
+        con,
+        f"""
+        SELECT t.example_key, encode({ROW_SQL}) AS line
+        FROM train t JOIN ex e ON e.filename = t.filename AND e.file_row_number = t.file_row_number
+        ORDER BY t.example_key
+        """,
+    )
+    with open(tmp, "wb") as fh:
+        for batch in rows:
+            keys.extend(batch.column(0).to_pylist())
+            lines = batch.column(1).to_pylist()
+            fh.write(b"".join(line + b"\n" for line in lines))
+            leaf_hashes.extend([_sha256(b"\x00" + line).digest() for line in lines])
+    tmp.replace(out)
+    con.close()
     keys_path = out_dir / "keys.txt"
     atomic_write_bytes(keys_path, "".join(k + "\n" for k in keys).encode("ascii"))
-    rows_root = merkle.root(lines).hex()
+    rows_root = merkle.MerkleTree.from_leaf_hashes(leaf_hashes).root().hex()
     keys_c = key_commitment(keys)
     commitment = {
         "day": day,
         "window_days": window_days,
         "days": days,
-        "rows": {"root": rows_root, "size": len(lines), "leaf": "canonical_json(row), file order"},
+        "rows": {"root": rows_root, "size": len(leaf_hashes), "leaf": "canonical_json(row), file order"},
         "keys": {"root": keys_c.root, "size": keys_c.size, "leaf": "example key ASCII, sorted ascending"},
         "tree": "RFC 9162 SHA-256",
     }
@@ -138,7 +158,7 @@ def build_training_set(
         day=day,
         path=str(out),
         keys_path=str(keys_path),
-        rows=len(lines),
+        rows=len(leaf_hashes),
         rows_root=rows_root,
         keys_root=keys_c.root,
         window_days=window_days,
