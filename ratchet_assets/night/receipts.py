@@ -16,16 +16,27 @@ signed twice.
 from __future__ import annotations
 
 import json
+import math
+from collections.abc import Iterator
 from dataclasses import asdict, dataclass
 from datetime import UTC
+from hashlib import sha256 as _sha256
 from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from ratchet_assets.effects import EffectLedger, EffectRecord
-from ratchet_assets.night import atomic_write_bytes, canonical_text, connect, sql_str
+from ratchet_assets.night import (
+    ChunkedParquetWriter,
+    atomic_write_bytes,
+    canonical_text,
+    connect,
+    sql_str,
+    stream_batches,
+)
 from ratchet_assets.night.traffic import traffic_path
 from ratchet_core.schema import RECEIPT_LEAF_FIELDS
 from ratchet_stats import merkle
@@ -34,9 +45,10 @@ from ratchet_stats.dsse import make_statement, sign_statement, verify_statement
 from ratchet_stats.receipt import (
     PREDICATE_TYPE,
     PROOF_TYPE,
+    empty_totals,
     envelope_digest,
     make_predicate,
-    totals_from_rows,
+    micro,
 )
 
 EFFECT_TYPE = "receipt.sign"
@@ -94,6 +106,130 @@ def leaf_rows(traffic_file: str | Path) -> list[dict[str, Any]]:
     ]
 
 
+def _json_str_sql(column: str) -> str:
+    """SQL: the column as a JSON string when no character needs escaping, 'null' for NULL, else NULL (slow)."""
+    return (
+        f"CASE WHEN {column} IS NULL THEN 'null' "
+        f"WHEN regexp_matches({column}, '[\"\\\\\\x00-\\x1f]') THEN NULL "
+        f"ELSE '\"' || {column} || '\"' END"
+    )
+
+
+_INT_FIELDS = ("prompt_tokens", "completion_tokens", "reasoning_tokens", "status_code")
+_COST_FIELDS = ("teacher_cost_usd", "actual_cost_usd")
+_STR_FIELDS = ("request_id", "client", "task", "served_by", "version")
+
+
+def _leaf_parts_sql(traffic_file: str | Path) -> str:
+    """Request rows in leaf order with each field's canonical JSON text (NULL where Python must decide)."""
+    ts = "timezone('UTC', ts)"
+    parts = [f"{_json_str_sql(c)} AS j_{c}" for c in _STR_FIELDS]
+    parts += [f"coalesce({c}, 0)::BIGINT::VARCHAR AS j_{c}" for c in _INT_FIELDS]
+    parts.append(
+        f"CASE WHEN year({ts}) BETWEEN 1000 AND 9999 "
+        f"THEN '\"' || strftime({ts}, '%Y-%m-%dT%H:%M:%S.%fZ') || '\"' END AS j_ts"
+    )
+    cols = ", ".join(RECEIPT_LEAF_FIELDS)
+    return (
+        f"SELECT {cols}, {', '.join(parts)} FROM read_parquet({sql_str(str(traffic_file))}) "
+        "WHERE kind = 'request' ORDER BY request_id"
+    )
+
+
+def _float_texts(values: list[float | None]) -> list[str | None]:
+    """``float(v or 0.0)`` as canonical JSON text; None for a value canonical JSON refuses (NaN, infinity)."""
+    out: list[str | None] = []
+    for v in values:
+        f = float(v or 0.0)
+        out.append(repr(f) if math.isfinite(f) else None)
+    return out
+
+
+def _micro(values: list[float | None]) -> list[int]:
+    return [micro(v) for v in values]
+
+
+def receipt_leaves(traffic_file: str | Path) -> Iterator[pa.Table]:
+    """The receipt's leaves in batches, set-wise: tables (request_id, client, leaf, served, teacher_micro,
+    actual_micro) in leaf order.
+
+    Each leaf is ``canonical_text`` of the row ``leaf_rows`` gives, assembled from per-field JSON texts (keys in
+    sorted order); a row with a field that needs escaping, a NULL ``ts`` or a non-finite cost is built by the
+    definition itself (``canonical_text(leaf_rows-style dict)``), which also raises what it raised before.
+    """
+    con = connect()
+    rows = stream_batches(con, _leaf_parts_sql(traffic_file))
+    for batch in rows:
+        table = pa.Table.from_batches([batch])
+        floats = {c: table[c].to_pylist() for c in _COST_FIELDS}
+        texts = {c: pa.array(_float_texts(floats[c]), pa.string()) for c in _COST_FIELDS}
+        j = {c: table[f"j_{c}"] for c in RECEIPT_LEAF_FIELDS if c not in _COST_FIELDS}
+        j.update(texts)
+        pieces: list[Any] = []
+        for i, name in enumerate(sorted(RECEIPT_LEAF_FIELDS)):
+            pieces += [("{" if i == 0 else ",") + f'"{name}":', j[name]]
+        pieces.append("}")
+        leaf = pc.binary_join_element_wise(*pieces, "")
+        if leaf.null_count:
+            slow = pc.is_null(leaf).to_pylist()
+            fields = {c: table[c].to_pylist() for c in RECEIPT_LEAF_FIELDS}
+            fixed = leaf.to_pylist()
+            for i, is_slow in enumerate(slow):
+                if is_slow:
+                    fixed[i] = canonical_text(_leaf_row({c: fields[c][i] for c in RECEIPT_LEAF_FIELDS}))
+            leaf = pa.array(fixed, pa.string())
+        client = table["client"]
+        served = pc.if_else(
+            pc.fill_null(pc.not_equal(table["served_by"], ""), False), table["served_by"], "teacher"
+        )
+        yield pa.table(
+            {
+                "request_id": table["request_id"],
+                "client": client,
+                "leaf": leaf,
+                "served": served,
+                "teacher_micro": pa.array(_micro(floats["teacher_cost_usd"]), pa.int64()),
+                "actual_micro": pa.array(_micro(floats["actual_cost_usd"]), pa.int64()),
+            }
+        )
+    con.close()
+
+
+def _leaf_row(raw: dict[str, Any]) -> dict[str, Any]:
+    """One leaf row as ``leaf_rows`` builds it from the traffic file's values."""
+    row = dict(raw)
+    row["ts"] = _ts_text(row["ts"])
+    for name in _INT_FIELDS:
+        row[name] = int(row[name] or 0)
+    for name in _COST_FIELDS:
+        row[name] = float(row[name] or 0.0)
+    return row
+
+
+def _add_totals(clients: dict[str, dict[str, Any]], table: pa.Table) -> None:
+    """Add a batch's rows to per-client TOTALS (``ratchet_stats.receipt.add_row`` per row, set-wise)."""
+    grouped = (
+        pa.table(
+            {
+                "client": pc.cast(table["client"], pa.string()).fill_null("None"),
+                "served": table["served"],
+                "t": table["teacher_micro"],
+                "a": table["actual_micro"],
+            }
+        )
+        .group_by(["client", "served"])
+        .aggregate([("t", "count"), ("t", "sum"), ("a", "sum")])
+    )
+    for g in grouped.to_pylist():
+        totals = clients.setdefault(g["client"], empty_totals())
+        n, t, a = int(g["t_count"]), int(g["t_sum"]), int(g["a_sum"])
+        totals["requests"] += n
+        totals["served_by"][g["served"]] = totals["served_by"].get(g["served"], 0) + n
+        totals["teacher_cost_micro_usd"] += t
+        totals["actual_cost_micro_usd"] += a
+        totals["saved_micro_usd"] += t - a
+
+
 def previous_link(artifacts_root: str | Path, day: str) -> dict[str, str] | None:
     """The latest receipt before ``day`` ({day, digest}), or None for the first receipt."""
     root = Path(artifacts_root) / "receipts"
@@ -112,27 +248,34 @@ def build_receipt(
     lease_seconds: float = 300.0,
 ) -> ReceiptResult:
     """Compute, sign (at most once per day) and write the day's receipt."""
-    rows = leaf_rows(traffic_path(artifacts_root, day))
-    leaves = [canonical_text(r).encode("utf-8") for r in rows]
-    root_hex = merkle.root(leaves).hex()
-    merkle.clear_cache()
-    clients, _ = totals_from_rows(rows)
-    predicate = make_predicate(day, root_hex, len(leaves), clients, previous_link(artifacts_root, day))
     out_dir = receipt_dir(artifacts_root, day)
     out_dir.mkdir(parents=True, exist_ok=True)
     rows_path = out_dir / "rows.parquet"
-    table = pa.table(
-        {
-            "index": pa.array(range(len(rows)), pa.int64()),
-            "request_id": pa.array([r["request_id"] for r in rows], pa.string()),
-            "client": pa.array([r["client"] for r in rows], pa.string()),
-            "leaf": pa.array([b.decode("utf-8") for b in leaves], pa.string()),
-        },
-        schema=ROWS_SCHEMA,
-    )
-    tmp = out_dir / ".rows.parquet.tmp"
-    pq.write_table(table, tmp, compression="zstd", row_group_size=256_000)
-    tmp.replace(rows_path)
+    writer = ChunkedParquetWriter(rows_path, ROWS_SCHEMA, compression="zstd")
+    leaf_hashes: list[bytes] = []
+    clients: dict[str, dict[str, Any]] = {}
+    for table in receipt_leaves(traffic_path(artifacts_root, day)):
+        start = len(leaf_hashes)
+        leaf_hashes.extend(
+            [_sha256(b"\x00" + b).digest() for b in table["leaf"].cast(pa.binary()).to_pylist()]
+        )
+        index = pa.array(range(start, len(leaf_hashes)), pa.int64())
+        writer.write(
+            pa.table(
+                {
+                    "index": index,
+                    "request_id": table["request_id"],
+                    "client": table["client"],
+                    "leaf": table["leaf"],
+                }
+            )
+        )
+        _add_totals(clients, table)
+    writer.close()
+    root_hex = merkle.MerkleTree.from_leaf_hashes(leaf_hashes).root().hex()
+    size = len(leaf_hashes)
+    del leaf_hashes
+    predicate = make_predicate(day, root_hex, size, clients, previous_link(artifacts_root, day))
 
     envelope_path = out_dir / "receipt.dsse.json"
     fingerprint = digest(predicate)
@@ -194,7 +337,7 @@ def build_receipt(
         path=str(envelope_path),
         rows_path=str(rows_path),
         root=root_hex,
-        size=len(leaves),
+        size=size,
         envelope_digest=envelope_digest(envelope),
         outcome="execute" if begin.outcome == "execute" else "duplicate",
         previous=predicate["previous"],
@@ -215,21 +358,20 @@ def receipt_proof(day: str, request_id: str, artifacts_root: str | Path | None =
         raise FileNotFoundError(
             f"no receipt rows for {day} at {rows_path}: materialise `daily_receipt` first"
         )
-    leaves_text = pq.read_table(rows_path, columns=["request_id", "leaf"])
-    ids = leaves_text["request_id"].to_pylist()
-    leaves = [s.encode("utf-8") for s in leaves_text["leaf"].to_pylist()]
-    try:
-        index = ids.index(request_id)
-    except ValueError:
-        raise KeyError(f"request {request_id} is not in the receipt for {day}") from None
-    tree = merkle.MerkleTree(leaves)
+    table = pq.read_table(rows_path, columns=["request_id", "leaf"])
+    index = pc.index(table["request_id"], pa.scalar(request_id, pa.string())).as_py()
+    if index < 0:
+        raise KeyError(f"request {request_id} is not in the receipt for {day}")
+    leaves = table["leaf"].cast(pa.binary()).to_pylist()
+    del table
+    tree = merkle.MerkleTree.from_leaf_hashes([_sha256(b"\x00" + b).digest() for b in leaves])
     envelope = json.loads((folder / "receipt.dsse.json").read_bytes())
     return {
         "_type": PROOF_TYPE,
         "day": day,
         "request_id": request_id,
         "index": index,
-        "size": len(leaves),
+        "size": tree.size,
         "leaf": leaves[index].decode("utf-8"),
         "proof": [h.hex() for h in tree.inclusion_proof(index)],
         "root": tree.root().hex(),
