@@ -223,6 +223,7 @@ def lora_adapter(
             "steps": trained["steps"],
             "final_loss": trained["final_loss"],
             "seconds": trained["seconds"],
+            "cpu_seconds": trained.get("cpu_seconds"),
             "examples": trained.get("examples", 0),
             "effect_key": key,
         }

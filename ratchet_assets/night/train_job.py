@@ -23,6 +23,14 @@ from typing import Any
 PROGRESS_LINES = 20
 
 
+def _cpu_seconds() -> float:
+    """User + system CPU time of this process (all its threads) so far."""
+    import resource
+
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
+
+
 def run_training(extras: dict[str, Any], log: Callable[[str], None]) -> tuple[dict[str, Any], dict[str, Any]]:
     """Train per ``extras``; return (the TrainResult as a dict, metadata for the UI)."""
     from ratchet_core.training import LoraTrainConfig, train_lora
@@ -36,14 +44,18 @@ def run_training(extras: dict[str, Any], log: Callable[[str], None]) -> tuple[di
             log(f"step {step}/{total} loss {loss:.4f}")
 
     log(f"training LoRA on {extras['train_jsonl']} over base {extras['base_path']} ({config.to_dict()})")
+    cpu_before = _cpu_seconds()
     result = train_lora(extras["base_path"], extras["train_jsonl"], extras["out_dir"], config, on_progress)
     data = result.to_dict()
     data.pop("losses", None)
+    # CPU time says what the run costs on idle cores, whatever else shares the machine (wall time does not).
+    data["cpu_seconds"] = round(_cpu_seconds() - cpu_before, 2)
     Path(extras["result_path"]).write_text(json.dumps(data, indent=2, sort_keys=True), encoding="utf-8")
     metadata = {
         "final_loss": {"raw_value": float(result.final_loss), "type": "float"},
         "steps": {"raw_value": int(result.steps), "type": "int"},
         "train_seconds": {"raw_value": round(float(result.seconds), 2), "type": "float"},
+        "train_cpu_seconds": {"raw_value": data["cpu_seconds"], "type": "float"},
         "train_examples": {"raw_value": int(result.examples), "type": "int"},
         "adapter_sha256": {"raw_value": result.adapter_sha256, "type": "text"},
     }
