@@ -4,7 +4,8 @@ The order per request: authenticate -> read the body (size-limited) -> validate 
 -> call the model(s) -> build the ledger row (redacted) -> ``await ledger.append`` (journal group commit) ->
 release the response. Streaming responses are recorded when the stream ends, before the final ``[DONE]``; a
 stream that breaks is recorded with ``truncated=True``. Shadow and audit calls run off the request path and
-write ``pair`` rows.
+write ``pair`` rows, as ``ratchet_gateway.routing.pairs`` decides (an audited request may also shadow a candidate,
+compared with the teacher's audit answer).
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ from ratchet_core.confidence import answer_confidence
 from ratchet_core.schema import empty_row
 from ratchet_gateway.errors import GatewayError, error_response
 from ratchet_gateway.models import ChatRequest, describe_validation_error
-from ratchet_gateway.routing import Route, route
+from ratchet_gateway.routing import pairs, route
 
 if TYPE_CHECKING:
     from ratchet_gateway.app import Gateway
@@ -415,11 +416,7 @@ class ChatHandler:
 
     @staticmethod
     def _pair_role(ctx: _Ctx) -> str:
-        if ctx.served_by == "teacher" and ctx.route.shadow_version:
-            return "shadow"
-        if ctx.served_by == "student" and ctx.route.audit:
-            return "audit"
-        return ""
+        return pairs(ctx.route, ctx.served_by).role
 
     async def _commit(self, ctx: _Ctx, row: dict) -> None:
         try:
@@ -461,44 +458,74 @@ class ChatHandler:
 
     # off the request path ----------------------------------------------------------------------------------
     def _after(self, ctx: _Ctx, resp: dict) -> None:
-        r: Route = ctx.route
-        if ctx.served_by == "teacher" and r.shadow_version:
-            self.gw.spawn(self._pair(ctx, resp, "shadow", r.shadow_version))
-        elif ctx.served_by == "student" and r.audit:
-            self.gw.spawn(self._pair(ctx, resp, "audit", None))
+        p = pairs(ctx.route, ctx.served_by)
+        if p.audit:
+            self.gw.spawn(self._audit(ctx, resp, p.shadow_version))
+        elif p.shadow_version:
+            self.gw.spawn(self._shadow(ctx, resp, p.shadow_version))
 
-    async def _pair(self, ctx: _Ctx, served: dict, role: str, version: str | None) -> None:
-        """Ask the other model, compare with the task's comparator, write a ``pair`` row."""
+    async def _audit(self, ctx: _Ctx, served: dict, candidate: str | None) -> None:
+        """Re-ask the teacher about a student-served request -> ``audit`` pair row; then, when a candidate is
+        shadowed, have it answer too and compare it with the teacher's audit answer -> ``shadow`` pair row."""
+        gw = self.gw
+        t = time.perf_counter()
+        try:
+            teacher = await gw.teacher.complete(
+                ctx.body, timeout_s=gw.settings.upstream_timeout_s, task=ctx.task
+            )
+            error = None
+        except GatewayError as err:
+            teacher, error = None, err
+        served_msg, _, _ = _message_of(served)
+        outcome = "error"
+        if teacher is not None:
+            teacher_msg, _, _ = _message_of(teacher)
+            outcome = "agree" if gw.compare(ctx.task, teacher_msg, served_msg) else "disagree"
+        await self._write_pair(ctx, "audit", ctx.version, teacher, error, outcome, None, ctx.threshold, t)
+        if candidate and teacher is not None:  # no teacher answer: nothing to compare the candidate with
+            await self._shadow(ctx, teacher, candidate)
+
+    async def _shadow(self, ctx: _Ctx, teacher: dict, version: str) -> None:
+        """Have candidate `version` answer off the path; compare it with the teacher's answer -> ``shadow`` row
+        with the candidate's own threshold (``Route.shadow_threshold``)."""
         gw = self.gw
         t = time.perf_counter()
         confidence = None
         try:
-            if role == "shadow":
-                other = await gw.student.complete(
-                    {**ctx.body, "logprobs": True},
-                    model=version,
-                    timeout_s=gw.settings.student_timeout_s,
-                    task=ctx.task,
-                )
-                confidence = _confidence(other)
-            else:
-                other = await gw.teacher.complete(
-                    ctx.body, timeout_s=gw.settings.upstream_timeout_s, task=ctx.task
-                )
+            student = await gw.student.complete(
+                {**ctx.body, "logprobs": True},
+                model=version,
+                timeout_s=gw.settings.student_timeout_s,
+                task=ctx.task,
+            )
+            confidence = _confidence(student)
             error = None
         except GatewayError as err:
-            other, error = None, err
-        served_msg, _, _ = _message_of(served)
-        teacher_msg, student_msg = (served_msg, None) if role == "shadow" else (None, served_msg)
-        if other is not None:
-            other_msg, _, _ = _message_of(other)
-            if role == "shadow":
-                student_msg = other_msg
-            else:
-                teacher_msg = other_msg
+            student, error = None, err
+        outcome = "error"
+        if student is not None:
+            teacher_msg, _, _ = _message_of(teacher)
+            student_msg, _, _ = _message_of(student)
             outcome = "agree" if gw.compare(ctx.task, teacher_msg, student_msg) else "disagree"
-        else:
-            outcome = "error"
+        await self._write_pair(
+            ctx, "shadow", version, student, error, outcome, confidence, ctx.route.shadow_threshold, t
+        )
+
+    async def _write_pair(
+        self,
+        ctx: _Ctx,
+        role: str,
+        version: str,
+        other: dict | None,
+        error: GatewayError | None,
+        outcome: str,
+        confidence: float | None,
+        threshold: float | None,
+        t: float,
+    ) -> None:
+        """One ``pair`` row: `other` is the off-path answer (the teacher's for an audit, the candidate's for a
+        shadow), `version` the student version it is evidence about."""
+        gw = self.gw
         gw.metrics.pairs.labels(role, outcome).inc()
         msg, finish, usage = _message_of(other or {})
         p, c, rt, tot = _tokens(usage)
@@ -514,7 +541,7 @@ class ChatHandler:
             task=ctx.task,
             model_requested=ctx.req.model,
             stage=ctx.route.stage,
-            version=(version or ctx.version) if role == "shadow" else ctx.version,
+            version=version,
             served_by="student" if role == "shadow" else "teacher",
             stream=ctx.req.stream,
             messages=_cj(red(ctx.body.get("messages") or [])),
@@ -532,7 +559,7 @@ class ChatHandler:
             upstream_ms=elapsed,
             overhead_ms=0.0,
             confidence=confidence,
-            threshold=ctx.route.threshold if role == "shadow" else ctx.threshold,
+            threshold=threshold,
             pair_role=role,
             pair_outcome=outcome,
             status_code=error.status if error else 200,

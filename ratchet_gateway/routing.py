@@ -3,18 +3,28 @@
 For a task whose release (``Manifest.serving``, which already applies signed pins and ``student_disabled``) is:
 
 - ``teacher``: the teacher serves.
-- ``shadow``: ``previous_live`` (at ``previous_threshold``) serves when set, else the teacher; ``version`` also
-  answers off the request path -> a ``pair`` row with ``pair_role='shadow'``.
+- ``shadow``: ``previous_live`` (at ``previous_threshold``) serves when set, else the teacher; ``version`` (the
+  candidate) also answers off the request path -> a ``pair`` row with ``pair_role='shadow'``.
 - ``canary``: a request is in the canary when ``u(request_id) * 100 < canary_percent``, with
   ``u = int(sha256("canary:" + request_id)[:8], 16) / 2**32`` (deterministic, uniform); canary requests go to
-  ``version`` at ``threshold``, the rest as in shadow.
+  ``version`` at ``threshold``, the rest as in shadow (served by ``previous_live`` or the teacher, and shadowed by
+  ``version``).
 - ``live``: ``version`` at ``threshold`` serves every request.
 
 A student answer is kept only when its confidence (``ratchet_core.confidence.answer_confidence``) >= threshold
 (a threshold of None means the version was published without one: its answers are kept). A student-served
 request is audited (the teacher answers it too, off the request path) when
 ``int(sha256("audit:" + request_id)[:8], 16) / 2**32 < flags.audit_rate``.
+
+Evidence is always against the teacher (:func:`pairs`): a shadowed candidate is compared with the teacher's
+answer, so it answers off the path when the teacher served the request (``previous_live`` absent, cascaded or
+down) or when the request served by ``previous_live`` is audited (then it is compared with the teacher's audit
+answer); a request served by ``previous_live`` and not audited gives the candidate no pair (there is no teacher
+answer to compare with). A shadow pair records the candidate's own ``threshold`` (``Route.shadow_threshold``), so
+``ratchet_assets.release.evidence.PairRow.error`` ignores answers its cascade would have sent to the teacher.
+
 Local safety switches (``ratchet_gateway.safety``) only ever move a task towards the teacher.
+The offline simulator (``ratchet_assets.sim.engine``) calls :func:`route` and :func:`pairs` itself.
 """
 
 from __future__ import annotations
@@ -37,9 +47,23 @@ class Route:
     stage: str  # release stage of the task: teacher|shadow|canary|live
     version: str  # the task's published version ('' when none)
     student_version: str | None  # version that should answer on the request path (None: teacher)
-    threshold: float | None
-    shadow_version: str | None  # version that answers off the path (shadow)
+    threshold: float | None  # threshold of student_version
+    shadow_version: str | None  # candidate that answers off the path when a teacher answer exists (see pairs)
     audit: bool  # if the student serves, also ask the teacher off the path
+    shadow_threshold: float | None = None  # threshold of shadow_version (recorded on its pair rows)
+
+
+@dataclass(frozen=True)
+class Pairs:
+    """What runs off the request path once it is known who served."""
+
+    audit: bool  # the teacher is re-asked (the student served)
+    shadow_version: str | None  # this candidate answers and is compared with the teacher's answer
+
+    @property
+    def role(self) -> str:
+        """``pair_role`` of the request row: audit when audited, shadow when only shadowed, else ''."""
+        return "audit" if self.audit else "shadow" if self.shadow_version else ""
 
 
 def route(manifest: Manifest, safety: SafetyState, task: str, request_id: str) -> Route:
@@ -48,15 +72,28 @@ def route(manifest: Manifest, safety: SafetyState, task: str, request_id: str) -
         return Route("teacher", rel.version, None, None, None, False)
     audit = unit_hash("audit", request_id) < manifest.flags.audit_rate
     stage = rel.stage
-    fallback = (rel.previous_live, rel.previous_threshold) if rel.previous_live else (None, None)
     if stage == "live" and rel.version:
         return Route(stage, rel.version, rel.version, rel.threshold, None, audit)
-    if stage == "canary" and rel.version:
-        if unit_hash("canary", request_id) * 100.0 < rel.canary_percent:
+    if stage in ("shadow", "canary") and rel.version:
+        if stage == "canary" and unit_hash("canary", request_id) * 100.0 < rel.canary_percent:
             return Route(stage, rel.version, rel.version, rel.threshold, None, audit)
-        return Route(stage, rel.version, fallback[0], fallback[1], None, audit and fallback[0] is not None)
-    if stage == "shadow" and rel.version:
+        fallback = rel.previous_live or None
         return Route(
-            stage, rel.version, fallback[0], fallback[1], rel.version, audit and fallback[0] is not None
+            stage,
+            rel.version,
+            fallback,
+            rel.previous_threshold if fallback else None,
+            rel.version,
+            audit and fallback is not None,
+            rel.threshold,
         )
     return Route("teacher", rel.version, None, None, None, False)
+
+
+def pairs(r: Route, served_by: str) -> Pairs:
+    """Off-path work for a request routed by `r` and served by ``teacher`` | ``student`` (module docstring)."""
+    audit = served_by == "student" and r.audit
+    shadow = r.shadow_version if served_by == "teacher" or audit else None
+    if served_by == "student" and shadow == r.student_version:
+        shadow = None  # the served version is not its own candidate
+    return Pairs(audit, shadow)

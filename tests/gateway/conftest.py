@@ -39,6 +39,57 @@ def student_url() -> Iterator[str]:
         yield url + "/v1"
 
 
+def _by_model(apps: dict[str, Any]):
+    """One ASGI app serving several demo models: each request goes to the app named by its body's ``model``."""
+    import orjson
+
+    first = next(iter(apps.values()))
+
+    async def app(scope, receive, send):
+        if scope["type"] == "lifespan":
+            while True:
+                msg = await receive()
+                kind = msg["type"].rsplit(".", 1)[-1]
+                await send({"type": f"lifespan.{kind}.complete"})
+                if kind == "shutdown":
+                    return
+        chunks, more = [], True
+        while more:
+            msg = await receive()
+            chunks.append(msg.get("body", b""))
+            more = msg.get("more_body", False)
+        body = b"".join(chunks)
+        try:
+            model = orjson.loads(body).get("model") if body else None
+        except (orjson.JSONDecodeError, AttributeError):
+            model = None
+        replayed = False
+
+        async def replay():
+            nonlocal replayed
+            if not replayed:
+                replayed = True
+                return {"type": "http.request", "body": body, "more_body": False}
+            return await receive()
+
+        await apps.get(model, first)(scope, replay, send)
+
+    return app
+
+
+@contextmanager
+def two_version_student(good: str, bad: str) -> Iterator[str]:
+    """A student server with two versions: `good` answers like the teacher, `bad` is wrong on every request."""
+    from ratchet_gateway.demo_teacher.app import DemoTeacherConfig, create_app
+
+    apps = {
+        good: create_app(DemoTeacherConfig(model=good)),
+        bad: create_app(DemoTeacherConfig(model=bad, wrong_rate=1.0)),
+    }
+    with serve_in_thread(_by_model(apps)) as url:
+        yield url + "/v1"
+
+
 @dataclass
 class RunningGateway:
     url: str

@@ -1,0 +1,146 @@
+"""Evidence for a candidate in shadow/canary, as ledger rows and as release evidence reads them:
+the canary's rest is shadowed by the canary version, and a request served by the previous live version and
+audited is also answered by the candidate, compared with the TEACHER's audit answer."""
+
+from __future__ import annotations
+
+import hashlib
+
+import openai
+import pytest
+
+from ratchet_assets.release.evidence import Watermark, pending_segments, read_pairs
+from ratchet_core.manifest import Manifest, TaskRelease
+from ratchet_gateway.routing import pairs, route
+from ratchet_gateway.safety import SafetyState
+
+from .conftest import API_KEY, STUDENT_VERSION, running_gateway, sealed_rows, two_version_student
+
+OLD, NEW = "v1-old0001", "v2-new0002"  # previous live (wrong on every request), candidate (right)
+
+
+def _in_canary(rid: str, percent: float) -> bool:
+    u = int.from_bytes(hashlib.sha256(f"canary:{rid}".encode()).digest()[:4], "big") / 2**32
+    return u * 100 < percent
+
+
+def _ask(client, seed: int):
+    from ratchet_core.workloads import get_workload
+
+    ex = get_workload("tickets").generate(1, seed=seed)[0]
+    raw = client.chat.completions.with_raw_response.create(
+        model="ratchet", messages=ex.messages, extra_headers={"X-Ratchet-Task": "tickets"}
+    )
+    assert raw.status_code == 200
+    return raw.headers
+
+
+def _rows(g, rid: str) -> dict[str, list[dict]]:
+    g.drain()
+    out: dict[str, list[dict]] = {"request": [], "audit": [], "shadow": []}
+    for r in sealed_rows(g.settings.lake_root):
+        if r["request_id"] == rid:
+            out["request" if r["kind"] == "request" else r["pair_role"]].append(r)
+    return out
+
+
+def _evidence(lake) -> list[tuple[str, str, bool | None]]:
+    """(version, role, error) of every sealed pair row, as the release sensor reads them."""
+    segs, _ = pending_segments(lake, Watermark())
+    return [(p.version, p.role, p.error) for _, rows in read_pairs(lake, segs, Watermark()) for p in rows]
+
+
+def test_route_and_pairs_decide_who_answers_off_the_path():
+    m = Manifest.default()
+    m.flags.audit_rate = 1.0
+    m.tasks["t"] = TaskRelease(
+        stage="canary",
+        version=NEW,
+        canary_percent=50,
+        threshold=0.3,
+        previous_live=OLD,
+        previous_threshold=0.1,
+    )
+    rids = [f"r{i}" for i in range(64)]
+    out = next(r for r in rids if not _in_canary(r, 50))
+    inside = next(r for r in rids if _in_canary(r, 50))
+    r = route(m, SafetyState(), "t", out)
+    assert (r.student_version, r.threshold, r.shadow_version, r.shadow_threshold) == (OLD, 0.1, NEW, 0.3)
+    assert pairs(r, "student") == pairs(r, "student").__class__(True, NEW)  # audited: candidate answers too
+    assert pairs(r, "teacher").shadow_version == NEW and not pairs(r, "teacher").audit  # cascaded: shadow
+    r_in = route(m, SafetyState(), "t", inside)
+    assert (r_in.student_version, r_in.shadow_version) == (NEW, None)
+    m.flags.audit_rate = 0.0
+    r = route(m, SafetyState(), "t", out)
+    assert pairs(r, "student").role == "" and pairs(r, "student").shadow_version is None  # no teacher answer
+
+
+def test_canary_rest_is_shadowed_by_the_canary_version(tmp_path, teacher_url, student_url):
+    with running_gateway(tmp_path, teacher_url, student_url) as g:
+        g.publish(
+            tickets={"stage": "canary", "version": STUDENT_VERSION, "threshold": 0.25, "canary_percent": 50},
+            _flags={"audit_rate": 0.0},
+        )
+        client = openai.OpenAI(base_url=g.url + "/v1", api_key=API_KEY, max_retries=0, timeout=20)
+        seen = {True: 0, False: 0}
+        for seed in range(40, 56):
+            h = _ask(client, seed)
+            rid = h["x-ratchet-request-id"]
+            rows = _rows(g, rid)
+            (req,) = rows["request"]
+            if _in_canary(rid, 50):
+                assert h["x-ratchet-served-by"] == "student" and not rows["shadow"] and not rows["audit"]
+                assert req["pair_role"] == ""
+            else:
+                assert h["x-ratchet-served-by"] == "teacher" and req["pair_role"] == "shadow"
+                (pair,) = rows["shadow"]
+                assert pair["version"] == STUDENT_VERSION and pair["served_by"] == "student"
+                assert pair["threshold"] == 0.25 and pair["confidence"] > 0.25
+                assert pair["pair_outcome"] == "agree" and pair["stage"] == "canary"
+            seen[_in_canary(rid, 50)] += 1
+        assert seen[True] and seen[False]
+        ev = _evidence(g.settings.lake_root)
+        assert len(ev) == seen[False] and all(e == (STUDENT_VERSION, "shadow", False) for e in ev)
+
+
+@pytest.mark.parametrize("stage", ["shadow", "canary"])
+def test_audited_previous_live_request_is_evidence_for_the_candidate(tmp_path, teacher_url, stage):
+    release = {
+        "stage": stage,
+        "version": NEW,
+        "threshold": 0.3,
+        "canary_percent": 0.0,  # every request outside the canary: served by the previous live version
+        "previous_live": OLD,
+        "previous_threshold": 0.0,
+    }
+    with (
+        two_version_student(good=NEW, bad=OLD) as student,
+        running_gateway(tmp_path, teacher_url, student) as g,
+    ):
+        client = openai.OpenAI(base_url=g.url + "/v1", api_key=API_KEY, max_retries=0, timeout=20)
+        g.publish(tickets=release, _flags={"audit_rate": 1.0})
+        h = _ask(client, 7)
+        assert h["x-ratchet-served-by"] == "student" and h["x-ratchet-version"] == OLD
+        rows = _rows(g, h["x-ratchet-request-id"])
+        (req,), (audit,), (shadow,) = rows["request"], rows["audit"], rows["shadow"]
+        assert req["version"] == OLD and req["pair_role"] == "audit"
+        assert (
+            audit["version"] == OLD
+            and audit["served_by"] == "teacher"
+            and audit["pair_outcome"] == "disagree"
+        )
+        # the candidate was compared with the teacher's audit answer (it disagrees with OLD's served answer)
+        assert (
+            shadow["version"] == NEW
+            and shadow["served_by"] == "student"
+            and shadow["pair_outcome"] == "agree"
+        )
+        assert shadow["threshold"] == 0.3 and shadow["confidence"] > 0.3 and shadow["stage"] == stage
+        assert sorted(_evidence(g.settings.lake_root)) == [(OLD, "audit", True), (NEW, "shadow", False)]
+
+        g.publish(tickets=release, _flags={"audit_rate": 0.0})  # not audited: no teacher answer, no pair
+        h = _ask(client, 8)
+        assert h["x-ratchet-version"] == OLD
+        rows = _rows(g, h["x-ratchet-request-id"])
+        assert len(rows["request"]) == 1 and not rows["audit"] and not rows["shadow"]
+        assert rows["request"][0]["pair_role"] == ""
