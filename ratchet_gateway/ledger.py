@@ -11,9 +11,20 @@ rows reach DuckDB later, in batches:
 2. A **loader thread** inserts the journaled rows into ``<replica>.duckdb`` (the process's own file) every
    ``load_interval`` seconds, as an Arrow batch in one transaction.
 3. Every ``segment_seconds`` and at shutdown the loader **seals** rows with ``seq`` > the sealed high-water mark
-   into ``<lake>/traffic/day=D/<replica>-<first seq>.parquet`` (temp name, fsync, rename, fsync dir), then
-   stores the new mark in DuckDB. If the process dies between rename and mark, the next start reads the seqs of
-   this replica's segments above the mark and never seals them again: no row sealed twice, none skipped.
+   into ``<lake>/traffic/day=D/<replica>-<first seq>.parquet``, then stores the new mark in DuckDB. If the
+   process dies between publishing a segment and storing the mark, the next start reads the seqs of this
+   replica's segments above the mark and never seals them again: no row sealed twice, none skipped.
+
+The lake is a folder or any fsspec URL (``RATCHET_LAKE=s3://bucket/lake``, ``gs://``, ``memory://`` ...;
+:func:`lake_filesystem`). Readers must only ever see complete segments, so a segment is published by:
+
+- a local folder (a plain path or ``file://``): temp name ``.<name>.tmp-<pid>`` in the same folder, fsync, atomic
+  ``rename`` to the final name, fsync of the folder;
+- any other fsspec filesystem: **write-once object keys**. Object stores have no atomic rename (fsspec's ``mv`` is
+  copy + delete there), so the whole segment is built in memory and written to its final key with one
+  ``pipe_file`` (one PUT, or a multipart upload that becomes visible only when completed): readers see the object
+  complete or not at all. A key is never rewritten (an existing key is skipped), and a crash before the upload
+  completes leaves no object, so the rows are sealed again under the same key at the next start.
 
 Restart: rows of the journal with ``seq`` > max(seq) in DuckDB are loaded (idempotent by (replica, seq)); a torn
 tail record (crash mid-write, never acknowledged) ends the replay. The journal is truncated once every row in it
@@ -45,6 +56,16 @@ import orjson
 from ratchet_core.schema import COLUMN_NAMES, LEDGER_SCHEMA, duckdb_ddl, segment_relpath
 
 _HEADER = struct.Struct("<II")
+
+
+def lake_filesystem(lake_root: str | os.PathLike) -> tuple[Any, str, bool]:
+    """``(fs, root, local)`` for a lake folder or fsspec URL: the fsspec filesystem, the lake's path inside it
+    (no trailing slash) and whether it is the local filesystem (where segments are renamed into place)."""
+    from fsspec.core import url_to_fs
+    from fsspec.implementations.local import LocalFileSystem
+
+    fs, root = url_to_fs(str(lake_root))
+    return fs, root.rstrip("/") or "/", isinstance(fs, LocalFileSystem)
 
 
 def default_replica_base() -> str:
@@ -90,7 +111,8 @@ class Ledger:
         on_commit: Callable[[float, int], None] | None = None,
     ):
         self.ledger_dir = Path(ledger_dir)
-        self.lake_root = Path(lake_root)
+        self.lake_root = str(lake_root)
+        self._fs, self._lake, self._local = lake_filesystem(lake_root)
         self.segment_seconds = segment_seconds
         self.replica_base = replica_base or default_replica_base()
         self.load_interval = load_interval
@@ -281,21 +303,19 @@ class Ledger:
         self._loaded_seq = rows[-1]["seq"]
 
     def _recover_sealed(self) -> None:
-        """Seqs of this replica's segments above the mark (a crash between rename and mark)."""
+        """Seqs of this replica's segments above the mark (a crash between publishing and marking)."""
         import pyarrow.parquet as pq
 
-        traffic = self.lake_root / "traffic"
-        if not traffic.exists():
-            return
-        for path in traffic.glob(f"day=*/{self.replica}-*.parquet"):
-            first = int(path.stem.rsplit("-", 1)[1])
+        fs = self._fs
+        for path in fs.glob(f"{self._lake}/traffic/day=*/{self.replica}-*.parquet"):
+            first = int(path.rsplit("/", 1)[-1].removesuffix(".parquet").rsplit("-", 1)[1])
             if first > self._sealed_seq:
-                seqs = pq.read_table(path, columns=["seq"]).column("seq").to_pylist()
+                with fs.open(path, "rb") as fh:
+                    seqs = pq.read_table(fh, columns=["seq"]).column("seq").to_pylist()
                 self._recovered.update(s for s in seqs if s > self._sealed_seq)
 
-    def _seal(self) -> list[Path]:
+    def _seal(self) -> list[str]:
         import pyarrow.compute as pc
-        import pyarrow.parquet as pq
 
         self._last_seal = time.monotonic()
         table = self._con.sql(
@@ -312,23 +332,13 @@ class Ledger:
         for day in sorted(pc.unique(table.column("day")).to_pylist()):
             part = table.filter(pc.equal(table.column("day"), day))
             first = int(pc.min(part.column("seq")).as_py())
-            path = self.lake_root / segment_relpath(day, self.replica, first)
-            if path.exists():
-                continue
-            path.parent.mkdir(parents=True, exist_ok=True)
-            tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-            pq.write_table(part, tmp)
-            fd = os.open(tmp, os.O_RDONLY)
-            try:
-                os.fsync(fd)
-            finally:
-                os.close(fd)
-            os.rename(tmp, path)
-            dfd = os.open(path.parent, os.O_RDONLY)
-            try:
-                os.fsync(dfd)
-            finally:
-                os.close(dfd)
+            path = f"{self._lake}/{segment_relpath(day, self.replica, first)}"
+            if self._fs.exists(path):
+                continue  # published before a crash; its rows are in _recovered (never rewritten)
+            if self._local:
+                _publish_local(part, Path(path))
+            else:
+                _publish_object(self._fs, part, path)
             written.append(path)
         self._sql("INSERT OR REPLACE INTO seal_state VALUES (1, ?)", [top])
         self._sealed_seq = top
@@ -358,6 +368,36 @@ class Ledger:
     @property
     def last_seq(self) -> int:
         return self._seq
+
+
+def _publish_local(table, path: Path) -> None:
+    """Temp name in the same folder, fsync, atomic rename, fsync the folder."""
+    import pyarrow.parquet as pq
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    pq.write_table(table, tmp)
+    fd = os.open(tmp, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    os.rename(tmp, path)
+    dfd = os.open(path.parent, os.O_RDONLY)
+    try:
+        os.fsync(dfd)
+    finally:
+        os.close(dfd)
+
+
+def _publish_object(fs, table, path: str) -> None:
+    """Write-once key: the whole segment in one ``pipe_file`` (visible complete or not at all)."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    sink = pa.BufferOutputStream()
+    pq.write_table(table, sink)
+    fs.pipe_file(path, sink.getvalue().to_pybytes())
 
 
 def _resolve(futs: list[asyncio.Future], err: BaseException | None) -> None:

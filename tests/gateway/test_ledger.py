@@ -85,3 +85,48 @@ def test_group_commit_shares_fsyncs(tmp_path):
     _append(led, range(200))
     led.close()
     assert sum(batches) == 200 and len(batches) < 200  # concurrent appends shared commits
+
+
+def _reset_mark(ledger_dir: Path) -> None:
+    import duckdb
+
+    con = duckdb.connect(str(ledger_dir / "t-0.duckdb"))
+    con.execute("UPDATE seal_state SET sealed_seq = 0")  # as if we died right after publishing
+    con.close()
+
+
+def test_segments_are_write_once_objects_on_an_fsspec_url(tmp_path):
+    import fsspec
+    import pyarrow.parquet as pq
+
+    root = f"/lake-{tmp_path.name}"  # the memory filesystem is one store per process
+    fs = fsspec.filesystem("memory")
+    led = Ledger(tmp_path / "ledger", f"memory://{root}", 3600, "t", load_interval=0.01)
+    led.open()
+    _append(led, range(0, 20))
+    led.close()
+    first = f"{root}/traffic/day=2026-01-02/t-0-00000001.parquet"
+    assert fs.find(root) == [first]  # the final key only: no temp object, nothing renamed
+    _reset_mark(tmp_path / "ledger")
+    led = Ledger(tmp_path / "ledger", f"memory://{root}", 3600, "t", load_interval=0.01)
+    led.open()
+    _append(led, range(20, 30))
+    led.close()
+    keys = fs.find(root)
+    assert keys == [first, f"{root}/traffic/day=2026-01-02/t-0-00000021.parquet"]
+    seqs = []
+    for key in keys:
+        with fs.open(key, "rb") as fh:
+            seqs += pq.read_table(fh).column("seq").to_pylist()
+    assert sorted(seqs) == list(range(1, 31))  # every row once, none sealed twice after the lost mark
+    fs.rm(root, recursive=True)
+
+
+def test_segments_on_a_file_url_are_renamed_into_place(tmp_path):
+    led = Ledger(tmp_path / "ledger", f"file://{tmp_path}/lake", 3600, "t", load_interval=0.01)
+    led.open()
+    _append(led, range(0, 15))
+    led.close()
+    assert sorted(r["seq"] for r in sealed_rows(tmp_path / "lake")) == list(range(1, 16))
+    files = [p.name for p in (tmp_path / "lake").rglob("*") if p.is_file()]
+    assert files == ["t-0-00000001.parquet"]  # no temp file left behind
