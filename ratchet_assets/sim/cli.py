@@ -58,11 +58,6 @@ def _day_line(r: dict[str, Any]) -> str:
     "--teacher-model", default="gpt-4o", show_default=True, help="Price the teacher like this model."
 )
 @click.option(
-    "--strict-gateway",
-    is_flag=True,
-    help="Pair requests exactly as the gateway's code does today (no canary/previous-live shadowing).",
-)
-@click.option(
     "--home",
     type=click.Path(file_okay=False, path_type=Path),
     default=None,
@@ -79,7 +74,6 @@ def sim(
     student: str,
     audit_rate: float,
     teacher_model: str,
-    strict_gateway: bool,
     home: Path | None,
     as_json: bool,
 ) -> None:
@@ -99,7 +93,6 @@ def sim(
         student=student,
         audit_rate=audit_rate,
         teacher_model=teacher_model,
-        strict_gateway=strict_gateway,
     )
     on_day = None if as_json else (lambda r: click.echo(_day_line(r)))
     try:

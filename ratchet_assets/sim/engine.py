@@ -20,18 +20,11 @@ Per simulated day d (1-based; workload day index d - 1):
    ``ratchet_stats.certificate.build_certificate`` computes the Clopper-Pearson bound, the LTT threshold and McNemar
    against the live version; tasks whose bound reaches the target become candidates (as the versions registry does).
 
-Two pairing rules follow the written contracts where the gateway's code (``ratchet_gateway.chat``) does less;
-``strict_gateway=True`` turns both off and does exactly what the gateway's code does today:
-
-- canary: requests outside the canary share are shadowed by the canary version ("the rest as in shadow",
-  ``ratchet_gateway.routing``'s and ``ratchet_core.manifest``'s docstrings); the code shadows none of them, so a
-  5% canary only learns from audits of its 5% (117 clean audits per step at audit rate 0.05 need ~47,000 requests);
-- a version in shadow or canary while the previous live version serves: when that request is audited, the
-  candidate also answers and is compared with the teacher's audit answer (the code then shadows nothing, so a
-  second version never gets evidence while the first one is live).
-
-A shadow pair records the shadowed version's own threshold, so ``PairRow.error`` ignores answers the cascade would
-have sent to the teacher. Everything is deterministic in the arguments: the same seed gives byte-identical output.
+Who answers off the request path is the gateway's own decision too (``ratchet_gateway.routing.pairs``): the canary's
+rest is shadowed by the canary version, and a request served by the previous live version that is audited is also
+answered by the candidate and compared with the teacher's audit answer, so evidence is always against the teacher.
+A shadow pair records the shadowed version's own threshold (``Route.shadow_threshold``), so ``PairRow.error``
+ignores answers the cascade would have sent to the teacher. Everything is deterministic in the arguments: the same seed gives byte-identical output.
 """
 
 from __future__ import annotations
@@ -63,12 +56,15 @@ from ratchet_core import manifest as mf
 from ratchet_core.redact import redact_messages, redact_text
 from ratchet_core.schema import empty_row, segment_relpath
 from ratchet_core.workloads import compare, get_workload, solve
+from ratchet_gateway.routing import pairs, route
+from ratchet_gateway.safety import SafetyState
 from ratchet_stats.canonical import canonical_json, sha256_hex
 
 # The gateway's default student price (ratchet_gateway.app.DEFAULT_STUDENT_PRICES): $0.02 / 1M input and
 # $0.06 / 1M output tokens; restated so the simulator does not import the web app.
 STUDENT_PRICE_IN, STUDENT_PRICE_OUT = 2e-8, 6e-8
 REPLICA = "sim"
+_NO_SAFETY = SafetyState()  # no local safety switch: the manifest alone decides
 
 
 class SimError(ValueError):
@@ -95,7 +91,6 @@ class SimConfig:
     window_days: int = 7
     teacher_model: str = "gpt-4o"
     corrupt_share: float = 0.3
-    strict_gateway: bool = False
 
     def check(self) -> None:
         if self.days < 1:
@@ -136,24 +131,6 @@ def teacher_prices(model: str) -> tuple[float, float]:
 def tokens_of(text: str) -> int:
     """Token count estimate: one token per 4 UTF-8 bytes, at least 1 (OpenAI's rule of thumb)."""
     return max(1, math.ceil(len(text.encode("utf-8")) / 4))
-
-
-def sim_route(manifest: mf.Manifest, task: str, request_id: str, strict: bool):
-    """The gateway's routing decision, plus "the rest as in shadow" for a canary (module docstring)."""
-    from ratchet_gateway.routing import route
-    from ratchet_gateway.safety import SafetyState
-
-    r = route(manifest, SafetyState(), task, request_id)
-    rel = manifest.serving(task)
-    if (
-        not strict
-        and rel.stage == "canary"
-        and rel.version
-        and r.student_version != rel.version
-        and r.shadow_version is None
-    ):
-        r = dataclasses.replace(r, shadow_version=rel.version)
-    return r
 
 
 def _cj(value: Any) -> str:
@@ -228,7 +205,7 @@ class Simulation:
             seconds=(i + 0.5) * 86_000 / cfg.requests
         )
         task = ex.task
-        r = sim_route(s.manifest, task, rid, cfg.strict_gateway)
+        r = route(s.manifest, _NO_SAFETY, task, rid)
         teacher_msg = solve(task, ex.messages, ex.tools, ex.response_format)
         messages_text = _cj(redact_messages(ex.messages))
         p = tokens_of(messages_text)
@@ -244,7 +221,6 @@ class Simulation:
         teacher_cost = self._cost(self.prices, p, c)
         actual = student_cost if served_by == "student" else teacher_cost + student_cost
         tools = {"tools": ex.tools, "tool_choice": ex.tool_choice} if ex.tools else None
-        rel = s.manifest.serving(task)
         base = dict(
             kind="request",
             request_id=rid,
@@ -260,17 +236,8 @@ class Simulation:
             response_format=_cj(ex.response_format) if ex.response_format else "",
             status_code=200,
         )
-        shadow_version = r.shadow_version if served_by == "teacher" else None
-        audit = served_by == "student" and r.audit
-        if (
-            not cfg.strict_gateway
-            and audit
-            and rel.version
-            and rel.version != version
-            and rel.stage in ("shadow", "canary")
-        ):
-            shadow_version = rel.version  # the candidate answers the audited request too (module docstring)
-        role = "audit" if audit else "shadow" if shadow_version and served_by == "teacher" else ""
+        off_path = pairs(r, served_by)
+        audit, shadow_version, role = off_path.audit, off_path.shadow_version, off_path.role
         seq[0] += 1
         rows = [
             empty_row(
@@ -305,7 +272,7 @@ class Simulation:
         if shadow_version:
             msg, conf = self._ask_student(shadow_version, rid, ex)
             outcome = "agree" if compare(task, teacher_msg, msg) else "disagree"
-            thr = rel.threshold if rel.version == shadow_version else None
+            thr = r.shadow_threshold
             seq[0] += 1
             rows.append(self._pair_row(base, seq[0], "shadow", shadow_version, msg, outcome, conf, thr, p))
             err = PairRow("", 0, shadow_version, task, "shadow", outcome, conf, thr).error

@@ -8,8 +8,13 @@ from ratchet_assets.sim.engine import SimConfig, run_sim
 
 
 @pytest.fixture(scope="session")
-def tickets_run(tmp_path_factory):
-    return run_sim(SimConfig(days=7, requests=400, workload="tickets", seed=7), tmp_path_factory.mktemp("t"))
+def tickets_home(tmp_path_factory):
+    return tmp_path_factory.mktemp("t")
+
+
+@pytest.fixture(scope="session")
+def tickets_run(tickets_home):
+    return run_sim(SimConfig(days=7, requests=400, workload="tickets", seed=7), tickets_home)
 
 
 @pytest.fixture(scope="session")

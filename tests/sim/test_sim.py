@@ -8,9 +8,8 @@ import pytest
 from click.testing import CliRunner
 
 from ratchet_assets.sim.cli import sim
-from ratchet_assets.sim.engine import SimConfig, run_sim, sim_route, to_json
+from ratchet_assets.sim.engine import SimConfig, run_sim, to_json
 from ratchet_assets.sim.student import CorruptedStudent, FastStudent
-from ratchet_core.manifest import Manifest, TaskRelease
 from ratchet_core.workloads import compare, get_workload
 
 pytestmark = pytest.mark.slow
@@ -64,14 +63,43 @@ def test_same_seed_same_bytes_other_seed_differs(tmp_path):
     assert a != c
 
 
-def test_canary_rest_is_shadowed_unless_strict():
-    m = Manifest.default()
-    m.tasks["tickets"] = TaskRelease(stage="canary", version="v2-x", canary_percent=5.0, threshold=0.5)
-    outside = next(
-        f"r{i}" for i in range(200) if sim_route(m, "tickets", f"r{i}", True).student_version is None
-    )
-    assert sim_route(m, "tickets", outside, strict=True).shadow_version is None  # the gateway's code today
-    assert sim_route(m, "tickets", outside, strict=False).shadow_version == "v2-x"
+def test_pairs_follow_the_gateway_rules_in_the_sealed_lake(tickets_run, tickets_home):
+    """Read back from the sim's own segments: canary requests outside the share are shadowed by the canary
+    version, and audited requests served by the previous live version also shadow the candidate."""
+    import glob
+
+    import pyarrow.parquet as pq
+
+    rows = [
+        r
+        for p in sorted(glob.glob(f"{tickets_home}/lake/traffic/day=*/*.parquet"))
+        for r in pq.read_table(p).to_pylist()
+    ]
+    by_rid: dict[str, list[dict]] = {}
+    for r in rows:
+        by_rid.setdefault(r["request_id"], []).append(r)
+    canary_rest = behind_live = 0
+    for group in by_rid.values():
+        req = next(r for r in group if r["kind"] == "request")
+        shadows = [r for r in group if r["kind"] == "pair" and r["pair_role"] == "shadow"]
+        if req["stage"] == "canary" and req["served_by"] == "teacher" and req["confidence"] is None:
+            assert [s["version"] for s in shadows] == [req["version"]]  # outside the canary, no student tried
+            canary_rest += 1
+        if (
+            req["stage"] in ("shadow", "canary")
+            and req["served_by"] == "student"
+            and req["pair_role"] == "audit"
+        ):
+            if shadows:  # served by the previous live version: the candidate answered too
+                (s,) = shadows
+                assert s["version"] != req["version"] and s["served_by"] == "student"
+                behind_live += 1
+            else:  # served by the canary version itself
+                assert req["stage"] == "canary"
+    assert canary_rest > 0 and behind_live > 0
+    assert all(r["kind"] == "request" or r["pair_role"] in ("audit", "shadow") for r in rows)
+    with pytest.raises(TypeError):
+        SimConfig(strict_gateway=True)  # the simulator has no pairing rules of its own any more
 
 
 def _train_file(tmp_path, examples):
