@@ -1,6 +1,7 @@
 """Resources every night asset shares (H7/H8's assets use the same keys).
 
-- ``paths``: ``RatchetPaths`` — lake, artifacts and home folders (default: ``ratchet_core.settings``);
+- ``paths``: ``RatchetPaths`` — lake (folder or fsspec URL), artifacts and home folders (default:
+  ``ratchet_core.settings``);
 - ``control_db``: ``ControlDB`` — SQLAlchemy engine of the control DB (effect ledger, erasures, manifests);
 - ``signer``: ``Signer`` — the control plane's Ed25519 key (``RATCHET_SIGNING_KEY`` or the key file
   ``$RATCHET_HOME/keys/signing.key``, created with a log line when absent in the embedded default);
@@ -19,6 +20,7 @@ import dagster as dg
 from sqlalchemy.engine import Engine
 
 from ratchet_core.control_db import make_engine
+from ratchet_core.lake import lake_location
 from ratchet_core.settings import Settings, load_settings
 
 log = logging.getLogger(__name__)
@@ -29,7 +31,8 @@ def _settings() -> Settings:
 
 
 class RatchetPaths(dg.ConfigurableResource):
-    """Where the lake and the artifacts live (local folders; empty = the settings' default)."""
+    """Where the lake (a folder or an fsspec URL, ``ratchet_core.lake``) and the artifacts (a local folder) live;
+    empty = the settings' default."""
 
     home: str = ""
     lake: str = ""
@@ -38,12 +41,13 @@ class RatchetPaths(dg.ConfigurableResource):
     def home_path(self) -> Path:
         return Path(self.home) if self.home else _settings().home
 
-    def lake_root(self) -> Path:
+    def lake_root(self) -> str | Path:
+        """A ``Path`` for a folder, the URL itself for ``s3://...`` etc. (read it with ``ratchet_core.lake.Lake``)."""
         if self.lake:
-            return Path(self.lake)
+            return lake_location(self.lake)
         if self.home:
             return Path(self.home) / "lake"
-        return Path(_settings().lake_root)
+        return lake_location(_settings().lake_root)
 
     def artifacts_root(self) -> Path:
         if self.artifacts:

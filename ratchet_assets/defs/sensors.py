@@ -15,30 +15,41 @@ from ratchet_assets.defs.jobs import nightly
 from ratchet_assets.defs.partitions import daily_partitions
 from ratchet_assets.defs.resources import NightConfig, RatchetPaths
 from ratchet_core.clock import now as clock_now
+from ratchet_core.lake import Lake, Segment
 
 
-def _replicas(folder: Path) -> set[str]:
-    return {p.name.rsplit("-", 1)[0] for p in folder.glob("*.parquet") if not p.name.startswith(".")}
+def _replicas(segments: list[Segment]) -> set[str]:
+    return {seg.name.rsplit("-", 1)[0] for seg in segments}
 
 
-def complete_days(lake_root: Path, after: str, now: datetime, grace: timedelta, start: str) -> list[str]:
-    """Days after ``after`` (exclusive) whose segments are complete, in order, stopping at the first that is not."""
-    folders = {
-        p.name.removeprefix("day="): p for p in sorted((lake_root / "traffic").glob("day=*")) if p.is_dir()
-    }
-    days = sorted(d for d in folders if d > after and d >= start)
+def complete_days(
+    lake_root: str | Path, after: str, now: datetime, grace: timedelta, start: str
+) -> list[str]:
+    """Days after ``after`` (exclusive) whose segments are complete, in order, stopping at the first that is not.
+
+    ``lake_root``: a folder or an fsspec URL (``ratchet_core.lake``); each day folder is listed once."""
+    lake = Lake(lake_root)
+    all_days = lake.days()
+    days = [d for d in all_days if d > after and d >= start]
+    replicas: dict[str, set[str]] = {}
+
+    def seen_on(day: str) -> set[str]:
+        if day not in replicas:
+            replicas[day] = _replicas(lake.segments(day))
+        return replicas[day]
+
     out = []
     for day in days:
         end = datetime.combine(date.fromisoformat(day) + timedelta(days=1), datetime.min.time(), UTC)
         if now < end:
             break
-        seen = _replicas(folders[day])
-        later: set[str] = set()
-        for d, folder in folders.items():
-            if d > day:
-                later |= _replicas(folder)
-        if not (seen <= later or now >= end + grace):
-            break
+        if now < end + grace:  # before the grace period ends, every replica must have rolled past midnight
+            later: set[str] = set()
+            for d in all_days:
+                if d > day:
+                    later |= seen_on(d)
+            if not seen_on(day) <= later:
+                break
         out.append(day)
     return out
 
@@ -55,7 +66,7 @@ def night_segments_sensor(
     )
     if not days:
         return dg.SkipReason(
-            f"no complete day after {after or 'the start'} in {paths.lake_root() / 'traffic'}"
+            f"no complete day after {after or 'the start'} in {Lake(paths.lake_root()).uri('traffic')}"
         )
     return dg.SensorResult(
         run_requests=[dg.RunRequest(run_key=f"night-{d}", partition_key=d) for d in days],

@@ -9,6 +9,9 @@ Checks, in order:
 - late segments: sealed (mtime) after the day's end plus a grace period, or absent from the previous
   materialisation's ``segments.json`` (it arrived after the partition was built).
 
+The lake is a folder or any fsspec URL (``ratchet_core.lake.Lake``: one code path; DuckDB reads local segments
+in place, others through the registered fsspec filesystem); the artifacts are a local folder.
+
 Output ``<artifacts>/traffic/day=D/traffic.parquet`` sorted by (ts, replica, seq), written by pyarrow with fixed
 settings so a rerun over the same segments is byte-identical.
 """
@@ -21,8 +24,6 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-import pyarrow.parquet as pq
-
 from ratchet_assets.night import (
     ChunkedParquetWriter,
     atomic_write_bytes,
@@ -32,6 +33,7 @@ from ratchet_assets.night import (
     sql_str,
     stream_batches,
 )
+from ratchet_core.lake import Lake, Segment
 from ratchet_core.schema import COLUMN_NAMES, LEDGER_SCHEMA
 
 
@@ -61,18 +63,15 @@ class TrafficResult:
         return asdict(self)
 
 
-def segment_files(lake_root: str | Path, day: str) -> list[Path]:
+def segment_files(lake_root: str | Path, day: str) -> list[Segment]:
     """Sealed segments of a day, by name (temporary names beginning with '.' are not sealed yet)."""
-    folder = day_dir(lake_root, "traffic", day)
-    if not folder.is_dir():
-        return []
-    return sorted(p for p in folder.glob("*.parquet") if not p.name.startswith("."))
+    return Lake(lake_root).segments(day)
 
 
-def check_schema(path: Path) -> list[str]:
+def check_schema(lake: Lake, rel: str) -> list[str]:
     """Differences between a segment's schema and LEDGER_SCHEMA (empty when it matches)."""
     try:
-        schema = pq.read_schema(path)
+        schema = lake.read_schema(rel)
     except Exception as exc:  # unreadable: truncated copy, not Parquet, ...
         return [f"cannot read Parquet footer ({exc.__class__.__name__}: {exc})"]
     problems = []
@@ -95,9 +94,12 @@ def consolidate_traffic(
     day: str,
     grace: timedelta = timedelta(minutes=60),
 ) -> TrafficResult:
-    """Validate and merge the day's segments into ``traffic/day=D/traffic.parquet``; return what was seen."""
-    files = segment_files(lake_root, day)
-    bad = {str(p): probs for p in files if (probs := check_schema(p))}
+    """Validate and merge the day's segments into ``traffic/day=D/traffic.parquet``; return what was seen.
+
+    ``lake_root`` is a folder or an fsspec URL (``ratchet_core.lake``); ``artifacts_root`` is a local folder."""
+    lake = Lake(lake_root)
+    files = lake.segments(day)
+    bad = {lake.uri(s.rel): probs for s in files if (probs := check_schema(lake, s.rel))}
     if bad:
         lines = [f"{path}: {'; '.join(probs)}" for path, probs in bad.items()]
         raise TrafficError(
@@ -113,17 +115,18 @@ def consolidate_traffic(
         previous = {s["name"] for s in json.loads(manifest_path.read_text())["segments"]}
     day_end = datetime.fromisoformat(day).replace(tzinfo=UTC) + timedelta(days=1)
     late = []
-    for p in files:
-        sealed = datetime.fromtimestamp(p.stat().st_mtime, UTC)
-        if sealed > day_end + grace or (previous and p.name not in previous):
-            late.append(p.name)
+    for seg in files:
+        if seg.mtime > day_end + grace or (previous and seg.name not in previous):
+            late.append(seg.name)
 
     con = connect()
+    lake.attach(con)
     cols = ", ".join(COLUMN_NAMES)
     if files:
+        paths = [lake.duckdb_path(seg.rel) for seg in files]
         con.execute(
             f"CREATE TEMP VIEW raw AS SELECT {cols}, filename AS _file, file_row_number AS _row "
-            f"FROM read_parquet({sql_list(files)}, filename = true, file_row_number = true)"
+            f"FROM read_parquet({sql_list(paths)}, filename = true, file_row_number = true)"
         )
     else:
         con.register("_empty", LEDGER_SCHEMA.empty_table())
@@ -153,7 +156,7 @@ def consolidate_traffic(
     for batch in stream_batches(con, "SELECT * FROM kept ORDER BY ts, replica, seq, request_id, kind"):
         writer.write(batch)
     writer.close()
-    segments = [{"name": p.name, "bytes": p.stat().st_size} for p in files]
+    segments = [{"name": seg.name, "bytes": seg.size} for seg in files]
     atomic_write_bytes(manifest_path, json.dumps({"day": day, "segments": segments}, sort_keys=True).encode())
 
     stats = con.execute(
