@@ -366,7 +366,7 @@ def _admit(
 def release_tick(
     engine: Engine,
     private_key: Any,
-    lake: Path,
+    lake: str | Path,
     artifacts: Path,
     state: dict[str, Any] | str | None,
     policy: ReleasePolicy | None = None,
@@ -413,12 +413,12 @@ def release_tick(
         if d.action != "hold":
             decision = d
             break
-    segments, late = pending_segments(Path(lake), wm)
+    segments, late = pending_segments(lake, wm)
     if late:
         result.notes.append(f"{late} segment(s) of settled days ignored")
     newest_day = ""
     if decision is None:
-        for rel, rows in read_pairs(Path(lake), segments, wm):
+        for rel, rows in read_pairs(lake, segments, wm):
             newest_day = max(newest_day, rel.split("/")[1].removeprefix("day="))
             stopped = False
             for row in rows:

@@ -1,5 +1,7 @@
 """Audit evidence from sealed traffic: pair rows of ``<lake>/traffic/day=*/*.parquet``, read once each, in order.
 
+The lake is a folder or any fsspec URL (``ratchet_core.lake.Lake``: listing and DuckDB reads, one code path).
+
 A pair row (``kind='pair'``, ledger schema in ``ratchet_core.schema``) compares the student's answer with the
 teacher's for one request: ``pair_role`` audit (student served, teacher re-asked) or shadow (teacher served, the
 student answered off the path); ``pair_outcome`` agree | disagree | error. As evidence about a version's precision:
@@ -21,6 +23,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+from ratchet_core.lake import Lake
 
 SETTLE_DAYS = 2
 
@@ -99,21 +103,20 @@ def _day_and_name(rel: str) -> tuple[str, str]:
     return parts[-2].removeprefix("day="), parts[-1]
 
 
-def pending_segments(lake: Path, wm: Watermark) -> tuple[list[str], int]:
-    """Segments not yet fully read, oldest day first; plus how many late segments of settled days exist."""
-    root = Path(lake) / "traffic"
+def pending_segments(lake: str | Path, wm: Watermark) -> tuple[list[str], int]:
+    """Segments not yet fully read, oldest day first; plus how many late segments of settled days exist.
+
+    ``lake``: a folder or an fsspec URL (``ratchet_core.lake``)."""
+    store = Lake(lake)
     out: list[str] = []
     late = 0
-    if not root.is_dir():
-        return out, late
-    for day_dir in sorted(root.glob("day=*")):
-        day = day_dir.name.removeprefix("day=")
+    for day in store.days():
         try:
             dt.date.fromisoformat(day)
         except ValueError:
             continue
-        for seg in sorted(day_dir.glob("*.parquet")):
-            rel = f"traffic/{day_dir.name}/{seg.name}"
+        for seg in store.segments(day):
+            rel = seg.rel
             if wm.min_day and day < wm.min_day:
                 late += 1 if seg.name not in wm.done.get(day, ()) else 0
                 continue
@@ -122,17 +125,19 @@ def pending_segments(lake: Path, wm: Watermark) -> tuple[list[str], int]:
     return out, late
 
 
-def read_pairs(lake: Path, segments: list[str], wm: Watermark) -> Iterator[tuple[str, list[PairRow]]]:
+def read_pairs(lake: str | Path, segments: list[str], wm: Watermark) -> Iterator[tuple[str, list[PairRow]]]:
     """For each segment (in order), its pair rows not yet read, ordered by seq."""
     import duckdb
 
+    store = Lake(lake)
     con = duckdb.connect()
     try:
+        store.attach(con)
         for rel in segments:
             rows = con.execute(
                 "SELECT version, task, pair_role, pair_outcome, confidence, threshold FROM read_parquet(?) "
                 "WHERE kind = 'pair' ORDER BY seq, request_id",
-                [str(Path(lake) / rel)],
+                [store.duckdb_path(rel)],
             ).fetchall()
             start = wm.partial.get(rel, 0)
             yield (
