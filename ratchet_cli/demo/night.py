@@ -159,7 +159,7 @@ def release_tick_once(home: Path, state: dict[str, Any] | None) -> tuple[dict[st
         result = release_tick(
             engine,
             load_private_key_file(settings.signing_key_path),
-            Path(settings.lake_root),
+            settings.lake_root,
             Path(settings.artifacts_root),
             state or None,
             policy=ReleasePolicy(target=PROMOTE_TARGET, floor=ROLLBACK_FLOOR),

@@ -277,7 +277,10 @@ class DemoRunner:
             return
         if not self.o.accelerated and time.time() < real_day_clock(day).real_end:
             return  # still today: its remaining bursts run next
-        if not any((self.home / "lake" / "traffic" / f"day={day}").glob("*.parquet")):
+        from ratchet_core.lake import Lake
+        from ratchet_core.settings import load_settings
+
+        if not Lake(load_settings().lake_root).segments(day):
             self.state.open_day = None  # stopped before any of its traffic was sealed: the day starts over
             self.state.bursts_done.pop(day, None)
             self.state.save(self.home)
