@@ -346,14 +346,22 @@ class Ledger:
         return written
 
     def seal_now(self, timeout: float = 30.0) -> None:
-        """Wait until every row appended so far is journaled, then have the loader load and seal it all."""
+        """Wait until every row appended so far is journaled, loaded and sealed into a segment.
+
+        Waits on the sealed high-water mark rather than on "one more seal": a seal already running when this
+        is called may have started before these rows were loaded.
+        """
         target = self._seq
+        deadline = time.monotonic() + timeout
         with self._flushed:
             self._flushed.wait_for(lambda: self._written_seq >= target or self.error is not None, timeout)
         with self._seal_done:
-            target = self._seals_completed + 1
-            self._seal_request.set()
-            self._seal_done.wait_for(lambda: self._seals_completed >= target, timeout)
+            while self._sealed_seq < target and self.error is None:
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    break
+                self._seal_request.set()
+                self._seal_done.wait(remaining)
 
     # observability -----------------------------------------------------------------------------------------
     @property
