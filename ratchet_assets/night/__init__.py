@@ -92,7 +92,8 @@ def _no_constant(name: str) -> Any:
 # Fast canonical check ------------------------------------------------------------------------------------------
 # A float token of compact JSON (after ':', ',' or '['; before ',', ']' or '}'): orjson and Python spell some
 # floats differently (1e-05 vs 0.00001), so texts with one (or with text that looks like one) take the slow path.
-_FLOAT_TOKEN = re.compile(rb"[:,\[]-?[0-9]+(?:\.[0-9]+|(?:\.[0-9]+)?[eE][-+]?[0-9]+)[,\]}]")
+# a number with a fraction or exponent, as a value (after `:`, `,`, `[`) or as the whole document
+_FLOAT_TOKEN = re.compile(rb"(?:^|[:,\[])-?[0-9]+(?:\.[0-9]+|(?:\.[0-9]+)?[eE][-+]?[0-9]+)(?:$|[,\]}])")
 _ASTRAL_UTF8 = re.compile(rb"[\xf0-\xf4]")
 _MAX_NESTING = 256
 
