@@ -41,13 +41,18 @@ TARGET, DELTA = 0.90, 0.05
 TRAIN_KW = {"lr": 4e-3, "epochs": 4, "max_len": 160, "batch_size": 16, "rank": 32, "alpha": 32, "seed": 0}
 
 
-def _run(env, day: str, assets, lora: dict | None = None) -> dg.ExecuteInProcessResult:
+def _run(env, day: str, assets, lora: dict | None = None, max_tokens: int = 512) -> dg.ExecuteInProcessResult:
     ops: dict = {}
     if lora_adapter in assets:
         ops["lora_adapter"] = {"config": {"num_threads": 2, **(lora or TRAIN_KW)}}
     if evaluation_certificate in assets:
         ops["evaluation_certificate"] = {
-            "config": {"student_base_url": env.url, "target": TARGET, "delta": DELTA}
+            "config": {
+                "student_base_url": env.url,
+                "target": TARGET,
+                "delta": DELTA,
+                "max_tokens": max_tokens,
+            }
         }
     return dg.materialize(
         assets,
@@ -238,7 +243,7 @@ def test_shuffled_labels_fail_certification_and_no_bom(env, tmp_path):
     commitment["rows"]["root"] = merkle.root(lines).hex()
     (folder / "commitment.json").write_text(json.dumps(commitment))
 
-    result = _run(small, DAY2, NIGHT2, lora={**TRAIN_KW, "epochs": 1})
+    result = _run(small, DAY2, NIGHT2, lora={**TRAIN_KW, "epochs": 1}, max_tokens=32)
     assert not result.success
     checks = {e.check_name: e.passed for e in result.get_asset_check_evaluations()}
     assert checks[CHECK] is False
@@ -266,3 +271,43 @@ def test_export_adapter_copies_verified_files(env, first_night, tmp_path):
     res = CliRunner().invoke(export_adapter, ["--version", "v99-00000000", "--artifacts", str(env.artifacts),
                                               "--out", str(tmp_path / "y")])  # fmt: skip
     assert res.exit_code != 0 and "no adapter v99-00000000" in res.output
+
+
+def test_new_config_trains_v2_and_is_compared_with_the_live_version(env, first_night):
+    """With v1 live on tickets, a candidate trained with another config gets McNemar against v1 on the same rows."""
+    from ratchet_core.control_db import make_engine
+    from ratchet_core.manifest import ensure_tables, write_signed_manifest
+    from ratchet_stats.keys import load_private_key_file
+
+    live = first_night.record["version"]
+    engine = make_engine(f"sqlite:///{(env.home / 'control.db').as_posix()}")
+    ensure_tables(engine)
+    key = load_private_key_file(env.home / "keys" / "signing.key")
+    write_signed_manifest(
+        engine, key, tasks={"tickets": {"stage": "live", "version": live}}, reason="v1 live"
+    )
+
+    # a half-trained model rambles: cap the answer length (labels are a few tokens)
+    _run(env, DAY1, [lora_adapter, evaluation_certificate], lora={**TRAIN_KW, "epochs": 1}, max_tokens=32)
+    record = json.loads((env.artifacts / "adapters" / f"day={DAY1}" / "adapter.json").read_text())
+    assert record["version"].startswith("v2-") and record["version"] != live
+    assert len(_effects(env.home, "training.launch")) == 2
+    cert_file = env.artifacts / "certificates" / f"{record['version']}.dsse.json"
+    predicate = verify_statement(cert_file.read_bytes(), env.public_key, CERT.PREDICATE_TYPE)["predicate"]
+    mc = predicate["tasks"]["tickets"]["mcnemar"]
+    assert mc is not None and mc["baseline"] == live
+    rows = predicate["tasks"]["tickets"]["rows"]
+    b = sum(1 for _, cand, base in rows if cand and not base)
+    c = sum(1 for _, cand, base in rows if base and not cand)
+    assert (mc["b"], mc["c"]) == (b, c)
+    # the baseline column is v1's own result on these rows: the same count as v1's certificate
+    assert sum(1 for *_, base in rows if base) == first_night_correct(env, live)
+    assert mc["p_value"] == pytest.approx(stats.binomtest(b, b + c, 0.5).pvalue if b + c else 1.0)
+    assert CERT.check_certificate(predicate) == []
+
+
+def first_night_correct(env, version: str) -> int:
+    cert_file = env.artifacts / "certificates" / f"{version}.dsse.json"
+    return verify_statement(cert_file.read_bytes(), env.public_key, CERT.PREDICATE_TYPE)["predicate"][
+        "tasks"
+    ]["tickets"]["correct"]
