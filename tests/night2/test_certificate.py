@@ -7,6 +7,8 @@ import json
 import random
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from scipy import stats
 
 from ratchet_stats import certificate as C
@@ -151,3 +153,28 @@ def test_cli_recomputes_a_signed_certificate(tmp_path, signing_key, public_b64):
     assert res.returncode == 1, res.stdout + res.stderr
     assert "lower_bound" in res.stdout + res.stderr
     assert json.loads(res.stdout)["ok"] is False
+
+
+@settings(max_examples=30, deadline=None)
+@given(
+    data=st.lists(
+        st.tuples(st.floats(0, 1, allow_nan=False), st.booleans(), st.booleans()), min_size=1, max_size=80
+    ),
+    with_baseline=st.booleans(),
+    flip=st.integers(0, 79),
+)
+def test_any_certificate_recomputes_and_any_flipped_row_is_caught(data, with_baseline, flip):
+    t = C.TaskOutcomes(
+        "tickets",
+        "label",
+        [d[0] for d in data],
+        [d[1] for d in data],
+        [d[2] for d in data] if with_baseline else None,
+        "v1-x" if with_baseline else None,
+    )
+    pred = _cert([t])
+    assert C.check_certificate(pred) == []
+    bad = copy.deepcopy(pred)
+    row = bad["tasks"]["tickets"]["rows"][flip % len(data)]
+    row[1] = not row[1]
+    assert C.check_certificate(bad) != []
