@@ -31,7 +31,9 @@ def _accelerated() -> tuple[float, datetime, float] | None:
         epoch_file.parent.mkdir(parents=True, exist_ok=True)
         tmp = epoch_file.with_suffix(".tmp")
         tmp.write_text(
-            json.dumps({"real_epoch": real_epoch, "start": start.isoformat(), "day_seconds": float(day_seconds)})
+            json.dumps(
+                {"real_epoch": real_epoch, "start": start.isoformat(), "day_seconds": float(day_seconds)}
+            )
         )
         os.replace(tmp, epoch_file)
     return float(day_seconds), start, real_epoch

@@ -41,8 +41,11 @@ def test_derived_locations_follow_home(tmp_path, monkeypatch):
 
 
 def test_config_check_lists_problems_and_masks_secrets(tmp_path):
-    bad = run(["config", "check", "--json"], {"RATCHET_MAX_BODY_BYTES": "-3", "RATCHET_ADMIN_KEY": "hunter2"},
-              cwd=tmp_path)
+    bad = run(
+        ["config", "check", "--json"],
+        {"RATCHET_MAX_BODY_BYTES": "-3", "RATCHET_ADMIN_KEY": "hunter2"},
+        cwd=tmp_path,
+    )
     assert bad.returncode == 1
     report = json.loads(bad.stdout)
     assert any(p.startswith("RATCHET_MAX_BODY_BYTES") for p in report["problems"])
@@ -65,6 +68,8 @@ def test_init_creates_keys_once(tmp_path):
     info = json.loads(first.stdout)
     key_file = tmp_path / "home" / "keys" / "signing.key"
     assert key_file.exists() and (key_file.stat().st_mode & 0o077) == 0
-    second = json.loads(run(["init", "--json"], {"RATCHET_HOME": str(tmp_path / "home")}, cwd=tmp_path).stdout)
+    second = json.loads(
+        run(["init", "--json"], {"RATCHET_HOME": str(tmp_path / "home")}, cwd=tmp_path).stdout
+    )
     assert second["key_id"] == info["key_id"]
     assert info["created_key"] == "true" and second["created_key"] == "false"
