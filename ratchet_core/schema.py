@@ -18,6 +18,8 @@ from typing import Any
 
 import pyarrow as pa
 
+from ratchet_stats.receipt import LEAF_FIELDS
+
 SCHEMA_VERSION = 1
 
 SERVED_BY = ("teacher", "student")
@@ -81,20 +83,8 @@ LEDGER_SCHEMA = pa.schema([pa.field(name, typ, nullable=True) for name, typ, _ i
 COLUMN_NAMES = [name for name, _, _ in LEDGER_COLUMNS]
 
 # Fields of a request row a receipt commits to (its Merkle leaves); costs are included so totals are provable.
-RECEIPT_LEAF_FIELDS = (
-    "request_id",
-    "ts",
-    "client",
-    "task",
-    "served_by",
-    "version",
-    "prompt_tokens",
-    "completion_tokens",
-    "reasoning_tokens",
-    "teacher_cost_usd",
-    "actual_cost_usd",
-    "status_code",
-)
+# Defined once, in the verifier kit, so the auditor's definition is the one the pipeline signs.
+RECEIPT_LEAF_FIELDS = LEAF_FIELDS
 
 
 def duckdb_ddl(table: str = "ledger") -> str:
