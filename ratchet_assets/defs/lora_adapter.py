@@ -53,6 +53,7 @@ class LoraAdapterConfig(dg.Config):
     epochs: int = _DEFAULTS.epochs
     batch_size: int = _DEFAULTS.batch_size
     max_len: int = _DEFAULTS.max_len
+    min_steps: int = _DEFAULTS.min_steps  # at least this many steps: small training sets run more epochs
     seed: int = _DEFAULTS.seed
     num_threads: int = 0  # 0 = torch's default; does not change the adapter, so not part of the config hash
 
