@@ -11,6 +11,12 @@
    ``ratchet_core.confidence.answer_confidence`` (the gateway's cascade uses the same score). Requests go one at a
    time by default: a batch's padding changes floating-point results, and a rerun must reproduce the certificate
    byte for byte. A row the endpoint fails on (5xx) counts as wrong with confidence 0 (fail closed).
+   Each row's ``max_tokens`` is capped from the teacher's answer (``row_max_tokens``): ``min(max_tokens,
+   2 * b + 16)`` where ``b`` = UTF-8 bytes of ``render_target(teacher answer)``, the text a correct student
+   writes. Bytes bound tokens from above (the demo base's tokenizer is byte-level; a BPE token covers >= 1 byte),
+   so a correct answer (b tokens + EOS) always fits, while an adapter that has not learnt to stop writes ~2 b
+   tokens instead of 512 (measured: an untrained day-1 adapter took ~21 s a row). The cap depends only on the
+   row, so a rerun asks the same questions and the certificate stays byte-identical.
 4. ``task_outcomes``: correctness by the task's comparator (``COMPARATORS`` overrides, else
    ``ratchet_core.workloads.compare``: exact label, canonical JSON, tool-call equality) against the teacher's
    answer; the live version's correctness on the same rows for McNemar.
@@ -206,6 +212,18 @@ def _message_dict(message: Any) -> dict[str, Any]:
     return out
 
 
+ANSWER_SLACK_FACTOR = 2
+ANSWER_SLACK_TOKENS = 16
+
+
+def row_max_tokens(row: GoldenRow, max_tokens: int) -> int:
+    """``min(max_tokens, 2 * bytes(render_target(row.expected)) + 16)`` (module docstring, step 3)."""
+    from ratchet_core.chat_format import render_target
+
+    answer_bytes = len(render_target(row.expected).encode("utf-8"))
+    return max(1, min(max_tokens, ANSWER_SLACK_FACTOR * answer_bytes + ANSWER_SLACK_TOKENS))
+
+
 def answer_rows(
     base_url: str,
     api_key: str,
@@ -216,7 +234,8 @@ def answer_rows(
     timeout_s: float = 120.0,
     on_progress: Callable[[int, int], None] | None = None,
 ) -> list[Answer]:
-    """The endpoint's greedy answer and confidence for every row (order kept)."""
+    """The endpoint's greedy answer and confidence for every row (order kept); ``max_tokens`` is the most any
+    row may use (each row's own cap: ``row_max_tokens``)."""
     import openai
 
     from ratchet_core.confidence import answer_confidence
@@ -234,7 +253,7 @@ def answer_rows(
                 model=model,
                 messages=row.messages,
                 temperature=0,
-                max_tokens=max_tokens,
+                max_tokens=row_max_tokens(row, max_tokens),
                 logprobs=True,
                 **kwargs,
             )

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import pytest
+from fastapi import FastAPI, Request
 
 from ratchet_assets.night import evaluate as ev
+from ratchet_core.serve import serve_in_thread
 from ratchet_stats.canonical import canonical_json
 
 from .conftest import key_of
@@ -76,3 +78,37 @@ def test_unreachable_endpoint_says_what_to_do():
 
     with pytest.raises(ev.EvaluationError, match="student-server"):
         ev.loaded_models(f"http://127.0.0.1:{free_port()}/v1")
+
+
+def test_each_golden_row_asks_for_at_most_twice_the_teacher_answer_plus_16_tokens():
+    """The endpoint sees max_tokens = min(cap, 2 * UTF-8 bytes of the answer text + 16) per row."""
+    seen: list[tuple[str, int]] = []
+    app = FastAPI()
+
+    @app.post("/v1/chat/completions")
+    async def chat(request: Request) -> dict:
+        body = await request.json()
+        seen.append((body["messages"][-1]["content"], body["max_tokens"]))
+        return {
+            "id": "x",
+            "object": "chat.completion",
+            "created": 0,
+            "model": body["model"],
+            "choices": [
+                {
+                    "index": 0,
+                    "finish_reason": "stop",
+                    "message": {"role": "assistant", "content": "billing"},
+                    "logprobs": {
+                        "content": [{"token": "b", "logprob": -0.01, "bytes": [98], "top_logprobs": []}]
+                    },
+                }
+            ],
+        }
+
+    long_answer = "é" * 300  # 600 UTF-8 bytes: 2 * 600 + 16 is over the cap
+    rows = [_row(0, "tickets", "billing"), _row(1, "extract", '{"a": 1}'), _row(2, "tickets", long_answer)]
+    with serve_in_thread(app) as base:
+        answers = ev.answer_rows(f"{base}/v1", "", "v1-x", rows, max_tokens=512)
+    assert [a.message["content"] for a in answers] == ["billing"] * 3
+    assert seen == [("q0", 2 * 7 + 16), ("q1", 2 * 8 + 16), ("q2", 512)]
