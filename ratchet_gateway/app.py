@@ -332,10 +332,12 @@ def create_app(settings: Settings | None = None, options: GatewayOptions | None 
         return Response(gw.metrics.render(), media_type="text/plain; version=0.0.4", headers=_headers())
 
     from ratchet_gateway.admin_routes import add_admin_routes
+    from ratchet_gateway.proof_routes import add_proof_routes
     from ratchet_gateway.receipts_routes import add_receipt_routes
 
     add_admin_routes(app, gw)
     add_receipt_routes(app, gw)
+    add_proof_routes(app, gw)
 
     @app.exception_handler(StarletteHTTPException)
     async def http_error(request: Request, exc: StarletteHTTPException) -> Response:
