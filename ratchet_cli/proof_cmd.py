@@ -26,16 +26,24 @@ import click
 
 
 def body_example_key(body: dict[str, Any], task: str | None = None) -> str:
-    """The example key of a chat request body, computed as the night computes it."""
-    from ratchet_core.example_key import example_key
+    """The example key of a chat request body, computed as the gateway and the night compute it.
+
+    Redaction follows this machine's ``RATCHET_REDACT_PII`` (it must match the gateway's setting).
+    """
+    from ratchet_core.example_key import body_example_key as key_of_body
+    from ratchet_core.settings import SettingsError, load_settings
 
     messages = body.get("messages")
     if not isinstance(messages, list) or not messages:
         raise click.UsageError(
             "the body has no 'messages' list: pass an OpenAI chat completions request body"
         )
+    try:
+        redact = load_settings().redact_pii
+    except SettingsError as exc:
+        raise click.UsageError(str(exc)) from exc
     task = task or (body.get("metadata") or {}).get("ratchet_task") or "default"
-    return example_key(task, messages, body.get("tools"), body.get("response_format"))
+    return key_of_body(body, task, redact=redact)
 
 
 def _load_body(path: str) -> dict[str, Any]:

@@ -36,7 +36,6 @@ import json
 import re
 import threading
 from collections import OrderedDict
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -44,7 +43,7 @@ from fastapi import FastAPI
 from starlette.requests import Request
 from starlette.responses import Response
 
-from ratchet_core.example_key import redacted_example_key, split_tools_column
+from ratchet_core.example_key import body_example_key, redacted_example_key, split_tools_column
 from ratchet_gateway.errors import GatewayError, error_response
 from ratchet_gateway.models import ChatRequest
 
@@ -58,13 +57,9 @@ def task_of(req: ChatRequest, header: str | None) -> str:
     return (req.metadata or {}).get("ratchet_task") or header or "default"
 
 
-def key_of_request(body: dict[str, Any], req: ChatRequest, task: str, redact: Callable[[Any], Any]) -> str:
+def key_of_request(body: dict[str, Any], task: str, redact: bool) -> str:
     """The example key of a chat body, from the values the chat route writes to the ledger (see module doc)."""
-    messages = redact(body.get("messages") or [])
-    tools = None
-    if req.tools:
-        tools = redact({"tools": req.tools, "tool_choice": req.tool_choice}).get("tools") or None
-    return redacted_example_key(task, messages, tools, req.response_format or None)
+    return body_example_key(body, task, redact=redact)
 
 
 def key_of_row(task: str, messages: str, tools: str, response_format: str) -> str:
@@ -177,7 +172,7 @@ def add_proof_routes(app: FastAPI, gw) -> None:
             err.message += " (send the same body you sent to /v1/chat/completions)"
             return error_response(err, _headers())
         task = task_of(req, request.headers.get("x-ratchet-task"))
-        key = await asyncio.to_thread(key_of_request, body, req, task, gw.redact)
+        key = await asyncio.to_thread(key_of_request, body, task, gw.settings.redact_pii)
         return await prove(version, key)
 
     @app.get("/ratchet/proofs/{version}/{request_id}")
