@@ -136,6 +136,29 @@ def envelope_digest(envelope: Mapping[str, Any]) -> str:
     return digest(dict(envelope))
 
 
+def make_proof(
+    day: str, request_id: str, index: int, leaves: Sequence[bytes], envelope: Mapping[str, Any]
+) -> dict[str, Any]:
+    """The inclusion proof document of ``leaves[index]`` (the row of `request_id`) in the day's receipt.
+
+    ``{_type: PROOF_TYPE, day, request_id, index, size, leaf, proof: [hex], root, receipt_digest}``: the audit
+    path is RFC 9162 §2.1.3.1 ``PATH(index, D[size])`` over `leaves` (the canonical leaf texts, UTF-8, in tree
+    order); ``receipt_digest`` is ``envelope_digest(envelope)``. Checked by ``check_proof``.
+    """
+    tree = merkle.MerkleTree(leaves)
+    return {
+        "_type": PROOF_TYPE,
+        "day": day,
+        "request_id": request_id,
+        "index": index,
+        "size": tree.size,
+        "leaf": leaves[index].decode("utf-8"),
+        "proof": [h.hex() for h in tree.inclusion_proof(index)],
+        "root": tree.root().hex(),
+        "receipt_digest": envelope_digest(envelope),
+    }
+
+
 # Verification -------------------------------------------------------------------------------------------------
 def _signed_predicate(envelope: Any, public_keys: Any, what: str) -> dict[str, Any]:
     try:

@@ -44,10 +44,10 @@ from ratchet_stats.canonical import canonical_json, digest
 from ratchet_stats.dsse import make_statement, sign_statement, verify_statement
 from ratchet_stats.receipt import (
     PREDICATE_TYPE,
-    PROOF_TYPE,
     empty_totals,
     envelope_digest,
     make_predicate,
+    make_proof,
     micro,
 )
 
@@ -364,19 +364,8 @@ def receipt_proof(day: str, request_id: str, artifacts_root: str | Path | None =
         raise KeyError(f"request {request_id} is not in the receipt for {day}")
     leaves = table["leaf"].cast(pa.binary()).to_pylist()
     del table
-    tree = merkle.MerkleTree.from_leaf_hashes([_sha256(b"\x00" + b).digest() for b in leaves])
     envelope = json.loads((folder / "receipt.dsse.json").read_bytes())
-    return {
-        "_type": PROOF_TYPE,
-        "day": day,
-        "request_id": request_id,
-        "index": index,
-        "size": tree.size,
-        "leaf": leaves[index].decode("utf-8"),
-        "proof": [h.hex() for h in tree.inclusion_proof(index)],
-        "root": tree.root().hex(),
-        "receipt_digest": envelope_digest(envelope),
-    }
+    return make_proof(day, request_id, index, leaves, envelope)
 
 
 def export_rows_jsonl(artifacts_root: str | Path, day: str, out: str | Path) -> Path:
