@@ -24,6 +24,7 @@ from ratchet_stats import bom as bom_mod
 from ratchet_stats import certificate as cert_mod
 from ratchet_stats import commitment as commit_mod
 from ratchet_stats.cli import CliError, emit
+from ratchet_stats.cli_verify import load_public_keys
 
 
 def _install_certificate_checker() -> bool:
@@ -56,30 +57,6 @@ def _read_json(path: str, what: str) -> Any:
         raise CliError(f"{what} {path} is not JSON ({exc}); pass the file ratchet wrote") from exc
 
 
-def load_keys(spec: str | None, key_file: str | None = None) -> list[Any]:
-    """Public keys from ``--key`` (comma-separated: base64, PEM text, or paths to key files) and ``--key-file``."""
-    from ratchet_stats.keys import load_public_key
-
-    texts: list[str | bytes] = []
-    if key_file:
-        texts.append(_read_bytes(key_file, "key file"))
-    for part in (spec or "").split(","):
-        part = part.strip()
-        if not part:
-            continue
-        path = Path(part)
-        texts.append(path.read_bytes() if len(part) < 4096 and path.is_file() else part)
-    if not texts:
-        raise CliError("no public key: pass --key PUB (base64 or PEM, or a file) or --key-file FILE")
-    keys = []
-    for text in texts:
-        try:
-            keys.append(load_public_key(text))
-        except ValueError as exc:
-            raise CliError(f"not a public key: {exc}") from exc
-    return keys
-
-
 def _fail(args: argparse.Namespace, check: str, message: str, extra: dict[str, Any] | None = None) -> int:
     data = {"ok": False, "check": check, "error": message, **(extra or {})}
     if getattr(args, "json", False):
@@ -91,7 +68,7 @@ def _fail(args: argparse.Namespace, check: str, message: str, extra: dict[str, A
 
 def cmd_bom(args: argparse.Namespace) -> int:
     envelope = _read_bytes(args.file, "BOM")
-    keys = load_keys(args.key, args.key_file)
+    keys = load_public_keys(args.key, args.key_file)
     notice = _read_bytes(args.notice, "NOTICE") if args.notice else None
     try:
         report = bom_mod.verify_bom(envelope, keys, notice=notice, adapter_dir=args.adapter_dir)
@@ -113,7 +90,7 @@ def _bom_for_proof(args: argparse.Namespace) -> tuple[str, Any, Any]:
     envelope = _read_bytes(args.bom, "BOM")
     if args.key or args.key_file:
         try:
-            report = bom_mod.verify_bom(envelope, load_keys(args.key, args.key_file))
+            report = bom_mod.verify_bom(envelope, load_public_keys(args.key, args.key_file))
         except bom_mod.BomError as exc:
             raise _ProofFail(f"bom-{exc.check}", exc.message) from exc
         return report.version, report.train, report.golden
@@ -237,7 +214,9 @@ def cmd_certificate(args: argparse.Namespace) -> int:
 
     envelope = _read_bytes(args.file, "certificate")
     try:
-        statement = verify_statement(envelope, load_keys(args.key, args.key_file), cert_mod.PREDICATE_TYPE)
+        statement = verify_statement(
+            envelope, load_public_keys(args.key, args.key_file), cert_mod.PREDICATE_TYPE
+        )
     except VerificationError as exc:
         return _fail(args, exc.check, str(exc))
     predicate = statement["predicate"]

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from ratchet_stats.cli import CliError, emit
+from ratchet_stats.cli_verify import load_public_keys
 from ratchet_stats.receipt import ReceiptError, verify_receipt
 
 
@@ -32,26 +33,8 @@ def _json(path: str, what: str) -> Any:
         raise CliError(f"{what} {path} is not JSON ({exc}); pass the file Ratchet wrote") from exc
 
 
-def _keys(spec: str) -> list[Any]:
-    from ratchet_stats.keys import load_public_key
-
-    keys = []
-    for part in (p.strip() for p in spec.split(",")):
-        if not part:
-            continue
-        path = Path(part)
-        text: str | bytes = path.read_bytes() if len(part) < 4096 and path.is_file() else part
-        try:
-            keys.append(load_public_key(text))
-        except ValueError as exc:
-            raise CliError(f"not a public key ({part[:40]}): {exc}") from exc
-    if not keys:
-        raise CliError("no public key: pass --key PUB (base64, PEM, or a file such as signing.pub)")
-    return keys
-
-
 def _run(args: argparse.Namespace) -> int:
-    keys = _keys(args.key)
+    keys = load_public_keys(args.key, None)
     envelope = _read(args.file, "receipt")
     prev = _read(args.prev, "previous receipt") if args.prev else None
     proof = _json(args.proof, "proof") if args.proof else None
