@@ -24,8 +24,10 @@ def engine(tmp_path):
     return make_engine(f"sqlite:///{(tmp_path / 'control.db').as_posix()}")
 
 
-def write_pairs(lake: Path, day: str, seq: int, version: str, task: str, errors: list[bool], role="audit"):
-    """Seal one segment holding one pair row per answer (True = the student disagreed with the teacher)."""
+def seal_pair_rows(
+    lake: Path, day: str, seq: int, task: str, stage: str, pairs: list[tuple[str, str, bool]]
+) -> Path:
+    """Seal one segment of pair rows, one per (version, pair_role, student disagreed with the teacher)."""
     rows = [
         empty_row(
             request_id=f"r-{day}-{seq}-{i}",
@@ -34,18 +36,23 @@ def write_pairs(lake: Path, day: str, seq: int, version: str, task: str, errors:
             replica="gw1",
             seq=i + 1,
             task=task,
-            stage="canary",
+            stage=stage,
             version=version,
             pair_role=role,
             pair_outcome="disagree" if err else "agree",
             schema_version=1,
         )
-        for i, err in enumerate(errors)
+        for i, (version, role, err) in enumerate(pairs)
     ]
     path = Path(lake) / segment_relpath(day, "gw1", seq)
     path.parent.mkdir(parents=True, exist_ok=True)
     pq.write_table(pa.Table.from_pylist(rows, schema=LEDGER_SCHEMA), path)
     return path
+
+
+def write_pairs(lake: Path, day: str, seq: int, version: str, task: str, errors: list[bool], role="audit"):
+    """Seal one canary segment holding one pair row per answer (True = the student disagreed with the teacher)."""
+    return seal_pair_rows(lake, day, seq, task, "canary", [(version, role, err) for err in errors])
 
 
 def write_certificate(artifacts: Path, key, version: str, task: str, correct: int, n: int, day="2026-01-01"):

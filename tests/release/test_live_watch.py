@@ -5,16 +5,13 @@ from __future__ import annotations
 import random
 from pathlib import Path
 
-import pyarrow as pa
-import pyarrow.parquet as pq
-
 from ratchet_assets.release import registry
 from ratchet_assets.release.control import release_tick, rollback_release
 from ratchet_assets.release.policy import LIVE, ReleasePolicy, Track, feed, serving_tracks
 from ratchet_core import manifest as mf
-from ratchet_core.schema import LEDGER_SCHEMA, empty_row, segment_relpath
+from ratchet_core.schema import segment_relpath
 
-from .conftest import write_certificate
+from .conftest import seal_pair_rows, write_certificate
 
 POLICY = ReleasePolicy(target=0.95, floor=0.90, alpha=0.05)
 
@@ -24,26 +21,8 @@ def _errors(rate: float, n: int, rng: random.Random) -> list[bool]:
 
 
 def write_rows(lake: Path, day: str, seq: int, task: str, rows: list[tuple[str, str, bool]]) -> None:
-    """Seal one segment of pair rows (version, pair_role, student wrong)."""
-    table = [
-        empty_row(
-            request_id=f"r-{day}-{seq}-{i}",
-            kind="pair",
-            day=day,
-            replica="gw1",
-            seq=i + 1,
-            task=task,
-            stage="shadow",
-            version=version,
-            pair_role=role,
-            pair_outcome="disagree" if err else "agree",
-            schema_version=1,
-        )
-        for i, (version, role, err) in enumerate(rows)
-    ]
-    path = Path(lake) / segment_relpath(day, "gw1", seq)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    pq.write_table(pa.Table.from_pylist(table, schema=LEDGER_SCHEMA), path)
+    """Seal one segment of shadow-stage pair rows (version, pair_role, student wrong)."""
+    seal_pair_rows(lake, day, seq, task, "shadow", rows)
 
 
 def test_live_version_behind_a_shadow_candidate_is_rolled_back_within_200_bad_audits(engine, key, tmp_path):
