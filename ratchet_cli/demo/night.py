@@ -1,9 +1,10 @@
 """The demo's nights and release control.
 
-``python -m ratchet_cli.demo.night DAY OUT.json`` runs the code location's ``nightly`` job for partition DAY in
+``python -m ratchet_cli.demo.night DAY OUT.json [RUN_CONFIG_JSON]`` runs the code location's ``nightly`` job for partition DAY in
 the Dagster instance of ``$DAGSTER_HOME`` (the one `dagster dev` shows, so each night appears in the UI's runs and
 asset lineage) and writes a summary: which assets materialised (with their key metadata), which checks passed,
-which steps failed and why. It runs in its own process so a night never shares memory with the demo's driver and
+which steps failed and why. RUN_CONFIG_JSON is the job's run config (the demo passes ``lora_adapter``'s
+``epochs``: see ``night_run_config``). It runs in its own process so a night never shares memory with the demo's driver and
 Ctrl-C can stop it by process group.
 
 ``release_tick_once``: one evaluation of release control (what Dagster's ``release_promotion_sensor`` runs each
@@ -38,7 +39,18 @@ def _plain(value: Any) -> Any:
     return str(inner)
 
 
-def _run_night(day: str) -> dict[str, Any]:
+def night_run_config(train_epochs: int | None) -> dict[str, Any]:
+    """The demo's run config for the nightly job: ``lora_adapter``'s ``epochs`` when given (None: its default).
+
+    The training set grows every night (a 7-day window), so the default 4 epochs make each night longer than the
+    last; with ``epochs=1`` a night trains ``max(1 epoch, min_steps)`` steps (``ratchet_core.training``).
+    """
+    if not train_epochs:
+        return {}
+    return {"ops": {"lora_adapter": {"config": {"epochs": int(train_epochs)}}}}
+
+
+def _run_night(day: str, run_config: dict[str, Any] | None = None) -> dict[str, Any]:
     import dagster as dg
 
     from ratchet_assets.definitions import defs as load_defs
@@ -49,6 +61,7 @@ def _run_night(day: str) -> dict[str, Any]:
         result = job.execute_in_process(
             partition_key=day,
             instance=instance,
+            run_config=run_config or None,
             raise_on_error=False,
             tags={"ratchet/source": "ratchet-demo"},
         )
@@ -80,11 +93,13 @@ def _run_night(day: str) -> dict[str, Any]:
 
 def main(argv: list[str] | None = None) -> int:
     args = sys.argv[1:] if argv is None else argv
-    if len(args) != 2:
-        print("usage: python -m ratchet_cli.demo.night YYYY-MM-DD OUT.json", file=sys.stderr)
+    if len(args) not in (2, 3):
+        print(
+            "usage: python -m ratchet_cli.demo.night YYYY-MM-DD OUT.json [RUN_CONFIG_JSON]", file=sys.stderr
+        )
         return 2
-    day, out = args
-    summary = _run_night(day)
+    day, out = args[:2]
+    summary = _run_night(day, json.loads(args[2]) if len(args) == 3 else None)
     tmp = Path(out).with_suffix(".tmp")
     tmp.write_text(json.dumps(summary, indent=2, sort_keys=True))
     os.replace(tmp, out)
@@ -107,7 +122,13 @@ class NightResult:
         return self.summary.get("materialised", {}).get(asset, {}).get(key)
 
 
-def run_night(day: str, env: dict[str, str], logs: Path, timeout_s: float = 3600.0) -> NightResult:
+def run_night(
+    day: str,
+    env: dict[str, str],
+    logs: Path,
+    timeout_s: float = 3600.0,
+    run_config: dict[str, Any] | None = None,
+) -> NightResult:
     """Run the night of `day` in a child process (own process group); Ctrl-C interrupts it cleanly."""
     logs.mkdir(parents=True, exist_ok=True)
     log_path = logs / f"night-{day}.log"
@@ -115,7 +136,14 @@ def run_night(day: str, env: dict[str, str], logs: Path, timeout_s: float = 3600
     out.unlink(missing_ok=True)
     with open(log_path, "ab") as log:
         proc = subprocess.Popen(
-            [sys.executable, "-m", "ratchet_cli.demo.night", day, str(out)],
+            [
+                sys.executable,
+                "-m",
+                "ratchet_cli.demo.night",
+                day,
+                str(out),
+                *([json.dumps(run_config)] if run_config else []),
+            ],
             env=env,
             stdin=subprocess.DEVNULL,
             stdout=log,

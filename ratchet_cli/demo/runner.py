@@ -18,7 +18,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ratchet_cli.demo.night import describe_stage, release_tick_once, run_night, serving_stages
+from ratchet_cli.demo.night import (
+    describe_stage,
+    night_run_config,
+    release_tick_once,
+    run_night,
+    serving_stages,
+)
 from ratchet_cli.demo.state import DayClock, DemoState, next_day, real_day_clock, set_accelerated_clock
 from ratchet_cli.demo.supervisor import Service, Supervisor
 
@@ -39,6 +45,9 @@ class DemoOptions:
     bursts: int = 6
     concurrency: int = 4
     stream_share: float = 0.1
+    train_epochs: int | None = (
+        1  # lora_adapter epochs a night (None: the asset's default); see night_run_config
+    )
     gateway_port: int = 8100
     teacher_port: int = 8101
     student_port: int = 8102
@@ -354,7 +363,7 @@ class DemoRunner:
 
     def night(self, day: str, totals: Totals) -> None:
         self.echo(f"night of {day}: materialising the nightly job (log {self.logs / f'night-{day}.log'}) ...")
-        result = run_night(day, self.base_env(), self.logs)
+        result = run_night(day, self.base_env(), self.logs, run_config=night_run_config(self.o.train_epochs))
         self.state.days_done = sorted({*self.state.days_done, day})
         if self.state.open_day == day:
             self.state.open_day = None
@@ -399,6 +408,24 @@ class DemoRunner:
                 "failures": result.summary.get("failures", {}),
                 "log": str(result.log_path),
             },
+            "numbers": {
+                "new_examples": result.meta("golden_split", "new_keys"),
+                "golden": result.meta("golden_split", "golden_size"),
+                "train_rows": result.meta("training_set", "dagster/row_count"),
+                "train_steps": result.meta("lora_adapter", "steps"),
+                "train_seconds": result.meta("lora_adapter", "train_seconds"),
+                "train_reused": result.meta("lora_adapter", "reused"),
+            },
+            "certificate": {
+                task: {
+                    "n": result.meta("evaluation_certificate", f"{task}/n"),
+                    "precision": result.meta("evaluation_certificate", f"{task}/precision"),
+                    "lower_bound": result.meta("evaluation_certificate", f"{task}/lower_bound"),
+                }
+                for task in TASKS
+                if result.meta("evaluation_certificate", f"{task}/n") is not None
+            },
+            "certify_target": result.meta("evaluation_certificate", "target"),
             "adapter_version": version,
             "certified_tasks": []
             if certified in (None, "none")
@@ -419,11 +446,29 @@ class DemoRunner:
             self.echo(f"  error: {sample}")
         night = r["night"]
         self.echo(f"  night: {', '.join(night['materialised']) or 'nothing'} ({night['seconds']} s)")
+        num = r["numbers"]
+        if num["new_examples"] is not None:
+            self.echo(
+                f"  data: {num['new_examples']} new examples; golden set {num['golden']} rows to date; "
+                f"training set {num['train_rows']} rows"
+            )
+        if num["train_steps"] is not None:
+            how = "reused (same data, config and base)" if num["train_reused"] else "trained"
+            self.echo(f"  training: {how}, {num['train_steps']} steps, {float(num['train_seconds']):.0f} s")
         for step, msg in night["failures"].items():
+            if step == "evaluation_certificate" and r["certificate"] and not r["certified_tasks"]:
+                continue  # the blocking check did its job: said below, in numbers
             self.echo(f"  night step {step} did not complete: {msg}")
         if r["adapter_version"]:
-            certified = ", ".join(r["certified_tasks"]) or "none yet (not enough evidence)"
+            certified = ", ".join(r["certified_tasks"]) or "none yet: no BOM, nothing released tonight"
             self.echo(f"  adapter {r['adapter_version']}: certified for {certified}")
+            target = r["certify_target"]
+            for task, c in r["certificate"].items():
+                verdict = ">=" if target is not None and c["lower_bound"] >= target else "<"
+                self.echo(
+                    f"    {task}: {round(c['precision'] * c['n'])}/{c['n']} golden rows right "
+                    f"({c['precision']:.1%}), lower bound {c['lower_bound']:.4f} {verdict} target {target}"
+                )
         self.echo(f"  receipt: {r['receipt'] or 'none (see ' + night['log'] + ')'}")
         if r["saved_usd"] is not None:
             self.echo(f"  saved against all-teacher: ${r['saved_usd']:.6f}")

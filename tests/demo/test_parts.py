@@ -140,3 +140,20 @@ def test_clock_variables_are_accepted_for_the_gateway_and_typos_still_refused(mo
     monkeypatch.setenv("RATCHET_DAY_SECONDSS", "20")
     with pytest.raises(settings.SettingsError, match="RATCHET_DAY_SECONDSS"):
         settings.load_settings()
+
+
+def test_the_demo_night_config_is_valid_for_the_nightly_job_and_sets_one_epoch() -> None:
+    import dagster as dg
+
+    from ratchet_assets.definitions import defs
+    from ratchet_cli.demo.night import NIGHT_JOB, night_run_config
+
+    assert night_run_config(None) == {} and night_run_config(0) == {}
+    config = night_run_config(1)
+    job = defs().resolve_job_def(NIGHT_JOB)
+    validated = dg.validate_run_config(job, config)
+    assert validated["ops"]["lora_adapter"]["config"]["epochs"] == 1
+    # min_steps is left at the asset's default, so one epoch still means at least that many steps.
+    from ratchet_core.training import LoraTrainConfig
+
+    assert validated["ops"]["lora_adapter"]["config"]["min_steps"] == LoraTrainConfig().min_steps > 0
