@@ -77,6 +77,13 @@ def _sigterm_as_interrupt(signum, frame):  # noqa: ARG001
     help="Epochs a night trains (at least min_steps steps either way); 0 = lora_adapter's default. "
     "1 keeps nights short as the training set grows.",
 )
+@click.option(
+    "--train-min-steps",
+    type=click.IntRange(min=0),
+    default=None,
+    help="Least optimiser steps a night trains (small training sets run more epochs). "
+    "Default: lora_adapter's (150).",
+)
 @click.option("--gateway-port", type=int, default=8100, show_default=True)
 @click.option("--teacher-port", type=int, default=8101, show_default=True)
 @click.option("--student-port", type=int, default=8102, show_default=True)
@@ -95,6 +102,7 @@ def demo(
     bursts: int,
     concurrency: int,
     train_epochs: int,
+    train_min_steps: int | None,
     gateway_port: int,
     teacher_port: int,
     student_port: int,
@@ -132,6 +140,7 @@ def demo(
         bursts=bursts,
         concurrency=concurrency,
         train_epochs=train_epochs or None,
+        train_min_steps=train_min_steps,
         gateway_port=gateway_port,
         teacher_port=teacher_port,
         student_port=student_port,

@@ -39,20 +39,25 @@ def _plain(value: Any) -> Any:
     return str(inner)
 
 
-def night_run_config(train_epochs: int | None, train_threads: int | None = 1) -> dict[str, Any]:
+def night_run_config(
+    train_epochs: int | None, train_threads: int | None = 1, train_min_steps: int | None = None
+) -> dict[str, Any]:
     """The demo's run config for the nightly job's ``lora_adapter`` (None: the asset's default).
 
     ``epochs``: the training set grows every night (a 7-day window), so the default 4 epochs make each night
     longer than the last; with ``epochs=1`` a night trains ``max(1 epoch, min_steps)`` steps
     (``ratchet_core.training``). ``num_threads``: on this machine's two cores, shared with the demo's servers,
     one torch thread trained 10 steps in 6.9 s against 24.9 s with two (OpenMP threads spin waiting for each
-    other); it does not change the adapter and is not part of the config hash.
+    other); it does not change the adapter and is not part of the config hash. ``min_steps``: only when given
+    (tests pass 0 to keep tiny nights short).
     """
     config: dict[str, Any] = {}
     if train_epochs:
         config["epochs"] = int(train_epochs)
     if train_threads:
         config["num_threads"] = int(train_threads)
+    if train_min_steps is not None:
+        config["min_steps"] = int(train_min_steps)
     return {"ops": {"lora_adapter": {"config": config}}} if config else {}
 
 

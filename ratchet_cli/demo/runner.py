@@ -363,7 +363,12 @@ class DemoRunner:
 
     def night(self, day: str, totals: Totals) -> None:
         self.echo(f"night of {day}: materialising the nightly job (log {self.logs / f'night-{day}.log'}) ...")
-        result = run_night(day, self.base_env(), self.logs, run_config=night_run_config(self.o.train_epochs))
+        result = run_night(
+            day,
+            self.base_env(),
+            self.logs,
+            run_config=night_run_config(self.o.train_epochs, 1, self.o.train_min_steps),
+        )
         self.state.days_done = sorted({*self.state.days_done, day})
         if self.state.open_day == day:
             self.state.open_day = None
