@@ -25,12 +25,6 @@ def bom_dir(artifacts: Path, version: str) -> Path:
     return artifacts / "boms" / version
 
 
-def _write(path: Path, data: bytes) -> None:
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_bytes(data)
-    tmp.replace(path)
-
-
 @dg.asset(
     partitions_def=daily_partitions,
     deps=["evaluation_certificate"],
@@ -39,6 +33,7 @@ def _write(path: Path, data: bytes) -> None:
 )
 def bom(context: dg.AssetExecutionContext, paths: RatchetPaths, signer: Signer) -> dg.MaterializeResult:
     """The signed ML-BOM (CycloneDX 1.6) and NOTICE.md of the night's certified adapter."""
+    from ratchet_assets.night import atomic_write_bytes
     from ratchet_assets.night import bom_builder as BB
     from ratchet_assets.night.evaluate import golden_commitments, load_golden
     from ratchet_core.settings import load_settings
@@ -139,11 +134,13 @@ def bom(context: dg.AssetExecutionContext, paths: RatchetPaths, signer: Signer) 
 
     out = bom_dir(artifacts, version)
     out.mkdir(parents=True, exist_ok=True)
-    _write(out / "NOTICE.md", notice)
-    _write(out / "train-keys.txt", "".join(k + "\n" for k in train_tree.keys).encode("ascii"))
-    _write(out / "golden-keys.txt", "".join(k + "\n" for k in sorted(g.key for g in golden)).encode("ascii"))
-    _write(out / "disjoint.proof.json", json.dumps(disjoint, sort_keys=True).encode("utf-8"))
-    _write(out / "bom.dsse.json", canonical_json(envelope) + b"\n")
+    atomic_write_bytes(out / "NOTICE.md", notice)
+    atomic_write_bytes(out / "train-keys.txt", "".join(k + "\n" for k in train_tree.keys).encode("ascii"))
+    atomic_write_bytes(
+        out / "golden-keys.txt", "".join(k + "\n" for k in sorted(g.key for g in golden)).encode("ascii")
+    )
+    atomic_write_bytes(out / "disjoint.proof.json", json.dumps(disjoint, sort_keys=True).encode("utf-8"))
+    atomic_write_bytes(out / "bom.dsse.json", canonical_json(envelope) + b"\n")
     shutil.copyfile(cert_file, out / "certificate.dsse.json")
     return dg.MaterializeResult(
         metadata={

@@ -101,6 +101,7 @@ def evaluation_certificate(
     night: NightConfig,
 ) -> dg.MaterializeResult:
     """The signed evaluation certificate of the night's adapter on the golden set."""
+    from ratchet_assets.night import atomic_write_bytes
     from ratchet_assets.night import evaluate as ev
     from ratchet_assets.night.bom_builder import adapter_file_hashes
     from ratchet_core.settings import load_settings
@@ -181,10 +182,7 @@ def evaluation_certificate(
     statement = make_statement(cert.PREDICATE_TYPE, predicate, cert.certificate_subjects(predicate))
     envelope = sign_statement(statement, signer.private_key())
     path = certificate_path(artifacts, version)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_bytes(canonical_json(envelope) + b"\n")
-    tmp.replace(path)
+    atomic_write_bytes(path, canonical_json(envelope) + b"\n")
     for line in cert.summary_lines(predicate):
         context.log.info(line)
     certified = predicate["certified_tasks"]
