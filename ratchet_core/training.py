@@ -14,6 +14,15 @@ ceil(rows / batch_size)``: a small training set (an early night: 179 rows are 12
 epochs, measured to leave the demo adapter at loss ~1.8, writing garbage) gets enough steps to learn; a large one
 runs exactly ``epochs``. ``min_steps = 0`` turns this off.
 
+PII surrogates (``pii_surrogates``, default 0 = off): the ledger, and so train.jsonl and the golden set, holds
+redacted text (``<EMAIL_1a2b3c4d>``), but the gateway sends the student the client's real text. A demo adapter
+trained only on placeholders was measured 100 % right on golden yet 29 % wrong on live tickets carrying an e-mail
+address (45/153 shadow answers; 0/347 without PII). With ``pii_surrogates = p``, each row is picked with
+probability p (seeded) and every ``<EMAIL_h>`` / ``<PHONE_h>`` placeholder in its prompt AND target is replaced by
+a made-up value derived from ``h`` alone (same placeholder, same value; ``surrogate``), so the adapter learns both
+forms and copies a value from prompt to answer as the teacher did. The other rows keep their placeholders (the
+golden set is evaluated in that form).
+
 Optimiser: AdamW, linear warm-up over the first 5 % of steps then linear decay to 0; seeds fixed (torch, data
 order), so the same data and config give the same adapter on the same machine.
 
@@ -36,6 +45,7 @@ import hashlib
 import json
 import math
 import random
+import re
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
@@ -69,6 +79,8 @@ class LoraTrainConfig:
     modules_to_save: list[str] | None = None
     weight_decay: float = 0.0
     warmup_fraction: float = 0.05
+    # Share of rows whose e-mail/phone placeholders become realistic made-up values (module docstring).
+    pii_surrogates: float = 0.0
     # None = leave torch's thread count alone (the caller's process may be serving too). On a CPU shared with
     # other busy processes, 1 is far faster than 2 (measured 6x: OpenMP threads spin waiting for each other).
     num_threads: int | None = None
@@ -126,6 +138,28 @@ def epochs_to_run(rows: int, config: LoraTrainConfig) -> int:
     return max(config.epochs, math.ceil(max(0, config.min_steps) / steps_per_epoch))
 
 
+PLACEHOLDER = re.compile(r"<(EMAIL|PHONE)_([0-9a-f]{8})>")
+_FIRST = ("alex", "sam", "maria", "chen", "priya", "jonas", "fatima", "li", "noah", "elena", "omar", "yuki")
+_LAST = ("smith", "garcia", "kim", "novak", "okafor", "berg", "rossi", "tanaka", "silva", "dubois", "ali")
+_DOMAINS = ("example.com", "mail.example.net", "example.org", "post.example")
+
+
+def surrogate(kind: str, hex8: str) -> str:
+    """A made-up value for placeholder ``<KIND_hex8>``, a pure function of (kind, hex8)."""
+    h = int(hex8, 16)
+    if kind == "EMAIL":
+        first, last = _FIRST[h % len(_FIRST)], _LAST[(h // 16) % len(_LAST)]
+        return f"{first}.{last}{(h // 256) % 97 + 1}@{_DOMAINS[(h // 65536) % len(_DOMAINS)]}"
+    area, line = 201 + h % 780, (h // 1024) % 10000
+    style = (h // (1 << 24)) % 3
+    return (f"+1 {area}-555-{line:04d}", f"({area}) 555-{line:04d}", f"+44 7700 900{line % 1000:03d}")[style]
+
+
+def with_surrogates(text: str) -> str:
+    """``text`` with every e-mail/phone placeholder replaced by its ``surrogate``."""
+    return PLACEHOLDER.sub(lambda m: surrogate(m.group(1), m.group(2)), text)
+
+
 def encode(tokenizer, text: str) -> list[int]:
     """Token ids of `text` without special tokens (the byte tokenizer would append EOS otherwise)."""
     return list(tokenizer(text, add_special_tokens=False)["input_ids"])
@@ -174,6 +208,12 @@ def train_lora(
     eos = tokenizer.eos_token_id
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else eos
     pairs = read_train_jsonl(train_jsonl)
+    if config.pii_surrogates > 0:
+        pick = random.Random(f"{config.seed}:pii")
+        pairs = [
+            (with_surrogates(p), with_surrogates(t)) if pick.random() < config.pii_surrogates else (p, t)
+            for p, t in pairs
+        ]
     encoded = [(encode(tokenizer, p), encode(tokenizer, t) + [eos]) for p, t in pairs]
     longest_target = max(len(t) for _, t in encoded)
     prompt_window = max(config.max_len // 2, config.max_len - longest_target)

@@ -55,6 +55,7 @@ class LoraAdapterConfig(dg.Config):
     max_len: int = _DEFAULTS.max_len
     min_steps: int = _DEFAULTS.min_steps  # at least this many steps: small training sets run more epochs
     seed: int = _DEFAULTS.seed
+    pii_surrogates: float = _DEFAULTS.pii_surrogates  # share of rows trained with made-up e-mails/phones
     num_threads: int = 0  # 0 = torch's default; does not change the adapter, so not part of the config hash
 
     def train_config(self) -> dict[str, Any]:

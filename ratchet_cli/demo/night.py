@@ -29,6 +29,8 @@ NIGHT_JOB = "nightly"
 # The sensor's policy (ratchet_assets.defs.release_sensors._policy with NightConfig's default target 0.95).
 PROMOTE_TARGET = 0.95
 ROLLBACK_FLOOR = 0.90
+# Half the rows train with made-up e-mails/phones in place of placeholders (ratchet_core.training docstring).
+PII_SURROGATES = 0.5
 
 
 # --- the night, in its own process -------------------------------------------------------------------------------
@@ -49,16 +51,17 @@ def night_run_config(
     (``ratchet_core.training``). ``num_threads``: on this machine's two cores, shared with the demo's servers,
     one torch thread trained 10 steps in 6.9 s against 24.9 s with two (OpenMP threads spin waiting for each
     other); it does not change the adapter and is not part of the config hash. ``min_steps``: only when given
-    (tests pass 0 to keep tiny nights short).
+    (tests pass 0 to keep tiny nights short). ``pii_surrogates``: always ``PII_SURROGATES``.
     """
-    config: dict[str, Any] = {}
+    # The gateway sends the student real e-mails and phone numbers; the training set holds placeholders.
+    config: dict[str, Any] = {"pii_surrogates": PII_SURROGATES}
     if train_epochs:
         config["epochs"] = int(train_epochs)
     if train_threads:
         config["num_threads"] = int(train_threads)
     if train_min_steps is not None:
         config["min_steps"] = int(train_min_steps)
-    return {"ops": {"lora_adapter": {"config": config}}} if config else {}
+    return {"ops": {"lora_adapter": {"config": config}}}
 
 
 def _run_night(day: str, run_config: dict[str, Any] | None = None) -> dict[str, Any]:

@@ -148,12 +148,14 @@ def test_the_demo_night_config_is_valid_for_the_nightly_job_and_sets_one_epoch()
     from ratchet_assets.definitions import defs
     from ratchet_cli.demo.night import NIGHT_JOB, night_run_config
 
-    assert night_run_config(None, None) == {} and night_run_config(0, 0) == {}
+    bare = {"ops": {"lora_adapter": {"config": {"pii_surrogates": 0.5}}}}
+    assert night_run_config(None, None) == bare and night_run_config(0, 0) == bare
     config = night_run_config(1)
     job = defs().resolve_job_def(NIGHT_JOB)
     validated = dg.validate_run_config(job, config)
     assert validated["ops"]["lora_adapter"]["config"]["epochs"] == 1
     assert validated["ops"]["lora_adapter"]["config"]["num_threads"] == 1
+    assert validated["ops"]["lora_adapter"]["config"]["pii_surrogates"] == 0.5
     # min_steps is left at the asset's default, so one epoch still means at least that many steps.
     from ratchet_core.training import LoraTrainConfig
 

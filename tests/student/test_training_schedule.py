@@ -39,3 +39,28 @@ def test_training_runs_the_extra_epochs(demo_base, tmp_path):
     assert result.steps == math.ceil(rows / 16) * 3 == 6 and totals == {6}
     meta = json.loads((tmp_path / "adapter" / "ratchet_train.json").read_text())
     assert meta["epochs_run"] == 3 and meta["config"]["min_steps"] == 5
+
+
+def test_pii_surrogates_replace_placeholders_consistently_in_prompt_and_answer():
+    from ratchet_core.training import with_surrogates
+
+    text = "mail <EMAIL_e017e2c9>, call <PHONE_0a1b2c3d>; again <EMAIL_e017e2c9>; card <CARD_12345678>"
+    out = with_surrogates(text)
+    assert "<EMAIL_" not in out and "<PHONE_" not in out and "<CARD_12345678>" in out  # only e-mail/phone
+    email = out.split("mail ", 1)[1].split(",", 1)[0]
+    assert "@" in email and out.count(email) == 2  # the same placeholder becomes the same value
+    assert with_surrogates("<EMAIL_00000001>") != with_surrogates("<EMAIL_00000002>")
+    # The redactor recognises a surrogate as the kind of value it stands for (what the gateway will see).
+    from ratchet_core.redact import redact_text
+
+    assert redact_text(email).startswith("<EMAIL_") and redact_text(out).count("<PHONE_") == 1
+
+
+def test_pii_surrogates_enter_the_config_hash():
+    from ratchet_assets.defs.lora_adapter import LoraAdapterConfig
+    from ratchet_stats.canonical import digest
+
+    assert LoraTrainConfig().pii_surrogates == 0.0  # off unless asked for (the demo asks for 0.5)
+    assert digest(LoraAdapterConfig().train_config()) != digest(
+        LoraAdapterConfig(pii_surrogates=0.5).train_config()
+    )
