@@ -45,9 +45,9 @@ class DemoOptions:
     bursts: int = 6
     concurrency: int = 4
     stream_share: float = 0.1
-    train_epochs: int | None = (
-        1  # lora_adapter epochs a night (None: the asset's default); see night_run_config
-    )
+    # lora_adapter's epochs and min_steps a night (None: the asset's default); see night_run_config
+    train_epochs: int | None = 1
+    train_min_steps: int | None = None
     gateway_port: int = 8100
     teacher_port: int = 8101
     student_port: int = 8102
