@@ -28,7 +28,7 @@ bench: $(BIN)/python  ## benchmarks; JSON results under benchmarks/results/
 	$(BIN)/python -m benchmarks.run --out benchmarks/results
 
 demo: $(BIN)/python  ## the whole loop on this machine (Ctrl-C stops it; run again to resume)
-	$(BIN)/ratchet demo
+	$(BIN)/ratchet demo --days 4 --day-seconds 60 $(DEMO_ARGS)
 
 clean:
 	rm -rf .ratchet .pytest_cache benchmarks/results/*.json
