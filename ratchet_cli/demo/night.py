@@ -230,7 +230,12 @@ def serving_stages(home: Path, tasks: list[str]) -> dict[str, dict[str, Any]]:
     out = {}
     for task in tasks:
         rel = manifest.serving(task)
-        out[task] = {"stage": rel.stage, "version": rel.version, "canary_percent": rel.canary_percent}
+        out[task] = {
+            "stage": rel.stage,
+            "version": rel.version,
+            "canary_percent": rel.canary_percent,
+            "previous_live": rel.previous_live,
+        }
     return out
 
 
@@ -238,7 +243,10 @@ def describe_stage(s: dict[str, Any]) -> str:
     if s["stage"] == "teacher":
         return "teacher"
     share = f" {s['canary_percent']:g}%" if s["stage"] == "canary" else ""
-    return f"{s['stage']}{share} {s['version']}"
+    rest = ""
+    if s["stage"] in ("shadow", "canary") and s.get("previous_live"):
+        rest = f" (live {s['previous_live']} serves the rest)"
+    return f"{s['stage']}{share} {s['version']}{rest}"
 
 
 if __name__ == "__main__":
