@@ -117,7 +117,9 @@ def unknown_variables(environ: dict[str, str] | None = None) -> list[str]:
     env = os.environ if environ is None else environ
     known = {ENV_PREFIX + name.upper() for name in Settings.model_fields}
     # Variables used by tools around Ratchet, not by Settings itself.
-    known |= {"RATCHET_DAY_SECONDS", "RATCHET_CLOCK_START"}  # read by ratchet_core.clock, not Settings
+    # read by ratchet_core.clock and by `make bench`, not by Settings
+    known |= {"RATCHET_DAY_SECONDS", "RATCHET_CLOCK_START", "RATCHET_BENCH_DIR", "RATCHET_BENCH_DURATION"}
+    known |= {"RATCHET_BENCH_ROUNDS"}
     return sorted(k for k in env if k.upper().startswith(ENV_PREFIX) and k.upper() not in known)
 
 
