@@ -13,14 +13,7 @@ from ratchet_core.workloads import get_workload
 # (prompt window 160 - longest label) loses nothing the answer depends on. One torch thread: on a CPU shared
 # with other test runs, two OpenMP threads were measured 6x slower.
 TRAIN_KW = {
-    "lr": 4e-3,
-    "epochs": 4,
-    "max_len": 160,
-    "batch_size": 16,
-    "rank": 32,
-    "alpha": 32,
-    "seed": 0,
-    "min_steps": 0,  # exactly 4 epochs (600 rows: 152 steps anyway)
+    "min_steps": 0,  # exactly the default 4 epochs (600 rows: 152 steps anyway)
     "num_threads": 1,
 }
 
