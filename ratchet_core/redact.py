@@ -225,3 +225,72 @@ def redact_messages(messages: list[dict[str, Any]], key: bytes = DEFAULT_KEY) ->
     The input is not modified.
     """
     return [redact_value(m, key) for m in messages]
+
+
+# Reversible redaction (the gateway's student calls) ------------------------------------------------------------
+_PLACEHOLDER = re.compile(r"<(?:SECRET|EMAIL|IBAN|CARD|IP|PHONE)_[0-9a-f]{8}>")
+
+
+def _redact_text_recording(s: str, key: bytes, mapping: dict[str, str]) -> str:
+    """:func:`redact_text`, same rules in the same order (so the same output), recording placeholder -> original.
+
+    The first original seen for a placeholder is kept (``Bob@X.com`` and ``bob@x.com`` share one placeholder).
+    """
+    if not s or len(s) < 6:
+        return s
+    rules = _DEFAULT_RULES if key == DEFAULT_KEY else _rules(key)
+    for (pattern, fn), gate in zip(rules, _gates(s), strict=True):
+        if not gate:
+            continue
+
+        def sub(
+            m: re.Match[str],
+            fn: Callable[[re.Match[str]], str | None] = fn,
+            bearer: bool = pattern is _BEARER,
+        ) -> str:
+            out = fn(m)
+            if out is None:
+                return m.group(0)
+            ph, orig = (out[len(m.group(1)) :], m.group(2)) if bearer else (out, m.group(0))
+            # a later rule's match may span an earlier placeholder: record the text the client really sent
+            mapping.setdefault(ph, restore_text(orig, mapping))
+            return out
+
+        s = pattern.sub(sub, s)
+    return s
+
+
+def _redact_value_recording(value: Any, key: bytes, mapping: dict[str, str]) -> Any:
+    if isinstance(value, str):
+        return _redact_text_recording(value, key, mapping)
+    if isinstance(value, dict):
+        return {
+            k: (
+                v
+                if k in STRUCTURAL_KEYS and isinstance(v, str | int)
+                else _redact_value_recording(v, key, mapping)
+            )
+            for k, v in value.items()
+        }
+    if isinstance(value, list | tuple):
+        return [_redact_value_recording(v, key, mapping) for v in value]
+    return value
+
+
+def redact_value_with_mapping(value: Any, key: bytes = DEFAULT_KEY) -> tuple[Any, dict[str, str]]:
+    """``(redact_value(value, key), {placeholder: original text})``.
+
+    The redacted value is exactly :func:`redact_value`'s (same rules, same placeholders); the mapping holds every
+    placeholder this value produced, so ``restore_text`` can put the client's own text back into an answer given
+    by a model that only saw placeholders.
+    """
+    mapping: dict[str, str] = {}
+    return _redact_value_recording(value, key, mapping), mapping
+
+
+def restore_text(s: str, mapping: dict[str, str]) -> str:
+    """``s`` with every placeholder that is a key of `mapping` replaced by its value, in one left-to-right pass
+    (a restored value is never rescanned); placeholders not in `mapping` are left as they are."""
+    if not mapping or not s or "<" not in s:
+        return s
+    return _PLACEHOLDER.sub(lambda m: mapping.get(m.group(0), m.group(0)), s)

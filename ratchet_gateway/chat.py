@@ -22,6 +22,7 @@ from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
 
 from ratchet_core.confidence import answer_confidence
+from ratchet_core.redact import redact_value_with_mapping, restore_text
 from ratchet_core.schema import empty_row
 from ratchet_gateway.errors import GatewayError, error_response
 from ratchet_gateway.models import ChatRequest, describe_validation_error
@@ -81,6 +82,27 @@ def _confidence(resp: dict) -> float:
     lp = (choices[0] or {}).get("logprobs") or {}
     content = lp.get("content") or []
     return answer_confidence([float(t.get("logprob", 0.0)) for t in content if isinstance(t, dict)])
+
+
+def _restore_answer(resp: dict, mapping: dict[str, str]) -> None:
+    """Put the client's own text back into a student answer, in place: every placeholder of `mapping` in each
+    choice's content and tool-call arguments becomes its original (JSON-escaped inside the arguments string).
+    Logprobs are left as the student produced them."""
+    if not mapping:
+        return
+    escaped: dict[str, str] | None = None
+    for choice in resp.get("choices") or []:
+        msg = choice.get("message") if isinstance(choice, dict) else None
+        if not isinstance(msg, dict):
+            continue
+        if isinstance(msg.get("content"), str):
+            msg["content"] = restore_text(msg["content"], mapping)
+        for tc in msg.get("tool_calls") or []:
+            fn = tc.get("function") if isinstance(tc, dict) else None
+            if isinstance(fn, dict) and isinstance(fn.get("arguments"), str):
+                if escaped is None:
+                    escaped = {k: orjson.dumps(v).decode()[1:-1] for k, v in mapping.items()}
+                fn["arguments"] = restore_text(fn["arguments"], escaped)
 
 
 class ChatHandler:
@@ -209,7 +231,7 @@ class ChatHandler:
     async def _try_student(self, ctx: _Ctx) -> dict | None:
         """The student's answer if it came back in time with confidence >= threshold, else None (-> teacher)."""
         gw = self.gw
-        body = {**ctx.body, "logprobs": True}
+        body = {**self._student_body(ctx), "logprobs": True}
         t = time.perf_counter()
         try:
             resp = await gw.student.complete(
@@ -227,6 +249,7 @@ class ChatHandler:
         ctx.version = ctx.route.student_version or ""
         if ctx.threshold is not None and ctx.confidence < ctx.threshold:
             return None  # cascade: not confident enough
+        _restore_answer(resp, ctx.pii_map or {})
         if not ctx.req.logprobs:
             for choice in resp.get("choices") or []:
                 if isinstance(choice, dict):
@@ -360,6 +383,31 @@ class ChatHandler:
             if not committed:
                 self._commit_nowait(self._row(ctx, resp, truncated=True))
 
+    # PII and the student -------------------------------------------------------------------------------------
+    def _student_body(self, ctx: _Ctx) -> dict:
+        """The body the STUDENT gets: with PII redaction on, messages (tool-call arguments included) and tools
+        redacted exactly as the ledger stores them (the student was trained and certified on placeholders);
+        ``ctx.pii_map`` keeps placeholder -> original for :func:`_restore_answer`. The teacher gets ``ctx.body``."""
+        if ctx.student_body is None:
+            body = ctx.body
+            if self.gw.settings.redact_pii:
+                red, mapping = redact_value_with_mapping(
+                    {"messages": body.get("messages") or [], "tools": body.get("tools")}
+                )
+                ctx.red_messages = red["messages"]
+                body = {**body, "messages": red["messages"]}
+                if body.get("tools") is not None:
+                    body["tools"] = red["tools"]
+                ctx.pii_map = mapping
+            ctx.student_body = body
+        return ctx.student_body
+
+    def _red_messages(self, ctx: _Ctx) -> Any:
+        """The messages as the ledger stores them (computed once per request)."""
+        if ctx.red_messages is None:
+            ctx.red_messages = self.gw.redact(ctx.body.get("messages") or [])
+        return ctx.red_messages
+
     # ledger ------------------------------------------------------------------------------------------------
     def _row(
         self, ctx: _Ctx, resp: dict | None, truncated: bool = False, err: GatewayError | None = None
@@ -389,7 +437,7 @@ class ChatHandler:
             version=ctx.version or ctx.route.version,
             served_by=ctx.served_by,
             stream=ctx.req.stream,
-            messages=_cj(red(ctx.body.get("messages") or [])),
+            messages=_cj(self._red_messages(ctx)),
             tools=_cj(red(tools)) if tools else "",
             response_format=_cj(ctx.req.response_format) if ctx.req.response_format else "",
             params=_cj(params),
@@ -493,12 +541,13 @@ class ChatHandler:
         confidence = None
         try:
             student = await gw.student.complete(
-                {**ctx.body, "logprobs": True},
+                {**self._student_body(ctx), "logprobs": True},
                 model=version,
                 timeout_s=gw.settings.student_timeout_s,
                 task=ctx.task,
             )
             confidence = _confidence(student)
+            _restore_answer(student, ctx.pii_map or {})
             error = None
         except GatewayError as err:
             student, error = None, err
@@ -544,7 +593,7 @@ class ChatHandler:
             version=version,
             served_by="student" if role == "shadow" else "teacher",
             stream=ctx.req.stream,
-            messages=_cj(red(ctx.body.get("messages") or [])),
+            messages=_cj(self._red_messages(ctx)),
             response_format=_cj(ctx.req.response_format) if ctx.req.response_format else "",
             answer=red(msg.get("content")) if isinstance(msg.get("content"), str) else "",
             tool_calls=_cj(red(msg.get("tool_calls"))) if msg.get("tool_calls") else "",
@@ -594,6 +643,9 @@ class _Ctx:
         "error",
         "committed",
         "ttfb_upstream_ms",
+        "student_body",
+        "pii_map",
+        "red_messages",
     )
 
     def __init__(self, *, rid, t0, ts, day, client, task, req, body, route, headers):
@@ -616,6 +668,9 @@ class _Ctx:
         self.error: GatewayError | None = None
         self.committed = False
         self.ttfb_upstream_ms = 0.0
+        self.student_body: dict | None = None
+        self.pii_map: dict[str, str] | None = None
+        self.red_messages: Any = None
 
 
 class _StreamAccumulator:
