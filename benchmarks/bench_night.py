@@ -203,7 +203,7 @@ def run(out_dir: Path, n: int = N_ROWS) -> dict[str, Any]:
     from ratchet_assets.night.receipts import receipt_proof
     from ratchet_assets.night.split import split_golden
     from ratchet_assets.night.traffic import consolidate_traffic
-    from ratchet_assets.night.training import build_training_set
+    from ratchet_assets.night.training_set import build_training_set
     from ratchet_stats import merkle
 
     with tempfile.TemporaryDirectory(prefix="bench-night-") as tmp:

@@ -24,7 +24,7 @@ COMMANDS: dict[str, str] = {
     "gateway": "ratchet_gateway.cli:gateway",
     "student-server": "ratchet_gateway.student_server.cli:student_server",
     "demo-teacher": "ratchet_gateway.demo_teacher.cli:demo_teacher",
-    "traffic": "ratchet_core.traffic_cli:traffic",
+    "traffic": "ratchet_cli.traffic_cmd:traffic",
     "admin": "ratchet_assets.admin.cli:admin",
     "demo": "ratchet_cli.demo_cmd:demo",
     "sim": "ratchet_assets.sim.cli:sim",

@@ -63,7 +63,7 @@ def adapter_digest(file_sha256: Mapping[str, str]) -> str:
     """Digest of an adapter directory: SHA-256 of its ``sha256sum`` manifest.
 
     The manifest is the sorted lines ``"<file sha256>  <relative name>\\n"`` (what ``sha256sum`` prints), so
-    ``sha256sum * | sort -k2 | sha256sum`` reproduces it; equals ``ratchet_core.training.TrainResult.adapter_sha256``.
+    ``sha256sum * | sort -k2 | sha256sum`` reproduces it; equals ``ratchet_core.lora_trainer.TrainResult.adapter_sha256``.
     """
     listing = "".join(f"{d}  {n}\n" for n, d in sorted(file_sha256.items()))
     return sha256_hex(listing.encode("utf-8"))

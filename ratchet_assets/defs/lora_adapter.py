@@ -36,14 +36,14 @@ import dagster as dg
 
 from ratchet_assets.defs.partitions import daily_partitions
 from ratchet_assets.defs.resources import ControlDB, RatchetPaths, Signer
-from ratchet_core.training import LoraTrainConfig
+from ratchet_core.lora_trainer import LoraTrainConfig
 
 EFFECT = "training.launch"
 _DEFAULTS = LoraTrainConfig()
 
 
 class LoraAdapterConfig(dg.Config):
-    """Training hyper-parameters (defaults: ``ratchet_core.training.LoraTrainConfig``) and the base model."""
+    """Training hyper-parameters (defaults: ``ratchet_core.lora_trainer.LoraTrainConfig``) and the base model."""
 
     base_model: str = ""  # local HF model folder; "" = RATCHET_STUDENT_BASE_MODEL, else the demo base
     rank: int = _DEFAULTS.rank

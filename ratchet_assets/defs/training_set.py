@@ -6,7 +6,7 @@ from ratchet_assets.defs.partitions import daily_partitions
 from ratchet_assets.defs.resources import ControlDB, NightConfig, RatchetPaths
 from ratchet_assets.night import markdown_table
 from ratchet_assets.night.erasures import load_erasures
-from ratchet_assets.night.training import TrainingSetError, build_training_set, disjoint_from_golden
+from ratchet_assets.night.training_set import TrainingSetError, build_training_set, disjoint_from_golden
 
 DISJOINT_CHECK = "training_set_disjoint_from_golden"
 

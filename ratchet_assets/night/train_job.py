@@ -2,7 +2,7 @@
 through Dagster Pipes.
 
 Pipes hands it ``extras`` = {base_path, train_jsonl, out_dir, result_path, config (LoraTrainConfig fields)};
-it trains with ``ratchet_core.training.train_lora``, streams progress to the Dagster UI as log lines (about 20
+it trains with ``ratchet_core.lora_trainer.train_lora``, streams progress to the Dagster UI as log lines (about 20
 per run, each with step/total/loss), writes the ``TrainResult`` as JSON to ``result_path`` and reports the run's
 numbers as materialization metadata (final loss, steps, seconds, adapter sha256).
 
@@ -33,7 +33,7 @@ def _cpu_seconds() -> float:
 
 def run_training(extras: dict[str, Any], log: Callable[[str], None]) -> tuple[dict[str, Any], dict[str, Any]]:
     """Train per ``extras``; return (the TrainResult as a dict, metadata for the UI)."""
-    from ratchet_core.training import LoraTrainConfig, train_lora
+    from ratchet_core.lora_trainer import LoraTrainConfig, train_lora
 
     config = LoraTrainConfig(**extras.get("config", {}))
     every = {"n": 1}

@@ -15,7 +15,7 @@ Per simulated day d (1-based; workload day index d - 1):
    shadow when its task is on the teacher or live (``control._admit``'s rule). Evidence per row is
    ``ratchet_assets.release.evidence.PairRow.error``.
 3. the night, with the asset logic itself: ``night.traffic.consolidate_traffic`` -> ``night.examples
-   .build_examples`` -> ``night.split.split_golden`` -> ``night.training.build_training_set``; the student is
+   .build_examples`` -> ``night.split.split_golden`` -> ``night.training_set.build_training_set``; the student is
    trained on that ``train.jsonl`` (``sim.student``), answers the golden set, and
    ``ratchet_stats.certificate.build_certificate`` computes the Clopper-Pearson bound, the LTT threshold and McNemar
    against the live version; tasks whose bound reaches the target become candidates (as the versions registry does).
@@ -434,7 +434,7 @@ class Simulation:
         from ratchet_assets.night.examples import build_examples
         from ratchet_assets.night.split import split_golden
         from ratchet_assets.night.traffic import consolidate_traffic
-        from ratchet_assets.night.training import build_training_set
+        from ratchet_assets.night.training_set import build_training_set
         from ratchet_stats.certificate import build_certificate
 
         cfg, s = self.cfg, self.s

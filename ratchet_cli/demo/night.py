@@ -29,7 +29,7 @@ NIGHT_JOB = "nightly"
 # The sensor's policy (ratchet_assets.defs.release_sensors._policy with NightConfig's default target 0.95).
 PROMOTE_TARGET = 0.95
 ROLLBACK_FLOOR = 0.90
-# Half the rows train with made-up e-mails/phones in place of placeholders (ratchet_core.training docstring).
+# Half the rows train with made-up e-mails/phones in place of placeholders (ratchet_core.lora_trainer docstring).
 PII_SURROGATES = 0.5
 
 
@@ -48,7 +48,7 @@ def night_run_config(
 
     ``epochs``: the training set grows every night (a 7-day window), so the default 4 epochs make each night
     longer than the last; with ``epochs=1`` a night trains ``max(1 epoch, min_steps)`` steps
-    (``ratchet_core.training``). ``num_threads``: on this machine's two cores, shared with the demo's servers,
+    (``ratchet_core.lora_trainer``). ``num_threads``: on this machine's two cores, shared with the demo's servers,
     one torch thread trained 10 steps in 6.9 s against 24.9 s with two (OpenMP threads spin waiting for each
     other); it does not change the adapter and is not part of the config hash. ``min_steps``: only when given
     (tests pass 0 to keep tiny nights short). ``pii_surrogates``: always ``PII_SURROGATES``.

@@ -17,7 +17,7 @@ from ratchet_assets.night.examples import build_examples
 from ratchet_assets.night.fixtures import request_rows, write_day, write_segment, write_segments
 from ratchet_assets.night.split import split_golden
 from ratchet_assets.night.traffic import TrafficError, consolidate_traffic
-from ratchet_assets.night.training import build_training_set
+from ratchet_assets.night.training_set import build_training_set
 from ratchet_core.example_key import example_key
 from ratchet_stats import merkle
 from ratchet_stats.canonical import canonical_json

@@ -157,6 +157,6 @@ def test_the_demo_night_config_is_valid_for_the_nightly_job_and_sets_one_epoch()
     assert validated["ops"]["lora_adapter"]["config"]["num_threads"] == 1
     assert validated["ops"]["lora_adapter"]["config"]["pii_surrogates"] == 0.5
     # min_steps is left at the asset's default, so one epoch still means at least that many steps.
-    from ratchet_core.training import LoraTrainConfig
+    from ratchet_core.lora_trainer import LoraTrainConfig
 
     assert validated["ops"]["lora_adapter"]["config"]["min_steps"] == LoraTrainConfig().min_steps > 0

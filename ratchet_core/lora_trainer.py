@@ -1,4 +1,4 @@
-"""Train a LoRA adapter for the student on the teacher's answers (train.jsonl, OpenAI chat fine-tuning format).
+"""The LoRA trainer: train the student's adapter on the teacher's answers (train.jsonl, OpenAI chat fine-tuning format).
 
 Each row ``{"messages": [..., final assistant message], "tools": ..., "response_format": ...}`` becomes
 ``prompt = render_prompt(messages[:-1], tools, response_format)`` and ``target = render_target(messages[-1])``

@@ -1,4 +1,4 @@
-"""The traffic driver: send a built-in workload to any OpenAI-compatible endpoint and score what comes back.
+"""The load generator: send a built-in workload to any OpenAI-compatible endpoint and score what comes back.
 
 It uses the real `openai` client (``AsyncOpenAI``, ``with_raw_response`` to read Ratchet's response headers
 ``x-ratchet-served-by`` / ``x-ratchet-version``), names each request's task both as ``metadata.ratchet_task``

@@ -86,7 +86,7 @@ def env(tmp_path_factory):
     from ratchet_gateway.student_server.app import create_app
     from ratchet_stats.keys import generate_private_key, public_key_b64, save_private_key
 
-    home = tmp_path_factory.mktemp("night2") / "home"
+    home = tmp_path_factory.mktemp("night") / "home"
     key = generate_private_key()
     save_private_key(key, home / "keys" / "signing.key")
     write_day(home / "lake", DAY1, 900, seed=1, workload="tickets", student_share=0.0)
