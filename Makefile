@@ -10,8 +10,8 @@ $(BIN)/python:
 	$(PY) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip setuptools wheel
 
-install: $(BIN)/python  ## create .venv and install Ratchet with its dev extras (CPU torch)
-	$(BIN)/pip install --quiet -e '.[dev]'
+install: $(BIN)/python  ## create .venv and install Ratchet with its dev and scale extras (CPU torch)
+	$(BIN)/pip install --quiet -e '.[dev,scale]'
 	@$(BIN)/ratchet --version
 
 test: $(BIN)/python  ## the whole suite, slow end-to-end tests included
