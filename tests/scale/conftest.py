@@ -1,0 +1,134 @@
+"""Real servers for the at-scale tests: a throwaway PostgreSQL cluster per test session (Debian's `postgresql`).
+
+`postgres_server` runs ``initdb`` into a temp folder and ``pg_ctl start`` on a free loopback port (unix socket in
+the same folder); as root, both run as the ``postgres`` user (PostgreSQL refuses to run as root). Each test gets
+its own database (`pg_url`), so tests never see each other's rows. `control_db_url` runs a test on SQLite and
+on Postgres alike. A missing PostgreSQL is a failure that says how to install it, never a skip.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import glob
+import os
+import pwd
+import shutil
+import socket
+import subprocess
+import tempfile
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def postgres_bindir() -> Path:
+    """The newest /usr/lib/postgresql/<major>/bin (Debian's layout), else the folder of `pg_ctl` on PATH."""
+    found = sorted(glob.glob("/usr/lib/postgresql/*/bin/pg_ctl"), key=lambda p: int(Path(p).parts[-3]))
+    if found:
+        return Path(found[-1]).parent
+    on_path = shutil.which("pg_ctl")
+    if on_path:
+        return Path(on_path).resolve().parent
+    pytest.fail(
+        "PostgreSQL is not installed: `apt-get install -y postgresql` (Debian; .ci/run does this) "
+        "— the at-scale tests run a throwaway cluster"
+    )
+
+
+@dataclass
+class PostgresServer:
+    host: str
+    port: int
+    user: str
+    socket_dir: Path
+
+    def url(self, db: str = "postgres", driver: str = "psycopg") -> str:
+        return f"postgresql+{driver}://{self.user}@{self.host}:{self.port}/{db}"
+
+    def create_database(self, prefix: str = "t") -> str:
+        import psycopg
+
+        name = f"{prefix}_{uuid.uuid4().hex[:12]}"
+        with psycopg.connect(host=self.host, port=self.port, user=self.user, dbname="postgres") as conn:
+            conn.autocommit = True
+            conn.execute(f'CREATE DATABASE "{name}"')
+        return name
+
+
+def _as_postgres_user(cmd: list[str]) -> list[str]:
+    if os.geteuid() != 0:
+        return cmd
+    return ["runuser", "-u", "postgres", "--", *cmd]
+
+
+@pytest.fixture(scope="session")
+def postgres_server():
+    bindir = postgres_bindir()
+    root = Path(tempfile.mkdtemp(prefix="ratchet-pg-"))
+    if os.geteuid() == 0:
+        pw = pwd.getpwnam("postgres")
+        os.chown(root, pw.pw_uid, pw.pw_gid)
+    root.chmod(0o700)
+    data, log = root / "data", root / "server.log"
+    user = "ratchet"
+    subprocess.run(
+        _as_postgres_user(
+            [str(bindir / "initdb"), "-D", str(data), "-A", "trust", "-U", user, "-E", "UTF8", "--no-sync"]
+        ),
+        check=True,
+        capture_output=True,
+        timeout=120,
+    )
+    port = 0
+    for _attempt in range(3):  # a free port can be taken between the probe and the bind: try another
+        port = free_port()
+        opts = (
+            f"-p {port} -k {root} -c listen_addresses=127.0.0.1 -c fsync=off -c synchronous_commit=off "
+            "-c full_page_writes=off -c max_connections=200 -c shared_buffers=32MB"
+        )
+        started = subprocess.run(
+            _as_postgres_user(
+                [str(bindir / "pg_ctl"), "-D", str(data), "-l", str(log), "-w", "-o", opts, "start"]
+            ),
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        if started.returncode == 0:
+            break
+    else:
+        text = log.read_text() if log.exists() else started.stderr
+        shutil.rmtree(root, ignore_errors=True)
+        pytest.fail(f"PostgreSQL did not start: {text[-2000:]}")
+    try:
+        yield PostgresServer(host="127.0.0.1", port=port, user=user, socket_dir=root)
+    finally:
+        with contextlib.suppress(Exception):
+            subprocess.run(
+                _as_postgres_user([str(bindir / "pg_ctl"), "-D", str(data), "-m", "immediate", "-w", "stop"]),
+                capture_output=True,
+                timeout=60,
+            )
+        shutil.rmtree(root, ignore_errors=True)
+
+
+@pytest.fixture
+def pg_url(postgres_server: PostgresServer) -> str:
+    """A fresh, empty database on the session's PostgreSQL (SQLAlchemy URL, psycopg 3 driver)."""
+    return postgres_server.url(postgres_server.create_database())
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+def control_db_url(request, tmp_path: Path) -> str:
+    """The control DB's URL: SQLite (WAL, the embedded default) or a fresh PostgreSQL database (at scale)."""
+    if request.param == "sqlite":
+        return f"sqlite:///{(tmp_path / 'control.db').as_posix()}"
+    return request.getfixturevalue("pg_url")
