@@ -12,8 +12,9 @@ the complete, aligned subtrees of ``2**j`` leaves (``levels[j][i]`` covers leave
 Every node the RFC definitions ask for, for any tree size up to the tree's own, is either such a subtree or the
 right fold of the aligned subtrees covering its range, so roots of any prefix, inclusion proofs (``PATH``,
 §2.1.3.1) and consistency proofs (``PROOF``/``SUBPROOF``, §2.1.4.1) are computed iteratively from those levels
-in ``O(log^2 n)`` hashes after one ``~2n``-hash build. Verification follows the iterative algorithms of
-§2.1.3.2 and §2.1.4.2 and never needs the leaves.
+in ``O(log^2 n)`` hashes after one ``~2n``-hash build (``fold_cover``, ``audit_path`` and ``consistency_path``
+work over any source of those subtrees: ``ratchet_stats.merkle_store`` reads them from a file). Verification
+follows the iterative algorithms of §2.1.3.2 and §2.1.4.2 and never needs the leaves.
 
 Indices are 0-based. Leaves are the entries' bytes; ``verify_inclusion`` takes the entry's bytes too (use
 ``verify_inclusion_hash`` when you hold only its leaf hash). Hashes are raw 32-byte ``bytes``; use ``.hex()``.
@@ -25,14 +26,17 @@ from __future__ import annotations
 
 import hashlib
 import hmac
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 
 __all__ = [
     "EMPTY_ROOT",
     "HASH_SIZE",
     "MerkleTree",
+    "audit_path",
     "clear_cache",
+    "consistency_path",
     "consistency_proof",
+    "fold_cover",
     "inclusion_proof",
     "leaf_hash",
     "node_hash",
@@ -60,6 +64,70 @@ def node_hash(left: bytes, right: bytes) -> bytes:
 def _largest_power_of_two_below(n: int) -> int:
     """The k of RFC 9162 §2.1.1: the largest power of two strictly smaller than n (n >= 2)."""
     return 1 << ((n - 1).bit_length() - 1)
+
+
+def fold_cover(node: Callable[[int, int], bytes], lo: int, hi: int) -> bytes:
+    """MTH(D[lo:hi]) for a range the RFC recursion produces (lo aligned to a power of two >= hi - lo), from the
+    aligned complete subtrees ``node(level, index)`` (covering leaves ``[index * 2**level, (index+1) * 2**level)``).
+
+    Greedy cover by the largest aligned complete subtrees, folded right to left: the RFC tree over such a
+    range is exactly that fold (its left child is always the largest power-of-two block).
+    """
+    if hi <= lo:
+        return EMPTY_ROOT
+    parts: list[bytes] = []
+    while lo < hi:
+        level = (hi - lo).bit_length() - 1
+        if lo:
+            level = min(level, (lo & -lo).bit_length() - 1)
+        parts.append(node(level, lo >> level))
+        lo += 1 << level
+    acc = parts[-1]
+    for part in reversed(parts[:-1]):
+        acc = node_hash(part, acc)
+    return acc
+
+
+def audit_path(mth: Callable[[int, int], bytes], index: int, n: int) -> list[bytes]:
+    """RFC 9162 §2.1.3.1 ``PATH(index, D[n])`` (iterative, leaf side first) over any ``mth(lo, hi)`` source."""
+    top_down: list[bytes] = []
+    lo, hi, m = 0, n, index
+    while hi - lo > 1:  # PATH(m, D[n]) = PATH(m, D[0:k]) : MTH(D[k:n])  or  PATH(m-k, D[k:n]) : MTH(D[0:k])
+        k = _largest_power_of_two_below(hi - lo)
+        if m < k:
+            top_down.append(mth(lo + k, hi))
+            hi = lo + k
+        else:
+            top_down.append(mth(lo, lo + k))
+            lo += k
+            m -= k
+    top_down.reverse()
+    return top_down
+
+
+def consistency_path(mth: Callable[[int, int], bytes], old_size: int, n: int) -> list[bytes]:
+    """RFC 9162 §2.1.4.1 ``PROOF(old_size, D[n])`` = ``SUBPROOF(m, D[n], true)`` (iterative) over any
+    ``mth(lo, hi)`` source; empty when ``old_size`` is 0 or ``n``."""
+    if old_size in (0, n):
+        return []
+    collected: list[bytes] = []
+    lo, hi, m, complete = 0, n, old_size, True
+    while True:
+        if hi - lo == m:  # SUBPROOF(m, D[m], true) = {} ; SUBPROOF(m, D[m], false) = {MTH(D[m])}
+            if not complete:
+                collected.append(mth(lo, hi))
+            break
+        k = _largest_power_of_two_below(hi - lo)
+        if m <= k:  # SUBPROOF(m, D[0:k], b) : MTH(D[k:n])
+            collected.append(mth(lo + k, hi))
+            hi = lo + k
+        else:  # SUBPROOF(m - k, D[k:n], false) : MTH(D[0:k])
+            collected.append(mth(lo, lo + k))
+            lo += k
+            m -= k
+            complete = False
+    collected.reverse()
+    return collected
 
 
 class MerkleTree:
@@ -107,24 +175,8 @@ class MerkleTree:
         return self._levels[level][start : start + HASH_SIZE]
 
     def _mth(self, lo: int, hi: int) -> bytes:
-        """MTH(D[lo:hi]) for a range the RFC recursion produces (lo aligned to a power of two >= hi - lo).
-
-        Greedy cover by the largest aligned complete subtrees, folded right to left: the RFC tree over such a
-        range is exactly that fold (its left child is always the largest power-of-two block).
-        """
-        if hi <= lo:
-            return EMPTY_ROOT
-        parts: list[bytes] = []
-        while lo < hi:
-            level = (hi - lo).bit_length() - 1
-            if lo:
-                level = min(level, (lo & -lo).bit_length() - 1)
-            parts.append(self._node(level, lo >> level))
-            lo += 1 << level
-        acc = parts[-1]
-        for part in reversed(parts[:-1]):
-            acc = node_hash(part, acc)
-        return acc
+        """MTH(D[lo:hi]) for a range the RFC recursion produces (see :func:`fold_cover`)."""
+        return fold_cover(self._node, lo, hi)
 
     def _check_size(self, size: int | None) -> int:
         if size is None:
@@ -148,21 +200,7 @@ class MerkleTree:
         n = self._check_size(size)
         if not isinstance(index, int) or not 0 <= index < n:
             raise ValueError(f"leaf index {index!r} is outside 0..{n - 1} for a tree of size {n}")
-        top_down: list[bytes] = []
-        lo, hi, m = 0, n, index
-        while (
-            hi - lo > 1
-        ):  # PATH(m, D[n]) = PATH(m, D[0:k]) : MTH(D[k:n])  or  PATH(m-k, D[k:n]) : MTH(D[0:k])
-            k = _largest_power_of_two_below(hi - lo)
-            if m < k:
-                top_down.append(self._mth(lo + k, hi))
-                hi = lo + k
-            else:
-                top_down.append(self._mth(lo, lo + k))
-                lo += k
-                m -= k
-        top_down.reverse()
-        return top_down
+        return audit_path(self._mth, index, n)
 
     def consistency_proof(self, old_size: int, new_size: int | None = None) -> list[bytes]:
         """RFC 9162 §2.1.4.1 ``PROOF(old_size, D[new_size])`` = ``SUBPROOF(m, D[n], true)``; empty when
@@ -170,26 +208,7 @@ class MerkleTree:
         n = self._check_size(new_size)
         if not isinstance(old_size, int) or not 0 <= old_size <= n:
             raise ValueError(f"old size {old_size!r} is outside 0..{n}")
-        if old_size in (0, n):
-            return []
-        collected: list[bytes] = []
-        lo, hi, m, complete = 0, n, old_size, True
-        while True:
-            if hi - lo == m:  # SUBPROOF(m, D[m], true) = {} ; SUBPROOF(m, D[m], false) = {MTH(D[m])}
-                if not complete:
-                    collected.append(self._mth(lo, hi))
-                break
-            k = _largest_power_of_two_below(hi - lo)
-            if m <= k:  # SUBPROOF(m, D[0:k], b) : MTH(D[k:n])
-                collected.append(self._mth(lo + k, hi))
-                hi = lo + k
-            else:  # SUBPROOF(m - k, D[k:n], false) : MTH(D[0:k])
-                collected.append(self._mth(lo, lo + k))
-                lo += k
-                m -= k
-                complete = False
-        collected.reverse()
-        return collected
+        return consistency_path(self._mth, old_size, n)
 
 
 # One cached tree: callers often ask root(leaves) then several proofs over the same leaves.
