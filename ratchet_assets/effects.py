@@ -36,6 +36,8 @@ from typing import Any, Literal
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection, Engine
 
+from ratchet_core.control_db import effects, ensure_schema
+
 Outcome = Literal["execute", "duplicate", "in_flight", "blocked", "denied"]
 Policy = Literal["block", "retry", "probe"]
 STATUSES = ("in_flight", "done", "failed", "indeterminate")
@@ -50,23 +52,8 @@ DEFAULT_POLICIES: dict[str, Policy] = {
     "webhook": "block",
 }
 
-metadata = sa.MetaData()
-effects_table = sa.Table(
-    "effects",
-    metadata,
-    sa.Column("effect_type", sa.String(64), primary_key=True),
-    sa.Column("key", sa.String(512), primary_key=True),
-    sa.Column("fingerprint", sa.String(128), nullable=False),
-    sa.Column("status", sa.String(16), nullable=False),
-    sa.Column("lease_until", sa.String(40), nullable=False),
-    sa.Column("token", sa.String(64), nullable=False),
-    sa.Column("result", sa.Text, nullable=True),
-    sa.Column("error", sa.Text, nullable=True),
-    sa.Column("note", sa.Text, nullable=True),
-    sa.Column("attempts", sa.Integer, nullable=False),
-    sa.Column("created_at", sa.String(40), nullable=False),
-    sa.Column("updated_at", sa.String(40), nullable=False),
-)
+# The ``effects`` table is defined with every other control-DB table in ratchet_core.control_db.
+effects_table = effects
 
 
 class EffectError(RuntimeError):
@@ -119,8 +106,8 @@ def _iso(t: datetime) -> str:
 
 
 def ensure_tables(engine: Engine) -> None:
-    """Create the ``effects`` table if absent (idempotent)."""
-    metadata.create_all(engine, tables=[effects_table], checkfirst=True)
+    """Create (or migrate) the control DB's schema, ``effects`` included (idempotent)."""
+    ensure_schema(engine)
 
 
 class EffectLedger:

@@ -1,15 +1,30 @@
-"""The control DB engine: small transactional state several processes share (SQLAlchemy Core).
+"""The control DB: small transactional state several processes share (SQLAlchemy Core), in one schema.
 
 SQLite in WAL mode by default (readers never block the writer; `busy_timeout` makes concurrent writers wait
 instead of failing); any SQLAlchemy URL (e.g. ``postgresql+psycopg://``) at scale.
+
+Every table lives in the one :data:`metadata` below, and :func:`ensure_schema` is the only place that creates
+and migrates them (idempotent, safe when several processes start at once). The modules that use a table import
+it from here:
+
+- ``release_manifests``, ``release_manifest_lock``: signed release manifests (``ratchet_core.manifest``);
+- ``trusted_keys``: the signed history of the keys gateways trust (``ratchet_core.keys``);
+- ``versions``, ``release_audit_log``, ``release_state``, ``failed_nights``: release control
+  (``ratchet_assets.release.registry``);
+- ``effects``: the effect ledger (``ratchet_assets.effects``);
+- ``erasures``: forgotten examples (``ratchet_assets.night.erasures``);
+- ``gateway_safety_events``: a gateway's narrowing switches (``ratchet_gateway.safety``);
+- ``ratchet_schema``: one row, the schema version (:data:`SCHEMA_VERSION`).
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from datetime import UTC, datetime
 from pathlib import Path
 
 import sqlalchemy as sa
-from sqlalchemy.engine import Engine
+from sqlalchemy.engine import Connection, Engine
 
 _ENGINES: dict[str, Engine] = {}
 
@@ -40,3 +55,214 @@ def make_engine(url: str) -> Engine:
         engine = sa.create_engine(url, pool_pre_ping=True)
     _ENGINES[url] = engine
     return engine
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# The schema: every table of the control DB.
+
+metadata = sa.MetaData()
+
+# Release manifests (ratchet_core.manifest): a hash chain of DSSE envelopes, one row per publish.
+release_manifests = sa.Table(
+    "release_manifests",
+    metadata,
+    sa.Column("sequence", sa.Integer, primary_key=True, autoincrement=False),
+    sa.Column("envelope", sa.Text, nullable=False),
+    sa.Column("digest", sa.Text, nullable=False),
+    sa.Column("created_at", sa.Text, nullable=False),
+)
+
+# One row; publishers lock it (FOR UPDATE) on databases where BEGIN IMMEDIATE does not exist (Postgres).
+release_manifest_lock = sa.Table(
+    "release_manifest_lock",
+    metadata,
+    sa.Column("id", sa.Integer, primary_key=True, autoincrement=False),
+)
+
+# The keys gateways trust (ratchet_core.keys): one signed change (add | retire) per row, each signed by a key
+# trusted before it; the columns beside the envelope repeat the signed fields for queries and listings.
+trusted_keys = sa.Table(
+    "trusted_keys",
+    metadata,
+    sa.Column("sequence", sa.Integer, primary_key=True, autoincrement=False),
+    sa.Column("action", sa.String(16), nullable=False),  # add | retire
+    sa.Column("key_id", sa.String(64), nullable=False, index=True),
+    sa.Column("public_key", sa.Text, nullable=False),  # base64 of the raw 32 bytes
+    sa.Column("signed_by", sa.String(64), nullable=False),  # key id of the signer
+    sa.Column("actor", sa.String(200), nullable=False),
+    sa.Column("reason", sa.Text, nullable=False),
+    sa.Column("at", sa.String(40), nullable=False),
+    sa.Column("envelope", sa.Text, nullable=False),
+    sa.Column("digest", sa.String(64), nullable=False),
+)
+
+# Release control (ratchet_assets.release.registry).
+versions = sa.Table(
+    "versions",
+    metadata,
+    sa.Column("version", sa.String(200), primary_key=True),
+    sa.Column("task", sa.String(200), primary_key=True),
+    sa.Column("stage", sa.String(16), nullable=False),
+    sa.Column("status", sa.String(16), nullable=False),
+    sa.Column("threshold", sa.Float, nullable=True),
+    sa.Column("certificate_path", sa.Text, nullable=False),
+    sa.Column("day", sa.String(10), nullable=False),
+    sa.Column("created_at", sa.String(40), nullable=False),
+    sa.Column("updated_at", sa.String(40), nullable=False),
+    sa.Column("note", sa.Text, nullable=False),
+)
+
+release_audit_log = sa.Table(
+    "release_audit_log",
+    metadata,
+    sa.Column("id", sa.Integer, primary_key=True, autoincrement=True),
+    sa.Column("at", sa.String(40), nullable=False),
+    sa.Column("actor", sa.String(200), nullable=False),
+    sa.Column("action", sa.String(64), nullable=False),
+    sa.Column("target", sa.Text, nullable=False),
+    sa.Column("reason", sa.Text, nullable=False),
+    sa.Column("details", sa.Text, nullable=False),
+    sa.Column("manifest_sequence", sa.Integer, nullable=True),
+)
+
+# The release sensor's state, written in the same transaction as each manifest it publishes: a sensor that dies
+# after publishing but before Dagster stores its cursor resumes from here, never re-spending evidence.
+release_state = sa.Table(
+    "release_state",
+    metadata,
+    sa.Column("id", sa.Integer, primary_key=True, autoincrement=False),
+    sa.Column("generation", sa.Integer, nullable=False),
+    sa.Column("state", sa.Text, nullable=False),
+    sa.Column("updated_at", sa.String(40), nullable=False),
+)
+
+failed_nights = sa.Table(
+    "failed_nights",
+    metadata,
+    sa.Column("run_id", sa.String(64), primary_key=True),
+    sa.Column("job_name", sa.String(200), nullable=False),
+    sa.Column("partition", sa.String(64), nullable=False),
+    sa.Column("failed_at", sa.String(40), nullable=False),
+    sa.Column("message", sa.Text, nullable=False),
+)
+
+# The effect ledger (ratchet_assets.effects, DESIGN §6).
+effects = sa.Table(
+    "effects",
+    metadata,
+    sa.Column("effect_type", sa.String(64), primary_key=True),
+    sa.Column("key", sa.String(512), primary_key=True),
+    sa.Column("fingerprint", sa.String(128), nullable=False),
+    sa.Column("status", sa.String(16), nullable=False),
+    sa.Column("lease_until", sa.String(40), nullable=False),
+    sa.Column("token", sa.String(64), nullable=False),
+    sa.Column("result", sa.Text, nullable=True),
+    sa.Column("error", sa.Text, nullable=True),
+    sa.Column("note", sa.Text, nullable=True),
+    sa.Column("attempts", sa.Integer, nullable=False),
+    sa.Column("created_at", sa.String(40), nullable=False),
+    sa.Column("updated_at", sa.String(40), nullable=False),
+)
+
+# Erasures (ratchet_assets.night.erasures): one of the two ids per row.
+erasures = sa.Table(
+    "erasures",
+    metadata,
+    sa.Column("id", sa.Integer, primary_key=True, autoincrement=True),
+    sa.Column("example_key", sa.String(64), nullable=True, index=True),
+    sa.Column("request_id", sa.String(128), nullable=True, index=True),
+    sa.Column("reason", sa.Text, nullable=False),
+    sa.Column("at", sa.String(40), nullable=False),
+)
+
+# A gateway's safety-only switches (ratchet_gateway.safety): they only ever narrow what the student serves.
+gateway_safety_events = sa.Table(
+    "gateway_safety_events",
+    metadata,
+    sa.Column("id", sa.Integer, primary_key=True, autoincrement=True),
+    sa.Column("created_at", sa.Text, nullable=False),
+    sa.Column("kind", sa.Text, nullable=False),  # student_disabled | pin
+    sa.Column("task", sa.Text, nullable=False, server_default=""),
+    sa.Column("reason", sa.Text, nullable=False),
+    sa.Column("actor", sa.Text, nullable=False),
+    sa.Column("cleared_at", sa.Text, nullable=True),
+    sa.Column("cleared_reason", sa.Text, nullable=True),
+)
+
+ratchet_schema = sa.Table(
+    "ratchet_schema",
+    metadata,
+    sa.Column("id", sa.Integer, primary_key=True, autoincrement=False),
+    sa.Column("version", sa.Integer, nullable=False),
+    sa.Column("updated_at", sa.String(40), nullable=False),
+)
+
+# Version 1: the tables as the first release created them (in five modules, no version row).
+# Version 2: one schema; `trusted_keys` added.
+SCHEMA_VERSION = 2
+
+# Steps `create_all` cannot do (new columns on existing tables, data moves): MIGRATIONS[v] takes a database at
+# version v - 1 to v, inside the schema transaction. New tables need no step: `create_all` adds them.
+MIGRATIONS: dict[int, Callable[[Connection], None]] = {}
+
+
+class SchemaError(RuntimeError):
+    """The control DB was written by a newer Ratchet than this one."""
+
+
+def _stored_version(engine: Engine) -> int | None:
+    try:
+        with engine.connect() as conn:
+            return conn.execute(sa.select(ratchet_schema.c.version).where(ratchet_schema.c.id == 1)).scalar()
+    except (sa.exc.OperationalError, sa.exc.ProgrammingError):
+        return None  # no schema table yet: a fresh database, or one from before schema versions
+
+
+def ensure_schema(engine: Engine) -> None:
+    """Create every table and migrate an older database to :data:`SCHEMA_VERSION` (idempotent, concurrent-safe).
+
+    Cheap when the schema is current (one query). Otherwise one transaction: SQLite's ``BEGIN IMMEDIATE`` (from
+    :func:`make_engine`) or a Postgres advisory lock makes concurrent starters line up.
+    """
+    stored = _stored_version(engine)
+    if stored == SCHEMA_VERSION:
+        return
+    if stored is not None and stored > SCHEMA_VERSION:
+        raise SchemaError(
+            f"the control DB has schema version {stored}, this Ratchet knows up to {SCHEMA_VERSION}: "
+            "upgrade Ratchet (every process sharing a control DB must run the same or a newer version)"
+        )
+    for attempt in range(3):
+        try:
+            with engine.begin() as conn:
+                _create_and_migrate(conn)
+            return
+        except (sa.exc.IntegrityError, sa.exc.OperationalError, sa.exc.ProgrammingError):
+            # Another process created the same tables between our look and our DDL: look again.
+            if _stored_version(engine) == SCHEMA_VERSION:
+                return
+            if attempt == 2:
+                raise
+
+
+def _create_and_migrate(conn: Connection) -> None:
+    if conn.dialect.name == "postgresql":
+        conn.execute(sa.text("SELECT pg_advisory_xact_lock(7243190611)"))  # any constant: Ratchet's DDL lock
+    metadata.create_all(conn, checkfirst=True)
+    row = conn.execute(sa.select(ratchet_schema.c.version).where(ratchet_schema.c.id == 1)).scalar()
+    current = 1 if row is None else int(row)
+    for version in range(current + 1, SCHEMA_VERSION + 1):
+        step = MIGRATIONS.get(version)
+        if step is not None:
+            step(conn)
+    now = datetime.now(UTC).isoformat(timespec="seconds")
+    if row is None:
+        conn.execute(ratchet_schema.insert().values(id=1, version=SCHEMA_VERSION, updated_at=now))
+    elif current != SCHEMA_VERSION:
+        conn.execute(
+            ratchet_schema.update()
+            .where(ratchet_schema.c.id == 1)
+            .values(version=SCHEMA_VERSION, updated_at=now)
+        )
+    if conn.execute(sa.select(release_manifest_lock.c.id)).first() is None:
+        conn.execute(release_manifest_lock.insert().values(id=1))

@@ -24,16 +24,15 @@ teacher. A task missing from ``tasks`` is in ``teacher``. With no manifest at al
 applies: every task ``teacher``, audit rate 0.05.
 
 Storage: table ``release_manifests(sequence INTEGER PRIMARY KEY, envelope TEXT, digest TEXT, created_at TEXT)`` in
-the control DB. The primary key on ``sequence`` plus a serialised read-apply-insert transaction (SQLite:
-``BEGIN IMMEDIATE`` from :func:`ratchet_core.control_db.make_engine`; Postgres: ``SELECT ... FOR UPDATE`` on a one-row
-lock table) means concurrent publishers line up and never fork the chain or lose a change.
+the control DB (defined with every other table in ``ratchet_core.control_db``). The primary key on ``sequence`` plus
+a serialised read-apply-insert transaction (SQLite: ``BEGIN IMMEDIATE`` from
+:func:`ratchet_core.control_db.make_engine`; Postgres: ``SELECT ... FOR UPDATE`` on a one-row lock table) means concurrent publishers line up and never fork the chain or lose a change.
 
 References: DSSE v1 (secure-systems-lab/dsse), in-toto Statement v1, RFC 8785 (canonical JSON).
 """
 
 from __future__ import annotations
 
-import contextlib
 import json
 from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
@@ -43,30 +42,14 @@ import sqlalchemy as sa
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from sqlalchemy.engine import Connection, Engine
 
+from ratchet_core.control_db import ensure_schema, release_manifest_lock, release_manifests
+
 MANIFEST_PREDICATE = "https://ratchet.dev/release-manifest/v1"
 DEFAULT_AUDIT_RATE = 0.05
 STAGES = ("teacher", "shadow", "canary", "live")
 REASON_MIN, REASON_MAX = 3, 500
 
 Stage = Literal["teacher", "shadow", "canary", "live"]
-
-metadata = sa.MetaData()
-
-release_manifests = sa.Table(
-    "release_manifests",
-    metadata,
-    sa.Column("sequence", sa.Integer, primary_key=True, autoincrement=False),
-    sa.Column("envelope", sa.Text, nullable=False),
-    sa.Column("digest", sa.Text, nullable=False),
-    sa.Column("created_at", sa.Text, nullable=False),
-)
-
-# One row; publishers lock it (FOR UPDATE) on databases where BEGIN IMMEDIATE does not exist (Postgres).
-release_manifest_lock = sa.Table(
-    "release_manifest_lock",
-    metadata,
-    sa.Column("id", sa.Integer, primary_key=True, autoincrement=False),
-)
 
 
 class TaskRelease(BaseModel):
@@ -135,12 +118,8 @@ class ManifestError(ValueError):
 
 
 def ensure_tables(engine: Engine) -> None:
-    """Create the manifest tables (idempotent; safe when several processes start at once)."""
-    metadata.create_all(engine, checkfirst=True)
-    # Another process may insert the lock row first (Postgres has no BEGIN IMMEDIATE): that is fine.
-    with contextlib.suppress(sa.exc.IntegrityError), engine.begin() as conn:
-        if conn.execute(sa.select(release_manifest_lock.c.id)).first() is None:
-            conn.execute(release_manifest_lock.insert().values(id=1))
+    """Create (or migrate) the control DB's schema: :func:`ratchet_core.control_db.ensure_schema`."""
+    ensure_schema(engine)
 
 
 def _now() -> str:

@@ -15,21 +15,9 @@ from datetime import UTC, datetime
 import sqlalchemy as sa
 from sqlalchemy.engine import Engine
 
-metadata = sa.MetaData()
+from ratchet_core.control_db import ensure_schema, gateway_safety_events
 
-gateway_safety_events = sa.Table(
-    "gateway_safety_events",
-    metadata,
-    sa.Column("id", sa.Integer, primary_key=True, autoincrement=True),
-    sa.Column("created_at", sa.Text, nullable=False),
-    sa.Column("kind", sa.Text, nullable=False),  # student_disabled | pin
-    sa.Column("task", sa.Text, nullable=False, server_default=""),
-    sa.Column("reason", sa.Text, nullable=False),
-    sa.Column("actor", sa.Text, nullable=False),
-    sa.Column("cleared_at", sa.Text, nullable=True),
-    sa.Column("cleared_reason", sa.Text, nullable=True),
-)
-
+# The table is defined with every other control-DB table in ratchet_core.control_db.
 KINDS = ("student_disabled", "pin")
 
 
@@ -46,7 +34,8 @@ class SafetyState:
 
 
 def ensure_tables(engine: Engine) -> None:
-    metadata.create_all(engine, checkfirst=True)
+    """Create (or migrate) the control DB's schema, this table included (idempotent)."""
+    ensure_schema(engine)
 
 
 def record_event(engine: Engine, kind: str, reason: str, actor: str, task: str = "") -> None:

@@ -13,16 +13,10 @@ from datetime import UTC, datetime
 import sqlalchemy as sa
 from sqlalchemy.engine import Engine
 
-metadata = sa.MetaData()
-erasures_table = sa.Table(
-    "erasures",
-    metadata,
-    sa.Column("id", sa.Integer, primary_key=True, autoincrement=True),
-    sa.Column("example_key", sa.String(64), nullable=True, index=True),
-    sa.Column("request_id", sa.String(128), nullable=True, index=True),
-    sa.Column("reason", sa.Text, nullable=False),
-    sa.Column("at", sa.String(40), nullable=False),
-)
+from ratchet_core.control_db import ensure_schema, erasures
+
+# The ``erasures`` table is defined with every other control-DB table in ratchet_core.control_db.
+erasures_table = erasures
 
 
 @dataclass(frozen=True)
@@ -32,7 +26,8 @@ class Erasures:
 
 
 def ensure_tables(engine: Engine) -> None:
-    metadata.create_all(engine, tables=[erasures_table], checkfirst=True)
+    """Create (or migrate) the control DB's schema, ``erasures`` included (idempotent)."""
+    ensure_schema(engine)
 
 
 def record_erasure(

@@ -16,60 +16,19 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection, Engine
 
-from ratchet_core import manifest as mf
+from ratchet_core.control_db import (
+    ensure_schema,
+    failed_nights,
+    gateway_safety_events,
+    release_audit_log,
+    release_state,
+    versions,
+)
 
 VERSION_STATUSES = ("candidate", "shadow", "canary", "live", "rolled_back", "retired", "rejected")
 
-metadata = sa.MetaData()
-
-versions = sa.Table(
-    "versions",
-    metadata,
-    sa.Column("version", sa.String(200), primary_key=True),
-    sa.Column("task", sa.String(200), primary_key=True),
-    sa.Column("stage", sa.String(16), nullable=False),
-    sa.Column("status", sa.String(16), nullable=False),
-    sa.Column("threshold", sa.Float, nullable=True),
-    sa.Column("certificate_path", sa.Text, nullable=False),
-    sa.Column("day", sa.String(10), nullable=False),
-    sa.Column("created_at", sa.String(40), nullable=False),
-    sa.Column("updated_at", sa.String(40), nullable=False),
-    sa.Column("note", sa.Text, nullable=False),
-)
-
-audit_log = sa.Table(
-    "release_audit_log",
-    metadata,
-    sa.Column("id", sa.Integer, primary_key=True, autoincrement=True),
-    sa.Column("at", sa.String(40), nullable=False),
-    sa.Column("actor", sa.String(200), nullable=False),
-    sa.Column("action", sa.String(64), nullable=False),
-    sa.Column("target", sa.Text, nullable=False),
-    sa.Column("reason", sa.Text, nullable=False),
-    sa.Column("details", sa.Text, nullable=False),
-    sa.Column("manifest_sequence", sa.Integer, nullable=True),
-)
-
-# The release sensor's state, written in the same transaction as each manifest it publishes: a sensor that dies
-# after publishing but before Dagster stores its cursor resumes from here, never re-spending evidence.
-release_state = sa.Table(
-    "release_state",
-    metadata,
-    sa.Column("id", sa.Integer, primary_key=True, autoincrement=False),
-    sa.Column("generation", sa.Integer, nullable=False),
-    sa.Column("state", sa.Text, nullable=False),
-    sa.Column("updated_at", sa.String(40), nullable=False),
-)
-
-failed_nights = sa.Table(
-    "failed_nights",
-    metadata,
-    sa.Column("run_id", sa.String(64), primary_key=True),
-    sa.Column("job_name", sa.String(200), nullable=False),
-    sa.Column("partition", sa.String(64), nullable=False),
-    sa.Column("failed_at", sa.String(40), nullable=False),
-    sa.Column("message", sa.Text, nullable=False),
-)
+# The tables live with every other control-DB table in ratchet_core.control_db (one MetaData, one migration path).
+audit_log = release_audit_log
 
 
 def now_iso() -> str:
@@ -77,8 +36,8 @@ def now_iso() -> str:
 
 
 def ensure_tables(engine: Engine) -> None:
-    mf.ensure_tables(engine)
-    metadata.create_all(engine, checkfirst=True)
+    """Create (or migrate) the control DB's schema: :func:`ratchet_core.control_db.ensure_schema`."""
+    ensure_schema(engine)
 
 
 def append_audit(
@@ -243,7 +202,7 @@ def record_failed_night(engine: Engine, run_id: str, job_name: str, partition: s
 
 
 def read_audit_log(engine: Engine, limit: int = 1000) -> list[dict[str, Any]]:
-    """Release audit-log rows plus the gateway's safety events (``gateway_safety_events``) when that table exists."""
+    """Release audit-log rows plus the gateway's safety events (``gateway_safety_events``), newest first."""
     ensure_tables(engine)
     with engine.connect() as conn:
         rows = [
@@ -252,22 +211,20 @@ def read_audit_log(engine: Engine, limit: int = 1000) -> list[dict[str, Any]]:
                 sa.select(audit_log).order_by(audit_log.c.id.desc()).limit(limit)
             ).mappings()
         ]
-        if sa.inspect(conn).has_table("gateway_safety_events"):
-            events = sa.Table("gateway_safety_events", sa.MetaData(), autoload_with=conn)
-            for r in conn.execute(sa.select(events).limit(limit)).mappings():
-                d = {k: (str(v) if v is not None else None) for k, v in dict(r).items()}
-                rows.append(
-                    {
-                        "id": None,
-                        "at": d.get("at") or d.get("created_at") or d.get("ts") or "",
-                        "actor": d.get("actor") or d.get("replica") or "gateway",
-                        "action": d.get("action") or d.get("kind") or d.get("event") or "safety",
-                        "target": d.get("task") or d.get("target") or "",
-                        "reason": d.get("reason") or "",
-                        "details": d,
-                        "manifest_sequence": None,
-                        "source": "gateway",
-                    }
-                )
+        events = gateway_safety_events
+        for r in conn.execute(sa.select(events).order_by(events.c.id.desc()).limit(limit)).mappings():
+            rows.append(
+                {
+                    "id": None,
+                    "at": r["created_at"] or "",
+                    "actor": r["actor"] or "gateway",
+                    "action": r["kind"],
+                    "target": r["task"] or "",
+                    "reason": r["reason"] or "",
+                    "details": {k: (str(v) if v is not None else None) for k, v in dict(r).items()},
+                    "manifest_sequence": None,
+                    "source": "gateway",
+                }
+            )
     rows.sort(key=lambda r: r["at"] or "", reverse=True)
     return rows[:limit]
