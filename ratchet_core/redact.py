@@ -4,10 +4,12 @@ What is found (each candidate is validated, so ordinary numbers survive):
 
 - secrets: ``Bearer <token>``, provider keys (``sk-…``, ``sk-ant-…``, ``pk_/rk_…``, ``AKIA…``, ``ghp_…``,
   ``xox?-…``), JWTs, and long opaque tokens (>= 32 chars of hex or base64url that mix letters and digits);
-- emails (RFC 5322 "dot-atom" subset);
+- emails (RFC 5322 "dot-atom" subset), and internationalised ones (RFC 6531/6532: non-ASCII local parts and
+  IDN domains, full-width ``＠``/``．`` too), normalised with NFKC and lower case;
 - IBANs, ISO 13616: country code + 2 check digits + BBAN, kept only when ``int(rearranged) mod 97 == 1``;
-- payment card numbers: 13-19 digits (spaces/dashes allowed), kept only when the Luhn checksum is 0
-  (ISO/IEC 7812-1 annex B);
+- payment card numbers: 13-19 digits (spaces/dashes allowed), or groups of 4-6 then 2-6 digits joined by dots,
+  NBSP, thin/figure/narrow spaces, Unicode dashes or full-width separators; full-width and other Unicode
+  decimal digits count as digits; kept only when the Luhn checksum is 0 (ISO/IEC 7812-1 annex B);
 - IPv4 and IPv6 addresses (validated with :mod:`ipaddress`);
 - phone numbers: ``+`` international numbers of 8-15 digits (ITU-T E.164), North-American
   ``(555) 123-4567`` / ``555-123-4567`` and trunk-prefixed national numbers ``020 7946 0958``.
@@ -21,6 +23,13 @@ phones, IBANs upper-case without spaces, IPs in canonical form), so redacted tra
 not a secret: the placeholder pseudonymises the stored text; it is not meant to resist guessing a short value.
 Pass ``key=`` for a deployment-secret key (then every party that computes example keys must use it too).
 
+A chat-completions body is redacted as a whole by :func:`redact_request`: messages (content, tool-call
+arguments, the participant ``name``), tools and legacy functions (descriptions and parameter schemas),
+``response_format`` (the JSON schema's descriptions, titles, enums, defaults, examples), ``user``, ``stop``,
+``metadata`` values and any other parameter, with one placeholder -> original mapping for
+:func:`restore_text`. Structure stays intact: roles, ids, function and schema names, JSON-schema keywords that
+name properties or types (``required``, ``type``, ``pattern``, ``$ref``...), and dict keys.
+
 The gateway calls these functions when ``RATCHET_REDACT_PII`` is on (the default); they always redact.
 """
 
@@ -30,13 +39,17 @@ import hashlib
 import hmac
 import ipaddress
 import re
+import unicodedata
 from collections.abc import Callable
-from typing import Any
+from typing import Any, NamedTuple
 
 DEFAULT_KEY = b"ratchet-redact-v1"
 
 # Keys of OpenAI message objects whose values are structure, not user text (ids must keep linking).
 STRUCTURAL_KEYS = frozenset({"role", "type", "id", "tool_call_id", "name", "finish_reason", "index"})
+# In a message (a dict with a ``role``) ``name`` is the participant's name, user text; elsewhere (a function in
+# a tool call or a tool definition, a JSON schema) it names structure and is kept.
+MESSAGE_STRUCTURAL_KEYS = STRUCTURAL_KEYS - {"name"}
 
 
 def placeholder(kind: str, normalised: str, key: bytes = DEFAULT_KEY) -> str:
@@ -78,10 +91,25 @@ _PROVIDER_KEY = re.compile(
 _JWT = re.compile(r"\beyJ[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}")
 _LONG_TOKEN = re.compile(r"(?<![A-Za-z0-9_+/=-])[A-Za-z0-9_+/-]{32,}={0,2}(?![A-Za-z0-9_+/=-])")
 _EMAIL = re.compile(
-    r"(?<![\w.+-])[A-Za-z0-9][A-Za-z0-9._%+-]*@[A-Za-z0-9](?:[A-Za-z0-9-]*[A-Za-z0-9])?(?:\.[A-Za-z0-9](?:[A-Za-z0-9-]*[A-Za-z0-9])?)*\.[A-Za-z]{2,}"
+    r"(?<![\w.+-])[A-Za-z0-9][A-Za-z0-9._%+-]*@[A-Za-z0-9](?:[A-Za-z0-9-]*[A-Za-z0-9])?(?:\.[A-Za-z0-9](?:[A-Za-z0-9-]*[A-Za-z0-9])?)*\.(?:(?i:xn--)[A-Za-z0-9-]*[A-Za-z0-9]|[A-Za-z]{2,})"
+)
+# Internationalised addresses (RFC 6531): Unicode letters/digits in the local part and the domain labels,
+# a Unicode or punycode TLD. Applied after _EMAIL and only to non-ASCII text, so ASCII addresses keep
+# exactly the matches (and placeholders) they always had.
+_ULABEL = r"[^\W_](?:[^\W_]|-)*(?<!-)"
+_EMAIL_UNICODE = re.compile(
+    r"(?<![\w.+-])[^\W_][\w.%+-]*[@\uff20]" + _ULABEL + r"(?:[.\uff0e]" + _ULABEL + r")*[.\uff0e]"
+    r"(?:(?i:xn--)[A-Za-z0-9-]+|[^\W\d_]{2,})"
 )
 _IBAN = re.compile(r"(?i)\b[A-Z]{2}\d{2}(?: ?[A-Z0-9]){11,30}\b")
 _CARD = re.compile(r"(?<![\d-])\d(?:[ -]?\d){12,18}(?![\d-])")
+# Grouped card numbers with other separators: dot, NBSP, figure/thin/hair/narrow/ideographic spaces, Unicode
+# hyphens and dashes, minus, full-width hyphen and dot, optionally with a space either side (" – ", " - "); the
+# same separator throughout. Groups keep ordinary decimals (3.14159265358979) out; ASCII spaces/dashes are _CARD's.
+_CARD_SEPARATORS = ".\u00a0\u2002-\u200a\u202f\u3000\u2010-\u2015\u2212\uff0d\uff0e"
+_CARD_SEP = re.compile(
+    rf"(?<!\w)(?<!\d[.,])\d{{4,6}}(?P<sep> ?[{_CARD_SEPARATORS}] ?| - )\d{{2,6}}(?:(?P=sep)\d{{2,6}}){{1,3}}(?!\w)"
+)
 _IPV6 = re.compile(
     r"(?<![\w:.])(?:[0-9A-Fa-f]{0,4}:){2,7}(?:[0-9A-Fa-f]{1,4}|(?:\d{1,3}\.){3}\d{1,3})?(?![\w:])"
 )
@@ -95,6 +123,11 @@ _PHONE_TRUNK = re.compile(r"(?<![\w])0\d{1,4}[ -]\d{3,4}[ -]\d{3,5}(?!\w)")
 
 def _digits(s: str) -> str:
     return "".join(ch for ch in s if ch.isdigit())
+
+
+def _card_digits(s: str) -> str:
+    """The decimal digits of `s` as ASCII (full-width and other Unicode decimal digits included)."""
+    return "".join(str(unicodedata.decimal(ch)) if ch > "~" else ch for ch in s if ch.isdecimal())
 
 
 def _mixed(s: str) -> bool:
@@ -115,12 +148,15 @@ def _rules(key: bytes) -> list[tuple[re.Pattern[str], Callable[[re.Match[str]], 
     def email(m: re.Match[str]) -> str:
         return placeholder("EMAIL", m.group(0).lower(), key)
 
+    def email_unicode(m: re.Match[str]) -> str:
+        return placeholder("EMAIL", unicodedata.normalize("NFKC", m.group(0)).lower(), key)
+
     def iban(m: re.Match[str]) -> str | None:
         s = m.group(0).replace(" ", "").upper()
         return placeholder("IBAN", s, key) if iban_ok(s) else None
 
     def card(m: re.Match[str]) -> str | None:
-        d = _digits(m.group(0))
+        d = _card_digits(m.group(0))
         return placeholder("CARD", d, key) if 13 <= len(d) <= 19 and luhn_ok(d) else None
 
     def ipv6(m: re.Match[str]) -> str | None:
@@ -148,8 +184,10 @@ def _rules(key: bytes) -> list[tuple[re.Pattern[str], Callable[[re.Match[str]], 
         (_PROVIDER_KEY, secret),
         (_JWT, secret),
         (_EMAIL, email),
+        (_EMAIL_UNICODE, email_unicode),
         (_LONG_TOKEN, long_token),
         (_IBAN, iban),
+        (_CARD_SEP, card),  # before _CARD, so a dotted card is not half-eaten by a space-joined neighbour
         (_CARD, card),
         (_IPV6, ipv6),
         (_IPV4, ipv4),
@@ -169,6 +207,9 @@ def _gates(s: str) -> tuple[bool, ...]:
     """Cheap C-speed pre-checks, one per rule in _rules order: a rule whose gate is False cannot match, so its
     regex is skipped (a plain sentence costs a few microseconds instead of a dozen regex scans)."""
     digits = len(s) - len(s.translate(_DIGITS))
+    ascii_only = s.isascii()
+    # full-width and other Unicode decimal digits count for cards (only non-ASCII text pays for the count)
+    card_digits = digits if ascii_only else sum(map(str.isdecimal, s))
     colons = s.count(":")
     long_run = len(s) >= 32 and any(len(w) >= 32 for w in s.split()) and _TOKEN_RUN.search(s) is not None
     return (
@@ -176,9 +217,11 @@ def _gates(s: str) -> tuple[bool, ...]:
         any(h in s for h in _KEY_HINTS),  # provider keys
         "eyJ" in s,  # JWT
         "@" in s,  # email
+        not ascii_only and ("@" in s or "\uff20" in s),  # internationalised email
         long_run,  # long opaque tokens
         digits >= 4 and len(s) >= 15,  # IBAN
-        digits >= 13,  # card
+        card_digits >= 13 and (not ascii_only or "." in s or " - " in s),  # card with other separators
+        card_digits >= 13,  # card
         colons >= 2,  # IPv6
         digits >= 4 and s.count(".") >= 3,  # IPv4
         "+" in s and digits >= 8,  # international phone
@@ -204,18 +247,24 @@ def redact_text(s: str, key: bytes = DEFAULT_KEY) -> str:
     return s
 
 
-def redact_value(value: Any, key: bytes = DEFAULT_KEY) -> Any:
-    """Redact every string inside a JSON-like value (dict keys and STRUCTURAL_KEYS values are kept)."""
+def _walk(value: Any, text: Callable[[str], str]) -> Any:
+    """`value` with `text` applied to every string inside it, except dict keys and the values of structural
+    keys (:data:`STRUCTURAL_KEYS`; in a message, ``name`` is user text)."""
     if isinstance(value, str):
-        return redact_text(value, key)
+        return text(value)
     if isinstance(value, dict):
+        keep = MESSAGE_STRUCTURAL_KEYS if "role" in value else STRUCTURAL_KEYS
         return {
-            k: (v if k in STRUCTURAL_KEYS and isinstance(v, str | int) else redact_value(v, key))
-            for k, v in value.items()
+            k: (v if k in keep and isinstance(v, str | int) else _walk(v, text)) for k, v in value.items()
         }
     if isinstance(value, list | tuple):
-        return [redact_value(v, key) for v in value]
+        return [_walk(v, text) for v in value]
     return value
+
+
+def redact_value(value: Any, key: bytes = DEFAULT_KEY) -> Any:
+    """Redact every string inside a JSON-like value (dict keys and STRUCTURAL_KEYS values are kept)."""
+    return _walk(value, lambda s: redact_text(s, key))
 
 
 def redact_messages(messages: list[dict[str, Any]], key: bytes = DEFAULT_KEY) -> list[dict[str, Any]]:
@@ -260,23 +309,6 @@ def _redact_text_recording(s: str, key: bytes, mapping: dict[str, str]) -> str:
     return s
 
 
-def _redact_value_recording(value: Any, key: bytes, mapping: dict[str, str]) -> Any:
-    if isinstance(value, str):
-        return _redact_text_recording(value, key, mapping)
-    if isinstance(value, dict):
-        return {
-            k: (
-                v
-                if k in STRUCTURAL_KEYS and isinstance(v, str | int)
-                else _redact_value_recording(v, key, mapping)
-            )
-            for k, v in value.items()
-        }
-    if isinstance(value, list | tuple):
-        return [_redact_value_recording(v, key, mapping) for v in value]
-    return value
-
-
 def redact_value_with_mapping(value: Any, key: bytes = DEFAULT_KEY) -> tuple[Any, dict[str, str]]:
     """``(redact_value(value, key), {placeholder: original text})``.
 
@@ -285,7 +317,179 @@ def redact_value_with_mapping(value: Any, key: bytes = DEFAULT_KEY) -> tuple[Any
     by a model that only saw placeholders.
     """
     mapping: dict[str, str] = {}
-    return _redact_value_recording(value, key, mapping), mapping
+    return _walk(value, lambda s: _redact_text_recording(s, key, mapping)), mapping
+
+
+# Whole request bodies ---------------------------------------------------------------------------------------
+# JSON Schema keywords (2020-12 and drafts 4-7) whose string values name structure: types, formats, property
+# names, references. Kept, so the schema still means what it meant.
+_SCHEMA_KEEP = frozenset(
+    [
+        "type",
+        "format",
+        "pattern",
+        "required",
+        "dependentRequired",
+        "$ref",
+        "$schema",
+        "$id",
+        "$anchor",
+        "$dynamicRef",
+        "$dynamicAnchor",
+        "$recursiveRef",
+        "$recursiveAnchor",
+        "contentEncoding",
+        "contentMediaType",
+    ]
+)
+# Keywords whose values are maps of name -> subschema, and keywords whose values are subschemas (or lists of them).
+_SCHEMA_MAPS = frozenset(["properties", "patternProperties", "$defs", "definitions", "dependentSchemas"])
+_SCHEMA_SUBS = frozenset(
+    [
+        "items",
+        "additionalItems",
+        "prefixItems",
+        "additionalProperties",
+        "unevaluatedItems",
+        "unevaluatedProperties",
+        "contains",
+        "propertyNames",
+        "not",
+        "if",
+        "then",
+        "else",
+        "anyOf",
+        "allOf",
+        "oneOf",
+    ]
+)
+# The metadata entry that names the Ratchet task: validated by ratchet_core.input_rules, never user text.
+TASK_METADATA_KEY = "ratchet_task"
+
+
+def _schema(value: Any, text: Callable[[str], str]) -> Any:
+    """A JSON schema with `text` applied to its human text (``description``, ``title``, ``enum``, ``const``,
+    ``default``, ``examples``, ``$comment``, unknown keywords) and its structure kept."""
+    if isinstance(value, list):  # a list of subschemas (anyOf, prefixItems, draft-4 tuple items)
+        return [_schema(v, text) for v in value]
+    if not isinstance(value, dict):  # boolean schema
+        return value
+    out: dict[str, Any] = {}
+    for k, v in value.items():
+        if k in _SCHEMA_KEEP:
+            out[k] = v
+        elif k in _SCHEMA_MAPS and isinstance(v, dict):
+            out[k] = {name: _schema(sub, text) for name, sub in v.items()}
+        elif k in _SCHEMA_SUBS or (k == "dependencies" and isinstance(v, dict)):
+            out[k] = (
+                {n: (d if isinstance(d, list) else _schema(d, text)) for n, d in v.items()}
+                if k == "dependencies"
+                else _schema(v, text)
+            )
+        else:
+            out[k] = _walk(v, text)
+    return out
+
+
+def _with_schema(value: Any, schema_key: str, text: Callable[[str], str]) -> Any:
+    """A function definition (``parameters``) or a response format's ``json_schema`` (``schema``): names kept,
+    descriptions redacted, the schema through :func:`_schema`."""
+    if not isinstance(value, dict):
+        return _walk(value, text)
+    return {
+        k: (
+            _schema(v, text)
+            if k == schema_key
+            else v
+            if k in STRUCTURAL_KEYS and isinstance(v, str | int)
+            else _walk(v, text)
+        )
+        for k, v in value.items()
+    }
+
+
+def _tool(value: Any, text: Callable[[str], str]) -> Any:
+    if not isinstance(value, dict):
+        return _walk(value, text)
+    return {
+        k: (
+            _with_schema(v, "parameters", text)
+            if k == "function"
+            else v
+            if k in STRUCTURAL_KEYS and isinstance(v, str | int)
+            else _walk(v, text)
+        )
+        for k, v in value.items()
+    }
+
+
+def _response_format(value: Any, text: Callable[[str], str]) -> Any:
+    if not isinstance(value, dict):
+        return _walk(value, text)
+    return {
+        k: (
+            _with_schema(v, "schema", text)
+            if k == "json_schema"
+            else v
+            if k == "type" and isinstance(v, str)
+            else _walk(v, text)
+        )
+        for k, v in value.items()
+    }
+
+
+def _metadata(value: Any, text: Callable[[str], str]) -> Any:
+    if not isinstance(value, dict):
+        return _walk(value, text)
+    return {
+        k: (v if k == TASK_METADATA_KEY and isinstance(v, str) else _walk(v, text)) for k, v in value.items()
+    }
+
+
+def _each(fn: Callable[[Any, Callable[[str], str]], Any]) -> Callable[[Any, Callable[[str], str]], Any]:
+    def each(value: Any, text: Callable[[str], str]) -> Any:
+        return [fn(v, text) for v in value] if isinstance(value, list) else _walk(value, text)
+
+    return each
+
+
+_REQUEST_FIELDS: dict[str, Callable[[Any, Callable[[str], str]], Any]] = {
+    "model": lambda v, text: v,  # routing needs it as sent (stored raw in model_requested)
+    "messages": _walk,
+    "tools": _each(_tool),
+    "functions": _each(lambda f, text: _with_schema(f, "parameters", text)),  # legacy function calling
+    "response_format": _response_format,
+    "metadata": _metadata,
+}
+
+
+class RedactedRequest(NamedTuple):
+    """A redacted chat-completions body and the placeholder -> client text mapping of everything redacted."""
+
+    body: dict[str, Any]
+    mapping: dict[str, str]
+
+
+def redact_request(body: dict[str, Any], key: bytes = DEFAULT_KEY) -> RedactedRequest:
+    """Redact a whole OpenAI chat-completions request body with one mapping.
+
+    Every field is covered: messages exactly as :func:`redact_value` does them (so stored messages and example
+    keys are unchanged) plus the participant ``name``; tools and legacy ``functions`` keep their names and JSON
+    schema structure, their descriptions (and schema descriptions, titles, enums, defaults, examples) are
+    redacted; ``response_format`` likewise; ``metadata`` values except ``ratchet_task``; ``user``, ``stop`` and
+    any other parameter as plain values. ``model`` is kept. The input is not modified.
+
+    ``restore_text(answer, result.mapping)`` puts the client's values back into an answer from a model that saw
+    ``result.body``. Which fields the ledger stores, and how, stays the caller's choice: take them from
+    ``result.body``.
+    """
+    mapping: dict[str, str] = {}
+
+    def text(s: str) -> str:
+        return _redact_text_recording(s, key, mapping)
+
+    out = {k: _REQUEST_FIELDS.get(k, _walk)(v, text) for k, v in body.items()}
+    return RedactedRequest(out, mapping)
 
 
 def restore_text(s: str, mapping: dict[str, str]) -> str:

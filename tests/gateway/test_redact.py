@@ -5,6 +5,7 @@ from __future__ import annotations
 import random
 import re
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -101,3 +102,111 @@ def test_iban_checksum():
     assert iban_ok("DE89370400440532013000")
     assert not iban_ok("DE89370400440532013001")
     assert "DE89370400440532013001" in redact_text("acct DE89370400440532013001")
+
+
+# Placeholders of the values that were already redacted before Unicode e-mails, card separators and whole-request
+# redaction: pinned, so stored evidence and example keys of such rows stay byte-identical.
+PINNED = (
+    "email: <EMAIL_98f9cd64> | phone_intl: <PHONE_f6bfd010> | phone_us: <PHONE_074a0031> | "
+    "card: <CARD_9841f6ce> | iban: <IBAN_cdc1171f> | ipv4: <IP_c90cef1f> | ipv6: <IP_969b818f> | "
+    "openai_key: <SECRET_abfd6fc0> | bearer: Bearer <SECRET_d2795094>"
+)
+CARD = "4111111111111111"  # <CARD_9841f6ce>
+
+
+def test_placeholders_of_previously_redacted_values_are_unchanged():
+    assert redact_text(" | ".join(f"{k}: {v}" for k, v in PLANTED.items())) == PINNED
+
+
+@pytest.mark.parametrize(
+    "address",
+    [
+        "josé.garcía@correo.es",
+        "用户@例子.广告",
+        "θσερ@παράδειγμα.δοκιμή",
+        "bob@bücher.de",
+        "Émile+shop@société.fr",
+        "ユーザー@example.jp",
+        "user@xn--bcher-kva.xn--p1ai",
+    ],
+)
+def test_internationalised_email_addresses_are_redacted(address):
+    out = redact_text(f"Please write to {address} today.")
+    assert address not in out and "@" not in out
+    assert re.fullmatch(r"Please write to <EMAIL_[0-9a-f]{8}> today\.", out), out
+    assert redact_text(f"cc {address.upper()}") == f"cc {out.split()[3]}"  # case-insensitive
+
+
+def test_full_width_email_shares_the_ascii_placeholder():
+    ascii_ph = redact_text("mail bob@example.com")
+    assert redact_text("mail ｂｏｂ＠ｅｘａｍｐｌｅ．ｃｏｍ") == ascii_ph
+
+
+FULL_WIDTH = str.maketrans("0123456789", "０１２３４５６７８９")
+SEPARATORS = [
+    " ",
+    "-",
+    ".",
+    "\u00a0",
+    "\u2009",
+    "\u202f",
+    "\u2007",
+    "\u2013",
+    "\u2212",
+    "\uff0d",
+    " - ",
+    " – ",
+]
+
+
+@pytest.mark.parametrize("sep", SEPARATORS)
+@pytest.mark.parametrize("full_width", [False, True])
+def test_card_numbers_with_any_common_separator(sep, full_width):
+    number = sep.join(CARD[i : i + 4] for i in range(0, 16, 4))
+    if full_width:
+        number = number.translate(FULL_WIDTH)
+    out = redact_text(f"my card is {number}, thanks")
+    assert out == "my card is <CARD_9841f6ce>, thanks", (sep, out)
+    # The same number with a wrong check digit is not a card: left alone.
+    bad = number[:-1] + ("2" if not full_width else "２")
+    assert bad in redact_text(f"my card is {bad}, thanks")
+
+
+def test_unseparated_full_width_and_amex_grouping():
+    assert redact_text("card " + CARD.translate(FULL_WIDTH)) == "card <CARD_9841f6ce>"
+    amex = "3782.822463.10005"  # 4-6-5
+    assert amex not in redact_text(f"amex {amex} ok")
+
+
+def test_numbers_that_only_look_like_cards_survive():
+    text = (
+        "pi is 3.14159265358979, build 2024.01.15.1234, sum 1.234.567,89, ids 1234.5678 and 9012.3456, "
+        "date 2024.01.15, serial 4111.11.11"
+    )
+    assert redact_text(text) == text
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    body=st.lists(st.integers(0, 9), min_size=15, max_size=15),
+    sep=st.sampled_from(SEPARATORS),
+    full_width=st.booleans(),
+)
+def test_any_luhn_valid_grouped_number_is_redacted(body, sep, full_width):
+    check = next(d for d in range(10) if _luhn_reference("".join(map(str, body + [d]))))
+    digits = "".join(map(str, body + [check]))
+    grouped = sep.join(digits[i : i + 4] for i in range(0, 16, 4))
+    if full_width:
+        grouped = grouped.translate(FULL_WIDTH)
+    out = redact_text(f"pay with {grouped} now")
+    assert out == redact_text(f"pay with {digits} now")
+    assert re.fullmatch(r"pay with <CARD_[0-9a-f]{8}> now", out)
+
+
+def test_unicode_rules_stay_linear_on_hostile_input():
+    import time
+
+    for text in ("é" * 100_000 + "@", "é@" + "a-" * 50_000 + ".", "1234." * 20_000, "1234\u00a0" * 20_000):
+        t = time.perf_counter()
+        redact_text(text)
+        assert time.perf_counter() - t < 2.0
