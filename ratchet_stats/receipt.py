@@ -27,7 +27,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from ratchet_stats import merkle
+from ratchet_stats import merkle, merkle_store
 from ratchet_stats.canonical import canonical_json, digest, sha256_hex
 from ratchet_stats.dsse import VerificationError, verify_statement
 
@@ -143,19 +143,52 @@ def make_proof(
 
     ``{_type: PROOF_TYPE, day, request_id, index, size, leaf, proof: [hex], root, receipt_digest}``: the audit
     path is RFC 9162 §2.1.3.1 ``PATH(index, D[size])`` over `leaves` (the canonical leaf texts, UTF-8, in tree
-    order); ``receipt_digest`` is ``envelope_digest(envelope)``. Checked by ``check_proof``.
+    order); ``receipt_digest`` is ``envelope_digest(envelope)``. Checked by ``check_proof``. This rebuilds the
+    tree from every leaf; ``make_stored_proof`` reads the same document from the day's stored tree.
     """
     tree = merkle.MerkleTree(leaves)
+    return proof_document(
+        day, request_id, index, tree.size, leaves[index], tree.inclusion_proof(index), tree.root(), envelope
+    )
+
+
+def make_stored_proof(
+    day: str,
+    request_id: str,
+    index: int,
+    leaf: bytes,
+    tree: merkle_store.StoredTree,
+    block: Sequence[bytes],
+    envelope: Mapping[str, Any] | str,
+) -> dict[str, Any]:
+    """``make_proof``'s document (the same bytes) from the day's stored tree (``ratchet_stats.merkle_store``):
+    `block` holds the leaves (canonical texts, UTF-8) of ``tree.block_range(index)``, `leaf` is row `index`'s;
+    `envelope` may be given as its ``envelope_digest`` already."""
+    path = tree.inclusion_proof(index, merkle_store.leaf_hashes(block))
+    return proof_document(day, request_id, index, tree.size, leaf, path, tree.root(), envelope)
+
+
+def proof_document(
+    day: str,
+    request_id: str,
+    index: int,
+    size: int,
+    leaf: bytes,
+    path: Sequence[bytes],
+    root: bytes,
+    envelope: Mapping[str, Any] | str,
+) -> dict[str, Any]:
+    """The proof document (see ``make_proof``) from its parts."""
     return {
         "_type": PROOF_TYPE,
         "day": day,
         "request_id": request_id,
         "index": index,
-        "size": tree.size,
-        "leaf": leaves[index].decode("utf-8"),
-        "proof": [h.hex() for h in tree.inclusion_proof(index)],
-        "root": tree.root().hex(),
-        "receipt_digest": envelope_digest(envelope),
+        "size": size,
+        "leaf": leaf.decode("utf-8"),
+        "proof": [h.hex() for h in path],
+        "root": root.hex(),
+        "receipt_digest": envelope if isinstance(envelope, str) else envelope_digest(envelope),
     }
 
 

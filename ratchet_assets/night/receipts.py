@@ -4,8 +4,10 @@ Files (D = YYYY-MM-DD), under ``<artifacts>/receipts/D/``:
 
 - ``receipt.dsse.json``: canonical JSON of the DSSE envelope (so the file's SHA-256 is the chain digest);
 - ``rows.parquet``: the leaves in tree order — columns ``index`` (int64), ``request_id``, ``client``, ``leaf``
-  (the canonical JSON text that is hashed). The gateway serves a client its own rows from it and proofs with
-  ``receipt_proof``.
+  (the canonical JSON text that is hashed), in row groups of ``ratchet_core.receipt_store.ROW_GROUP_ROWS``. The
+  gateway serves a client its own rows from it and proofs with ``receipt_proof``;
+- ``tree.bin``: the RFC 9162 tree over the leaves, built streaming batch by batch and stored
+  (``ratchet_stats.merkle_store``), so a proof reads ``O(log n)`` hashes instead of rebuilding the tree.
 
 Signing goes through the effect ledger (``receipt.sign``, key ``receipt:D``, fingerprint = digest of the
 predicate, which holds the root, the totals and the chain link). A rerun with the same predicate reuses the
@@ -38,16 +40,16 @@ from ratchet_assets.night import (
     stream_batches,
 )
 from ratchet_assets.night.traffic import traffic_path
+from ratchet_core import receipt_store
 from ratchet_core.schema import RECEIPT_LEAF_FIELDS
-from ratchet_stats import merkle
 from ratchet_stats.canonical import canonical_json, digest
 from ratchet_stats.dsse import make_statement, sign_statement, verify_statement
+from ratchet_stats.merkle_store import TreeBuilder
 from ratchet_stats.receipt import (
     PREDICATE_TYPE,
     empty_totals,
     envelope_digest,
     make_predicate,
-    make_proof,
     micro,
 )
 
@@ -251,15 +253,21 @@ def build_receipt(
     out_dir = receipt_dir(artifacts_root, day)
     out_dir.mkdir(parents=True, exist_ok=True)
     rows_path = out_dir / "rows.parquet"
-    writer = ChunkedParquetWriter(rows_path, ROWS_SCHEMA, compression="zstd")
-    leaf_hashes: list[bytes] = []
+    writer = ChunkedParquetWriter(
+        rows_path,
+        ROWS_SCHEMA,
+        row_group_size=receipt_store.ROW_GROUP_ROWS,
+        compression="zstd",
+        write_statistics=["request_id"],
+    )
+    tree = TreeBuilder(out_dir / receipt_store.TREE_FILE, base=receipt_store.TREE_BASE)
     clients: dict[str, dict[str, Any]] = {}
     for table in receipt_leaves(traffic_path(artifacts_root, day)):
-        start = len(leaf_hashes)
-        leaf_hashes.extend(
-            [_sha256(b"\x00" + b).digest() for b in table["leaf"].cast(pa.binary()).to_pylist()]
+        start = tree.size
+        tree.add_hashes(
+            b"".join([_sha256(b"\x00" + b).digest() for b in table["leaf"].cast(pa.binary()).to_pylist()])
         )
-        index = pa.array(range(start, len(leaf_hashes)), pa.int64())
+        index = pa.array(range(start, tree.size), pa.int64())
         writer.write(
             pa.table(
                 {
@@ -272,9 +280,8 @@ def build_receipt(
         )
         _add_totals(clients, table)
     writer.close()
-    root_hex = merkle.MerkleTree.from_leaf_hashes(leaf_hashes).root().hex()
-    size = len(leaf_hashes)
-    del leaf_hashes
+    root_hex = tree.finish().hex()
+    size = tree.size
     predicate = make_predicate(day, root_hex, size, clients, previous_link(artifacts_root, day))
 
     envelope_path = out_dir / "receipt.dsse.json"
@@ -358,14 +365,10 @@ def receipt_proof(day: str, request_id: str, artifacts_root: str | Path | None =
         raise FileNotFoundError(
             f"no receipt rows for {day} at {rows_path}: materialise `daily_receipt` first"
         )
-    table = pq.read_table(rows_path, columns=["request_id", "leaf"])
-    index = pc.index(table["request_id"], pa.scalar(request_id, pa.string())).as_py()
-    if index < 0:
+    proof = receipt_store.receipt_proof(folder, day, request_id)
+    if proof is None:
         raise KeyError(f"request {request_id} is not in the receipt for {day}")
-    leaves = table["leaf"].cast(pa.binary()).to_pylist()
-    del table
-    envelope = json.loads((folder / "receipt.dsse.json").read_bytes())
-    return make_proof(day, request_id, index, leaves, envelope)
+    return proof
 
 
 def export_rows_jsonl(artifacts_root: str | Path, day: str, out: str | Path) -> Path:
