@@ -8,10 +8,10 @@ Layout read (``ratchet_assets.night.receipts``), under ``<artifacts>/receipts/<d
 
 ``GET /ratchet/receipts/{day}`` returns the envelope plus the calling client's own leaves;
 ``GET /ratchet/receipts/{day}/proof/{request_id}`` returns an RFC 9162 inclusion proof in the shape of
-``ratchet_stats.receipt`` (``_type`` = its PROOF_TYPE; verify with ``ratchet verify proof``), built here by
-``ratchet_stats.receipt.make_proof`` (the gateway never imports the control plane). Another client's request is a
-404 exactly like a missing one, so its existence is not revealed. ``GET /ratchet/public-key`` returns the signing
-public key(s).
+``ratchet_stats.receipt`` (``_type`` = its PROOF_TYPE; verify with ``ratchet verify proof``), read from the
+stored tree by ``ratchet_core.receipt_store.receipt_proof`` (the gateway never imports the control plane).
+Another client's request is a 404 exactly like a missing one, so its existence is not revealed.
+``GET /ratchet/public-key`` returns the signing public key(s).
 """
 
 from __future__ import annotations
@@ -37,19 +37,11 @@ def _read_rows(path: Path) -> dict[str, list]:
 
 
 def build_proof(folder: Path, day: str, request_id: str, client: str) -> dict | None:
-    """The inclusion proof of `request_id` if it is in the day's receipt and belongs to `client`, else None."""
-    from ratchet_stats.receipt import make_proof
+    """The inclusion proof of `request_id` if it is in the day's receipt and belongs to `client`, else None
+    (one row group and O(log n) stored tree hashes read: ``ratchet_core.receipt_store``)."""
+    from ratchet_core.receipt_store import receipt_proof
 
-    rows = _read_rows(folder / "rows.parquet")
-    try:
-        index = rows["request_id"].index(request_id)
-    except ValueError:
-        return None
-    if rows["client"][index] != client:
-        return None
-    leaves = [s.encode("utf-8") for s in rows["leaf"]]
-    envelope = json.loads((folder / "receipt.dsse.json").read_bytes())
-    return make_proof(day, request_id, index, leaves, envelope)
+    return receipt_proof(folder, day, request_id, client=client)
 
 
 def add_receipt_routes(app: FastAPI, gw) -> None:
