@@ -10,7 +10,8 @@ The registry ``golden/registry.parquet`` (key, task, golden, reason, first_day) 
 grows, so once golden, always golden (and once train, always train); it is rewritten under a file lock, by
 atomic rename. The day's output is the golden set to date: every golden example of days <= D not erased,
 ``golden/day=D/golden.parquet`` (sorted by key) and ``keys.txt``; its commitment is the RFC 9162 root over the
-sorted keys (``ratchet_stats.commitment.key_commitment``).
+sorted keys (``ratchet_stats.commitment.key_commitment``); it and the row commitment are written once, to
+``golden/day=D/commitment.json`` (``night.commitments``), for the certificate and the BOM.
 """
 
 from __future__ import annotations
@@ -27,9 +28,9 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from ratchet_assets.night import atomic_write_bytes, connect, day_dir, sql_list, sql_str
+from ratchet_assets.night.commitments import write_golden_commitment
 from ratchet_assets.night.erasures import Erasures
 from ratchet_assets.night.examples import EXAMPLES_SCHEMA, examples_path
-from ratchet_stats.commitment import key_commitment
 
 REGISTRY_SCHEMA = pa.schema(
     [
@@ -198,7 +199,7 @@ def split_golden(
     keys = golden["example_key"].to_pylist()
     keys_path = out_dir / "keys.txt"
     atomic_write_bytes(keys_path, "".join(k + "\n" for k in keys).encode("ascii"))
-    commitment = key_commitment(keys)
+    commitment = write_golden_commitment(artifacts_root, day).keys
     return SplitResult(
         day=day,
         path=str(out),
