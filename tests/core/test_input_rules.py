@@ -1,0 +1,234 @@
+"""Input rules: task names (charset, length, UTF-8 header), nesting depth without recursion, strict field types."""
+
+from __future__ import annotations
+
+import time
+from typing import Any, Literal
+
+import httpx
+import orjson
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import JSONResponse
+from starlette.routing import Route
+
+from ratchet_core.input_rules import (
+    MAX_NESTING_DEPTH,
+    InputRuleError,
+    Number,
+    StrictBool,
+    StrictInt,
+    StrictStr,
+    TaskName,
+    check_nesting,
+    json_too_deep,
+    resolve_task,
+    validate_task_name,
+    value_too_deep,
+)
+from ratchet_core.serve import serve_in_thread
+from ratchet_core.workloads import get_workload
+
+GOOD_NAMES = ["default", "tickets", "support.tickets-v2", "A_b-9.x", "x" * 64, "0day"]
+BAD_NAMES = [
+    "",
+    "a b",
+    "evil\r\nX-Admin: 1",
+    "nul\x00",
+    "tâche",
+    "x" * 65,
+    "..",
+    ".hidden",
+    "-rf",
+    "a/b",
+    "a:b",
+]
+
+
+@pytest.mark.parametrize("name", GOOD_NAMES)
+def test_valid_task_names(name):
+    assert validate_task_name(name) == name
+
+
+@pytest.mark.parametrize("name", BAD_NAMES)
+def test_invalid_task_names_are_rejected_with_a_short_escaped_message(name):
+    with pytest.raises(InputRuleError) as info:
+        validate_task_name(name)
+    msg = info.value.message
+    assert info.value.param == "metadata.ratchet_task" and info.value.code == "invalid_task"
+    assert "\r" not in msg and "\n" not in msg and "\x00" not in msg and "1-64 characters" in msg
+
+
+def test_a_100kb_task_name_is_not_echoed():
+    with pytest.raises(InputRuleError) as info:
+        validate_task_name("t" * 100_000)
+    assert len(info.value.message) < 300 and "100000 characters" in info.value.message
+    with pytest.raises(InputRuleError):
+        validate_task_name(42)
+
+
+def test_resolve_task_order_and_fallthrough():
+    assert resolve_task({"ratchet_task": "a"}, "b") == "a"
+    assert resolve_task({"ratchet_task": ""}, "b") == "b"
+    assert resolve_task({"other": "x"}, None) == "default"
+    assert resolve_task(None, "") == "default"
+    assert resolve_task({"ratchet_task": "ok"}, "bad name") == "ok"  # the header is not consulted
+    with pytest.raises(InputRuleError) as info:
+        resolve_task(None, "bad name")
+    assert info.value.param == "X-Ratchet-Task"
+
+
+def test_task_header_is_read_as_utf8_over_real_http():
+    """Starlette decodes headers as Latin-1; task_from_header recovers the client's UTF-8 bytes."""
+
+    async def echo(request: Request) -> JSONResponse:
+        try:
+            return JSONResponse({"task": resolve_task(None, request.headers.get("x-ratchet-task"))})
+        except InputRuleError as err:
+            return JSONResponse({"error": err.message, "param": err.param}, status_code=400)
+
+    app = Starlette(routes=[Route("/", echo, methods=["POST"])])
+    with serve_in_thread(app) as url, httpx.Client(base_url=url) as client:
+        assert client.post("/", headers={"X-Ratchet-Task": "support.v2"}).json() == {"task": "support.v2"}
+        assert client.post("/").json() == {"task": "default"}
+        utf8 = client.post("/", headers={"X-Ratchet-Task": "tâche".encode()})
+        assert utf8.status_code == 400 and "'t\\xe2che'" in utf8.json()["error"]  # read as UTF-8: one â
+        latin = client.post("/", headers={"X-Ratchet-Task": b"t\xe2che"})  # Latin-1 bytes: not UTF-8
+        assert latin.status_code == 400 and "not UTF-8" in latin.json()["error"]
+
+
+def _nested(depth: int) -> bytes:
+    return b'{"a":' * (depth - 1) + b"[1]" + b"}" * (depth - 1)
+
+
+def test_nesting_limit_is_exact_and_ignores_brackets_in_strings():
+    assert not json_too_deep(_nested(MAX_NESTING_DEPTH))
+    assert json_too_deep(_nested(MAX_NESTING_DEPTH + 1))
+    assert not value_too_deep(orjson.loads(_nested(MAX_NESTING_DEPTH)))
+    assert value_too_deep(orjson.loads(_nested(MAX_NESTING_DEPTH + 1)))
+    text_with_brackets = orjson.dumps({"messages": [{"role": "user", "content": "[{" * 5000 + '\\"]'}]})
+    assert not json_too_deep(text_with_brackets)
+    wide = orjson.dumps([[i] for i in range(50_000)])
+    assert not json_too_deep(wide)
+    with pytest.raises(InputRuleError) as info:
+        check_nesting(b"[" * 300 + b"]" * 300)
+    assert info.value.code == "nesting_too_deep" and "64" in info.value.message
+
+
+def test_hostile_depth_costs_little_and_never_recurses():
+    raw = b"[" * 1_000_000 + b"]" * 1_000_000  # deeper than orjson (1024) or Python (1000) would go
+    t = time.perf_counter()
+    assert json_too_deep(raw)
+    deep: Any = []
+    for _ in range(100_000):
+        deep = [deep]
+    assert value_too_deep(deep)
+    assert time.perf_counter() - t < 3.0
+
+
+def _depth(v: Any) -> int:
+    if isinstance(v, dict):
+        return 1 + max((_depth(x) for x in v.values()), default=0)
+    if isinstance(v, list):
+        return 1 + max((_depth(x) for x in v), default=0)
+    return 0
+
+
+_json = st.recursive(
+    st.none() | st.booleans() | st.integers(-(2**63), 2**63 - 1) | st.text(alphabet='[]{}"\\ab', max_size=6),
+    lambda inner: (
+        st.lists(inner, max_size=3)
+        | st.dictionaries(st.text(alphabet="[]{}ab", max_size=3), inner, max_size=3)
+    ),
+    max_leaves=40,
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(value=_json, limit=st.integers(0, 8))
+def test_raw_and_parsed_depth_checks_agree_with_a_recursive_oracle(value, limit):
+    expected = _depth(value) > limit
+    assert json_too_deep(orjson.dumps(value), limit) == expected
+    assert value_too_deep(value, limit) == expected
+
+
+class _Request(BaseModel):
+    """The gateway's request fields with the strict types (the change proposed for ratchet_gateway/models.py)."""
+
+    model_config = ConfigDict(extra="allow")
+
+    model: StrictStr = Field(min_length=1)
+    messages: list[dict[str, Any]] = Field(min_length=1)
+    stream: StrictBool = False
+    logprobs: StrictBool | None = None
+    top_logprobs: StrictInt | None = Field(None, ge=0, le=20)
+    temperature: Number | None = Field(None, ge=0, le=2)
+    top_p: Number | None = Field(None, ge=0, le=1)
+    max_tokens: StrictInt | None = Field(None, ge=1)
+    max_completion_tokens: StrictInt | None = Field(None, ge=1)
+    stop: StrictStr | list[StrictStr] | None = None
+    seed: StrictInt | None = None
+    user: StrictStr | None = None
+    n: StrictInt | None = Field(None, ge=1, le=1)
+    parallel_tool_calls: StrictBool | None = None
+    metadata: dict[StrictStr, StrictStr] | None = None
+    role: Literal["x"] | None = None
+
+
+@pytest.mark.parametrize(
+    "field,value",
+    [
+        ("max_tokens", True),
+        ("max_tokens", "16"),
+        ("max_tokens", 16.0),
+        ("stream", "yes"),
+        ("stream", 1),
+        ("seed", False),
+        ("temperature", "0.5"),
+        ("temperature", True),
+        ("logprobs", "true"),
+        ("n", 1.0),
+        ("user", 7),
+        ("stop", ["a", 1]),
+        ("parallel_tool_calls", "false"),
+        ("metadata", {"k": 1}),
+    ],
+)
+def test_loose_types_are_rejected(field, value):
+    with pytest.raises(ValidationError) as info:
+        _Request(model="m", messages=[{"role": "user", "content": "hi"}], **{field: value})
+    assert info.value.errors()[0]["loc"][0] == field
+
+
+def test_real_bodies_still_pass():
+    for ex in get_workload("mixed").generate(30, seed=2):
+        _Request(model="m", **ex.request_body())
+    ok = _Request(
+        model="m",
+        messages=[{"role": "user", "content": "hi"}],
+        temperature=1,
+        top_p=0.5,
+        max_tokens=16,
+        seed=0,
+        stream=True,
+        stop=["\n"],
+        logprobs=True,
+        top_logprobs=2,
+        metadata={"ratchet_task": "tickets"},
+    )
+    assert ok.temperature == 1
+
+
+def test_task_name_type_matches_the_function():
+    class M(BaseModel):
+        task: TaskName
+
+    for name in GOOD_NAMES:
+        assert M(task=name).task == name
+    for name in BAD_NAMES:
+        with pytest.raises(ValidationError):
+            M(task=name)
