@@ -4,7 +4,7 @@ The order per request: authenticate -> read the body (size-limited) -> validate 
 -> call the model(s) -> build the ledger row (redacted) -> ``await ledger.append`` (journal group commit) ->
 release the response. Streaming responses are recorded when the stream ends, before the final ``[DONE]``; a
 stream that breaks is recorded with ``truncated=True``. Shadow and audit calls run off the request path and
-write ``pair`` rows, as ``ratchet_gateway.routing.pairs`` decides (an audited request may also shadow a candidate,
+write ``pair`` rows, as ``ratchet_core.routing.pairs`` decides (an audited request may also shadow a candidate,
 compared with the teacher's audit answer).
 """
 
@@ -23,10 +23,10 @@ from starlette.responses import Response, StreamingResponse
 
 from ratchet_core.confidence import answer_confidence
 from ratchet_core.redact import redact_value_with_mapping, restore_text
+from ratchet_core.routing import pairs, route
 from ratchet_core.schema import empty_row
 from ratchet_gateway.errors import GatewayError, error_response
 from ratchet_gateway.models import ChatRequest, describe_validation_error
-from ratchet_gateway.routing import pairs, route
 
 if TYPE_CHECKING:
     from ratchet_gateway.app import Gateway

@@ -9,28 +9,17 @@ replica applies it on its next manifest poll. An event stays in force until the 
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
 import sqlalchemy as sa
 from sqlalchemy.engine import Engine
 
 from ratchet_core.control_db import ensure_schema, gateway_safety_events
+from ratchet_core.routing import SafetyState
 
-# The table is defined with every other control-DB table in ratchet_core.control_db.
+# The table is defined with every other control-DB table in ratchet_core.control_db; the state the events impose
+# (SafetyState) is a routing input, defined with the routing decision in ratchet_core.routing.
 KINDS = ("student_disabled", "pin")
-
-
-@dataclass
-class SafetyState:
-    """What the active events impose: the student off everywhere, and/or tasks pinned to the teacher."""
-
-    student_disabled: bool = False
-    pins: set[str] = field(default_factory=set)
-
-    def merge(self, other: SafetyState) -> SafetyState:
-        """Union (narrowing only): a switch set by either side stays set."""
-        return SafetyState(self.student_disabled or other.student_disabled, self.pins | other.pins)
 
 
 def ensure_tables(engine: Engine) -> None:

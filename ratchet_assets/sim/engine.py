@@ -54,10 +54,9 @@ from ratchet_assets.release.policy import (
 from ratchet_assets.sim.student import CorruptedStudent, FastStudent, Student
 from ratchet_core import manifest as mf
 from ratchet_core.redact import redact_messages, redact_text
+from ratchet_core.routing import SafetyState, pairs, route
 from ratchet_core.schema import empty_row, segment_relpath
 from ratchet_core.workloads import compare, get_workload, solve
-from ratchet_gateway.routing import pairs, route
-from ratchet_gateway.safety import SafetyState
 from ratchet_stats.canonical import canonical_json, sha256_hex
 
 # The gateway's default student price (ratchet_gateway.app.DEFAULT_STUDENT_PRICES): $0.02 / 1M input and

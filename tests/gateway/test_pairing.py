@@ -11,8 +11,7 @@ import pytest
 
 from ratchet_assets.release.evidence import Watermark, pending_segments, read_pairs
 from ratchet_core.manifest import Manifest, TaskRelease
-from ratchet_gateway.routing import pairs, route
-from ratchet_gateway.safety import SafetyState
+from ratchet_core.routing import SafetyState, pairs, route
 
 from .conftest import API_KEY, STUDENT_VERSION, running_gateway, sealed_rows, two_version_student
 

@@ -23,17 +23,32 @@ answer); a request served by ``previous_live`` and not audited gives the candida
 answer to compare with). A shadow pair records the candidate's own ``threshold`` (``Route.shadow_threshold``), so
 ``ratchet_assets.release.evidence.PairRow.error`` ignores answers its cascade would have sent to the teacher.
 
-Local safety switches (``ratchet_gateway.safety``) only ever move a task towards the teacher.
-The offline simulator (``ratchet_assets.sim.engine``) calls :func:`route` and :func:`pairs` itself.
+Local safety switches (:class:`SafetyState`, set by a gateway's admin routes and recorded by
+``ratchet_gateway.safety``) only ever move a task towards the teacher.
+
+This is the one routing decision: the gateway's chat route (``ratchet_gateway.chat``) and the offline simulator
+(``ratchet_assets.sim.engine``) both call :func:`route` and :func:`pairs`; it lives in the shared core so the
+simulator never imports the web app.
 """
 
 from __future__ import annotations
 
 import hashlib
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from ratchet_core.manifest import Manifest
-from ratchet_gateway.safety import SafetyState
+
+
+@dataclass
+class SafetyState:
+    """What the active safety switches impose: the student off everywhere, and/or tasks pinned to the teacher."""
+
+    student_disabled: bool = False
+    pins: set[str] = field(default_factory=set)
+
+    def merge(self, other: SafetyState) -> SafetyState:
+        """Union (narrowing only): a switch set by either side stays set."""
+        return SafetyState(self.student_disabled or other.student_disabled, self.pins | other.pins)
 
 
 def unit_hash(salt: str, request_id: str) -> float:
@@ -67,6 +82,7 @@ class Pairs:
 
 
 def route(manifest: Manifest, safety: SafetyState, task: str, request_id: str) -> Route:
+    """Who answers request `request_id` of `task` on the request path, and who shadows it (module docstring)."""
     rel = manifest.serving(task)
     if safety.student_disabled or task in safety.pins:
         return Route("teacher", rel.version, None, None, None, False)
