@@ -1,0 +1,224 @@
+"""The ``lora_adapter`` step: train the night's LoRA adapter once per (training set, config, base), or reuse it.
+
+Plain functions (no Dagster): the ``lora_adapter`` asset calls ``train_adapter`` with a launcher that runs
+``python -m ratchet_assets.night.train_job`` through Dagster Pipes; anything else (the simulator, a script) can
+pass ``train_in_process``, which runs the same training code in this process.
+
+Once per (training-set root, config hash, base identity): the launch goes through the effect ledger (effect
+``training.launch``, policy ``block``), so rerunning a night, or a second run racing this one, reuses the adapter
+instead of training again. The training-set root is the one ``training_set`` committed
+(``train/day=D/commitment.json``), read, not recomputed. The version is ``v<N>-<first 8 hex of the adapter
+digest>``, where N is this launch's rank among all training launches in the ledger (creation order): stable
+across reruns, never reused.
+
+Files: ``adapters/<version>/`` holds only the PEFT files (``adapter_config.json``, ``adapter_model.safetensors``,
+``ratchet_train.json``) so its digest is the adapter's; ``adapters/day=D/adapter.json`` (the *record*) says which
+version the night produced and how (base identity, config, training numbers, effect key). Later steps
+(``night.certificate``, ``night.bom``) start from that record.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import shutil
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ratchet_assets.night.commitments import training_commitment
+
+EFFECT = "training.launch"
+LEASE_SECONDS = 6 * 3600
+
+# extras (base_path, train_jsonl, out_dir, result_path, config) -> (the TrainResult as a dict, as the training
+# process wrote it to result_path; metadata it reported for the UI)
+Launcher = Callable[[dict[str, Any]], tuple[dict[str, Any], dict[str, Any]]]
+
+
+class AdapterError(RuntimeError):
+    """The adapter cannot be trained or reused; the message says what to do."""
+
+
+@dataclass
+class AdapterResult:
+    """What ``train_adapter`` did: the record (also written to ``adapters/day=D/adapter.json``)."""
+
+    record: dict[str, Any]
+    reused: bool
+    # what the training process reported for the UI (Pipes metadata); empty when reused
+    reported: dict[str, Any] = field(default_factory=dict)
+
+
+def train_dir(artifacts: Path, day: str) -> Path:
+    """``train/day=D``: the training set the night trains on."""
+    return Path(artifacts) / "train" / f"day={day}"
+
+
+def day_pointer(artifacts: Path, day: str) -> Path:
+    """``adapters/day=D/adapter.json``: the version the night ``day`` trained (or reused)."""
+    return Path(artifacts) / "adapters" / f"day={day}" / "adapter.json"
+
+
+def read_record(artifacts: Path, day: str, needed_by: str = "this step") -> dict[str, Any]:
+    """The adapter record of night ``day`` (what ``train_adapter`` wrote)."""
+    pointer = day_pointer(artifacts, day)
+    if not pointer.exists():
+        raise AdapterError(
+            f"no adapter for {day} ({pointer} is missing): materialise `lora_adapter` for {day} before {needed_by}"
+        )
+    return json.loads(pointer.read_text())
+
+
+def require_training_set(artifacts: Path, day: str) -> Path:
+    """``train/day=D/train.jsonl``, which must exist and hold at least one row."""
+    folder = train_dir(artifacts, day)
+    train_jsonl = folder / "train.jsonl"
+    if not train_jsonl.exists():
+        raise AdapterError(f"no training set at {folder}: materialise `training_set` for {day} first")
+    with open(train_jsonl, "rb") as fh:
+        if not any(line.strip() for line in fh):
+            raise AdapterError(
+                f"the training set of {day} is empty: no teacher-answered traffic to learn from yet"
+            )
+    return train_jsonl
+
+
+def resolve_base(chosen: str, home: Path) -> Path:
+    """The base model folder: ``chosen`` (config or RATCHET_STUDENT_BASE_MODEL), else the demo base (built once)."""
+    from ratchet_core.student_model import ensure_demo_base
+
+    if chosen:
+        path = Path(chosen).expanduser()
+        if not (path / "config.json").exists():
+            raise AdapterError(
+                f"base model {path} has no config.json: set RATCHET_STUDENT_BASE_MODEL to a local Hugging Face "
+                "model folder (nothing is downloaded at run time)"
+            )
+        return path
+    return ensure_demo_base(Path(home) / "models" / "demo-base")
+
+
+def training_paused(engine: Any, public_key: Any) -> bool:
+    """The ``training_paused`` flag of the newest verified release manifest (False when there is none)."""
+    from ratchet_core.manifest import latest_verified
+
+    manifest, _rejected = latest_verified(engine, public_key)
+    return bool(manifest is not None and manifest.flags.training_paused)
+
+
+def config_hash(train_config: dict[str, Any]) -> str:
+    """Digest of the training config without ``num_threads`` (which does not change the adapter)."""
+    from ratchet_stats.canonical import digest
+
+    return digest({k: v for k, v in train_config.items() if k != "num_threads"})
+
+
+def launch_rank(effects: Any, key: str) -> int:
+    """1-based rank of ``key`` among all training launches, by creation time: the N of ``v<N>-...``."""
+    rows = effects.list_effects(effect_type=EFFECT, limit=1_000_000)
+    ordered = sorted(rows, key=lambda r: (r.created_at, r.key))
+    return next(i for i, r in enumerate(ordered, 1) if r.key == key)
+
+
+def effective_hyperparameters(adapter_dir: Path, train_config: dict[str, Any]) -> dict[str, Any]:
+    """Every hyper-parameter the run used (the trainer's own record when present), for the BOM."""
+    meta_file = Path(adapter_dir) / "ratchet_train.json"
+    data = dict(train_config)
+    if meta_file.exists():
+        meta = json.loads(meta_file.read_text())
+        data.update(meta.get("config") or {})
+        if "prompt_window" in meta:
+            data["prompt_window"] = meta["prompt_window"]
+    return {k: v for k, v in data.items() if v is not None and k != "num_threads"}
+
+
+def train_in_process(extras: dict[str, Any], log: Callable[[str], None] = print) -> tuple[dict, dict]:
+    """A ``Launcher`` that trains in this process (``train_job.run_training``), for callers without Dagster."""
+    from ratchet_assets.night.train_job import run_training
+
+    return run_training(extras, log)
+
+
+def train_adapter(
+    artifacts: Path,
+    day: str,
+    base: Path,
+    train_config: dict[str, Any],
+    effects: Any,
+    launch: Launcher,
+    log: Callable[[str], None] = lambda line: None,
+) -> AdapterResult:
+    """Train (or reuse) the adapter for night ``day`` and write its record; see the module docstring."""
+    from ratchet_core.student_model import base_identity
+
+    artifacts = Path(artifacts)
+    train_jsonl = require_training_set(artifacts, day)
+    identity = base_identity(base)
+    chash = config_hash(train_config)
+    rows_root = training_commitment(artifacts, day).rows.root
+    key = f"{rows_root}:{chash}:{identity['sha256']}"
+    fingerprint = hashlib.sha256(key.encode()).hexdigest()
+    begin = effects.begin(EFFECT, key, fingerprint, lease_seconds=LEASE_SECONDS)
+    if begin.outcome == "execute":
+        staging = artifacts / "adapters" / f".staging-{fingerprint[:16]}"
+        shutil.rmtree(staging, ignore_errors=True)
+        staging.mkdir(parents=True)
+        extras = {
+            "base_path": str(base),
+            "train_jsonl": str(train_jsonl),
+            "out_dir": str(staging / "adapter"),
+            "result_path": str(staging / "result.json"),
+            "config": train_config,
+        }
+        try:
+            trained, reported = launch(extras)
+            version = f"v{launch_rank(effects, key)}-{trained['adapter_sha256'][:8]}"
+            target = artifacts / "adapters" / version
+            shutil.rmtree(target, ignore_errors=True)
+            (staging / "adapter").replace(target)
+            shutil.rmtree(staging, ignore_errors=True)
+        except Exception as exc:
+            effects.fail(begin.token, f"{type(exc).__name__}: {exc}"[:1000])
+            raise
+        record = {
+            "version": version,
+            "adapter_dir": str(target),
+            "adapter_sha256": trained["adapter_sha256"],
+            "files": trained["files"],
+            "base": {k: identity[k] for k in ("name", "sha256", "files")},
+            "base_path": str(base),
+            "config": train_config,
+            "hyperparameters": effective_hyperparameters(target, train_config),
+            "config_hash": chash,
+            "train_rows_root": rows_root,
+            "train_day": day,
+            "steps": trained["steps"],
+            "final_loss": trained["final_loss"],
+            "seconds": trained["seconds"],
+            "cpu_seconds": trained.get("cpu_seconds"),
+            "examples": trained.get("examples", 0),
+            "effect_key": key,
+        }
+        effects.report(begin.token, record)
+        result = AdapterResult(record, reused=False, reported=dict(reported))
+    elif begin.outcome == "duplicate":
+        record = dict(begin.result or {})
+        if not Path(record.get("adapter_dir", "")).is_dir():
+            raise AdapterError(
+                f"the effect ledger says {record.get('version')} was trained for this training set, but "
+                f"{record.get('adapter_dir')} is gone: restore it, or forget the launch with `ratchet admin effects "
+                f"resolve {EFFECT} '{key}' forget --reason ...` to train again"
+            )
+        log(f"reusing {record['version']}: trained before for this training set, config and base")
+        result = AdapterResult(record, reused=True)
+    else:
+        raise AdapterError(
+            f"training launch is {begin.outcome}: {begin.detail or 'another run holds it'}; wait for that run, or "
+            f"inspect with `ratchet admin effects show {EFFECT} '{key}'`"
+        )
+    pointer = day_pointer(artifacts, day)
+    pointer.parent.mkdir(parents=True, exist_ok=True)
+    pointer.write_text(json.dumps(result.record, indent=2, sort_keys=True), encoding="utf-8")
+    return result

@@ -1,0 +1,162 @@
+"""The ``bom`` step: the certified adapter's signed CycloneDX 1.6 ML-BOM, its NOTICE.md and training-set proofs.
+
+Plain functions (no Dagster; the asset calls ``write_bom``, which runs only after ``evaluation_certificate``'s
+blocking check passed). Writes ``<artifacts>/boms/<version>/``: ``bom.dsse.json`` (DSSE envelope, in-toto
+Statement, predicateType ``https://cyclonedx.org/bom``; subjects = the adapter files), ``NOTICE.md`` (base model
+license, every data source; its sha256 is in the BOM), ``train-keys.txt`` / ``golden-keys.txt`` (sorted example
+keys, for ``ratchet proof make``), ``disjoint.proof.json`` (every golden key absent from the training set,
+checkable with ``ratchet verify proof --bom bom.dsse.json --proof disjoint.proof.json --key PUB``) and a copy of
+the certificate. The data-set commitments are the ones ``training_set`` and ``golden_split`` wrote
+(``night.commitments``); the key lists are checked against them. The document itself is built by
+``night.bom_builder``, and the BOM is verified with the auditor's own code (``ratchet_stats.bom.verify_bom``)
+before any file is written.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from ratchet_assets.night import atomic_write_bytes
+from ratchet_assets.night import bom_builder as BB
+from ratchet_assets.night.adapter import read_record, train_dir
+from ratchet_assets.night.certificate import certificate_path
+from ratchet_assets.night.commitments import golden_commitment, training_commitment
+
+
+class BomStepError(RuntimeError):
+    """The BOM cannot be produced; the message says what to do."""
+
+
+@dataclass
+class BomResult:
+    version: str
+    path: Path  # bom.dsse.json
+    adapter_sha256: str
+    train: BB.DataSet
+    golden: BB.DataSet
+    license_id: str
+    checks: list[str]
+
+
+def bom_dir(artifacts: Path, version: str) -> Path:
+    """``boms/<version>``."""
+    return Path(artifacts) / "boms" / version
+
+
+def _key_list(path: Path) -> list[str]:
+    return [k for k in path.read_text().split() if k]
+
+
+def write_bom(
+    artifacts: Path, day: str, *, private_key: Any, public_key: Any, teacher_model: str
+) -> BomResult:
+    """Build, verify and write the BOM of night ``day``'s certified adapter; see the module docstring."""
+    from ratchet_core.student_model import is_demo_base
+    from ratchet_stats import bom as B
+    from ratchet_stats import certificate as cert
+    from ratchet_stats.canonical import canonical_json, sha256_hex
+    from ratchet_stats.commitment import KeyTree, key_commitment
+    from ratchet_stats.dsse import make_statement, sign_statement, verify_statement
+
+    artifacts = Path(artifacts)
+    record = read_record(artifacts, day, needed_by="`evaluation_certificate` and `bom`")
+    version = record["version"]
+    cert_file = certificate_path(artifacts, version)
+    if not cert_file.exists():
+        raise BomStepError(
+            f"no certificate at {cert_file}: materialise `evaluation_certificate` for {day} first"
+        )
+    certificate_bytes = cert_file.read_bytes()
+    predicate = verify_statement(certificate_bytes, public_key, cert.PREDICATE_TYPE)["predicate"]
+    if not predicate["certified_tasks"]:
+        raise BomStepError(
+            f"{version} certified no task: no BOM is produced for an adapter that will not serve"
+        )
+
+    train_day = record.get("train_day", day)
+    train_c = training_commitment(artifacts, train_day)
+    if train_c.rows.root != record.get("train_rows_root", train_c.rows.root):
+        raise BomStepError(f"{train_dir(artifacts, train_day)} changed since {version} was trained on it")
+    train_tree = KeyTree(_key_list(train_dir(artifacts, train_day) / "keys.txt"))  # the proofs need the tree
+    if (train_tree.root, train_tree.size) != (train_c.keys.root, train_c.keys.size):
+        raise BomStepError(f"train/day={train_day}/keys.txt does not match the training set's commitment")
+    golden_c = golden_commitment(artifacts, day)
+    if golden_c.keys.root != predicate["golden"]["root"]:
+        raise BomStepError(
+            f"the golden set of {day} is not the one {version} was certified on; rerun the night"
+        )
+    golden_keys = sorted(_key_list(artifacts / "golden" / f"day={day}" / "keys.txt"))
+    if key_commitment(golden_keys) != golden_c.keys:
+        raise BomStepError(f"golden/day={day}/keys.txt does not match the golden set's commitment")
+    try:
+        disjoint = train_tree.prove_disjoint(golden_keys)
+    except ValueError as exc:
+        raise BomStepError(f"training set and golden set overlap: {exc}") from exc
+
+    train = BB.DataSet(
+        f"training-set day={train_day}",
+        "teacher-labelled requests (PII redacted), one row per example key",
+        train_c.keys,
+        train_c.rows,
+    )
+    golden = BB.DataSet(
+        f"golden-set day={day}",
+        "held-out teacher-labelled requests the certificate was computed on",
+        golden_c.keys,
+        golden_c.rows,
+    )
+    base_path = record.get("base_path", "")
+    license_id = BB.base_license(base_path, bool(base_path) and is_demo_base(base_path))
+    notice = BB.build_notice(
+        version=version,
+        base_name=record["base"]["name"],
+        base_license_id=license_id,
+        data_sets=[train, golden],
+        teacher_model=teacher_model,
+    ).encode("utf-8")
+    hyper = record.get("hyperparameters") or {
+        k: v for k, v in record["config"].items() if v is not None and k != "num_threads"
+    }
+    document = BB.build_bom(
+        version=version,
+        adapter_files=record["files"],
+        hyperparameters=hyper,
+        base=record["base"],
+        base_license_id=license_id,
+        train=train,
+        golden=golden,
+        teacher_model=teacher_model,
+        certificate=predicate,
+        certificate_sha256=sha256_hex(certificate_bytes),
+        notice_sha256=sha256_hex(notice),
+        code=BB.code_version(),
+    )
+    envelope = sign_statement(
+        make_statement(B.BOM_PREDICATE, document, B.subjects_for_files(record["files"])), private_key
+    )
+    try:  # the auditor's check, before anything is published
+        report = B.verify_bom(envelope, public_key, notice=notice, adapter_dir=record["adapter_dir"])
+    except B.BomError as exc:
+        raise BomStepError(f"the BOM does not verify ({exc.check}): {exc.message}") from exc
+
+    out = bom_dir(artifacts, version)
+    out.mkdir(parents=True, exist_ok=True)
+    atomic_write_bytes(out / "NOTICE.md", notice)
+    atomic_write_bytes(out / "train-keys.txt", "".join(k + "\n" for k in train_tree.keys).encode("ascii"))
+    atomic_write_bytes(out / "golden-keys.txt", "".join(k + "\n" for k in golden_keys).encode("ascii"))
+    atomic_write_bytes(out / "disjoint.proof.json", json.dumps(disjoint, sort_keys=True).encode("utf-8"))
+    atomic_write_bytes(out / "bom.dsse.json", canonical_json(envelope) + b"\n")
+    shutil.copyfile(cert_file, out / "certificate.dsse.json")
+    return BomResult(
+        version=version,
+        path=out / "bom.dsse.json",
+        adapter_sha256=report.adapter_sha256,
+        train=train,
+        golden=golden,
+        license_id=license_id,
+        checks=list(report.checks),
+    )
