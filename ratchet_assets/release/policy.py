@@ -294,8 +294,11 @@ def _finite(x: float) -> float | None:
     return x if math.isfinite(x) else None
 
 
-def decide(track: Track, policy: ReleasePolicy, frozen: bool = False) -> Decision:
-    """What the current evidence says for `track` (rollback first, then promotion, else hold)."""
+def decide(track: Track, policy: ReleasePolicy, frozen: bool = False, held: str = "") -> Decision:
+    """What the current evidence says for `track` (rollback first, then promotion, else hold).
+
+    ``frozen`` (releases frozen) or ``held`` (why promotions of this release wait, e.g. an operator forced it)
+    turn a promotion into a hold; rollbacks still happen."""
     name = f"{track.version} on {track.task} at {LADDER[track.step].describe()}"
     ev = _evidence(track)
     if track.rolled_back:
@@ -321,7 +324,10 @@ def decide(track: Track, policy: ReleasePolicy, frozen: bool = False) -> Decisio
         )
     if track.step < LIVE and track.promote.rejected:
         nxt = LADDER[track.step + 1]
-        if frozen:
+        if frozen or held:
+            why = held or (
+                'releases are frozen; unfreeze with `ratchet admin flag releases_frozen false --reason "..."`'
+            )
             return Decision(
                 "hold",
                 track.version,
@@ -329,8 +335,7 @@ def decide(track: Track, policy: ReleasePolicy, frozen: bool = False) -> Decisio
                 track.step,
                 track.step,
                 f"holding {name}: evidence supports {nxt.describe()} (promote e-value "
-                f"{track.promote.e_value:.3g}) but releases are frozen; unfreeze with "
-                '`ratchet admin flag releases_frozen false --reason "..."`',
+                f"{track.promote.e_value:.3g}) but {why}",
                 ev,
             )
         return Decision(
@@ -361,7 +366,7 @@ def decide(track: Track, policy: ReleasePolicy, frozen: bool = False) -> Decisio
 
 
 def feed(
-    track: Track, errors: Iterable[bool | None], policy: ReleasePolicy, frozen: bool = False
+    track: Track, errors: Iterable[bool | None], policy: ReleasePolicy, frozen: bool = False, held: str = ""
 ) -> tuple[Decision, int]:
     """Feed answers one by one until a decision; return it and how many answers were consumed.
 
@@ -369,7 +374,7 @@ def feed(
     promote or rollback decision are NOT consumed: the caller keeps them for the next evaluation.
     """
     consumed = 0
-    decision = decide(track, policy, frozen)
+    decision = decide(track, policy, frozen, held)
     if decision.action != "hold":
         return decision, 0
     for err in errors:
@@ -379,9 +384,9 @@ def feed(
             continue
         track.observe(bool(err), policy)
         # Cheap test first: decide() also works out the hold message, which simulates further audits.
-        if track.rolled_back or (track.step < LIVE and track.promote.rejected and not frozen):
-            return decide(track, policy, frozen), consumed
-    return decide(track, policy, frozen), consumed
+        if track.rolled_back or (track.step < LIVE and track.promote.rejected and not (frozen or held)):
+            return decide(track, policy, frozen, held), consumed
+    return decide(track, policy, frozen, held), consumed
 
 
 def simulate(

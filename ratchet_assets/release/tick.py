@@ -1,0 +1,381 @@
+"""One release tick, decided without I/O: what the Dagster sensor and ``ratchet sim`` both run.
+
+:func:`decide_tick` takes the current release manifest, the newest certified candidate of each task, the
+e-process tracks from the last tick, the unread audit evidence (batches of :class:`PairRow`, in order) and the
+policy, and returns a :class:`TickPlan`:
+
+1. admissions: the newest candidate of a task enters ``shadow`` when the task is on the teacher or live, releases
+   are not frozen, and its certificate bounds precision at or above the policy's target with a calibrated
+   threshold (else it waits, with a line saying why);
+2. the tracks (``policy.serving_tracks``) of the manifest after those admissions, the old ones carried over (a step
+   moved by an operator resets promote evidence, never rollback evidence);
+3. at most one decision (``policy.decide`` / ``policy.feed``): first from evidence already in hand (a promotion
+   held while frozen), else from the evidence rows in order, stopping at the first promote/rollback; the plan
+   says which batches were read to the end and the row it stopped at, so the caller's watermark consumes exactly
+   those;
+4. hold lines for every other track.
+
+The decision does not depend on the clock: evidence order alone decides (the e-processes are anytime-valid).
+
+The callers apply the plan with the pure helpers below: :func:`admit` and :func:`apply_decision` change a draft
+manifest (raising :class:`Superseded` or :class:`Frozen` when the manifest moved since the plan was made) and
+:func:`admission_statuses` / :func:`decision_statuses` say how the versions registry changes.
+``ratchet_assets.release.control.release_tick`` does it on the control DB and the lake (signed manifests, effect
+ledger); ``ratchet_assets.sim.engine`` on an in-memory manifest.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+
+from ratchet_assets.release.evidence import PairRow
+from ratchet_assets.release.policy import (
+    LADDER,
+    Decision,
+    ReleasePolicy,
+    Track,
+    decide,
+    feed,
+    serving_tracks,
+)
+from ratchet_core import manifest as mf
+
+
+class Superseded(Exception):
+    """The manifest moved since the evidence was read (an operator acted): drop the decision."""
+
+
+class Frozen(Exception):
+    """Releases were frozen between reading the flags and publishing."""
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """A version whose verified certificate certifies `task` (the newest per task is considered).
+
+    ``lower_bound``: the certificate's Clopper-Pearson lower bound for the task; ``threshold``: its calibrated
+    (LTT) confidence threshold; ``source``: the certificate's name, for messages; ``problem``: why the caller
+    could not verify the certificate (then it is never admitted)."""
+
+    version: str
+    task: str
+    threshold: float | None
+    lower_bound: float | None
+    source: str
+    problem: str = ""
+
+
+@dataclass(frozen=True)
+class Admission:
+    """Put `version` into shadow on `task`; `retire`: the task's older candidates it supersedes."""
+
+    version: str
+    task: str
+    threshold: float | None
+    message: str
+    retire: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class StatusChange:
+    """One versions-registry update: (version, task) gets `status` at manifest `stage`."""
+
+    version: str
+    task: str
+    status: str
+    stage: str
+    note: str
+
+
+@dataclass
+class TickPlan:
+    manifest: mf.Manifest  # the manifest once the admissions apply (tracks and decision are about it)
+    admissions: list[Admission] = field(default_factory=list)
+    waiting: list[str] = field(default_factory=list)  # candidates not admitted, and why
+    tracks: dict[tuple[str, str], Track] = field(default_factory=dict)
+    decision: Decision | None = None
+    read: list[str] = field(default_factory=list)  # evidence batches read to the end
+    stop: PairRow | None = None  # the row the decision was made on (read up to and including it)
+    holds: list[str] = field(default_factory=list)  # hold lines of the tracks the decision is not about
+
+    def tracks_after(self, policy: ReleasePolicy) -> dict[tuple[str, str], Track]:
+        """The tracks once the decision applies: the decided track moves (promote) or leaves (rollback)."""
+        out: dict[tuple[str, str], Track] = {}
+        d = self.decision
+        for key, t in self.tracks.items():
+            if d is None or key != (d.version, d.task):
+                out[key] = t
+            elif d.to_step is not None:
+                out[key] = t.at_step(d.to_step, policy)
+        return out
+
+
+def certified_at_target(c: Candidate, policy: ReleasePolicy) -> str | None:
+    """Why `c` may not enter shadow under `policy` (None when it may)."""
+    if c.problem:
+        return c.problem
+    if c.lower_bound is None or c.lower_bound < policy.target:
+        bound = "no bound" if c.lower_bound is None else f"lower bound {c.lower_bound:.4f}"
+        return f"its certificate ({c.source}) has {bound} on {c.task}, below the release target {policy.target:g}"
+    if c.threshold is None:
+        return f"its certificate ({c.source}) has no calibrated confidence threshold for {c.task}"
+    return None
+
+
+def tracks_for(
+    manifest: mf.Manifest, previous: Mapping[tuple[str, str], Track], policy: ReleasePolicy
+) -> dict[tuple[str, str], Track]:
+    """A track per (version, task) serving in `manifest`, carried over from `previous` (moved to its step)."""
+    tracks: dict[tuple[str, str], Track] = {}
+    for task, rel in sorted(manifest.tasks.items()):
+        for version, step in serving_tracks(rel):
+            prev = previous.get((version, task))
+            tracks[(version, task)] = (
+                prev.at_step(step, policy) if prev else Track.start(version, task, step, policy)
+            )
+    return tracks
+
+
+def decide_tick(
+    manifest: mf.Manifest,
+    candidates: Iterable[Candidate],
+    previous: Mapping[tuple[str, str], Track],
+    evidence: Iterable[tuple[str, Sequence[PairRow]]],
+    policy: ReleasePolicy,
+) -> TickPlan:
+    """One evaluation of release control (module docstring). `candidates` in registration order (the last of a
+    task is the newest); `evidence`: (batch name, unread rows) in order, read lazily and only as far as needed."""
+    newest: dict[str, Candidate] = {}
+    older: dict[str, list[str]] = {}
+    for c in candidates:
+        if c.task in newest:
+            older.setdefault(c.task, []).append(newest[c.task].version)
+        newest[c.task] = c
+    current = manifest.model_copy(deep=True)
+    plan = TickPlan(manifest=current)
+    for task, c in sorted(newest.items()):
+        cur = current.task(task)
+        if cur.stage not in ("teacher", "live"):
+            plan.waiting.append(
+                f"{c.version} on {task} waits: {cur.version} is in {cur.stage} (it must reach live or roll back)"
+            )
+            continue
+        if current.flags.releases_frozen:
+            plan.waiting.append(f"{c.version} on {task} waits: releases are frozen")
+            continue
+        why_not = certified_at_target(c, policy)
+        if why_not:
+            plan.waiting.append(f"{c.version} on {task} is not admitted: {why_not}")
+            continue
+        adm = Admission(
+            c.version,
+            task,
+            c.threshold,
+            f"admitting {c.version} on {task} to shadow: certified by {c.source}",
+            tuple(v for v in older.get(task, []) if v != c.version),
+        )
+        admit(current, adm)
+        plan.admissions.append(adm)
+    frozen = current.flags.releases_frozen
+    plan.tracks = tracks = tracks_for(current, previous, policy)
+
+    def held(t: Track) -> str:
+        rel = current.task(t.task)
+        if rel.forced and rel.version == t.version:
+            return "an operator forced it here (`ratchet admin promote --force`): promote it by hand"
+        return ""
+
+    decision: Decision | None = None
+    for t in tracks.values():  # evidence already in hand (e.g. a promotion held while frozen)
+        d = decide(t, policy, frozen, held(t))
+        if d.action != "hold":
+            decision = d
+            break
+    if decision is None:
+        for name, rows in evidence:
+            for row in rows:
+                t = tracks.get((row.version, row.task))
+                if t is None or not t.accepts(row.role):
+                    continue
+                d, _ = feed(t, [row.error], policy, frozen, held(t))
+                if d.action != "hold":
+                    decision, plan.stop = d, row
+                    break
+            if decision is not None:
+                break
+            plan.read.append(name)
+    plan.decision = decision
+    for t in tracks.values():
+        d = decide(t, policy, frozen, held(t))
+        if d.action == "hold" and not (decision and (t.version, t.task) == (decision.version, decision.task)):
+            plan.holds.append(d.message)
+    return plan
+
+
+# --- applying a plan (pure: a draft manifest in, the registry changes out) -----------------------------------------
+def release_for(
+    step: int, version: str, threshold: float | None, current: mf.TaskRelease, forced: bool = False
+) -> mf.TaskRelease:
+    """The task's release at ladder `step` of `version`, keeping the previous live version to fall back to;
+    `forced`: an operator's ``--force`` put it there (``TaskRelease.forced``)."""
+    s = LADDER[step]
+    if current.stage == "live" and current.version != version:
+        prev, prev_thr = current.version, current.threshold
+    else:
+        prev, prev_thr = current.previous_live, current.previous_threshold
+    return mf.TaskRelease(
+        stage=s.stage,
+        version=version,
+        canary_percent=s.percent,
+        threshold=threshold,
+        previous_live=prev,
+        previous_threshold=prev_thr,
+        forced=forced,
+    )
+
+
+def rolled_back(current: mf.TaskRelease) -> mf.TaskRelease:
+    """Back to the previous live version (with its threshold), or to the teacher when there was none."""
+    if current.previous_live:
+        return mf.TaskRelease(
+            stage="live",
+            version=current.previous_live,
+            canary_percent=100.0,
+            threshold=current.previous_threshold,
+        )
+    return mf.TaskRelease(stage="teacher")
+
+
+def predecessor(history: Sequence[mf.Manifest], task: str, version: str) -> tuple[str, float | None] | None:
+    """(version, threshold) that was live on `task` before `version`: the ``previous_live`` of the newest manifest
+    (of `history`, oldest first) in which `version` is live with one; None when there is none."""
+    for m in reversed(history):
+        rel = m.task(task)
+        if (
+            rel.stage == "live"
+            and rel.version == version
+            and rel.previous_live
+            and rel.previous_live != version
+        ):
+            return rel.previous_live, rel.previous_threshold
+    return None
+
+
+def rollback_release(
+    current: mf.TaskRelease,
+    task: str,
+    version: str,
+    history: Sequence[mf.Manifest] = (),
+    healthy: Callable[[str], bool] = lambda v: True,
+) -> mf.TaskRelease:
+    """The task's release once `version` is rolled back; `version` is the release's own version (shadow, canary
+    or live) or, mid-rollout, the live version behind it (``previous_live``).
+
+    - a candidate (shadow/canary): the live version behind it serves again, as live;
+    - the live version: back to its ``previous_live`` if ``healthy``, else the teacher;
+    - the live version behind a candidate: the candidate keeps its stage; the rest is served by the live version's
+      own predecessor (from `history`) if ``healthy``, else by the teacher.
+
+    A restored live version keeps its own healthy predecessor (from `history`) as ``previous_live``. Raises
+    ValueError when `version` is not serving `task` in `current`.
+    """
+
+    def ok(fallback: tuple[str, float | None] | None) -> tuple[str, float | None] | None:
+        return fallback if fallback and fallback[0] != version and healthy(fallback[0]) else None
+
+    def restore(fallback: tuple[str, float | None] | None) -> mf.TaskRelease:
+        if fallback is None:
+            return mf.TaskRelease(stage="teacher")
+        before = ok(predecessor(history, task, fallback[0]))
+        return mf.TaskRelease(
+            stage="live",
+            version=fallback[0],
+            canary_percent=100.0,
+            threshold=fallback[1],
+            previous_live=before[0] if before and before[0] != fallback[0] else None,
+            previous_threshold=before[1] if before and before[0] != fallback[0] else None,
+        )
+
+    prev = (current.previous_live, current.previous_threshold) if current.previous_live else None
+    if current.version == version and current.stage in ("shadow", "canary", "live"):
+        return restore(ok(prev))
+    if current.stage in ("shadow", "canary") and current.previous_live == version:
+        fallback = ok(predecessor(history, task, version))
+        return current.model_copy(
+            update={
+                "previous_live": fallback[0] if fallback else None,
+                "previous_threshold": fallback[1] if fallback else None,
+            }
+        )
+    raise ValueError(f"{version} is not serving {task} ({current.stage} {current.version or '(teacher)'})")
+
+
+def healthy_versions(
+    statuses: Mapping[str, str], tracks: Mapping[tuple[str, str], Track], task: str
+) -> Callable[[str], bool]:
+    """Whether a version may serve `task` again after a rollback: not rolled back or rejected in the registry
+    (`statuses`: version -> status on `task`) and its rollback processes quiet."""
+
+    def healthy(version: str) -> bool:
+        t = tracks.get((version, task))
+        return statuses.get(version) not in ("rolled_back", "rejected") and (t is None or not t.rolled_back)
+
+    return healthy
+
+
+def admit(m: mf.Manifest, adm: Admission) -> None:
+    """Put the admitted version into shadow in draft `m` (raises Superseded when the task is mid-rollout now)."""
+    cur = m.task(adm.task)
+    if cur.stage not in ("teacher", "live") or m.flags.releases_frozen:
+        raise Superseded(f"{adm.task} is now {cur.stage}")
+    m.tasks[adm.task] = release_for(0, adm.version, adm.threshold, cur)
+
+
+def apply_decision(
+    m: mf.Manifest,
+    decision: Decision,
+    history: Sequence[mf.Manifest] = (),
+    healthy: Callable[[str], bool] = lambda v: True,
+) -> None:
+    """Apply a promote/rollback to draft `m`; raises Superseded (the version left that step) or Frozen."""
+    cur = m.task(decision.task)
+    if (decision.version, decision.from_step) not in serving_tracks(cur):
+        raise Superseded(f"{decision.task} is now {cur.stage} {cur.version or '(teacher)'}")
+    if decision.action == "rollback":
+        m.tasks[decision.task] = rollback_release(cur, decision.task, decision.version, history, healthy)
+        return
+    if m.flags.releases_frozen:
+        raise Frozen("releases were frozen")
+    if cur.forced:
+        raise Superseded(f"an operator forced {cur.version} on {decision.task}")
+    assert decision.to_step is not None
+    m.tasks[decision.task] = release_for(decision.to_step, decision.version, cur.threshold, cur)
+
+
+def admission_statuses(adm: Admission) -> list[StatusChange]:
+    out = [StatusChange(adm.version, adm.task, "shadow", "shadow", adm.message)]
+    out += [
+        StatusChange(v, adm.task, "retired", "teacher", f"superseded by {adm.version}") for v in adm.retire
+    ]
+    return out
+
+
+def decision_statuses(decision: Decision, rel: mf.TaskRelease) -> list[StatusChange]:
+    """Registry changes once `decision` applied and the task's release became `rel`."""
+    task = decision.task
+    if decision.action == "rollback":
+        out = [StatusChange(decision.version, task, "rolled_back", "teacher", decision.message)]
+        serving = rel.version if rel.stage == "live" else rel.previous_live
+        if serving and rel.stage != "teacher":
+            out.append(
+                StatusChange(serving, task, "live", "live", f"restored by rollback of {decision.version}")
+            )
+        return out
+    status = "live" if rel.stage == "live" else rel.stage
+    out = [StatusChange(decision.version, task, status, rel.stage, decision.message)]
+    if rel.stage == "live" and rel.previous_live:
+        out.append(
+            StatusChange(rel.previous_live, task, "retired", "teacher", f"replaced by {decision.version}")
+        )
+    return out
