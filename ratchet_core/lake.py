@@ -1,15 +1,16 @@
-"""Read the traffic lake wherever it lives: a local folder or any fsspec URL, through one code path.
+"""The lake, wherever it lives (a local folder or any fsspec URL): segment names, reading and atomic publishing.
 
-The gateway's sealer (``ratchet_gateway.ledger``) publishes immutable segments
-``<lake>/traffic/day=D/<replica>-<first seq>.parquet`` to a folder (``$RATCHET_HOME/lake``) or to any fsspec URL
-(``RATCHET_LAKE=s3://bucket/lake``, ``gs://``, ``memory://`` ...). Every reader (the night's ``traffic`` step,
-the segments sensor, release evidence) goes through :class:`Lake`:
+This is the only module that names, lists, reads or writes lake files. The gateway's sealer
+(``ratchet_gateway.ledger``) publishes immutable segments ``<lake>/traffic/day=D/<replica>-<first seq>.parquet``
+(:func:`segment_relpath`, parsed back by :func:`parse_segment_relpath`) to a folder (``$RATCHET_HOME/lake``) or to any
+fsspec URL (``RATCHET_LAKE=s3://bucket/lake``, ``gs://``, ``memory://`` ...); every reader (the night's ``traffic``
+step, the segments sensor, release evidence) goes through :class:`Lake` too:
 
 - ``Lake(location)``: the fsspec filesystem and the lake's root inside it (``fsspec.core.url_to_fs``; a plain path
   is the local filesystem). Credentials and options come from the filesystem's usual environment (e.g. AWS_*).
 - ``days()`` / ``segments(day)``: listings with sizes and modification times (one ``ls`` per folder; the
   filesystem's listing cache is invalidated first, so a long-lived sensor sees segments sealed since its last
-  tick — s3fs/gcsfs cache listings per process otherwise).
+  tick — s3fs/gcsfs cache listings per process otherwise). ``replica_segments(replica)``: one replica's segments.
 - ``read_schema(rel)`` / ``read_table(rel)``: Parquet through pyarrow (``filesystem=`` the fsspec filesystem;
   pyarrow maps the local one onto its native local filesystem, so local reads are what they always were).
 - ``attach(con)`` + ``duckdb_path(rel)``: DuckDB reads the segments in place. Local: the plain file path (no
@@ -17,9 +18,16 @@ the segments sensor, release evidence) goes through :class:`Lake`:
   (``DuckDBPyConnection.register_filesystem``; no DuckDB extension is downloaded) under the private protocol
   ``ratchetlake://``, rooted at the lake (``DirFileSystem``), so DuckDB never tries to autoload ``httpfs`` for
   ``s3://`` / ``gs://`` / ``az://`` paths.
+- ``publish_table(rel, table)`` / ``publish_bytes(rel, data)``: readers only ever see complete files.
 
-Artifacts (golden split, adapters, certificates, BOMs) stay local folders: at scale that is a shared volume (a
-PVC/NFS mounted by every Dagster run pod). Object-store artifacts are future work; only the lake is an URL.
+  - local folder (a plain path or ``file://``): temp name ``.<name>.tmp-<pid>`` in the same folder, fsync, atomic
+    ``rename`` to the final name, fsync of the folder (:func:`atomic_write_bytes`);
+  - any other fsspec filesystem: **write-once object keys**. Object stores have no atomic rename (fsspec's ``mv``
+    is copy + delete there), so the whole file is built in memory and written to its final key with one
+    ``pipe_file`` (one PUT, or a multipart upload that becomes visible only when completed): readers see the
+    object complete or not at all. A crash before the upload completes leaves no object.
+
+The night's artifacts (``ratchet_core.layout``) are written with the same :func:`atomic_write_bytes`.
 """
 
 from __future__ import annotations
@@ -32,6 +40,54 @@ from pathlib import Path
 from typing import Any
 
 LAKE_PROTOCOL = "ratchetlake"
+TRAFFIC = "traffic"  # the lake's one kind of folder: sealed ledger segments
+
+
+# Segment names -------------------------------------------------------------------------------------------------
+def day_folder(day: str, kind: str = TRAFFIC) -> str:
+    """Lake-relative folder of a day: ``<kind>/day=YYYY-MM-DD``."""
+    return f"{kind}/day={day}"
+
+
+def segment_name(replica: str, first_seq: int) -> str:
+    """File name of a sealed segment: ``<replica>-<first seq:08d>.parquet`` (names sort in seq order)."""
+    return f"{replica}-{first_seq:08d}.parquet"
+
+
+def segment_relpath(day: str, replica: str, first_seq: int) -> str:
+    """Lake-relative path of a sealed segment: ``traffic/day=YYYY-MM-DD/<replica>-<first seq:08d>.parquet``."""
+    return f"{day_folder(day)}/{segment_name(replica, first_seq)}"
+
+
+@dataclass(frozen=True)
+class SegmentName:
+    """The parts of a segment's path (:func:`parse_segment_relpath`)."""
+
+    day: str
+    replica: str
+    first_seq: int
+
+
+def parse_segment_relpath(rel: str) -> SegmentName:
+    """``traffic/day=D/<replica>-<first seq>.parquet`` (or any path ending so) -> its parts; ValueError otherwise.
+
+    The replica may itself hold '-' (``host-0``): the first seq is what follows the last '-'.
+    """
+    parts = str(rel).replace("\\", "/").rstrip("/").split("/")
+    if len(parts) < 2 or not parts[-2].startswith("day=") or not parts[-1].endswith(".parquet"):
+        raise ValueError(f"not a segment path (traffic/day=YYYY-MM-DD/<replica>-<seq>.parquet): {rel}")
+    replica, sep, seq = parts[-1].removesuffix(".parquet").rpartition("-")
+    if not sep or not replica or not seq.isdigit():
+        raise ValueError(f"not a segment name (<replica>-<seq>.parquet): {parts[-1]}")
+    return SegmentName(parts[-2].removeprefix("day="), replica, int(seq))
+
+
+def day_of(rel: str) -> str:
+    """The day of a lake-relative path under ``<kind>/day=D/`` (segments and day folders alike)."""
+    for part in reversed(str(rel).split("/")):
+        if part.startswith("day="):
+            return part.removeprefix("day=")
+    raise ValueError(f"no day=YYYY-MM-DD folder in {rel}")
 
 
 def is_url(location: str | os.PathLike) -> bool:
@@ -55,7 +111,7 @@ class Segment:
 
     @property
     def day(self) -> str:
-        return self.rel.split("/")[-2].removeprefix("day=")
+        return day_of(self.rel)
 
 
 def _mtime(fs: Any, info: dict[str, Any]) -> datetime:
@@ -108,7 +164,7 @@ class Lake:
         except (FileNotFoundError, NotADirectoryError):
             return []
 
-    def days(self, kind: str = "traffic") -> list[str]:
+    def days(self, kind: str = TRAFFIC) -> list[str]:
         """Days with a ``<kind>/day=D`` folder, sorted (names that are not ``day=...`` are skipped)."""
         out = []
         for info in self._ls(kind):
@@ -117,9 +173,9 @@ class Lake:
                 out.append(name.removeprefix("day="))
         return sorted(out)
 
-    def segments(self, day: str, kind: str = "traffic") -> list[Segment]:
+    def segments(self, day: str, kind: str = TRAFFIC) -> list[Segment]:
         """Sealed ``*.parquet`` files of a day, by name (names beginning with '.' are not sealed yet)."""
-        folder = f"{kind}/day={day}"
+        folder = day_folder(day, kind)
         out = []
         for info in self._ls(folder):
             name = info["name"].rstrip("/").rsplit("/", 1)[-1]
@@ -127,6 +183,53 @@ class Lake:
                 continue
             out.append(Segment(f"{folder}/{name}", name, int(info.get("size") or 0), _mtime(self.fs, info)))
         return sorted(out, key=lambda s: s.name)
+
+    def replica_segments(self, replica: str) -> list[str]:
+        """Lake-relative paths of every sealed segment of ``replica``, any day (the sealer's crash recovery)."""
+        self.fs.invalidate_cache(self.path(TRAFFIC))
+        out = []
+        for path in self.fs.glob(self.path(f"{TRAFFIC}/day=*/{replica}-*.parquet")):
+            rel = path[len(self.root) :].lstrip("/") if self.root != "/" else path.lstrip("/")
+            name = rel.rsplit("/", 1)[-1]
+            if name.startswith("."):
+                continue
+            try:
+                parsed = parse_segment_relpath(rel)
+            except ValueError:
+                continue
+            if parsed.replica == replica:  # "t-1-*" also matches replica "t-1-0"'s files
+                out.append(rel)
+        return sorted(out)
+
+    def exists(self, rel: str) -> bool:
+        return bool(self.fs.exists(self.path(rel)))
+
+    def open(self, rel: str, mode: str = "rb") -> Any:
+        return self.fs.open(self.path(rel), mode)
+
+    def publish_bytes(self, rel: str, data: bytes) -> None:
+        """Publish a complete file at ``rel`` (module docstring: rename locally, one write-once PUT elsewhere)."""
+        if self.local:
+            atomic_write_bytes(Path(self.path(rel)), data, durable=True)
+        else:
+            self.fs.pipe_file(self.path(rel), data)
+
+    def publish_table(self, rel: str, table: Any) -> None:
+        """Publish an Arrow table as a Parquet file at ``rel`` (pyarrow's defaults, as sealed segments always were)."""
+        import pyarrow.parquet as pq
+
+        if self.local:
+            path = Path(self.path(rel))
+            path.parent.mkdir(parents=True, exist_ok=True)
+            tmp = _tmp_name(path)
+            pq.write_table(table, tmp)
+            _commit(tmp, path, durable=True)
+        else:
+            import pyarrow as pa
+
+            sink = pa.BufferOutputStream()
+            pq.write_table(table, sink)
+            self.fs.pipe_file(self.path(rel), sink.getvalue().to_pybytes())
 
     def read_schema(self, rel: str) -> Any:
         import pyarrow.parquet as pq
@@ -148,6 +251,41 @@ class Lake:
         if self.local:
             return str(Path(self.root) / rel)
         return f"{LAKE_PROTOCOL}://{rel.strip('/')}"
+
+
+# Atomic local files ----------------------------------------------------------------------------------------------
+def _tmp_name(path: Path) -> Path:
+    """A temp name beside ``path``: same folder (so the rename is atomic), hidden (listings skip it), per process."""
+    return path.with_name(f".{path.name}.tmp-{os.getpid()}")
+
+
+def _fsync(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _commit(tmp: Path, path: Path, durable: bool) -> None:
+    if durable:
+        _fsync(tmp)
+    os.replace(tmp, path)
+    if durable:
+        _fsync(path.parent)
+
+
+def atomic_write_bytes(path: str | os.PathLike, data: bytes, durable: bool = False) -> None:
+    """Write ``data`` to a temp name beside ``path``, then rename it into place: readers never see half a file.
+
+    ``durable``: fsync the file before and its folder after the rename (sealed segments: a crash must not lose a
+    file the ledger has marked sealed). Artifacts are rebuilt by a rerun, so they skip the two flushes.
+    """
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = _tmp_name(path)
+    tmp.write_bytes(data)
+    _commit(tmp, path, durable)
 
 
 @cache

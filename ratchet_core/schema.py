@@ -1,4 +1,8 @@
-"""Row schemas shared by the gateway (writer) and the Dagster assets (readers).
+"""The ledger row: its schema and its only builders, shared by the gateway (writer) and the night (readers).
+
+Every ledger row is built here: :func:`request_row` and :func:`pair_row` (every column, defaults filled, column
+names checked) for the gateway, the simulator, fixtures and tests; :func:`request_table` / :func:`pair_table`, their
+columnar forms, for benchmarks that synthesise millions of rows.
 
 The ledger holds one row per event, append-only. ``kind`` says which event:
 
@@ -8,7 +12,8 @@ The ledger holds one row per event, append-only. ``kind`` says which event:
   shadowed teacher-served request (``pair_role='shadow'``). ``request_id`` is the request it pairs with;
   ``pair_outcome`` is ``agree`` | ``disagree`` | ``error`` by the task's comparator.
 
-Sealed segments live at ``<lake>/traffic/day=YYYY-MM-DD/<replica>-<seq>.parquet`` with exactly this schema.
+Sealed segments live at ``<lake>/traffic/day=YYYY-MM-DD/<replica>-<seq>.parquet`` with exactly this schema (the
+names are built and parsed by ``ratchet_core.lake``, which also reads and publishes them).
 Text columns holding structured values (messages, tools, tool calls, params) hold canonical JSON.
 """
 
@@ -101,26 +106,108 @@ def duckdb_ddl(table: str = "ledger") -> str:
     return f"CREATE TABLE IF NOT EXISTS {table} (\n  {cols}\n)"
 
 
-def empty_row(**values: Any) -> dict[str, Any]:
-    """A row with every column present (defaults: '' for text, 0 for counts, NULL otherwise)."""
-    row: dict[str, Any] = {}
-    for name, typ, _ in LEDGER_COLUMNS:
-        if typ == pa.string():
-            row[name] = ""
-        elif typ in (pa.int64(), pa.int32()):
-            row[name] = 0
-        elif typ == pa.bool_():
-            row[name] = False
-        else:
-            row[name] = None
-    row["schema_version"] = SCHEMA_VERSION
-    unknown = set(values) - set(row)
+PAIR_ROLES = ("audit", "shadow")
+PAIR_OUTCOMES = ("agree", "disagree", "error")
+
+_COLUMN_SET = frozenset(COLUMN_NAMES)
+
+
+def _default(typ: pa.DataType) -> Any:
+    """A column's default: '' for text, 0 for counts, False for flags, NULL otherwise (ts, costs, scores)."""
+    if typ == pa.string():
+        return ""
+    if typ in (pa.int64(), pa.int32()):
+        return 0
+    if typ == pa.bool_():
+        return False
+    return None
+
+
+# Every column with its default, in schema order; copied per row (building it per call costs ~50 us, a copy ~1 us:
+# the gateway builds one per request on the hot path).
+_DEFAULTS: dict[str, Any] = {name: _default(typ) for name, typ, _ in LEDGER_COLUMNS}
+_DEFAULTS["schema_version"] = SCHEMA_VERSION
+
+
+def _row(kind: str, values: dict[str, Any]) -> dict[str, Any]:
+    unknown = values.keys() - _COLUMN_SET
     if unknown:
         raise KeyError(f"not ledger columns: {sorted(unknown)}")
+    if "kind" in values:
+        raise KeyError(f"'kind' is set by {kind}_row itself; do not pass it")
+    row = dict(_DEFAULTS)
     row.update(values)
+    row["kind"] = kind
     return row
 
 
-def segment_relpath(day: str, replica: str, seq: int) -> str:
-    """Lake-relative path of a sealed segment: traffic/day=YYYY-MM-DD/<replica>-<seq:08d>.parquet."""
-    return f"traffic/day={day}/{replica}-{seq:08d}.parquet"
+def request_row(**values: Any) -> dict[str, Any]:
+    """A ``request`` ledger row: every column, ``values`` over the defaults ('' text, 0 counts, NULL others).
+
+    The one builder of request rows (gateway, simulator, fixtures, tests); unknown column names raise KeyError.
+    ``seq`` and ``replica`` are assigned by the ledger when the gateway appends the row.
+    """
+    return _row("request", values)
+
+
+def pair_row(*, pair_role: str, pair_outcome: str, **values: Any) -> dict[str, Any]:
+    """A ``pair`` ledger row: the other model's answer to request ``request_id`` (module docstring).
+
+    ``pair_role`` is audit | shadow and ``pair_outcome`` agree | disagree | error (ValueError otherwise); the
+    other columns as :func:`request_row`.
+    """
+    if pair_role not in PAIR_ROLES:
+        raise ValueError(f"pair_role must be one of {PAIR_ROLES}, not {pair_role!r}")
+    if pair_outcome not in PAIR_OUTCOMES:
+        raise ValueError(f"pair_outcome must be one of {PAIR_OUTCOMES}, not {pair_outcome!r}")
+    return _row("pair", {**values, "pair_role": pair_role, "pair_outcome": pair_outcome})
+
+
+def _table(kind: str, n: int, columns: dict[str, Any]) -> pa.Table:
+    unknown = columns.keys() - _COLUMN_SET
+    if unknown:
+        raise KeyError(f"not ledger columns: {sorted(unknown)}")
+    if "kind" in columns:
+        raise KeyError(f"'kind' is set by {kind}_table itself; do not pass it")
+    arrays = []
+    for name, typ, _ in LEDGER_COLUMNS:
+        if name == "kind":
+            value: Any = pa.array([kind] * n, typ)
+        elif name in columns:
+            value = columns[name]
+            value = value.cast(typ) if isinstance(value, pa.Array | pa.ChunkedArray) else pa.array(value, typ)
+        else:
+            value = pa.array([_DEFAULTS[name]] * n, typ)
+        if len(value) != n:
+            raise ValueError(f"column {name} has {len(value)} values, not {n}")
+        arrays.append(value)
+    return pa.Table.from_arrays(arrays, schema=LEDGER_SCHEMA)
+
+
+def request_table(n: int, **columns: Any) -> pa.Table:
+    """``n`` request rows as an Arrow table with LEDGER_SCHEMA: the columnar :func:`request_row` (benchmarks).
+
+    ``columns`` are arrays (or sequences) of n values; absent columns get :func:`request_row`'s defaults.
+    """
+    return _table("request", n, columns)
+
+
+def pair_table(n: int, **columns: Any) -> pa.Table:
+    """``n`` pair rows as an Arrow table: the columnar :func:`pair_row` (``pair_role``/``pair_outcome`` required
+    and checked)."""
+    for name, allowed in (("pair_role", PAIR_ROLES), ("pair_outcome", PAIR_OUTCOMES)):
+        if name not in columns:
+            raise KeyError(f"pair_table needs column {name}")
+        bad = set(pa.array(columns[name], pa.string()).to_pylist()) - set(allowed)
+        if bad:
+            raise ValueError(f"{name} must be one of {allowed}, not {sorted(map(str, bad))}")
+    return _table("pair", n, columns)
+
+
+def empty_row(**values: Any) -> dict[str, Any]:
+    """Transitional: the gateway's chat route still builds rows with it; use :func:`request_row` /
+    :func:`pair_row`. Removed once ``ratchet_gateway`` calls those."""
+    unknown = values.keys() - _COLUMN_SET
+    if unknown:
+        raise KeyError(f"not ledger columns: {sorted(unknown)}")
+    return {**_DEFAULTS, **values}

@@ -15,16 +15,11 @@ rows reach DuckDB later, in batches:
    process dies between publishing a segment and storing the mark, the next start reads the seqs of this
    replica's segments above the mark and never seals them again: no row sealed twice, none skipped.
 
-The lake is a folder or any fsspec URL (``RATCHET_LAKE=s3://bucket/lake``, ``gs://``, ``memory://`` ...;
-:func:`lake_filesystem`). Readers must only ever see complete segments, so a segment is published by:
-
-- a local folder (a plain path or ``file://``): temp name ``.<name>.tmp-<pid>`` in the same folder, fsync, atomic
-  ``rename`` to the final name, fsync of the folder;
-- any other fsspec filesystem: **write-once object keys**. Object stores have no atomic rename (fsspec's ``mv`` is
-  copy + delete there), so the whole segment is built in memory and written to its final key with one
-  ``pipe_file`` (one PUT, or a multipart upload that becomes visible only when completed): readers see the object
-  complete or not at all. A key is never rewritten (an existing key is skipped), and a crash before the upload
-  completes leaves no object, so the rows are sealed again under the same key at the next start.
+The lake is a folder or any fsspec URL (``RATCHET_LAKE=s3://bucket/lake``, ``gs://``, ``memory://`` ...). Segment
+names and publishing live in ``ratchet_core.lake`` (the module the night reads the lake with): a segment becomes
+visible complete or not at all — a local folder gets a temp name, fsync and an atomic rename; an object store gets
+one write-once ``pipe_file`` per key. A key is never rewritten (an existing key is skipped), and a crash before an
+upload completes leaves no object, so the rows are sealed again under the same key at the next start.
 
 Restart: rows of the journal with ``seq`` > max(seq) in DuckDB are loaded (idempotent by (replica, seq)); a torn
 tail record (crash mid-write, never acknowledged) ends the replay. The journal is truncated once every row in it
@@ -53,19 +48,10 @@ from typing import Any
 
 import orjson
 
-from ratchet_core.schema import COLUMN_NAMES, LEDGER_SCHEMA, duckdb_ddl, segment_relpath
+from ratchet_core.lake import Lake, parse_segment_relpath, segment_relpath
+from ratchet_core.schema import COLUMN_NAMES, LEDGER_SCHEMA, duckdb_ddl
 
 _HEADER = struct.Struct("<II")
-
-
-def lake_filesystem(lake_root: str | os.PathLike) -> tuple[Any, str, bool]:
-    """``(fs, root, local)`` for a lake folder or fsspec URL: the fsspec filesystem, the lake's path inside it
-    (no trailing slash) and whether it is the local filesystem (where segments are renamed into place)."""
-    from fsspec.core import url_to_fs
-    from fsspec.implementations.local import LocalFileSystem
-
-    fs, root = url_to_fs(str(lake_root))
-    return fs, root.rstrip("/") or "/", isinstance(fs, LocalFileSystem)
 
 
 def default_replica_base() -> str:
@@ -112,7 +98,7 @@ class Ledger:
     ):
         self.ledger_dir = Path(ledger_dir)
         self.lake_root = str(lake_root)
-        self._fs, self._lake, self._local = lake_filesystem(lake_root)
+        self._lake = Lake(self.lake_root)
         self.segment_seconds = segment_seconds
         self.replica_base = replica_base or default_replica_base()
         self.load_interval = load_interval
@@ -306,11 +292,9 @@ class Ledger:
         """Seqs of this replica's segments above the mark (a crash between publishing and marking)."""
         import pyarrow.parquet as pq
 
-        fs = self._fs
-        for path in fs.glob(f"{self._lake}/traffic/day=*/{self.replica}-*.parquet"):
-            first = int(path.rsplit("/", 1)[-1].removesuffix(".parquet").rsplit("-", 1)[1])
-            if first > self._sealed_seq:
-                with fs.open(path, "rb") as fh:
+        for rel in self._lake.replica_segments(self.replica):
+            if parse_segment_relpath(rel).first_seq > self._sealed_seq:
+                with self._lake.open(rel) as fh:
                     seqs = pq.read_table(fh, columns=["seq"]).column("seq").to_pylist()
                 self._recovered.update(s for s in seqs if s > self._sealed_seq)
 
@@ -332,14 +316,11 @@ class Ledger:
         for day in sorted(pc.unique(table.column("day")).to_pylist()):
             part = table.filter(pc.equal(table.column("day"), day))
             first = int(pc.min(part.column("seq")).as_py())
-            path = f"{self._lake}/{segment_relpath(day, self.replica, first)}"
-            if self._fs.exists(path):
+            rel = segment_relpath(day, self.replica, first)
+            if self._lake.exists(rel):
                 continue  # published before a crash; its rows are in _recovered (never rewritten)
-            if self._local:
-                _publish_local(part, Path(path))
-            else:
-                _publish_object(self._fs, part, path)
-            written.append(path)
+            self._lake.publish_table(rel, part)
+            written.append(self._lake.path(rel))
         self._sql("INSERT OR REPLACE INTO seal_state VALUES (1, ?)", [top])
         self._sealed_seq = top
         self._recovered = {s for s in self._recovered if s > top}
@@ -376,36 +357,6 @@ class Ledger:
     @property
     def last_seq(self) -> int:
         return self._seq
-
-
-def _publish_local(table, path: Path) -> None:
-    """Temp name in the same folder, fsync, atomic rename, fsync the folder."""
-    import pyarrow.parquet as pq
-
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    pq.write_table(table, tmp)
-    fd = os.open(tmp, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-    os.rename(tmp, path)
-    dfd = os.open(path.parent, os.O_RDONLY)
-    try:
-        os.fsync(dfd)
-    finally:
-        os.close(dfd)
-
-
-def _publish_object(fs, table, path: str) -> None:
-    """Write-once key: the whole segment in one ``pipe_file`` (visible complete or not at all)."""
-    import pyarrow as pa
-    import pyarrow.parquet as pq
-
-    sink = pa.BufferOutputStream()
-    pq.write_table(table, sink)
-    fs.pipe_file(path, sink.getvalue().to_pybytes())
 
 
 def _resolve(futs: list[asyncio.Future], err: BaseException | None) -> None:

@@ -19,8 +19,9 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from ratchet_core.lake import atomic_write_bytes, segment_relpath
 from ratchet_core.redact import redact_messages
-from ratchet_core.schema import LEDGER_SCHEMA, empty_row, segment_relpath
+from ratchet_core.schema import LEDGER_SCHEMA, pair_row, request_row
 from ratchet_stats.canonical import canonical_json
 
 TEACHER_PRICE_PER_TOKEN = 10e-6
@@ -71,7 +72,6 @@ def request_rows(
         served = "student" if rng.random() < student_share else "teacher"
         base = dict(
             request_id=rid,
-            kind="request",
             ts=ts,
             day=day,
             replica=replica,
@@ -114,14 +114,13 @@ def request_rows(
         audited = served == "student" and rng.random() < audit_share
         if audited:
             base["pair_role"] = "audit"
-        rows.append(empty_row(**base))
+        rows.append(request_row(**base))
         if audited:
             seqs[replica] += 1
             rows.append(
-                empty_row(
+                pair_row(
                     **{
                         **base,
-                        "kind": "pair",
                         "seq": seqs[replica],
                         "ts": ts + timedelta(milliseconds=300),
                         "served_by": "teacher",
@@ -162,12 +161,10 @@ def write_segments(
 
 
 def write_segment(path: Path, rows: list[dict[str, Any]], mtime: datetime | None = None) -> Path:
-    """One segment, written to a temporary name then renamed (like the gateway's sealer)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    table = pa.Table.from_pylist(rows, schema=LEDGER_SCHEMA)
-    tmp = path.with_name(f".{path.name}.tmp")
-    pq.write_table(table, tmp)
-    tmp.replace(path)
+    """One segment, written to a temporary name then renamed (``ratchet_core.lake``, like the gateway's sealer)."""
+    sink = pa.BufferOutputStream()
+    pq.write_table(pa.Table.from_pylist(rows, schema=LEDGER_SCHEMA), sink)
+    atomic_write_bytes(path, sink.getvalue().to_pybytes())
     if mtime is not None:
         os.utime(path, (mtime.timestamp(), mtime.timestamp()))
     return path
@@ -190,9 +187,8 @@ def write_day(
         replicas = sorted({r["replica"] for r in rows})
         for replica in replicas:
             last_seq = max(r["seq"] for r in rows if r["replica"] == replica)
-            row = empty_row(
+            row = request_row(
                 request_id=_rid(next_day, seed, -1) + replica,
-                kind="request",
                 ts=day_end + timedelta(seconds=1),
                 day=next_day,
                 replica=replica,

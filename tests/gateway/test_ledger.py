@@ -8,14 +8,14 @@ import sys
 import textwrap
 from pathlib import Path
 
-from ratchet_core.schema import empty_row
+from ratchet_core.schema import request_row
 from ratchet_gateway.ledger import Ledger
 
 from .conftest import sealed_rows
 
 
 def _row(i: int) -> dict:
-    return empty_row(request_id=f"r{i}", kind="request", ts=1_700_000_000_000_000 + i, day="2026-01-02")
+    return request_row(request_id=f"r{i}", ts=1_700_000_000_000_000 + i, day="2026-01-02")
 
 
 def _append(ledger: Ledger, ids: range) -> None:
@@ -31,12 +31,12 @@ def test_acknowledged_rows_survive_a_crash_before_duckdb_load(tmp_path):
         f"""
         import asyncio, os
         from pathlib import Path
-        from ratchet_core.schema import empty_row
+        from ratchet_core.schema import request_row
         from ratchet_gateway.ledger import Ledger
         led = Ledger(Path({str(tmp_path / "ledger")!r}), {str(tmp_path / "lake")!r}, 3600, "t", load_interval=3600)
         led.open()
         async def go():
-            await asyncio.gather(*(led.append(empty_row(request_id=f"r{{i}}", kind="request", day="2026-01-02",
+            await asyncio.gather(*(led.append(request_row(request_id=f"r{{i}}", day="2026-01-02",
                                                         ts=1_700_000_000_000_000)) for i in range(50)))
         asyncio.run(go())
         os._exit(9)

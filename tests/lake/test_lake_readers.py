@@ -15,8 +15,7 @@ import pytest
 from ratchet_assets.night.fixtures import request_rows, write_day
 from ratchet_assets.night.traffic import TrafficError, consolidate_traffic
 from ratchet_assets.release.evidence import Watermark, pending_segments, read_pairs
-from ratchet_core.lake import Lake, lake_location
-from ratchet_core.schema import segment_relpath
+from ratchet_core.lake import Lake, lake_location, segment_relpath
 from ratchet_gateway.ledger import Ledger
 
 DAY1, DAY2 = "2026-01-01", "2026-01-02"
