@@ -6,6 +6,9 @@ Pure functions, cheap enough for the request path (a few regular expressions per
   (``\\s*\\w+|\\s*[^\\w\\s]|\\s+``); their concatenation is the text.
 - Usage counts ~4 characters per token (OpenAI's rule of thumb for English), plus 3 tokens per message of
   chat framing, plus the configured reasoning tokens in completion_tokens (as reasoning models bill them).
+- Requests of no built-in task get an answer inside their own contract (:func:`contract_reply`): a call to a
+  declared tool with schema-valid arguments, or a JSON instance of the ``json_schema``
+  (``ratchet_gateway.demo_teacher.instances``).
 - Log-probabilities are deterministic in (text, position): the chosen token gets p in [0.74, 0.999], the
   alternatives share what is left, so a top-k list is a valid sub-distribution.
 """
@@ -23,6 +26,8 @@ import orjson
 from ratchet_core.workloads import DESCRIPTIONS, detect_task, solve
 from ratchet_core.workloads.base import compact_json, last_user_text, tool_call_id
 from ratchet_core.workloads.tickets import LABELS
+
+from .instances import instance_for
 
 _PIECE = re.compile(r"\s*\w+|\s*[^\w\s]|\s+")
 
@@ -130,18 +135,84 @@ def resolve_task(body: Mapping[str, Any], header_task: str | None) -> str | None
     return detect_task(body.get("messages") or [], body.get("tools"), body.get("response_format"))
 
 
+def _declared_functions(body: Mapping[str, Any]) -> list[Mapping[str, Any]]:
+    """The function definitions of the request's ``tools`` (type ``function``), in order."""
+    out = []
+    for tool in body.get("tools") or []:
+        fn = (
+            tool.get("function")
+            if isinstance(tool, Mapping) and tool.get("type", "function") == "function"
+            else None
+        )
+        if isinstance(fn, Mapping) and isinstance(fn.get("name"), str):
+            out.append(fn)
+    return out
+
+
+def _function_to_call(body: Mapping[str, Any], text: str) -> Mapping[str, Any] | None:
+    """Which declared function to call, as a model honouring ``tool_choice`` would: none for ``none``; the named
+    one; after a tool result, none unless a call is required; else the one the user's text names, else the
+    first."""
+    functions = _declared_functions(body)
+    choice = body.get("tool_choice")
+    if not functions or choice == "none":
+        return None
+    if isinstance(choice, Mapping):
+        named = (
+            (choice.get("function") or {}).get("name")
+            if isinstance(choice.get("function"), Mapping)
+            else None
+        )
+        return next((f for f in functions if f["name"] == named), None)
+    messages = body.get("messages") or []
+    last = messages[-1] if messages and isinstance(messages[-1], Mapping) else {}
+    if last.get("role") == "tool" and choice != "required":
+        return None
+    lowered = text.lower()
+    for fn in functions:
+        if fn["name"].lower() in lowered or fn["name"].replace("_", " ").lower() in lowered:
+            return fn
+    return functions[0]
+
+
+def contract_reply(body: Mapping[str, Any], salt: str = "") -> dict:
+    """The answer to a request of no built-in task, inside the contract it declares: a call to a declared function
+    with arguments valid for its parameters schema (``tool_choice`` honoured), else a JSON instance valid for a
+    ``json_schema`` response format, else the generic reply (a JSON object for ``json_object``). Deterministic in
+    the request (and `salt`, which gives another valid answer)."""
+    messages = body.get("messages") or []
+    text = last_user_text(messages)
+    seed = hashlib.sha256(orjson.dumps(messages, option=orjson.OPT_SORT_KEYS) + salt.encode()).hexdigest()
+    fn = _function_to_call(body, text)
+    if fn is not None:
+        params = fn.get("parameters") if isinstance(fn.get("parameters"), Mapping) else {"type": "object"}
+        args = instance_for(dict(params), seed)
+        call = {
+            "id": tool_call_id(seed, 0),
+            "type": "function",
+            "function": {
+                "name": fn["name"],
+                "arguments": compact_json(args if isinstance(args, dict) else {}),
+            },
+        }
+        return {"role": "assistant", "content": None, "tool_calls": [call]}
+    rf = body.get("response_format")
+    kind = rf.get("type") if isinstance(rf, Mapping) else None
+    spec = rf.get("json_schema") if kind == "json_schema" else None
+    if isinstance(spec, Mapping) and isinstance(spec.get("schema"), Mapping | bool):
+        content = compact_json(instance_for(spec["schema"], seed))
+    else:
+        reply = generic_reply(messages, False) + (" (wrong)" if salt else "")
+        content = compact_json({"answer": reply}) if kind in ("json_object", "json_schema") else reply
+    return {"role": "assistant", "content": content, "tool_calls": None}
+
+
 def answer(body: Mapping[str, Any], task: str | None, wrong: bool) -> dict:
     """The assistant message {role, content, tool_calls} the demo teacher returns for this request."""
-    messages = body.get("messages") or []
-    if task is None:
-        rf = body.get("response_format")
-        json_mode = isinstance(rf, Mapping) and rf.get("type") in ("json_object", "json_schema")
-        msg = {"role": "assistant", "content": generic_reply(messages, json_mode), "tool_calls": None}
-    else:
-        msg = solve(task, messages, body.get("tools"), body.get("response_format"))
-    if wrong:
-        msg = _wrongify(task or "", msg)
-    return msg
+    if task is None:  # outside the workloads: honour the request's contract; "wrong" is another valid answer
+        return contract_reply(body, salt="wrong" if wrong else "")
+    msg = solve(task, body.get("messages") or [], body.get("tools"), body.get("response_format"))
+    return _wrongify(task, msg) if wrong else msg
 
 
 def generated_text(message: Mapping[str, Any]) -> str:
@@ -154,6 +225,7 @@ def generated_text(message: Mapping[str, Any]) -> str:
 __all__ = [
     "answer",
     "compact_json",
+    "contract_reply",
     "count_tokens",
     "generated_text",
     "pieces",

@@ -1,8 +1,9 @@
 """The demo teacher's HTTP API: OpenAI chat completions (JSON and SSE streaming), models, health.
 
 `create_app(config)` builds the app. Answers come from `ratchet_core.workloads.solve` for requests of a built-in
-task (recognised by ``metadata.ratchet_task``, the ``X-Ratchet-Task`` header, or the task's system prompt) and a
-short deterministic text otherwise. Knobs for tests and benchmarks: fixed latency, injected errors with a chosen
+task (recognised by ``metadata.ratchet_task``, the ``X-Ratchet-Task`` header, or the task's system prompt); any
+other request gets a deterministic answer inside its own contract (a declared tool called with schema-valid
+arguments, a JSON instance of its ``json_schema``, else a short text), so it can stand in for a real model. Knobs for tests and benchmarks: fixed latency, injected errors with a chosen
 status (OpenAI's error shape), deliberately wrong answers, reported reasoning tokens, optional bearer key.
 Bodies are parsed and written with orjson, and nothing else heavy runs per request, so the teacher is never
 the bottleneck of a gateway benchmark.
