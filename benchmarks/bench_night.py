@@ -89,7 +89,7 @@ def synth_traffic(
     """
     from ratchet_core.lake import segment_relpath
     from ratchet_core.redact import redact_messages
-    from ratchet_core.schema import LEDGER_SCHEMA
+    from ratchet_core.schema import COLUMN_NAMES, pair_table, request_table
     from ratchet_core.workloads import get_workload
     from ratchet_stats.canonical import canonical_json
 
@@ -149,52 +149,48 @@ def synth_traffic(
         tool_calls = take("calls")
         finish = pc.if_else(pc.not_equal(tool_calls, ""), "tool_calls", "stop")
         ts_us = start_us + (i * 86_000_000_000) // n
-        cols: dict[str, Any] = {
-            "request_id": pc.binary_join_element_wise("req-", pa.array(i.astype(str)), ""),
-            "kind": pa.array(np.full(m, "request")),
-            "ts": pa.array(ts_us, pa.timestamp("us", tz="UTC")),
-            "day": pa.array(np.full(m, DAY)),
-            "replica": pa.array(replica_names[replica_idx]),
-            "seq": pa.array(i // REPLICAS + 1, pa.int64()),
-            "client": pa.array(client_names[client_all[i]]),
-            "task": take("tasks"),
-            "model_requested": pa.array(np.full(m, "ratchet")),
-            "stage": pa.array(np.where(served, "live", "teacher")),
-            "version": pa.array(np.where(served, "v1-abcdef12", "")),
-            "served_by": pa.array(np.where(served, "student", "teacher")),
-            "stream": pa.array(np.zeros(m, bool)),
-            "messages": messages,
-            "tools": take("tools"),
-            "response_format": take("rfs"),
-            "params": pa.array(np.full(m, "")),
-            "answer": take("answers"),
-            "tool_calls": tool_calls,
-            "finish_reason": pc.if_else(pa.array(failure), "error", finish),
-            "prompt_tokens": pa.array(tokens - 20, pa.int64()),
-            "completion_tokens": pa.array(np.full(m, 20), pa.int64()),
-            "reasoning_tokens": pa.array(np.zeros(m, np.int64)),
-            "total_tokens": pa.array(tokens, pa.int64()),
-            "teacher_cost_usd": pa.array(teacher_cost),
-            "actual_cost_usd": pa.array(actual),
-            "latency_ms": pa.array(np.full(m, 100.0)),
-            "upstream_ms": pa.array(np.full(m, 95.0)),
-            "overhead_ms": pa.array(np.full(m, 5.0)),
-            "confidence": pa.array(np.where(served, 0.97, np.nan)),
-            "threshold": pa.array(np.where(served, 0.9, np.nan)),
-            "pair_role": pa.array(np.where(audited, "audit", "")),
-            "pair_outcome": pa.array(np.full(m, "")),
-            "truncated": pa.array(np.zeros(m, bool)),
-            "status_code": pa.array(np.where(failure, 500, 200), pa.int32()),
-            "error_type": pa.array(np.where(failure, "api_error", "")),
-            "error": pa.array(np.where(failure, "upstream failed", "")),
-            "schema_version": pa.array(np.ones(m, np.int32)),
-        }
-        requests = pa.table(cols).cast(LEDGER_SCHEMA)
-        pairs = requests.filter(pa.array(audited))
-        for name, value in (("kind", "pair"), ("served_by", "teacher"), ("pair_outcome", "agree")):
-            pairs = pairs.set_column(
-                pairs.schema.get_field_index(name), name, pa.array(np.full(len(pairs), value))
-            )
+        requests = request_table(
+            m,
+            request_id=pc.binary_join_element_wise("req-", pa.array(i.astype(str)), ""),
+            ts=pa.array(ts_us, pa.timestamp("us", tz="UTC")),
+            day=pa.array(np.full(m, DAY)),
+            replica=pa.array(replica_names[replica_idx]),
+            seq=pa.array(i // REPLICAS + 1, pa.int64()),
+            client=pa.array(client_names[client_all[i]]),
+            task=take("tasks"),
+            model_requested=pa.array(np.full(m, "ratchet")),
+            stage=pa.array(np.where(served, "live", "teacher")),
+            version=pa.array(np.where(served, "v1-abcdef12", "")),
+            served_by=pa.array(np.where(served, "student", "teacher")),
+            messages=messages,
+            tools=take("tools"),
+            response_format=take("rfs"),
+            answer=take("answers"),
+            tool_calls=tool_calls,
+            finish_reason=pc.if_else(pa.array(failure), "error", finish),
+            prompt_tokens=pa.array(tokens - 20, pa.int64()),
+            completion_tokens=pa.array(np.full(m, 20), pa.int64()),
+            total_tokens=pa.array(tokens, pa.int64()),
+            teacher_cost_usd=pa.array(teacher_cost),
+            actual_cost_usd=pa.array(actual),
+            latency_ms=pa.array(np.full(m, 100.0)),
+            upstream_ms=pa.array(np.full(m, 95.0)),
+            overhead_ms=pa.array(np.full(m, 5.0)),
+            confidence=pa.array(np.where(served, 0.97, np.nan)),
+            threshold=pa.array(np.where(served, 0.9, np.nan)),
+            pair_role=pa.array(np.where(audited, "audit", "")),
+            status_code=pa.array(np.where(failure, 500, 200), pa.int32()),
+            error_type=pa.array(np.where(failure, "api_error", "")),
+            error=pa.array(np.where(failure, "upstream failed", "")),
+        )  # stream, params, reasoning_tokens, pair_outcome, truncated: the row defaults
+        audited_rows = requests.filter(pa.array(audited))
+        k = audited_rows.num_rows
+        pairs = pair_table(
+            k,
+            **{c: audited_rows[c] for c in COLUMN_NAMES if c not in ("kind", "served_by", "pair_outcome")},
+            served_by=pa.array(np.full(k, "teacher")),
+            pair_outcome=pa.array(np.full(k, "agree")),
+        )
         pair_replica = replica_idx[audited]
         pair_seq = np.zeros(len(pairs), np.int64)
         for r in range(REPLICAS):
@@ -211,7 +207,7 @@ def synth_traffic(
                     pq.write_table(part, path, compression="zstd")
         rows += requests.num_rows + pairs.num_rows
         pairs_total += pairs.num_rows
-        del requests, pairs, cols, messages
+        del requests, pairs, audited_rows, messages
     return {
         "rows": rows,
         "requests": n,

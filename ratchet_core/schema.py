@@ -172,12 +172,12 @@ def _table(kind: str, n: int, columns: dict[str, Any]) -> pa.Table:
     arrays = []
     for name, typ, _ in LEDGER_COLUMNS:
         if name == "kind":
-            value: Any = pa.array([kind] * n, typ)
+            value: Any = pa.repeat(pa.scalar(kind, typ), n)
         elif name in columns:
             value = columns[name]
             value = value.cast(typ) if isinstance(value, pa.Array | pa.ChunkedArray) else pa.array(value, typ)
         else:
-            value = pa.array([_DEFAULTS[name]] * n, typ)
+            value = pa.repeat(pa.scalar(_DEFAULTS[name], typ), n)
         if len(value) != n:
             raise ValueError(f"column {name} has {len(value)} values, not {n}")
         arrays.append(value)
