@@ -15,7 +15,7 @@ what an OpenAI-compatible model promises a client:
 :func:`check_answer` is pure and cheap: compiled validators are cached per distinct schema, remote ``$ref``\\s are
 never fetched (an unresolvable reference is ``schema_unusable``: the guard cannot vouch for the answer, so the
 teacher answers). A :class:`Violation`'s ``kind`` is a short stable string (a metrics label and the ledger's
-value); its ``detail`` names JSON paths and schema keywords only, never the answer's values (it may be logged).
+value); its ``detail`` names schema paths and keywords only, never the answer's keys or values (it may be logged).
 """
 
 from __future__ import annotations
@@ -125,7 +125,10 @@ def _schema_violation(schema: Any, instance: Any, what: str, mismatch_kind: str)
         return Violation(SCHEMA_UNUSABLE, f"{what}: {type(exc).__name__} while validating")
     if error is None:
         return None
-    return Violation(mismatch_kind, f"{what} at {error.json_path} fails '{error.validator}'")
+    # the schema path names only the request's own schema (keywords, declared property names), never a key or
+    # value the answer made up, so the detail is safe to log and store
+    where = "/".join(str(p) for p in error.schema_path)[:160]
+    return Violation(mismatch_kind, f"{what} fails '{error.validator}' at schema path /{where}")
 
 
 def _declared_functions(body: Mapping[str, Any]) -> dict[str, Any]:

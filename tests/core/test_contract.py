@@ -108,6 +108,11 @@ def test_json_schema_mode_names_the_path_and_keyword_not_the_value():
         v = check_answer(JSON_SCHEMA_BODY, _content(text), "stop")
         assert v is not None and v.kind == "schema_mismatch" and keyword in v.detail, (text, v)
         assert "secret-42" not in str(v) and "zzz" not in str(v)
+    extra = {**SCHEMA, "additionalProperties": {"type": "integer"}}
+    body = {**JSON_SCHEMA_BODY, "response_format": {"type": "json_schema", "json_schema": {"schema": extra}}}
+    v = check_answer(body, _content('{"name": "x", "amount": 1, "jane@example.com": "s"}'), "stop")
+    assert v.kind == "schema_mismatch" and "jane" not in v.detail  # a key the answer made up is not echoed
+    assert v.detail == "the content fails 'type' at schema path /additionalProperties/type"
     assert _kind(JSON_SCHEMA_BODY, _content("nope")) == "json_invalid"
 
 
