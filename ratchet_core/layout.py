@@ -1,0 +1,255 @@
+"""Every path under the artifacts root, in one place: ``ArtifactLayout(root)``.
+
+The night writes, and the gateway, the admin CLI, the simulator and the demo read, these files (D = YYYY-MM-DD,
+V = an adapter version such as ``v3-1a2b3c4d``)::
+
+    traffic/day=D/traffic.parquet, segments.json        the day's validated, deduplicated ledger rows
+    examples/day=D/examples.parquet                      teacher-labelled examples, one per example key
+    golden/registry.parquet (+ .registry.lock)           permanent key -> golden/train assignment (only grows)
+    golden/day=D/golden.parquet, keys.txt, commitment.json   the golden set to date and its commitments
+    train/day=D/train.jsonl, keys.txt, commitment.json   the training set and its commitments
+    adapters/V/                                          a trained LoRA adapter (PEFT files)
+    adapters/day=D/adapter.json                          pointer: the version night D trained or reused
+    adapters/.staging-<fingerprint>/                     a training run in progress (renamed to adapters/V/)
+    certificates/V.dsse.json                             the signed evaluation certificate
+    boms/V/bom.dsse.json, NOTICE.md, certificate.dsse.json, train-keys.txt, golden-keys.txt, disjoint.proof.json
+    receipts/D/receipt.dsse.json, rows.parquet, tree.bin the signed daily receipt, its leaves and stored tree
+
+An adapter export (``ratchet admin export-adapter --out DIR``) is ``DIR/adapter/`` plus the BOM folder's files:
+:class:`AdapterExport`.
+
+Nothing else joins these names. Paths are computed from the root as a string (``root`` is kept as given), and every
+join goes through :meth:`ArtifactLayout.path`, so an object-store root (``s3://bucket/artifacts``) changes that one
+method. Today the root is a local folder (a shared volume at scale); an URL is refused with a message saying so.
+The lake (``ratchet_core.lake``) is the other tree, with its own module; both name days ``day=YYYY-MM-DD``.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+from ratchet_core.lake import day_folder, is_url
+
+TRAFFIC = "traffic"
+EXAMPLES = "examples"
+GOLDEN = "golden"
+TRAIN = "train"
+ADAPTERS = "adapters"
+CERTIFICATES = "certificates"
+BOMS = "boms"
+RECEIPTS = "receipts"
+
+COMMITMENT_FILE = (
+    "commitment.json"  # beside golden.parquet and train.jsonl (ratchet_assets.night.commitments)
+)
+KEYS_FILE = "keys.txt"  # sorted example keys, one a line
+
+RECEIPT_ENVELOPE_FILE = "receipt.dsse.json"
+RECEIPT_ROWS_FILE = "rows.parquet"
+RECEIPT_TREE_FILE = "tree.bin"
+
+BOM_FILE = "bom.dsse.json"
+BOM_NOTICE_FILE = "NOTICE.md"
+BOM_CERTIFICATE_FILE = "certificate.dsse.json"
+BOM_TRAIN_KEYS_FILE = "train-keys.txt"
+BOM_GOLDEN_KEYS_FILE = "golden-keys.txt"
+BOM_DISJOINT_PROOF_FILE = "disjoint.proof.json"
+# Everything the bom step writes beside an adapter, in the order an export copies them.
+BOM_FILES = (
+    BOM_FILE,
+    BOM_NOTICE_FILE,
+    BOM_CERTIFICATE_FILE,
+    BOM_TRAIN_KEYS_FILE,
+    BOM_GOLDEN_KEYS_FILE,
+    BOM_DISJOINT_PROOF_FILE,
+)
+ADAPTER_CONFIG_FILE = "adapter_config.json"  # PEFT's: present in every complete adapter folder
+
+
+class ArtifactLayout:
+    """The artifacts tree under ``root`` (module docstring); every method returns a path, creates nothing."""
+
+    def __init__(self, root: str | os.PathLike):
+        self.root = str(root)
+        if is_url(self.root):
+            raise ValueError(
+                f"artifacts root {self.root!r} is an URL: artifacts live in a folder for now "
+                "(set RATCHET_ARTIFACTS to a local path or a shared volume; only the lake may be an URL)"
+            )
+
+    def __repr__(self) -> str:
+        return f"ArtifactLayout({self.root!r})"
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, ArtifactLayout) and other.root == self.root
+
+    def __hash__(self) -> int:
+        return hash(self.root)
+
+    def path(self, rel: str = "") -> Path:
+        """The path of a root-relative, "/"-separated name: the one join under the root."""
+        return Path(self.root) / rel if rel else Path(self.root)
+
+    def day_dir(self, kind: str, day: str) -> Path:
+        """``<kind>/day=D``."""
+        return self.path(day_folder(day, kind))
+
+    def days(self, kind: str) -> list[str]:
+        """Days with a ``<kind>/day=D`` folder, sorted."""
+        folder = self.path(kind)
+        if not folder.is_dir():
+            return []
+        return sorted(p.name.removeprefix("day=") for p in folder.glob("day=*") if p.is_dir())
+
+    # traffic -----------------------------------------------------------------------------------------------
+    def traffic_file(self, day: str) -> Path:
+        return self.day_dir(TRAFFIC, day) / "traffic.parquet"
+
+    def traffic_segments(self, day: str) -> Path:
+        """``segments.json``: the sealed segments the day's traffic.parquet was built from."""
+        return self.day_dir(TRAFFIC, day) / "segments.json"
+
+    # examples ----------------------------------------------------------------------------------------------
+    def examples_file(self, day: str) -> Path:
+        return self.day_dir(EXAMPLES, day) / "examples.parquet"
+
+    def examples_files(self, until: str) -> list[Path]:
+        """Every day's examples file that exists, for days <= ``until``, in day order."""
+        return [p for d in self.days(EXAMPLES) if d <= until and (p := self.examples_file(d)).exists()]
+
+    # golden ------------------------------------------------------------------------------------------------
+    def golden_registry(self) -> Path:
+        return self.path(f"{GOLDEN}/registry.parquet")
+
+    def golden_registry_lock(self) -> Path:
+        return self.path(f"{GOLDEN}/.registry.lock")
+
+    def golden_dir(self, day: str) -> Path:
+        return self.day_dir(GOLDEN, day)
+
+    def golden_file(self, day: str) -> Path:
+        return self.golden_dir(day) / "golden.parquet"
+
+    def golden_keys(self, day: str) -> Path:
+        return self.golden_dir(day) / KEYS_FILE
+
+    def golden_commitment(self, day: str) -> Path:
+        return self.golden_dir(day) / COMMITMENT_FILE
+
+    # training set ------------------------------------------------------------------------------------------
+    def train_dir(self, day: str) -> Path:
+        return self.day_dir(TRAIN, day)
+
+    def train_jsonl(self, day: str) -> Path:
+        return self.train_dir(day) / "train.jsonl"
+
+    def train_keys(self, day: str) -> Path:
+        return self.train_dir(day) / KEYS_FILE
+
+    def train_commitment(self, day: str) -> Path:
+        return self.train_dir(day) / COMMITMENT_FILE
+
+    # adapters ----------------------------------------------------------------------------------------------
+    def adapters_dir(self) -> Path:
+        return self.path(ADAPTERS)
+
+    def adapter_dir(self, version: str) -> Path:
+        """``adapters/<version>/``: the PEFT files of one adapter."""
+        return self.path(f"{ADAPTERS}/{_name(version, 'version')}")
+
+    def adapter_pointer(self, day: str) -> Path:
+        """``adapters/day=D/adapter.json``: which version night D trained (or reused)."""
+        return self.day_dir(ADAPTERS, day) / "adapter.json"
+
+    def adapter_staging(self, fingerprint: str) -> Path:
+        """Where a training run writes before its adapter is renamed to ``adapters/<version>/``."""
+        return self.path(f"{ADAPTERS}/.staging-{_name(fingerprint, 'fingerprint')[:16]}")
+
+    def adapter_versions(self) -> list[str]:
+        """Versions with a complete adapter folder (``adapters/v*/adapter_config.json``), sorted."""
+        return sorted(p.parent.name for p in self.adapters_dir().glob(f"v*/{ADAPTER_CONFIG_FILE}"))
+
+    # certificates ------------------------------------------------------------------------------------------
+    def certificates_dir(self) -> Path:
+        return self.path(CERTIFICATES)
+
+    def certificate(self, version: str) -> Path:
+        return self.path(f"{CERTIFICATES}/{_name(version, 'version')}.dsse.json")
+
+    def certificate_files(self) -> list[Path]:
+        """Every certificate on disk, sorted by name."""
+        return sorted(self.certificates_dir().glob("*.dsse.json"))
+
+    # BOMs --------------------------------------------------------------------------------------------------
+    def bom_dir(self, version: str) -> Path:
+        return self.path(f"{BOMS}/{_name(version, 'version')}")
+
+    def bom(self, version: str) -> Path:
+        return self.bom_dir(version) / BOM_FILE
+
+    def bom_notice(self, version: str) -> Path:
+        return self.bom_dir(version) / BOM_NOTICE_FILE
+
+    def bom_certificate(self, version: str) -> Path:
+        """The certificate copied beside the BOM (so a BOM folder verifies on its own)."""
+        return self.bom_dir(version) / BOM_CERTIFICATE_FILE
+
+    def bom_train_keys(self, version: str) -> Path:
+        return self.bom_dir(version) / BOM_TRAIN_KEYS_FILE
+
+    def bom_golden_keys(self, version: str) -> Path:
+        return self.bom_dir(version) / BOM_GOLDEN_KEYS_FILE
+
+    def bom_disjoint_proof(self, version: str) -> Path:
+        return self.bom_dir(version) / BOM_DISJOINT_PROOF_FILE
+
+    def bom_files(self) -> list[Path]:
+        """Every signed BOM on disk (``boms/*/bom.dsse.json``), sorted."""
+        return sorted(self.path(BOMS).glob(f"*/{BOM_FILE}"))
+
+    # receipts ----------------------------------------------------------------------------------------------
+    def receipt_dir(self, day: str) -> Path:
+        """``receipts/D/`` (no ``day=``: receipts predate the partition-style folders; kept for old days)."""
+        return self.path(f"{RECEIPTS}/{_name(day, 'day')}")
+
+    def receipt_envelope(self, day: str) -> Path:
+        return self.receipt_dir(day) / RECEIPT_ENVELOPE_FILE
+
+    def receipt_rows(self, day: str) -> Path:
+        return self.receipt_dir(day) / RECEIPT_ROWS_FILE
+
+    def receipt_tree(self, day: str) -> Path:
+        return self.receipt_dir(day) / RECEIPT_TREE_FILE
+
+    def receipt_days(self) -> list[str]:
+        """Days with a signed receipt, sorted."""
+        folder = self.path(RECEIPTS)
+        if not folder.is_dir():
+            return []
+        return sorted(p.parent.name for p in folder.glob(f"*/{RECEIPT_ENVELOPE_FILE}"))
+
+
+@dataclass(frozen=True)
+class AdapterExport:
+    """The folder ``ratchet admin export-adapter`` fills: ``adapter/`` plus the BOM folder's files by name."""
+
+    root: Path
+
+    @property
+    def adapter_dir(self) -> Path:
+        return Path(self.root) / "adapter"
+
+    def file(self, name: str) -> Path:
+        if name not in BOM_FILES:
+            raise ValueError(f"{name} is not a file of an adapter export ({', '.join(BOM_FILES)})")
+        return Path(self.root) / name
+
+
+def _name(value: str, what: str) -> str:
+    """One path component: a version, day or fingerprint never climbs out of its folder."""
+    value = str(value)
+    if not value or "/" in value or "\\" in value or value in (".", ".."):
+        raise ValueError(f"not a valid {what} for an artifact path: {value!r}")
+    return value
