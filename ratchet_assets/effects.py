@@ -278,12 +278,22 @@ class EffectLedger:
         resolution: str,
         reason: str,
         result: dict[str, Any] | None = None,
+        *,
+        force: bool = False,
     ) -> EffectRecord | None:
-        """Operator decision on a stuck effect: ``done`` (it happened), ``failed`` (it did not), ``forget``."""
+        """Operator decision on a stuck effect: ``done`` (it happened), ``failed`` (it did not), ``forget``.
+
+        The reason follows the one rule (``ratchet_core.reasons``). An effect that is ``done`` becomes ``failed``
+        or is forgotten only with ``force``: either lets it happen again.
+        """
+        from ratchet_core.reasons import ReasonError, check_reason
+
         if resolution not in RESOLUTIONS:
             raise EffectError(f"resolution must be one of {', '.join(RESOLUTIONS)}, not {resolution!r}")
-        if not reason.strip():
-            raise EffectError("give a reason: it is stored with the effect for the audit trail")
+        try:
+            reason = check_reason(reason)
+        except ReasonError as exc:
+            raise EffectError(str(exc)) from None
         t = effects_table
         where = sa.and_(t.c.effect_type == effect_type, t.c.key == key)
         with self.engine.begin() as conn:
@@ -291,6 +301,11 @@ class EffectLedger:
             if row is None:
                 raise EffectError(
                     f"no effect {effect_type} {key!r}; list them with `ratchet admin effects list`"
+                )
+            if row["status"] == "done" and resolution != "done" and not force:
+                raise EffectError(
+                    f"{effect_type} {key!r} is done (it happened); resolving it {resolution} lets it happen "
+                    "again: pass --force (with the reason) if that is what you want"
                 )
             if resolution == "forget":
                 conn.execute(t.delete().where(where))

@@ -1,7 +1,9 @@
 """`ratchet init`: create $RATCHET_HOME with a signing key, its public key and the server pepper.
 
 Idempotent: existing keys are kept (a new key would orphan every signature made with the old one).
-The private key file is 0600; the public key (`signing.pub`, PEM) is what gateways and auditors hold.
+The private key file is 0600; the public key (`signing.pub`, PEM) is what gateways and auditors hold. The key is
+recorded as the first trusted key of the control DB's key history when that history is empty
+(``ratchet_core.keys``); change it later with ``ratchet admin keys rotate``.
 """
 
 from __future__ import annotations
@@ -17,46 +19,36 @@ from ratchet_core.settings import load_settings
 
 
 def ensure_home(home: Path | None = None) -> dict[str, str]:
-    """Create the home layout and keys if absent; return the paths and the signing key id."""
-    from ratchet_stats.keys import (
-        generate_private_key,
-        key_id,
-        load_private_key_file,
-        public_key_pem,
-        save_private_key,
-    )
+    """Create the home layout and keys if absent, trust the key in the control DB; return paths and key id."""
+    from ratchet_core.control_db import make_engine
+    from ratchet_core.keys import ensure_anchor, public_key_path, signing_key, signing_key_source
+    from ratchet_stats.keys import key_id, public_key_pem
 
     settings = load_settings(**({"home": home} if home else {}))
     home = settings.home
     for sub in ("keys", "ledger", "lake", "artifacts", "models"):
         (home / sub).mkdir(parents=True, exist_ok=True)
-    key_path = settings.signing_key_path
-    created = False
-    if settings.signing_key:
-        from ratchet_stats.keys import load_private_key
-
-        private = load_private_key(settings.signing_key)
-    elif key_path.exists():
-        private = load_private_key_file(key_path)
-    else:
-        private = generate_private_key()
-        save_private_key(private, key_path)
-        created = True
-    pub_path = key_path.with_name("signing.pub")
+    source = signing_key_source(settings)
+    created = source.path is not None and not source.path.exists()
+    private = signing_key(settings, create=True)
+    pub_path = public_key_path(settings)
     pem = public_key_pem(private.public_key())
-    if not pub_path.exists() or pub_path.read_text() != (pem if isinstance(pem, str) else pem.decode()):
-        pub_path.write_text(pem if isinstance(pem, str) else pem.decode())
+    if not pub_path.exists() or pub_path.read_text() != pem:
+        pub_path.write_text(pem)
     pepper_path = home / "keys" / "pepper"
     if not pepper_path.exists():
         fd = os.open(pepper_path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
         with os.fdopen(fd, "w") as fh:
             fh.write(secrets.token_hex(32))
+    # The control DB's key history starts with this key (a no-op once it has a history).
+    trust = ensure_anchor(make_engine(settings.control_db_url), private, "ratchet init")
     return {
         "home": str(home),
-        "signing_key": str(key_path) if not settings.signing_key else "RATCHET_SIGNING_KEY",
+        "signing_key": source.describe(),
         "public_key": str(pub_path),
         "key_id": key_id(private.public_key()),
         "created_key": str(created).lower(),
+        "trusted": str(key_id(private) in trust.trusted).lower(),
         "pepper": str(pepper_path),
     }
 
@@ -73,3 +65,9 @@ def init(home: Path | None, as_json: bool) -> None:
         click.echo(f"Ratchet home: {info['home']}")
         click.echo(f"signing key:  {info['signing_key']} (key id {info['key_id'][:16]}…)")
         click.echo(f"public key:   {info['public_key']}  <- give this to gateways and auditors")
+        if info["trusted"] != "true":
+            click.echo(
+                "warning: the control DB trusts other keys, so manifests signed with this key will be refused; "
+                "see `ratchet admin keys list`",
+                err=True,
+            )

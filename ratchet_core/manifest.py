@@ -8,7 +8,8 @@ Only the control plane (Dagster sensors, ``ratchet admin``) holds the signing ke
 gateway holds public keys only and follows :func:`latest_verified`, so a row it cannot verify never widens what the
 student serves. Manifests form a hash chain: ``sequence`` increases by one per publish and ``previous_digest`` is
 the SHA-256 of the previous envelope's canonical JSON (the ``digest`` column), like a transparency log's
-linked entries.
+linked entries. Which keys may sign is the control DB's signed key history (``ratchet_core.keys``): publishing with
+any other key fails before anything is written, and gateways follow key rotations recorded there.
 
 Serving semantics of one :class:`TaskRelease` (the gateway follows these):
 
@@ -43,11 +44,11 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from sqlalchemy.engine import Connection, Engine
 
 from ratchet_core.control_db import ensure_schema, release_manifest_lock, release_manifests
+from ratchet_core.reasons import REASON_MAX, REASON_MIN, ReasonError, check_reason  # noqa: F401 (re-exported)
 
 MANIFEST_PREDICATE = "https://ratchet.dev/release-manifest/v1"
 DEFAULT_AUDIT_RATE = 0.05
 STAGES = ("teacher", "shadow", "canary", "live")
-REASON_MIN, REASON_MAX = 3, 500
 
 Stage = Literal["teacher", "shadow", "canary", "live"]
 
@@ -63,6 +64,9 @@ class TaskRelease(BaseModel):
     threshold: float | None = None
     previous_live: str | None = None
     previous_threshold: float | None = None
+    # An operator put `version` here with `ratchet admin promote --force` (no certificate was required); the
+    # release sensor never promotes a forced release further.
+    forced: bool = False
 
 
 class Flags(BaseModel):
@@ -127,11 +131,9 @@ def _now() -> str:
 
 
 def _as_key_list(public_keys: Any) -> list[Any]:
-    if public_keys is None:
-        return []
-    if isinstance(public_keys, list | tuple):
-        return list(public_keys)
-    return [public_keys]
+    from ratchet_core.keys import as_key_list
+
+    return as_key_list(public_keys)
 
 
 def _sign(manifest: Manifest, private_key: Any) -> tuple[str, str]:
@@ -202,35 +204,29 @@ def _latest_verified(conn: Connection, public_keys: Any, batch: int = 64) -> tup
 
 
 def latest_verified(engine: Engine | Connection, public_keys: Any) -> tuple[Manifest | None, int]:
-    """The newest manifest whose signature verifies under `public_keys` and whose predicate parses.
+    """The newest manifest whose signature verifies under a trusted key and whose predicate parses.
 
+    `public_keys` are the trust roots (a gateway's configured keys); the control DB's signed key history
+    (``ratchet_core.keys``) carries them forward: keys it added are trusted too, keys it retired are not.
     Returns ``(manifest or None, number of rejected rows newer than it)``. Rows that fail any check (unsigned,
     forged, wrong key, wrong predicate type, unparsable, replayed) are skipped, never trusted. ``None`` means no
     valid manifest: apply :meth:`Manifest.default`.
     """
+    from ratchet_core.keys import trusted_keys
+
     if isinstance(engine, Connection):
-        manifest, rejected, _ = _latest_verified(engine, public_keys)
+        manifest, rejected, _ = _latest_verified(engine, trusted_keys(engine, _as_key_list(public_keys)))
         return manifest, rejected
     with engine.connect() as conn:
         try:
-            manifest, rejected, _ = _latest_verified(conn, public_keys)
+            keys = trusted_keys(conn, _as_key_list(public_keys))
+            manifest, rejected, _ = _latest_verified(conn, keys)
         except (sa.exc.OperationalError, sa.exc.ProgrammingError):
             conn.rollback()
             if not sa.inspect(conn).has_table(release_manifests.name):
                 return None, 0  # nothing published yet: a fresh control DB
             raise
     return manifest, rejected
-
-
-def check_reason(reason: str) -> str:
-    """A change's reason must say why in 3-500 characters (it is signed and shown in the audit log)."""
-    text = (reason or "").strip()
-    if not REASON_MIN <= len(text) <= REASON_MAX:
-        raise ManifestError(
-            f"a reason of {REASON_MIN}-{REASON_MAX} characters is required (got {len(text)}); "
-            'say why, e.g. --reason "canary audits disagree on refunds"'
-        )
-    return text
 
 
 ChangeFn = Callable[[Manifest], "Manifest | None"]
@@ -248,11 +244,24 @@ def publish_in(
     """:func:`publish` inside a transaction the caller holds (so it can write, e.g., an audit-log row atomically).
 
     The caller must have begun the transaction with ``engine.begin()``; on SQLite that is ``BEGIN IMMEDIATE``.
+    `private_key` must be trusted by the control DB's key history (``ratchet_core.keys.require_trusted``; on an
+    empty history it becomes the first trusted key), else :class:`ManifestError` and nothing is written.
+    `public_keys`: extra keys to read the current manifest with (the trusted keys always are).
     """
-    reason = check_reason(reason)
+    from ratchet_core.keys import KeyTrustError, require_trusted
+
+    try:
+        reason = check_reason(reason)
+    except ReasonError as exc:
+        raise ManifestError(str(exc)) from None
     # Postgres: serialise publishers on the lock row. SQLite ignores FOR UPDATE; BEGIN IMMEDIATE already did it.
     conn.execute(sa.select(release_manifest_lock.c.id).with_for_update()).first()
-    keys = _as_key_list(public_keys) or [private_key.public_key()]
+    # Gateways follow only manifests signed by a trusted key: refuse any other key before writing anything.
+    try:
+        trust = require_trusted(conn, private_key, actor)
+    except KeyTrustError as exc:
+        raise ManifestError(str(exc)) from None
+    keys = list(trust.trusted.values()) + _as_key_list(public_keys)
     current, _, previous_digest = _latest_verified(conn, keys)
     base = current if current is not None else Manifest.default()
     draft = base.model_copy(deep=True)
@@ -291,9 +300,9 @@ def publish(
     """Atomically read the latest verified manifest, apply `change_fn`, sign and append it; return it.
 
     ``change_fn(draft)`` edits a deep copy of the current manifest in place or returns a new :class:`Manifest`
-    (any other return value is ignored); raising aborts the publish with nothing written. The new manifest gets ``sequence`` =
-    highest stored sequence + 1 and ``previous_digest`` = digest of the envelope it was derived from, and is
-    verified against `public_keys` (default: the signing key's own public key) when read back.
+    (any other return value is ignored); raising aborts the publish with nothing written. The new manifest gets
+    ``sequence`` = highest stored sequence + 1 and ``previous_digest`` = digest of the envelope it was derived
+    from. A signing key the control DB does not trust is refused before anything is written (:func:`publish_in`).
     """
     ensure_tables(engine)
     with engine.begin() as conn:
@@ -364,11 +373,18 @@ def insert_raw_row(engine: Engine, sequence: int, envelope_text: str, digest_hex
 
 
 def history(engine: Engine, public_keys: Any) -> list[dict[str, Any]]:
-    """Every stored row, oldest first, with whether it verifies and why not (for audit logs and exports)."""
+    """Every stored row, oldest first, with whether it verifies and why not (for audit logs and exports).
+
+    A row verifies under `public_keys` or any key the control DB's key history ever trusted (so manifests signed
+    before a key rotation still show as verified).
+    """
+    from ratchet_core.keys import keys_ever_trusted
+
     ensure_tables(engine)
     out: list[dict[str, Any]] = []
     with engine.connect() as conn:
         rows = conn.execute(sa.select(release_manifests).order_by(release_manifests.c.sequence)).all()
+        public_keys = _as_key_list(public_keys) + keys_ever_trusted(conn)
     for row in rows:
         entry: dict[str, Any] = {"sequence": row.sequence, "digest": row.digest, "created_at": row.created_at}
         try:

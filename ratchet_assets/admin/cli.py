@@ -16,6 +16,7 @@ ADMIN_MODULES = (
     "ratchet_assets.admin.erase_cmd",
     "ratchet_assets.admin.release_cmd",
     "ratchet_assets.admin.export_cmd",
+    "ratchet_assets.admin.keys_cmd",
 )
 
 
@@ -28,7 +29,7 @@ def _present(module: str) -> bool:
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
 def admin() -> None:
-    """Operate releases: versions, promote, rollback, flags, effects, erasures, audit log."""
+    """Operate releases: versions, promote, rollback, flags, effects, erasures, trusted keys, audit log."""
 
 
 for _name in ADMIN_MODULES:

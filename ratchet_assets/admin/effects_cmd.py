@@ -6,7 +6,7 @@ import sys
 
 import click
 
-from ratchet_assets.admin.common import control_db_option, echo_json, engine_for, json_option
+from ratchet_assets.admin.common import control_db_option, echo_json, engine_for, json_option, reason_option
 
 
 def _ledger(url: str):
@@ -69,17 +69,22 @@ def show_cmd(effect_type: str, key: str, control_db: str, as_json: bool) -> None
 @click.argument("effect_type")
 @click.argument("key")
 @click.argument("resolution", type=click.Choice(["done", "failed", "forget"]))
-@click.option("--reason", required=True, help="Why (kept with the effect for the audit trail).")
+@reason_option("Why (3-500 characters); kept with the effect for the audit trail.")
+@click.option("--force", is_flag=True, help="Required to change an effect that is done (it happened).")
 @control_db_option
 @json_option
 def resolve_cmd(
-    effect_type: str, key: str, resolution: str, reason: str, control_db: str, as_json: bool
+    effect_type: str, key: str, resolution: str, reason: str, force: bool, control_db: str, as_json: bool
 ) -> None:
-    """Settle a stuck effect: RESOLUTION done (it happened), failed (it did not: may run again), forget."""
+    """Settle a stuck effect: RESOLUTION done (it happened), failed (it did not: may run again), forget.
+
+    An effect that is already done changes only with --force: marking it failed or forgetting it lets it
+    happen again (a second training launch, a second signature).
+    """
     from ratchet_assets.effects import EffectError
 
     try:
-        record = _ledger(control_db).resolve(effect_type, key, resolution, reason)
+        record = _ledger(control_db).resolve(effect_type, key, resolution, reason, force=force)
     except EffectError as exc:
         click.echo(f"error: {exc}", err=True)
         sys.exit(2)

@@ -10,7 +10,7 @@ import sys
 
 import click
 
-from ratchet_assets.admin.common import control_db_option, echo_json, engine_for, json_option
+from ratchet_assets.admin.common import control_db_option, echo_json, engine_for, json_option, reason_option
 
 
 @click.command()
@@ -18,7 +18,7 @@ from ratchet_assets.admin.common import control_db_option, echo_json, engine_for
     "--request-id", default=None, help="Ratchet request id (x-ratchet-request-id) whose data to forget."
 )
 @click.option("--key", "example_key", default=None, help="Example key (`ratchet proof key`) to forget.")
-@click.option("--reason", required=True, help="Why (kept for the audit trail).")
+@reason_option()
 @control_db_option
 @json_option
 def erase(

@@ -2,8 +2,8 @@
 
 The export is what you hand to another team or a vLLM host: ``DIR/adapter/`` (the PEFT files, loadable with
 ``--lora-modules V=DIR/adapter``), ``DIR/bom.dsse.json``, ``DIR/NOTICE.md``, ``DIR/certificate.dsse.json`` and the
-sorted key lists. The BOM is verified against the copied files before the command succeeds (with the public key
-of RATCHET_SIGNING_KEY / the key file, or ``--key``), so a tampered artifact is never exported.
+sorted key lists. The BOM is verified against the copied files before the command succeeds (with the control plane's
+key and every key its trusted-key history ever held, or ``--key``), so a tampered artifact is never exported.
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ def _public_key(key: str | None):
         return load_public_key(path.read_bytes() if path.is_file() else key)
     from ratchet_assets.defs.resources import Signer
 
-    return Signer(create_if_missing=False).public_key()
+    return Signer(create_if_missing=False).verify_keys()  # BOMs signed before a key rotation verify too
 
 
 @click.command("export-adapter")

@@ -18,13 +18,12 @@ from typing import Any
 import click
 
 from ratchet_assets.admin.common import control_db_option, echo_json, engine_for, json_option
+from ratchet_assets.admin.common import reason_option as common_reason_option
 
 FLAG_NAMES = ("student_disabled", "releases_frozen", "training_paused", "audit_rate")
 TARGETS = ("shadow", "canary-5", "canary-25", "canary-50", "live")
 
-reason_option = click.option(
-    "--reason", required=True, help="Why (3-500 characters); signed into the manifest and the audit log."
-)
+reason_option = common_reason_option("Why (3-500 characters); signed into the manifest and the audit log.")
 actor_option = click.option("--actor", default="", help="Who is acting (default: the OS user name).")
 key_option = click.option(
     "--signing-key-file",
@@ -39,19 +38,13 @@ def _fail(message: str, code: int = 2) -> None:
 
 
 def _private_key(path: str) -> Any:
+    from ratchet_core.keys import KeyTrustError, signing_key
     from ratchet_core.settings import load_settings
-    from ratchet_stats.keys import load_private_key, load_private_key_file
 
-    if path:
-        return load_private_key_file(Path(path))
-    settings = load_settings()
-    if settings.signing_key.startswith("@"):
-        return load_private_key_file(Path(settings.signing_key[1:]))
-    if settings.signing_key:
-        return load_private_key(settings.signing_key)
-    if settings.signing_key_path.exists():
-        return load_private_key_file(settings.signing_key_path)
-    _fail(f"no signing key at {settings.signing_key_path}: run `ratchet init` or set RATCHET_SIGNING_KEY")
+    try:
+        return signing_key(load_settings(), path or None)
+    except KeyTrustError as exc:
+        _fail(str(exc))
 
 
 def _change(

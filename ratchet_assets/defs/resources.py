@@ -1,18 +1,22 @@
-"""Resources every night asset shares (H7/H8's assets use the same keys).
+"""Resources every night asset shares, configured from Ratchet's settings in one place (:func:`night_resources`).
 
-- ``paths``: ``RatchetPaths`` — lake (folder or fsspec URL), artifacts and home folders (default:
-  ``ratchet_core.settings``);
-- ``control_db``: ``ControlDB`` — SQLAlchemy engine of the control DB (effect ledger, erasures, manifests);
-- ``signer``: ``Signer`` — the control plane's Ed25519 key (``RATCHET_SIGNING_KEY`` or the key file
-  ``$RATCHET_HOME/keys/signing.key``, created with a log line when absent in the embedded default);
-- ``night``: ``NightConfig`` — golden share and salt, certification target, training window.
+- ``paths``: ``RatchetPaths`` -- lake (folder or fsspec URL), artifacts and home folders;
+- ``control_db``: ``ControlDB`` -- SQLAlchemy engine of the control DB (effect ledger, erasures, manifests);
+- ``signer``: ``Signer`` -- the control plane's Ed25519 key (``ratchet_core.keys.signing_key``: RATCHET_SIGNING_KEY
+  or ``$RATCHET_HOME/keys/signing.key``, created with a log line when absent in the embedded default);
+- ``models``: ``ModelEndpoints`` -- the teacher's model name, the student endpoint and the student's base model;
+- ``night``: ``NightConfig`` -- golden share and salt, certification target, training window.
+
+:func:`night_resources` reads the settings once (``ratchet_core.settings.load_settings``) and puts every value that
+is not a secret into the resources' config, so the Dagster UI shows what a run uses; assets take settings from
+their resources, never from ``load_settings()``. Secrets (the signing key, the student API key, a control-DB URL
+that may carry a password) stay out of run config: an empty field means "the settings' value", read when used.
 
 Tests replace them with instances rooted in ``tmp_path`` (``dg.materialize(..., resources=night_resources(...))``).
 """
 
 from __future__ import annotations
 
-import logging
 from pathlib import Path
 from typing import Any
 
@@ -22,8 +26,6 @@ from sqlalchemy.engine import Engine
 from ratchet_core.control_db import make_engine
 from ratchet_core.lake import lake_location
 from ratchet_core.settings import Settings, load_settings
-
-log = logging.getLogger(__name__)
 
 
 def _settings() -> Settings:
@@ -58,7 +60,7 @@ class RatchetPaths(dg.ConfigurableResource):
 
 
 class ControlDB(dg.ConfigurableResource):
-    """The control DB (SQLite WAL by default, any SQLAlchemy URL at scale)."""
+    """The control DB (SQLite WAL by default, any SQLAlchemy URL at scale); empty URL = RATCHET_CONTROL_DB."""
 
     url: str = ""
 
@@ -75,45 +77,23 @@ class ControlDB(dg.ConfigurableResource):
 
 
 class Signer(dg.ConfigurableResource):
-    """The control plane's signing key. ``key``: base64/PEM text; ``key_file``: a path; else the settings."""
+    """The control plane's signing key. ``key``: base64/PEM text (tests); ``key_file``: a path; else the settings.
+
+    ``control_db``: the control DB whose key history :meth:`verify_keys` reads (empty = RATCHET_CONTROL_DB).
+    """
 
     key: str = ""
     key_file: str = ""
     create_if_missing: bool = True
+    control_db: str = ""
 
     def private_key(self) -> Any:
-        from ratchet_stats.keys import (
-            generate_private_key,
-            load_private_key,
-            load_private_key_file,
-            save_private_key,
-        )
+        from ratchet_core.keys import signing_key
+        from ratchet_stats.keys import load_private_key
 
         if self.key:
             return load_private_key(self.key)
-        if self.key_file:
-            path = Path(self.key_file)
-        else:
-            settings = _settings()
-            if settings.signing_key.startswith("@"):
-                path = Path(settings.signing_key[1:])
-            elif settings.signing_key:
-                return load_private_key(settings.signing_key)
-            else:
-                path = settings.signing_key_path
-        if path.exists():
-            return load_private_key_file(path)
-        if not self.create_if_missing:
-            raise FileNotFoundError(
-                f"no signing key at {path}: run `ratchet init` or set RATCHET_SIGNING_KEY"
-            )
-        key = generate_private_key()
-        path.parent.mkdir(parents=True, exist_ok=True)
-        save_private_key(key, path)
-        log.warning(
-            "created a new signing key at %s (embedded default); keep it: signatures depend on it", path
-        )
-        return key
+        return signing_key(_settings(), self.key_file or None, create=self.create_if_missing)
 
     def public_key(self) -> Any:
         return self.private_key().public_key()
@@ -122,6 +102,38 @@ class Signer(dg.ConfigurableResource):
         from ratchet_stats.keys import key_id
 
         return key_id(self.public_key())
+
+    def verify_keys(self) -> list[Any]:
+        """This key and every key the control DB's history ever trusted: verifies evidence signed before a rotation."""
+        from ratchet_core.control_db import ensure_schema
+        from ratchet_core.keys import keys_ever_trusted
+
+        engine = make_engine(self.control_db or _settings().control_db_url)
+        ensure_schema(engine)
+        return keys_ever_trusted(engine, [self.public_key()])
+
+
+class ModelEndpoints(dg.ConfigurableResource):
+    """The models the night talks to; empty = the settings (RATCHET_TEACHER_MODEL, RATCHET_STUDENT_*)."""
+
+    teacher_model: str = ""
+    student_base_url: str = ""
+    student_base_model: str = ""
+
+    def teacher(self) -> str:
+        return self.teacher_model or _settings().teacher_model
+
+    def student_url(self) -> str:
+        """The student server's OpenAI-compatible base URL ("" when none is configured)."""
+        return self.student_base_url or _settings().student_base_url or ""
+
+    def student_api_key(self) -> str:
+        """RATCHET_STUDENT_API_KEY, read when used (a secret: never part of run config)."""
+        return _settings().student_api_key
+
+    def base_model(self) -> str:
+        """RATCHET_STUDENT_BASE_MODEL ("" = the demo base under $RATCHET_HOME)."""
+        return self.student_base_model or _settings().student_base_model or ""
 
 
 class NightConfig(dg.ConfigurableResource):
@@ -139,17 +151,32 @@ def night_resources(
     home: str | Path | None = None,
     control_db_url: str = "",
     signing_key: str = "",
+    *,
+    settings: Settings | None = None,
     **night: Any,
 ) -> dict[str, Any]:
-    """The resource dict for ``dg.materialize`` / ``Definitions``; everything under ``home`` when given."""
-    home_s = str(home) if home else ""
-    if home and not control_db_url:
-        control_db_url = f"sqlite:///{(Path(home) / 'control.db').as_posix()}"
-    key_file = str(Path(home) / "keys" / "signing.key") if home and not signing_key else ""
+    """The resource dict for ``dg.materialize`` / ``Definitions``, configured from `settings` (default: read once).
+
+    With `home`, everything (lake, artifacts, control DB, key file) lives under it, whatever the settings say.
+    """
+    s = settings or load_settings()
+    if home:
+        home_s = str(home)
+        paths = RatchetPaths(home=home_s)
+        control_db_url = control_db_url or f"sqlite:///{(Path(home) / 'control.db').as_posix()}"
+        key_file = "" if signing_key else str(Path(home) / "keys" / "signing.key")
+    else:
+        paths = RatchetPaths(home=str(s.home), lake=s.lake_root, artifacts=s.artifacts_root)
+        key_file = ""  # the settings' key, resolved when used (RATCHET_SIGNING_KEY may hold the key itself)
     return {
-        "paths": RatchetPaths(home=home_s),
+        "paths": paths,
         "control_db": ControlDB(url=control_db_url),
-        "signer": Signer(key=signing_key, key_file=key_file),
+        "signer": Signer(key=signing_key, key_file=key_file, control_db=control_db_url),
+        "models": ModelEndpoints(
+            teacher_model=s.teacher_model,
+            student_base_url=s.student_base_url or "",
+            student_base_model=s.student_base_model or "",
+        ),
         "night": NightConfig(**night),
     }
 

@@ -36,8 +36,9 @@ def record_erasure(
     """Record that an example (by key) or a request's data (by request id) must be forgotten."""
     if bool(example_key) == bool(request_id):
         raise ValueError("give exactly one of example_key (`ratchet proof key`) or request_id")
-    if not reason.strip():
-        raise ValueError("give a reason (kept for the audit trail)")
+    from ratchet_core.reasons import check_reason
+
+    reason = check_reason(reason)  # the one rule: 3-500 characters, not blank (ReasonError is a ValueError)
     ensure_tables(engine)
     with engine.begin() as conn:
         conn.execute(

@@ -134,6 +134,31 @@ def test_admin_effects_list_show_resolve(url: str) -> None:
     assert ledger.lookup("training.launch", "train:abc").status == "failed"
 
 
+def test_a_done_effect_changes_only_with_force_and_every_resolution_needs_a_real_reason(url: str) -> None:
+    from ratchet_assets.admin.cli import admin
+    from ratchet_assets.effects import EffectError
+
+    ledger = EffectLedger(make_engine(url))
+    begun = ledger.begin("receipt.sign", "receipt:2026-01-01", "fp", probe=lambda r: None)
+    ledger.report(begun.token, {"signed": True})
+    runner = CliRunner()
+    base = ["effects", "resolve", "receipt.sign", "receipt:2026-01-01"]
+    refused = runner.invoke(admin, [*base, "failed", "--reason", "looks wrong to me", "--control-db", url])
+    assert refused.exit_code == 2 and "is done" in refused.output and "--force" in refused.output
+    assert ledger.lookup("receipt.sign", "receipt:2026-01-01").status == "done"
+    for bad in ("ok", "   \t  ", "x" * 501):
+        out = runner.invoke(admin, [*base, "failed", "--force", "--reason", bad, "--control-db", url])
+        assert out.exit_code == 2 and "3-500 characters" in out.output
+    with pytest.raises(EffectError, match="3-500 characters"):
+        ledger.resolve("receipt.sign", "receipt:2026-01-01", "forget", reason="no", force=True)
+    forced = runner.invoke(
+        admin, [*base, "failed", "--force", "--reason", "the signed file was lost", "--control-db", url]
+    )
+    assert forced.exit_code == 0, forced.output
+    record = ledger.lookup("receipt.sign", "receipt:2026-01-01")
+    assert record.status == "failed" and record.note == "resolved failed: the signed file was lost"
+
+
 def test_admin_erase_records_an_erasure(url: str) -> None:
     from ratchet_assets.admin.cli import admin
     from ratchet_assets.night.erasures import load_erasures
@@ -144,7 +169,9 @@ def test_admin_erase_records_an_erasure(url: str) -> None:
     )
     assert ok.exit_code == 0, ok.output
     both = runner.invoke(
-        admin, ["erase", "--request-id", "a", "--key", "b", "--reason", "x", "--control-db", url]
+        admin, ["erase", "--request-id", "a", "--key", "b", "--reason", "user asked", "--control-db", url]
     )
     assert both.exit_code == 2 and "exactly one" in both.output
+    short = runner.invoke(admin, ["erase", "--request-id", "b", "--reason", "x", "--control-db", url])
+    assert short.exit_code == 2 and "3-500 characters" in short.output
     assert load_erasures(make_engine(url)).request_ids == frozenset({"req-1"})
