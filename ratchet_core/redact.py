@@ -200,7 +200,7 @@ def _rules(key: bytes) -> list[tuple[re.Pattern[str], Callable[[re.Match[str]], 
 _DEFAULT_RULES = _rules(DEFAULT_KEY)
 _DIGITS = str.maketrans("", "", "0123456789")
 _TOKEN_RUN = re.compile(r"[A-Za-z0-9_+/-]{32}")
-_KEY_HINTS = ("sk-", "k_live_", "k_test_", "AKIA", "ghp_", "gho_", "ghu_", "ghs_", "ghr_", "xox")
+_KEY_HINT = re.compile(r"sk-|k_live_|k_test_|AKIA|gh[pousr]_|xox")
 
 
 def _gates(s: str) -> tuple[bool, ...]:
@@ -211,10 +211,10 @@ def _gates(s: str) -> tuple[bool, ...]:
     # full-width and other Unicode decimal digits count for cards (only non-ASCII text pays for the count)
     card_digits = digits if ascii_only else sum(map(str.isdecimal, s))
     colons = s.count(":")
-    long_run = len(s) >= 32 and any(len(w) >= 32 for w in s.split()) and _TOKEN_RUN.search(s) is not None
+    long_run = len(s) >= 32 and _TOKEN_RUN.search(s) is not None
     return (
         "bearer" in s.lower(),  # bearer
-        any(h in s for h in _KEY_HINTS),  # provider keys
+        _KEY_HINT.search(s) is not None,  # provider keys
         "eyJ" in s,  # JWT
         "@" in s,  # email
         not ascii_only and ("@" in s or "\uff20" in s),  # internationalised email
