@@ -280,11 +280,12 @@ def _proof_latency(folder: Path, n: int, root: str, count: int, seed: int = 11) 
 def run(out_dir: Path, n: int = N_ROWS, proofs: int = 200) -> dict[str, Any]:
     from ratchet_assets.effects import EffectLedger
     from ratchet_assets.night.examples import build_examples
-    from ratchet_assets.night.receipts import build_receipt, receipt_dir
+    from ratchet_assets.night.receipts import build_receipt
     from ratchet_assets.night.split import split_golden
     from ratchet_assets.night.traffic import consolidate_traffic
     from ratchet_assets.night.training_set import build_training_set
     from ratchet_core.control_db import make_engine
+    from ratchet_core.layout import ArtifactLayout
     from ratchet_stats.keys import generate_private_key
 
     with tempfile.TemporaryDirectory(prefix="bench-night-") as tmp:
@@ -304,7 +305,7 @@ def run(out_dir: Path, n: int = N_ROWS, proofs: int = 200) -> dict[str, Any]:
         # signed once (a fresh key and control DB); then proofs the way the gateway's route makes them.
         ledger = EffectLedger(make_engine(f"sqlite:///{(root / 'control.db').as_posix()}"))
         receipt = steps.run("receipt", build_receipt, root / "art", DAY, generate_private_key(), ledger)
-        folder = receipt_dir(root / "art", DAY)
+        folder = ArtifactLayout(root / "art").receipt_dir(DAY)
         files = {p.name: p.stat().st_size for p in folder.iterdir()}
         latency = steps.run("proofs", _proof_latency, folder, n, receipt.root, proofs)
     result = {

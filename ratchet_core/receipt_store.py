@@ -29,12 +29,12 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from ratchet_core.layout import RECEIPT_ENVELOPE_FILE, RECEIPT_ROWS_FILE, RECEIPT_TREE_FILE
 from ratchet_stats.merkle_store import StoredTree
 from ratchet_stats.receipt import envelope_digest, make_proof, make_stored_proof
 
-ENVELOPE_FILE = "receipt.dsse.json"
-ROWS_FILE = "rows.parquet"
-TREE_FILE = "tree.bin"
+# The folder's file names are the artifact layout's (ratchet_core.layout).
+ENVELOPE_FILE, ROWS_FILE, TREE_FILE = RECEIPT_ENVELOPE_FILE, RECEIPT_ROWS_FILE, RECEIPT_TREE_FILE
 TREE_BASE = 6
 ROW_GROUP_ROWS = 4096  # a multiple of 2**TREE_BASE: a proof's leaf block never straddles two row groups
 assert ROW_GROUP_ROWS % (1 << TREE_BASE) == 0

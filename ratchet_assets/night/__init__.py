@@ -1,14 +1,9 @@
 """The night's logic as plain functions over paths (no Dagster): the assets in ``ratchet_assets.defs`` call
 them, and so do ``ratchet sim`` and the benchmarks. DuckDB (in-memory connections) does the heavy lifting.
 
-Layout under the artifacts root (D = YYYY-MM-DD):
-
-- ``traffic/day=D/traffic.parquet`` (+ ``segments.json``): the day's validated, deduplicated ledger rows;
-- ``examples/day=D/examples.parquet``: teacher-labelled examples, one per example key;
-- ``golden/registry.parquet``: permanent key -> golden/train assignment (only grows);
-  ``golden/day=D/golden.parquet`` + ``keys.txt``: golden examples to date;
-- ``train/day=D/train.jsonl`` + ``keys.txt`` + ``commitment.json``: the training set;
-- ``receipts/D/receipt.dsse.json`` + ``rows.parquet``: the signed daily receipt and its leaves.
+Every file they read and write under the artifacts root is named by ``ratchet_core.layout.ArtifactLayout``
+(traffic, examples, golden, train, adapters, certificates, BOMs, receipts); the lake is read through
+``ratchet_core.lake``, and files are published whole with its ``atomic_write_bytes`` (re-exported here).
 """
 
 from __future__ import annotations
@@ -22,12 +17,8 @@ import duckdb
 import orjson
 import pyarrow as pa
 
+from ratchet_core.lake import atomic_write_bytes as atomic_write_bytes  # re-exported: the one atomic write
 from ratchet_stats.canonical import canonical_json
-
-
-def day_dir(root: str | Path, kind: str, day: str) -> Path:
-    """``<root>/<kind>/day=<day>``."""
-    return Path(root) / kind / f"day={day}"
 
 
 def connect() -> duckdb.DuckDBPyConnection:
@@ -45,14 +36,6 @@ def sql_str(value: str) -> str:
 def sql_list(paths: list[Path] | list[str]) -> str:
     """A DuckDB list literal of file paths."""
     return "[" + ", ".join(sql_str(str(p)) for p in paths) + "]"
-
-
-def atomic_write_bytes(path: Path, data: bytes) -> None:
-    """Write to a temporary name then rename: readers never see half a file."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_bytes(data)
-    tmp.replace(path)
 
 
 def markdown_table(header: list[str], rows: list[list[object]]) -> str:

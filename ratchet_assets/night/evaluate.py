@@ -34,6 +34,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from ratchet_core.layout import ArtifactLayout
 from ratchet_stats.canonical import canonical_json
 from ratchet_stats.certificate import TaskOutcomes
 from ratchet_stats.commitment import Commitment, key_commitment
@@ -80,15 +81,11 @@ class Answer:
     error: str = ""
 
 
-def golden_path(artifacts_root: str | Path, day: str) -> Path:
-    return Path(artifacts_root) / "golden" / f"day={day}" / "golden.parquet"
-
-
 def load_golden(artifacts_root: str | Path, day: str) -> list[GoldenRow]:
     """The golden set to date for ``day`` (sorted by example key)."""
     import pyarrow.parquet as pq
 
-    path = golden_path(artifacts_root, day)
+    path = ArtifactLayout(artifacts_root).golden_file(day)
     if not path.exists():
         raise EvaluationError(f"no golden set at {path}: materialise `golden_split` for {day} first")
     table = pq.read_table(

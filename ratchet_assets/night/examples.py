@@ -31,7 +31,6 @@ from ratchet_assets.night import (
     canonical_json_text,
     canonical_text,
     connect,
-    day_dir,
     loads_strict,
     sql_str,
     stream_batches,
@@ -39,6 +38,7 @@ from ratchet_assets.night import (
 from ratchet_assets.night.erasures import Erasures
 from ratchet_assets.night.traffic import traffic_path
 from ratchet_core.example_key import split_tools_column
+from ratchet_core.layout import ArtifactLayout
 from ratchet_stats.canonical import sha256_hex
 
 EXAMPLES_SCHEMA = pa.schema(
@@ -228,7 +228,7 @@ def build_examples(artifacts_root: str | Path, day: str, erasures: Erasures | No
         """
     )
     con.execute("DROP TABLE keyed")
-    out = day_dir(artifacts_root, "examples", day) / "examples.parquet"
+    out = ArtifactLayout(artifacts_root).examples_file(day)
     writer = ChunkedParquetWriter(out, EXAMPLES_SCHEMA, compression="zstd")
     by_task: dict[str, int] = {}
     by_source: dict[str, int] = {}
@@ -270,7 +270,7 @@ def build_examples(artifacts_root: str | Path, day: str, erasures: Erasures | No
 
 
 def examples_path(artifacts_root: str | Path, day: str) -> Path:
-    path = day_dir(artifacts_root, "examples", day) / "examples.parquet"
+    path = ArtifactLayout(artifacts_root).examples_file(day)
     if not path.exists():
         raise FileNotFoundError(f"{path} does not exist: materialise `examples` for {day} first")
     return path

@@ -1,6 +1,6 @@
 """The ``daily_receipt`` step: commit to the day's request rows, chain to the previous receipt, sign once.
 
-Files (D = YYYY-MM-DD), under ``<artifacts>/receipts/D/``:
+Files (D = YYYY-MM-DD), under ``<artifacts>/receipts/D/`` (``ratchet_core.layout.ArtifactLayout.receipt_*``):
 
 - ``receipt.dsse.json``: canonical JSON of the DSSE envelope (so the file's SHA-256 is the chain digest);
 - ``rows.parquet``: the leaves in tree order — columns ``index`` (int64), ``request_id``, ``client``, ``leaf``
@@ -41,6 +41,7 @@ from ratchet_assets.night import (
 )
 from ratchet_assets.night.traffic import traffic_path
 from ratchet_core import receipt_store
+from ratchet_core.layout import ArtifactLayout
 from ratchet_core.schema import RECEIPT_LEAF_FIELDS
 from ratchet_stats.canonical import canonical_json, digest
 from ratchet_stats.dsse import make_statement, sign_statement, verify_statement
@@ -78,10 +79,6 @@ class ReceiptResult:
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
-
-
-def receipt_dir(artifacts_root: str | Path, day: str) -> Path:
-    return Path(artifacts_root) / "receipts" / day
 
 
 def _ts_text(ts: Any) -> str:
@@ -234,11 +231,11 @@ def _add_totals(clients: dict[str, dict[str, Any]], table: pa.Table) -> None:
 
 def previous_link(artifacts_root: str | Path, day: str) -> dict[str, str] | None:
     """The latest receipt before ``day`` ({day, digest}), or None for the first receipt."""
-    root = Path(artifacts_root) / "receipts"
-    days = sorted(p.name for p in root.glob("*") if p.name < day and (p / "receipt.dsse.json").exists())
+    layout = ArtifactLayout(artifacts_root)
+    days = [d for d in layout.receipt_days() if d < day]
     if not days:
         return None
-    envelope = json.loads((root / days[-1] / "receipt.dsse.json").read_bytes())
+    envelope = json.loads(layout.receipt_envelope(days[-1]).read_bytes())
     return {"day": days[-1], "digest": envelope_digest(envelope)}
 
 
@@ -250,9 +247,10 @@ def build_receipt(
     lease_seconds: float = 300.0,
 ) -> ReceiptResult:
     """Compute, sign (at most once per day) and write the day's receipt."""
-    out_dir = receipt_dir(artifacts_root, day)
+    layout = ArtifactLayout(artifacts_root)
+    out_dir = layout.receipt_dir(day)
     out_dir.mkdir(parents=True, exist_ok=True)
-    rows_path = out_dir / "rows.parquet"
+    rows_path = layout.receipt_rows(day)
     writer = ChunkedParquetWriter(
         rows_path,
         ROWS_SCHEMA,
@@ -260,7 +258,7 @@ def build_receipt(
         compression="zstd",
         write_statistics=["request_id"],
     )
-    tree = TreeBuilder(out_dir / receipt_store.TREE_FILE, base=receipt_store.TREE_BASE)
+    tree = TreeBuilder(layout.receipt_tree(day), base=receipt_store.TREE_BASE)
     clients: dict[str, dict[str, Any]] = {}
     for table in receipt_leaves(traffic_path(artifacts_root, day)):
         start = tree.size
@@ -284,7 +282,7 @@ def build_receipt(
     size = tree.size
     predicate = make_predicate(day, root_hex, size, clients, previous_link(artifacts_root, day))
 
-    envelope_path = out_dir / "receipt.dsse.json"
+    envelope_path = layout.receipt_envelope(day)
     fingerprint = digest(predicate)
     key = f"receipt:{day}"
     public_key = private_key.public_key()
@@ -359,8 +357,8 @@ def receipt_proof(day: str, request_id: str, artifacts_root: str | Path | None =
         from ratchet_core.settings import load_settings
 
         artifacts_root = load_settings().artifacts_root
-    folder = receipt_dir(artifacts_root, day)
-    rows_path = folder / "rows.parquet"
+    layout = ArtifactLayout(artifacts_root)
+    folder, rows_path = layout.receipt_dir(day), layout.receipt_rows(day)
     if not rows_path.exists():
         raise FileNotFoundError(
             f"no receipt rows for {day} at {rows_path}: materialise `daily_receipt` first"
@@ -373,7 +371,7 @@ def receipt_proof(day: str, request_id: str, artifacts_root: str | Path | None =
 
 def export_rows_jsonl(artifacts_root: str | Path, day: str, out: str | Path) -> Path:
     """Write the day's leaves as JSON lines (for ``ratchet verify receipt --rows``)."""
-    table = pq.read_table(receipt_dir(artifacts_root, day) / "rows.parquet", columns=["leaf"])
+    table = pq.read_table(ArtifactLayout(artifacts_root).receipt_rows(day), columns=["leaf"])
     data = "".join(s + "\n" for s in table["leaf"].to_pylist()).encode("utf-8")
     atomic_write_bytes(Path(out), data)
     return Path(out)

@@ -27,10 +27,11 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from ratchet_assets.night import atomic_write_bytes, connect, day_dir, sql_list, sql_str
+from ratchet_assets.night import atomic_write_bytes, connect, sql_list, sql_str
 from ratchet_assets.night.commitments import write_golden_commitment
 from ratchet_assets.night.erasures import Erasures
 from ratchet_assets.night.examples import EXAMPLES_SCHEMA, examples_path
+from ratchet_core.layout import ArtifactLayout
 
 REGISTRY_SCHEMA = pa.schema(
     [
@@ -70,14 +71,10 @@ class SplitResult:
         return asdict(self)
 
 
-def registry_path(artifacts_root: str | Path) -> Path:
-    return Path(artifacts_root) / "golden" / "registry.parquet"
-
-
 @contextmanager
 def registry_lock(artifacts_root: str | Path) -> Iterator[None]:
     """Exclusive lock around read-modify-write of the registry (several partitions may run at once)."""
-    lock = Path(artifacts_root) / "golden" / ".registry.lock"
+    lock = ArtifactLayout(artifacts_root).golden_registry_lock()
     lock.parent.mkdir(parents=True, exist_ok=True)
     with open(lock, "a") as fh:
         fcntl.flock(fh, fcntl.LOCK_EX)
@@ -85,16 +82,6 @@ def registry_lock(artifacts_root: str | Path) -> Iterator[None]:
             yield
         finally:
             fcntl.flock(fh, fcntl.LOCK_UN)
-
-
-def _examples_to_date(artifacts_root: str | Path, day: str) -> list[Path]:
-    root = Path(artifacts_root) / "examples"
-    out = []
-    for folder in sorted(root.glob("day=*")):
-        d = folder.name.removeprefix("day=")
-        if d <= day and (folder / "examples.parquet").exists():
-            out.append(folder / "examples.parquet")
-    return out
 
 
 def split_golden(
@@ -110,7 +97,7 @@ def split_golden(
         raise ValueError(f"golden share must be in [0, 1), got {share}")
     erasures = erasures or Erasures()
     today = examples_path(artifacts_root, day)
-    reg_path = registry_path(artifacts_root)
+    reg_path = ArtifactLayout(artifacts_root).golden_registry()
     con = connect()
     with registry_lock(artifacts_root):
         if reg_path.exists():
@@ -172,7 +159,7 @@ def split_golden(
             con.execute("DROP TABLE reg")
             con.execute(f"CREATE TEMP TABLE reg AS SELECT * FROM read_parquet({sql_str(str(reg_path))})")
 
-    files = _examples_to_date(artifacts_root, day)
+    files = ArtifactLayout(artifacts_root).examples_files(until=day)
     con.register("erased_keys", pa.table({"k": pa.array(sorted(erasures.example_keys), pa.string())}))
     con.register("erased_ids", pa.table({"r": pa.array(sorted(erasures.request_ids), pa.string())}))
     golden = con.sql(
@@ -190,14 +177,14 @@ def split_golden(
     con.register("golden_t", golden)
     by_task = dict(con.execute("SELECT task, count(*) FROM golden_t GROUP BY task ORDER BY task").fetchall())
     con.close()
-    out_dir = day_dir(artifacts_root, "golden", day)
-    out_dir.mkdir(parents=True, exist_ok=True)
-    out = out_dir / "golden.parquet"
-    tmp = out_dir / ".golden.parquet.tmp"
+    layout = ArtifactLayout(artifacts_root)
+    out = layout.golden_file(day)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = out.with_name(f".{out.name}.tmp")
     pq.write_table(golden, tmp, compression="zstd", row_group_size=256_000)
     tmp.replace(out)
     keys = golden["example_key"].to_pylist()
-    keys_path = out_dir / "keys.txt"
+    keys_path = layout.golden_keys(day)
     atomic_write_bytes(keys_path, "".join(k + "\n" for k in keys).encode("ascii"))
     commitment = write_golden_commitment(artifacts_root, day).keys
     return SplitResult(
@@ -216,7 +203,7 @@ def split_golden(
 
 def golden_keys_registry(artifacts_root: str | Path) -> set[str]:
     """Every key ever assigned golden."""
-    path = registry_path(artifacts_root)
+    path = ArtifactLayout(artifacts_root).golden_registry()
     if not path.exists():
         return set()
     con = connect()

@@ -28,12 +28,12 @@ from ratchet_assets.night import (
     ChunkedParquetWriter,
     atomic_write_bytes,
     connect,
-    day_dir,
     sql_list,
     sql_str,
     stream_batches,
 )
 from ratchet_core.lake import Lake, Segment
+from ratchet_core.layout import ArtifactLayout
 from ratchet_core.schema import COLUMN_NAMES, LEDGER_SCHEMA
 
 
@@ -107,9 +107,9 @@ def consolidate_traffic(
             + "\n  ".join(lines)
             + "\nMove them out of the lake (or rewrite them with the gateway's schema) and rerun the partition."
         )
-    out_dir = day_dir(artifacts_root, "traffic", day)
-    out = out_dir / "traffic.parquet"
-    manifest_path = out_dir / "segments.json"
+    layout = ArtifactLayout(artifacts_root)
+    out = layout.traffic_file(day)
+    manifest_path = layout.traffic_segments(day)
     previous = set()
     if manifest_path.exists():
         previous = {s["name"] for s in json.loads(manifest_path.read_text())["segments"]}
@@ -204,7 +204,7 @@ def consolidate_traffic(
 
 def traffic_path(artifacts_root: str | Path, day: str) -> Path:
     """Where ``consolidate_traffic`` wrote the day (raises with what to do if it has not run)."""
-    path = day_dir(artifacts_root, "traffic", day) / "traffic.parquet"
+    path = ArtifactLayout(artifacts_root).traffic_file(day)
     if not path.exists():
         raise FileNotFoundError(f"{path} does not exist: materialise `traffic` for {day} first")
     return path

@@ -22,9 +22,9 @@ from typing import Any
 
 import pyarrow as pa
 
-from ratchet_assets.night import atomic_write_bytes, connect, day_dir, sql_list, sql_str, stream_batches
+from ratchet_assets.night import atomic_write_bytes, connect, sql_list, sql_str, stream_batches
 from ratchet_assets.night.erasures import Erasures
-from ratchet_assets.night.split import registry_path
+from ratchet_core.layout import ArtifactLayout
 from ratchet_stats import merkle
 from ratchet_stats.commitment import key_commitment
 
@@ -75,10 +75,11 @@ def build_training_set(
         raise ValueError(f"window_days must be >= 1, got {window_days}")
     erasures = erasures or Erasures()
     days = window(day, window_days)
-    files = [p for d in days if (p := day_dir(artifacts_root, "examples", d) / "examples.parquet").exists()]
-    if day_dir(artifacts_root, "examples", day) / "examples.parquet" not in files:
+    layout = ArtifactLayout(artifacts_root)
+    files = [p for d in days if (p := layout.examples_file(d)).exists()]
+    if layout.examples_file(day) not in files:
         raise TrainingSetError(f"no examples for {day}: materialise `examples` for {day} first")
-    reg = registry_path(artifacts_root)
+    reg = layout.golden_registry()
     if not reg.exists():
         raise TrainingSetError(f"no golden registry at {reg}: materialise `golden_split` for {day} first")
     con = connect()
@@ -119,10 +120,9 @@ def build_training_set(
         "SELECT count(*) FROM train WHERE example_key IN (SELECT example_key FROM reg WHERE golden)"
     ).fetchall()[0][0]
     by_task = dict(con.execute("SELECT task, count(*) FROM train GROUP BY task ORDER BY task").fetchall())
-    out_dir = day_dir(artifacts_root, "train", day)
-    out_dir.mkdir(parents=True, exist_ok=True)
-    out = out_dir / "train.jsonl"
-    tmp = out_dir / ".train.jsonl.tmp"
+    out = layout.train_jsonl(day)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = out.with_name(f".{out.name}.tmp")
     keys: list[str] = []
     leaf_hashes: list[bytes] = []
     rows = stream_batches(
@@ -141,7 +141,7 @@ def build_training_set(
             leaf_hashes.extend([_sha256(b"\x00" + line).digest() for line in lines])
     tmp.replace(out)
     con.close()
-    keys_path = out_dir / "keys.txt"
+    keys_path = layout.train_keys(day)
     atomic_write_bytes(keys_path, "".join(k + "\n" for k in keys).encode("ascii"))
     rows_root = merkle.MerkleTree.from_leaf_hashes(leaf_hashes).root().hex()
     keys_c = key_commitment(keys)
@@ -153,7 +153,9 @@ def build_training_set(
         "keys": {"root": keys_c.root, "size": keys_c.size, "leaf": "example key ASCII, sorted ascending"},
         "tree": "RFC 9162 SHA-256",
     }
-    atomic_write_bytes(out_dir / "commitment.json", json.dumps(commitment, indent=2, sort_keys=True).encode())
+    atomic_write_bytes(
+        layout.train_commitment(day), json.dumps(commitment, indent=2, sort_keys=True).encode()
+    )
     return TrainingResult(
         day=day,
         path=str(out),
@@ -171,8 +173,8 @@ def build_training_set(
 
 def disjoint_from_golden(artifacts_root: str | Path, day: str) -> tuple[bool, int, list[str]]:
     """Check ``train/day=D/keys.txt`` against every golden key ever assigned: (ok, overlap, examples)."""
-    keys_path = day_dir(artifacts_root, "train", day) / "keys.txt"
-    reg = registry_path(artifacts_root)
+    layout = ArtifactLayout(artifacts_root)
+    keys_path, reg = layout.train_keys(day), layout.golden_registry()
     con = connect()
     shared = [
         r[0]
