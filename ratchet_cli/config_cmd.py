@@ -3,12 +3,11 @@
 from __future__ import annotations
 
 import json
-import os
 import sys
 
 import click
 
-from ratchet_core.settings import ENV_PREFIX, Settings, SettingsError, load_settings, unknown_variables
+from ratchet_core.settings import Settings, SettingsError, describe, load_settings, unknown_variables
 
 SECRET_FIELDS = {"api_keys", "admin_key", "signing_key", "pepper", "teacher_api_key", "student_api_key"}
 
@@ -34,18 +33,15 @@ def check(as_json: bool) -> None:
         settings = load_settings()
     except SettingsError as exc:
         problems = [line.strip() for line in str(exc).splitlines()[1:]]
-    rows = []
-    for name, field in Settings.model_fields.items():
-        env = ENV_PREFIX + name.upper()
-        value = getattr(settings, name) if settings is not None else os.environ.get(env, field.default)
-        rows.append(
-            {
-                "variable": env,
-                "value": _mask(name, value),
-                "source": "environment" if env in os.environ else "default",
-                "description": field.description or "",
-            }
-        )
+    rows = [
+        {
+            "variable": row["variable"],
+            "value": _mask(str(row["name"]), row["value"]),
+            "source": row["source"],
+            "description": row["description"],
+        }
+        for row in describe(settings)
+    ]
     derived = {}
     if settings is not None:
         derived = {

@@ -12,15 +12,16 @@ import json
 import os
 import time
 from datetime import UTC, date, datetime, timedelta
-from pathlib import Path
 
 
 def _accelerated() -> tuple[float, datetime, float] | None:
-    day_seconds = os.environ.get("RATCHET_DAY_SECONDS")
+    from ratchet_core.settings import clock_settings
+
+    day_seconds, start_day, home = clock_settings()
     if not day_seconds:
         return None
-    start = datetime.fromisoformat(os.environ.get("RATCHET_CLOCK_START", "2026-01-01")).replace(tzinfo=UTC)
-    epoch_file = Path(os.environ.get("RATCHET_HOME", ".ratchet")) / "clock.json"
+    start = datetime.fromisoformat(start_day).replace(tzinfo=UTC)
+    epoch_file = home / "clock.json"
     try:
         state = json.loads(epoch_file.read_text())
         real_epoch = float(state["real_epoch"])

@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 from functools import cached_property
 from pathlib import Path
+from typing import NamedTuple
 
 from pydantic import Field, ValidationError, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
@@ -18,6 +19,8 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 
 ENV_PREFIX = "RATCHET_"
+# Read by tools around Ratchet (`make bench`), not by Ratchet itself: a gateway started by the benchmark inherits them.
+TOOL_VARIABLES = frozenset({"RATCHET_BENCH_DIR", "RATCHET_BENCH_DURATION", "RATCHET_BENCH_ROUNDS"})
 
 
 class SettingsError(ValueError):
@@ -84,6 +87,16 @@ class Settings(BaseSettings):
     partitions_start: str = Field(
         "2026-01-01", pattern=r"^\d{4}-\d{2}-\d{2}$", description="First day (UTC) of the nightly partitions."
     )
+    day_seconds: float | None = Field(
+        None,
+        gt=0,
+        description="Accelerated clock (demos, simulations): one day lasts this many real seconds; unset = real time.",
+    )
+    clock_start: str = Field(
+        "2026-01-01",
+        pattern=r"^\d{4}-\d{2}-\d{2}$",
+        description="Accelerated clock: the day it starts at (with RATCHET_DAY_SECONDS).",
+    )
 
     @field_validator("home", mode="after")
     @classmethod
@@ -115,11 +128,7 @@ class Settings(BaseSettings):
 def unknown_variables(environ: dict[str, str] | None = None) -> list[str]:
     """Names of ``RATCHET_*`` variables that are not settings (typos are the usual cause)."""
     env = os.environ if environ is None else environ
-    known = {ENV_PREFIX + name.upper() for name in Settings.model_fields}
-    # Variables used by tools around Ratchet, not by Settings itself.
-    # read by ratchet_core.clock and by `make bench`, not by Settings
-    known |= {"RATCHET_DAY_SECONDS", "RATCHET_CLOCK_START", "RATCHET_BENCH_DIR", "RATCHET_BENCH_DURATION"}
-    known |= {"RATCHET_BENCH_ROUNDS"}
+    known = {ENV_PREFIX + name.upper() for name in Settings.model_fields} | TOOL_VARIABLES
     return sorted(k for k in env if k.upper().startswith(ENV_PREFIX) and k.upper() not in known)
 
 
@@ -137,3 +146,50 @@ def load_settings(**overrides: object) -> Settings:
         raise SettingsError("invalid configuration:\n  " + "\n  ".join(problems))
     assert settings is not None
     return settings
+
+
+def describe(settings: Settings | None) -> list[dict[str, object]]:
+    """Every setting for ``ratchet config check``: variable, value, source (environment | default), description.
+
+    `settings` is the loaded object; when loading failed (None), the raw text of each variable is shown instead.
+    """
+    rows = []
+    for name, field in Settings.model_fields.items():
+        env = ENV_PREFIX + name.upper()
+        value = getattr(settings, name) if settings is not None else os.environ.get(env, field.default)
+        rows.append(
+            {
+                "name": name,
+                "variable": env,
+                "value": value,
+                "source": "environment" if env in os.environ else "default",
+                "description": field.description or "",
+            }
+        )
+    return rows
+
+
+class ClockSettings(NamedTuple):
+    day_seconds: float | None
+    start: str
+    home: Path
+
+
+def clock_settings() -> ClockSettings:
+    """The accelerated clock's settings (RATCHET_DAY_SECONDS, RATCHET_CLOCK_START, RATCHET_HOME), read on every call.
+
+    ``ratchet_core.clock`` asks on each reading, so a process sees a clock the demo moves at once; building the
+    whole :class:`Settings` (and reading ``.env``) per request would cost more than the clock itself.
+    """
+    raw = os.environ.get(ENV_PREFIX + "DAY_SECONDS")
+    try:
+        day_seconds = float(raw) if raw else None
+    except ValueError:
+        raise SettingsError(
+            f"invalid configuration:\n  {ENV_PREFIX}DAY_SECONDS: not a number ({raw!r})"
+        ) from None
+    if day_seconds is not None and day_seconds <= 0:
+        raise SettingsError(f"invalid configuration:\n  {ENV_PREFIX}DAY_SECONDS: must be > 0")
+    start = os.environ.get(ENV_PREFIX + "CLOCK_START") or Settings.model_fields["clock_start"].default
+    home = Path(os.environ.get(ENV_PREFIX + "HOME") or Settings.model_fields["home"].default).expanduser()
+    return ClockSettings(day_seconds, start, home)

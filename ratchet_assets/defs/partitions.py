@@ -1,17 +1,12 @@
 """The night's partitions: one per UTC day.
 
-The first day is ``$RATCHET_PARTITIONS_START`` (YYYY-MM-DD, a Ratchet setting), default 2026-01-01.
+The first day is the setting ``partitions_start`` (``RATCHET_PARTITIONS_START``, YYYY-MM-DD), default 2026-01-01.
 """
 
 from __future__ import annotations
 
-import os
-
 import dagster as dg
 
-START_ENV = "RATCHET_PARTITIONS_START"
-DEFAULT_START = "2026-01-01"
+from ratchet_core.settings import load_settings
 
-daily_partitions = dg.DailyPartitionsDefinition(
-    start_date=os.environ.get(START_ENV, DEFAULT_START), timezone="UTC"
-)
+daily_partitions = dg.DailyPartitionsDefinition(start_date=load_settings().partitions_start, timezone="UTC")

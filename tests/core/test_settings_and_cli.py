@@ -73,3 +73,25 @@ def test_init_creates_keys_once(tmp_path):
     )
     assert second["key_id"] == info["key_id"]
     assert info["created_key"] == "true" and second["created_key"] == "false"
+
+
+def test_the_accelerated_clock_is_configured_through_the_settings(tmp_path, monkeypatch):
+    from ratchet_core import clock
+    from ratchet_core.settings import clock_settings
+
+    monkeypatch.setenv("RATCHET_HOME", str(tmp_path))
+    monkeypatch.setenv("RATCHET_DAY_SECONDS", "0")
+    with pytest.raises(SettingsError, match="RATCHET_DAY_SECONDS"):
+        load_settings()
+    with pytest.raises(SettingsError, match="RATCHET_DAY_SECONDS"):
+        clock.now()
+    monkeypatch.setenv("RATCHET_DAY_SECONDS", "86400")
+    monkeypatch.setenv("RATCHET_CLOCK_START", "2026-05-01")
+    s = load_settings()  # known settings now, not "unknown variable" typos
+    assert (s.day_seconds, s.clock_start) == (86400.0, "2026-05-01")
+    assert clock_settings() == (86400.0, "2026-05-01", tmp_path)
+    assert clock.today().isoformat() == "2026-05-01"  # a real-time-speed day that started just now
+    report = run(["config", "check", "--json"], {"RATCHET_DAY_SECONDS": "soon"}, cwd=tmp_path)
+    assert report.returncode == 1 and any(
+        p.startswith("RATCHET_DAY_SECONDS") for p in json.loads(report.stdout)["problems"]
+    )
