@@ -192,15 +192,15 @@ def release_tick_once(home: Path, state: dict[str, Any] | None) -> tuple[dict[st
     from ratchet_assets.release.control import release_tick
     from ratchet_assets.release.policy import ReleasePolicy
     from ratchet_core.control_db import make_engine
+    from ratchet_core.keys import signing_key
     from ratchet_core.settings import load_settings
-    from ratchet_stats.keys import load_private_key_file
 
     settings = load_settings()
     engine = make_engine(settings.control_db_url)
     try:
         result = release_tick(
             engine,
-            load_private_key_file(settings.signing_key_path),
+            signing_key(settings),
             settings.lake_root,
             Path(settings.artifacts_root),
             state or None,
@@ -215,15 +215,14 @@ def serving_stages(home: Path, tasks: list[str]) -> dict[str, dict[str, Any]]:
     """Per task: stage, version and canary share from the newest manifest that verifies under the home's key."""
     from ratchet_core import manifest as mf
     from ratchet_core.control_db import make_engine
+    from ratchet_core.keys import root_public_keys
     from ratchet_core.settings import load_settings
-    from ratchet_stats.keys import load_public_key
 
     settings = load_settings()
     engine = make_engine(settings.control_db_url)
     try:
         mf.ensure_tables(engine)
-        public = load_public_key((home / "keys" / "signing.pub").read_bytes())
-        manifest, _ = mf.latest_verified(engine, [public])
+        manifest, _ = mf.latest_verified(engine, root_public_keys(settings))
     finally:
         engine.dispose()
     manifest = manifest or mf.Manifest.default()
