@@ -111,10 +111,13 @@ def register_certificates(engine: Engine, artifacts: Path, public_keys: Any) -> 
     A certificate whose signature does not verify under `public_keys`, or whose numbers do not recompute
     (``ratchet_stats.certificate.check_certificate``), registers nothing and is reported (it stays on disk).
     """
+    from ratchet_core.keys import as_key_list, keys_ever_trusted
     from ratchet_stats.certificate import PREDICATE_TYPE, check_certificate
     from ratchet_stats.dsse import VerificationError, verify_statement
 
     ensure_tables(engine)
+    # A certificate signed before a key rotation still verifies: every key the history ever trusted counts.
+    public_keys = [*as_key_list(public_keys), *keys_ever_trusted(engine)]
     folder = Path(artifacts) / "certificates"
     if not folder.is_dir():
         return []
