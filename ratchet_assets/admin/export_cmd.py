@@ -14,9 +14,7 @@ from pathlib import Path
 import click
 
 from ratchet_assets.admin.common import echo_json, json_option
-
-_EXTRAS = ("bom.dsse.json", "NOTICE.md", "certificate.dsse.json", "train-keys.txt", "golden-keys.txt",
-           "disjoint.proof.json")  # fmt: skip
+from ratchet_core.layout import BOM_FILE, BOM_FILES, BOM_NOTICE_FILE, AdapterExport, ArtifactLayout
 
 
 def _public_key(key: str | None):
@@ -47,18 +45,21 @@ def export_adapter(version: str, out: str, artifacts: str, key: str | None, as_j
     from ratchet_core.settings import load_settings
     from ratchet_stats.bom import BomError, verify_bom
 
-    root = Path(artifacts or load_settings().artifacts_root)
-    adapter = root / "adapters" / version
-    boms = root / "boms" / version
+    layout = ArtifactLayout(artifacts or load_settings().artifacts_root)
+    try:
+        adapter, boms = layout.adapter_dir(version), layout.bom_dir(version)
+    except ValueError as exc:
+        raise click.ClickException(f"{exc}; list versions with `ratchet admin versions`") from exc
     if not adapter.is_dir():
         raise click.ClickException(
-            f"no adapter {version} under {root / 'adapters'}; list them with `ratchet admin versions`"
+            f"no adapter {version} under {layout.adapters_dir()}; list them with `ratchet admin versions`"
         )
-    if not (boms / "bom.dsse.json").exists():
+    if not (boms / BOM_FILE).exists():
         raise click.ClickException(
             f"{version} has no BOM ({boms}): only certified adapters get one; materialise `bom` for its night first"
         )
     dest = Path(out)
+    export = AdapterExport(dest)
     if dest.exists() and any(dest.iterdir()):
         raise click.ClickException(f"{dest} is not empty: choose a new folder")
     try:
@@ -66,16 +67,17 @@ def export_adapter(version: str, out: str, artifacts: str, key: str | None, as_j
     except (OSError, ValueError) as exc:
         raise click.ClickException(f"no public key to verify with ({exc}); pass --key PUB") from exc
     dest.mkdir(parents=True, exist_ok=True)
-    shutil.copytree(adapter, dest / "adapter")
+    shutil.copytree(adapter, export.adapter_dir)
     copied = []
-    for name in _EXTRAS:
+    for name in BOM_FILES:
         if (boms / name).exists():
-            shutil.copyfile(boms / name, dest / name)
+            shutil.copyfile(boms / name, export.file(name))
             copied.append(name)
-    notice = (dest / "NOTICE.md").read_bytes() if (dest / "NOTICE.md").exists() else None
+    notice_file = export.file(BOM_NOTICE_FILE)
+    notice = notice_file.read_bytes() if notice_file.exists() else None
     try:
         report = verify_bom(
-            (dest / "bom.dsse.json").read_bytes(), public, notice=notice, adapter_dir=dest / "adapter"
+            export.file(BOM_FILE).read_bytes(), public, notice=notice, adapter_dir=export.adapter_dir
         )
     except BomError as exc:
         shutil.rmtree(dest, ignore_errors=True)

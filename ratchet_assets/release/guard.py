@@ -14,6 +14,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from ratchet_core.layout import ArtifactLayout
+
 
 class NotCertified(ValueError):
     """The version has no verified certificate that certifies the task at the target; the message says why."""
@@ -32,7 +34,7 @@ class CertifiedTask:
 
 def certificate_path(artifacts: str | Path, version: str) -> Path:
     """Where the night writes `version`'s signed certificate."""
-    return Path(artifacts) / "certificates" / f"{version}.dsse.json"
+    return ArtifactLayout(artifacts).certificate(version)
 
 
 def certified_task(

@@ -24,6 +24,7 @@ from ratchet_core.control_db import (
     release_state,
     versions,
 )
+from ratchet_core.layout import ArtifactLayout
 
 VERSION_STATUSES = ("candidate", "shadow", "canary", "live", "rolled_back", "retired", "rejected")
 
@@ -118,13 +119,13 @@ def register_certificates(engine: Engine, artifacts: Path, public_keys: Any) -> 
     ensure_tables(engine)
     # A certificate signed before a key rotation still verifies: every key the history ever trusted counts.
     public_keys = [*as_key_list(public_keys), *keys_ever_trusted(engine)]
-    folder = Path(artifacts) / "certificates"
-    if not folder.is_dir():
+    files = ArtifactLayout(artifacts).certificate_files()
+    if not files:
         return []
     with engine.connect() as conn:
         known = {r[0] for r in conn.execute(sa.select(versions.c.certificate_path).distinct())}
     notes: list[str] = []
-    for path in sorted(folder.glob("*.dsse.json")):
+    for path in files:
         if str(path) in known:
             continue
         try:
