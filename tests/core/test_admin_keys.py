@@ -81,6 +81,7 @@ def test_init_trusts_its_key_and_rotation_moves_signing_to_a_new_key(home, tmp_p
     keyring = keys_dir / "keyring.pem"
     assert keyring.read_text().count("BEGIN PUBLIC KEY") == 2
     assert ratchet_stats_main(["verify", "manifest", str(old_manifest), "--key-file", str(keyring)]) == 0
+    assert ratchet_stats_main(["verify", "manifest", str(old_manifest), "--key", str(keyring)]) == 0
     assert (
         ratchet_stats_main(
             ["verify", "manifest", str(old_manifest), "--key-file", str(keys_dir / "signing.pub")]
