@@ -12,6 +12,7 @@ V = an adapter version such as ``v3-1a2b3c4d``)::
     adapters/day=D/adapter.json                          pointer: the version night D trained or reused
     adapters/.staging-<fingerprint>/                     a training run in progress (renamed to adapters/V/)
     certificates/V.dsse.json                             the signed evaluation certificate
+    certificates/V.predicate.json                        ratchet sim: the certificate's predicate, unsigned
     boms/V/bom.dsse.json, NOTICE.md, certificate.dsse.json, train-keys.txt, golden-keys.txt, disjoint.proof.json
     receipts/D/receipt.dsse.json, rows.parquet, tree.bin the signed daily receipt, its leaves and stored tree
 
@@ -177,6 +178,10 @@ class ArtifactLayout:
 
     def certificate(self, version: str) -> Path:
         return self.path(f"{CERTIFICATES}/{_name(version, 'version')}.dsse.json")
+
+    def certificate_predicate(self, version: str) -> Path:
+        """An unsigned certificate predicate (``ratchet sim`` holds no signing key)."""
+        return self.path(f"{CERTIFICATES}/{_name(version, 'version')}.predicate.json")
 
     def certificate_files(self) -> list[Path]:
         """Every certificate on disk, sorted by name."""

@@ -27,6 +27,7 @@ from ratchet_cli.demo.night import (
 )
 from ratchet_cli.demo.state import DayClock, DemoState, next_day, real_day_clock, set_accelerated_clock
 from ratchet_cli.demo.supervisor import Service, Supervisor
+from ratchet_core.layout import ArtifactLayout
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 TASKS = ["tickets", "extract", "tools"]
@@ -117,6 +118,7 @@ class DemoRunner:
         self.sup = Supervisor()
         self.state = DemoState()
         self.logs = self.home / "logs"
+        self.layout = ArtifactLayout(self.home / "artifacts")  # RATCHET_HOME's default artifacts root
         self.last_tick = 0.0
         self.reports: list[dict[str, Any]] = []
 
@@ -155,8 +157,8 @@ class DemoRunner:
         ratchet = [py, "-m", "ratchet_cli.main"]
         o = self.o
         adapters = []
-        for cfg in sorted((self.home / "artifacts" / "adapters").glob("v*/adapter_config.json")):
-            adapters += ["--adapter", f"{cfg.parent.name}={cfg.parent}"]  # resume: serve what was promoted
+        for version in self.layout.adapter_versions():  # resume: serve what was promoted
+            adapters += ["--adapter", f"{version}={self.layout.adapter_dir(version)}"]
         svcs = [
             Service(
                 "demo teacher",
@@ -383,10 +385,9 @@ class DemoRunner:
 
     # reporting --------------------------------------------------------------------------------------------------
     def day_report(self, day: str, totals: Totals, result) -> dict[str, Any]:
-        artifacts = self.home / "artifacts"
-        receipt = artifacts / "receipts" / day / "receipt.dsse.json"
+        receipt = self.layout.receipt_envelope(day)
         version = result.meta("lora_adapter", "version") or result.meta("evaluation_certificate", "version")
-        bom = artifacts / "boms" / str(version) / "bom.dsse.json" if version else None
+        bom = self.layout.bom(str(version)) if version else None
         certified = result.meta("evaluation_certificate", "certified_tasks")
         sealed = result.meta("daily_receipt", "dagster/row_count")
         # A resumed day's traffic was sent by the previous run: count what its receipt signed.
@@ -482,8 +483,8 @@ class DemoRunner:
         self.echo("  stages: " + ", ".join(f"{t}={describe_stage(s)}" for t, s in r["stages"].items()))
 
     def print_verify(self) -> None:
-        receipts = sorted((self.home / "artifacts" / "receipts").glob("*/receipt.dsse.json"))
-        boms = sorted((self.home / "artifacts" / "boms").glob("*/bom.dsse.json"))
+        receipts = [self.layout.receipt_envelope(d) for d in self.layout.receipt_days()]
+        boms = self.layout.bom_files()
         if not receipts and not boms:
             return
         pub = self.home / "keys" / "signing.pub"
@@ -494,8 +495,8 @@ class DemoRunner:
             self.echo(f"  ratchet verify receipt {last} --key {pub}{prev}")
         for bom in boms[-1:]:
             version = bom.parent.name
-            adapter = self.home / "artifacts" / "adapters" / version
-            notice = bom.parent / "NOTICE.md"
+            adapter = self.layout.adapter_dir(version)
+            notice = self.layout.bom_notice(version)
             extra = f" --notice {notice}" if notice.exists() else ""
             extra += f" --adapter-dir {adapter}" if adapter.exists() else ""
             self.echo(f"  ratchet verify bom {bom} --key {pub}{extra}")

@@ -29,6 +29,7 @@ def test_every_path_under_the_root(tmp_path):
         a.adapter_pointer(D): f"adapters/day={D}/adapter.json",
         a.adapter_staging("0123456789abcdef0123"): "adapters/.staging-0123456789abcdef",
         a.certificate(V): f"certificates/{V}.dsse.json",
+        a.certificate_predicate(V): f"certificates/{V}.predicate.json",
         a.bom(V): f"boms/{V}/bom.dsse.json",
         a.bom_notice(V): f"boms/{V}/NOTICE.md",
         a.bom_certificate(V): f"boms/{V}/certificate.dsse.json",
