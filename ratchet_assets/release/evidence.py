@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ratchet_core.lake import Lake
+from ratchet_core.lake import Lake, day_of
 
 SETTLE_DAYS = 2
 
@@ -99,8 +99,7 @@ class Watermark:
 
 
 def _day_and_name(rel: str) -> tuple[str, str]:
-    parts = Path(rel).parts  # traffic/day=YYYY-MM-DD/<name>.parquet
-    return parts[-2].removeprefix("day="), parts[-1]
+    return day_of(rel), rel.rsplit("/", 1)[-1]  # traffic/day=YYYY-MM-DD/<name>.parquet
 
 
 def pending_segments(lake: str | Path, wm: Watermark) -> tuple[list[str], int]:
