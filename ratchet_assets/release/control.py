@@ -1,21 +1,23 @@
 """One evaluation of release control (what the promotion sensor runs each tick), with no Dagster in it.
 
-``release_tick(engine, private_key, lake, artifacts, state)``:
+``release_tick(engine, private_key, lake, artifacts, state)`` gathers the inputs, lets the pure
+``ratchet_assets.release.tick.decide_tick`` decide (the simulator calls the same function), and applies the plan:
 
-1. registers new evaluation certificates (``registry.register_certificates``);
-2. admits the newest candidate of a task into ``shadow`` when the task is not mid-rollout (teacher or live);
-3. feeds unread pair rows, in segment order, into the (version, task) tracks of every version serving a task in
-   the current manifest (``policy.serving_tracks``: the release's version and, mid-rollout, the live version it
-   would replace, fed by its audits only), stopping at the first promote/rollback decision (one decision per
-   tick: the watermark stays right after the deciding row);
-4. applies the decision: effect ledger (type ``release.publish``, key = version/task/target/evidence digest) ->
-   signed manifest, versions registry and audit log in one control-DB transaction.
+1. registers new evaluation certificates (``registry.register_certificates``) and verifies the certificate of
+   every candidate again (``guard.certified_task``: signature under the trusted keys, numbers, the task certified
+   at the policy's target, a calibrated threshold);
+2. the plan admits the newest candidate of a task into ``shadow`` when the task is not mid-rollout (teacher or
+   live); each admission is published as its own signed manifest;
+3. the plan feeds unread pair rows, in segment order, into the (version, task) tracks of every version serving a
+   task (``policy.serving_tracks``), stopping at the first promote/rollback decision (one decision per tick: the
+   watermark stays right after the deciding row);
+4. the decision is applied: effect ledger (type ``release.publish``, key = version/task/target/evidence digest) ->
+   signed manifest (``tick.apply_decision``), versions registry (``tick.decision_statuses``) and audit log in one
+   control-DB transaction.
 
-Rollback targets (:func:`rollback_release`): a live version goes back to the version that was live before it
-(``previous_live``, or found in the manifest chain) if that one is still healthy (not rolled back or rejected,
-its rollback processes quiet), else to the teacher. When the live version behind a candidate in shadow or canary
-is rolled back, the candidate keeps its stage and evidence; what serves the rest becomes that healthy predecessor
-or the teacher.
+When the manifest moved under the plan (an operator published in between), an admission or the decision is
+dropped (``Superseded``) and, for an admission, nothing of the evidence is consumed: the next tick plans again.
+Rollback targets: ``tick.rollback_release``.
 
 The state (the sensor cursor) is JSON: the tracks' e-process states and the segment watermark. A tick that fails
 before returning leaves the old state in place; re-running it recomputes the same decision with the same effect
@@ -25,7 +27,7 @@ key, and the effect ledger (policy ``probe``: a manifest whose reason names the 
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -35,27 +37,26 @@ from sqlalchemy.engine import Engine
 
 from ratchet_assets.release import registry
 from ratchet_assets.release.evidence import Watermark, pending_segments, read_pairs
-from ratchet_assets.release.policy import (
-    LADDER,
-    Decision,
-    ReleasePolicy,
-    Track,
-    decide,
-    feed,
-    serving_tracks,
+from ratchet_assets.release.guard import NotCertified, certified_task
+from ratchet_assets.release.policy import Decision, ReleasePolicy, Track, serving_tracks
+from ratchet_assets.release.tick import (
+    Admission,
+    Candidate,
+    Frozen,
+    StatusChange,
+    Superseded,
+    admission_statuses,
+    admit,
+    apply_decision,
+    decide_tick,
+    decision_statuses,
+    healthy_versions,
 )
 from ratchet_core import manifest as mf
+from ratchet_core.lake import day_of as lake_day_of
 
 EFFECT_TYPE = "release.publish"
 SENSOR_ACTOR = "release-sensor"
-
-
-class Superseded(Exception):
-    """The manifest moved since the evidence was read (an operator acted): drop the decision."""
-
-
-class Frozen(Exception):
-    """Releases were frozen between reading the flags and publishing."""
 
 
 @dataclass
@@ -99,99 +100,6 @@ def _reason(message: str, key: str) -> str:
     return message[: mf.REASON_MAX - len(tag)] + tag
 
 
-def release_for(step: int, version: str, threshold: float | None, current: mf.TaskRelease) -> mf.TaskRelease:
-    """The task's release at ladder `step` of `version`, keeping the previous live version to fall back to."""
-    s = LADDER[step]
-    if current.stage == "live" and current.version != version:
-        prev, prev_thr = current.version, current.threshold
-    else:
-        prev, prev_thr = current.previous_live, current.previous_threshold
-    return mf.TaskRelease(
-        stage=s.stage,
-        version=version,
-        canary_percent=s.percent,
-        threshold=threshold,
-        previous_live=prev,
-        previous_threshold=prev_thr,
-    )
-
-
-def rolled_back(current: mf.TaskRelease) -> mf.TaskRelease:
-    """Back to the previous live version (with its threshold), or to the teacher when there was none."""
-    if current.previous_live:
-        return mf.TaskRelease(
-            stage="live",
-            version=current.previous_live,
-            canary_percent=100.0,
-            threshold=current.previous_threshold,
-        )
-    return mf.TaskRelease(stage="teacher")
-
-
-def predecessor(history: Sequence[mf.Manifest], task: str, version: str) -> tuple[str, float | None] | None:
-    """(version, threshold) that was live on `task` before `version`: the ``previous_live`` of the newest manifest
-    (of `history`, oldest first) in which `version` is live with one; None when there is none."""
-    for m in reversed(history):
-        rel = m.task(task)
-        if (
-            rel.stage == "live"
-            and rel.version == version
-            and rel.previous_live
-            and rel.previous_live != version
-        ):
-            return rel.previous_live, rel.previous_threshold
-    return None
-
-
-def rollback_release(
-    current: mf.TaskRelease,
-    task: str,
-    version: str,
-    history: Sequence[mf.Manifest] = (),
-    healthy: Callable[[str], bool] = lambda v: True,
-) -> mf.TaskRelease:
-    """The task's release once `version` is rolled back; `version` is the release's own version (shadow, canary
-    or live) or, mid-rollout, the live version behind it (``previous_live``).
-
-    - a candidate (shadow/canary): the live version behind it serves again, as live;
-    - the live version: back to its ``previous_live`` if ``healthy``, else the teacher;
-    - the live version behind a candidate: the candidate keeps its stage; the rest is served by the live version's
-      own predecessor (from `history`) if ``healthy``, else by the teacher.
-
-    A restored live version keeps its own healthy predecessor (from `history`) as ``previous_live``. Raises
-    ValueError when `version` is not serving `task` in `current`.
-    """
-
-    def ok(fallback: tuple[str, float | None] | None) -> tuple[str, float | None] | None:
-        return fallback if fallback and fallback[0] != version and healthy(fallback[0]) else None
-
-    def restore(fallback: tuple[str, float | None] | None) -> mf.TaskRelease:
-        if fallback is None:
-            return mf.TaskRelease(stage="teacher")
-        before = ok(predecessor(history, task, fallback[0]))
-        return mf.TaskRelease(
-            stage="live",
-            version=fallback[0],
-            canary_percent=100.0,
-            threshold=fallback[1],
-            previous_live=before[0] if before and before[0] != fallback[0] else None,
-            previous_threshold=before[1] if before and before[0] != fallback[0] else None,
-        )
-
-    prev = (current.previous_live, current.previous_threshold) if current.previous_live else None
-    if current.version == version and current.stage in ("shadow", "canary", "live"):
-        return restore(ok(prev))
-    if current.stage in ("shadow", "canary") and current.previous_live == version:
-        fallback = ok(predecessor(history, task, version))
-        return current.model_copy(
-            update={
-                "previous_live": fallback[0] if fallback else None,
-                "previous_threshold": fallback[1] if fallback else None,
-            }
-        )
-    raise ValueError(f"{version} is not serving {task} ({current.stage} {current.version or '(teacher)'})")
-
-
 def _healthy(engine: Engine, task: str, tracks: dict[tuple[str, str], Track]) -> Callable[[str], bool]:
     with engine.connect() as conn:
         status = {
@@ -202,12 +110,12 @@ def _healthy(engine: Engine, task: str, tracks: dict[tuple[str, str], Track]) ->
                 )
             )
         }
+    return healthy_versions(status, tracks, task)
 
-    def healthy(version: str) -> bool:
-        t = tracks.get((version, task))
-        return status.get(version) not in ("rolled_back", "rejected") and (t is None or not t.rolled_back)
 
-    return healthy
+def _set_statuses(conn: Any, changes: list[StatusChange]) -> None:
+    for c in changes:
+        registry.set_status(conn, c.version, c.task, c.status, c.stage, c.note)
 
 
 def _apply(
@@ -242,58 +150,17 @@ def _apply(
             for e in mf.history(engine, public_keys)
             if e.get("verified")
         ]
-
-    def change(m: mf.Manifest) -> None:
-        cur = m.task(decision.task)
-        if (decision.version, decision.from_step) not in serving_tracks(cur):
-            raise Superseded(f"{decision.task} is now {cur.stage} {cur.version or '(teacher)'}")
-        if decision.action == "rollback":
-            m.tasks[decision.task] = rollback_release(cur, decision.task, decision.version, history, healthy)
-        else:
-            if m.flags.releases_frozen:
-                raise Frozen("releases were frozen")
-            assert decision.to_step is not None
-            m.tasks[decision.task] = release_for(decision.to_step, decision.version, cur.threshold, cur)
-
     try:
         with engine.begin() as conn:
             new = mf.publish_in(
                 conn,
                 private_key,
-                change,
+                lambda m: apply_decision(m, decision, history, healthy),
                 _reason(decision.message, key),
                 SENSOR_ACTOR,
                 public_keys=public_keys,
             )
-            rel = new.task(decision.task)
-            if decision.action == "rollback":
-                registry.set_status(
-                    conn, decision.version, decision.task, "rolled_back", "teacher", decision.message
-                )
-                serving = rel.version if rel.stage == "live" else rel.previous_live
-                if serving and rel.stage != "teacher":
-                    registry.set_status(
-                        conn,
-                        serving,
-                        decision.task,
-                        "live",
-                        "live",
-                        f"restored by rollback of {decision.version}",
-                    )
-            else:
-                status = "live" if rel.stage == "live" else rel.stage
-                registry.set_status(
-                    conn, decision.version, decision.task, status, rel.stage, decision.message
-                )
-                if rel.stage == "live" and rel.previous_live:
-                    registry.set_status(
-                        conn,
-                        rel.previous_live,
-                        decision.task,
-                        "retired",
-                        "teacher",
-                        f"replaced by {decision.version}",
-                    )
+            _set_statuses(conn, decision_statuses(decision, new.task(decision.task)))
             registry.store_state(conn, state_after)
             registry.append_audit(
                 conn,
@@ -316,51 +183,38 @@ def _apply(
     result.published.append(new)
 
 
-def _admit(
-    engine: Engine, private_key: Any, manifest: mf.Manifest, public_keys: Any, result: TickResult
-) -> None:
-    """Put the newest candidate of each task into shadow when the task is on the teacher or live."""
-    cands = registry.list_versions(engine, status="candidate")
-    newest: dict[str, dict[str, Any]] = {}
-    for row in cands:  # ordered by created_at: the last one wins
-        newest[row["task"]] = row
-    for task, row in sorted(newest.items()):
-        cur = manifest.task(task)
-        if cur.stage not in ("teacher", "live"):
-            result.holds.append(
-                f"{row['version']} on {task} waits: {cur.version} is in {cur.stage} (it must reach live or roll back)"
+def _admit(engine: Engine, private_key: Any, adm: Admission, public_keys: Any, result: TickResult) -> bool:
+    """Publish one admission to shadow; False when the manifest moved since the plan (nothing published)."""
+    try:
+        with engine.begin() as conn:
+            new = mf.publish_in(
+                conn, private_key, lambda m: admit(m, adm), adm.message, SENSOR_ACTOR, public_keys=public_keys
             )
-            continue
-        if manifest.flags.releases_frozen:
-            result.holds.append(f"{row['version']} on {task} waits: releases are frozen")
-            continue
-        version, threshold = row["version"], row["threshold"]
+            _set_statuses(conn, admission_statuses(adm))
+            registry.append_audit(
+                conn, SENSOR_ACTOR, "admit", f"{adm.version}/{adm.task}", adm.message, {}, new.sequence
+            )
+    except Superseded as exc:
+        result.notes.append(f"{adm.version} on {adm.task} not admitted: {exc}")
+        return False
+    result.admitted.append(adm.message)
+    result.published.append(new)
+    return True
 
-        def change(
-            m: mf.Manifest, task: str = task, version: str = version, threshold: Any = threshold
-        ) -> None:
-            cur = m.task(task)
-            if cur.stage not in ("teacher", "live") or m.flags.releases_frozen:
-                raise Superseded(f"{task} is now {cur.stage}")
-            m.tasks[task] = release_for(0, version, threshold, cur)
 
-        msg = f"admitting {version} on {task} to shadow: certified by {Path(row['certificate_path']).name}"
+def candidates(engine: Engine, public_keys: Any, target: float) -> list[Candidate]:
+    """Registry candidates in registration order, each with its certificate verified again now
+    (``guard.certified_task``: signature under `public_keys`, numbers, the task certified at `target`)."""
+    out = []
+    for row in registry.list_versions(engine, status="candidate"):
+        version, task, path = row["version"], row["task"], row["certificate_path"]
         try:
-            with engine.begin() as conn:
-                new = mf.publish_in(conn, private_key, change, msg, SENSOR_ACTOR, public_keys=public_keys)
-                registry.set_status(conn, version, task, "shadow", "shadow", msg)
-                for older in cands:
-                    if older["task"] == task and older["version"] != version:
-                        registry.set_status(
-                            conn, older["version"], task, "retired", "teacher", f"superseded by {version}"
-                        )
-                registry.append_audit(conn, SENSOR_ACTOR, "admit", f"{version}/{task}", msg, {}, new.sequence)
-        except Superseded as exc:
-            result.notes.append(f"{version} on {task} not admitted: {exc}")
+            ct = certified_task(path, version, task, public_keys, target)
+        except NotCertified as exc:
+            out.append(Candidate(version, task, row["threshold"], None, Path(path).name, problem=str(exc)))
             continue
-        result.admitted.append(msg)
-        result.published.append(new)
-        manifest = new
+        out.append(Candidate(version, task, ct.threshold, ct.lower_bound, Path(path).name))
+    return out
 
 
 def release_tick(
@@ -390,68 +244,40 @@ def release_tick(
     manifest = manifest or mf.Manifest.default()
     if rejected:
         result.notes.append(f"{rejected} manifest row(s) failed verification and were ignored")
-    _admit(engine, private_key, manifest, keys, result)
-    manifest, _ = mf.latest_verified(engine, keys)
-    manifest = manifest or mf.Manifest.default()
-    frozen = manifest.flags.releases_frozen
-
-    # Tracks of the versions serving a task (policy.serving_tracks); a moved step (operator) resets promote
-    # evidence, never rollback evidence.
-    old = {k: Track.from_dict(v) for k, v in state.get("tracks", {}).items()}
-    tracks: dict[tuple[str, str], Track] = {}
-    for task, rel in sorted(manifest.tasks.items()):
-        for version, step in serving_tracks(rel):
-            prev = old.get(f"{version}|{task}")
-            tracks[(version, task)] = (
-                prev.at_step(step, policy) if prev else Track.start(version, task, step, policy)
-            )
-
+    old = {(t.version, t.task): t for t in map(Track.from_dict, state.get("tracks", {}).values())}
     wm = Watermark.from_dict(state.get("watermark"))
-    decision: Decision | None = None
-    for t in tracks.values():  # evidence already in hand (e.g. a promotion held while frozen)
-        d = decide(t, policy, frozen)
-        if d.action != "hold":
-            decision = d
-            break
     segments, late = pending_segments(lake, wm)
     if late:
         result.notes.append(f"{late} segment(s) of settled days ignored")
-    newest_day = ""
-    if decision is None:
-        for rel, rows in read_pairs(lake, segments, wm):
-            newest_day = max(newest_day, rel.split("/")[1].removeprefix("day="))
-            stopped = False
-            for row in rows:
-                t = tracks.get((row.version, row.task))
-                if t is None or not t.accepts(row.role):
-                    continue
-                d, _ = feed(t, [row.error], policy, frozen)
-                if d.action != "hold":
-                    decision = d
-                    wm.partial[rel] = row.index + 1
-                    stopped = True
-                    break
-            if stopped:
-                break
-            wm.mark_done(rel)
-    if newest_day:
-        wm.settle(newest_day)
+    pairs = read_pairs(lake, segments, wm)
+    try:
+        plan = decide_tick(manifest, candidates(engine, keys, policy.target), old, pairs, policy)
+    finally:
+        pairs.close()  # a plan stops reading at its decision: close the lake connection now
+    result.holds.extend(plan.waiting)
+    as_planned = all([_admit(engine, private_key, adm, keys, result) for adm in plan.admissions])
 
-    if decision is not None:
-        after = {}
-        for (version, task), t in tracks.items():
-            if (version, task) != (decision.version, decision.task):
-                after[f"{version}|{task}"] = t.to_dict()
-            elif decision.to_step is not None:
-                after[f"{version}|{task}"] = t.at_step(decision.to_step, policy).to_dict()
-        state_after = {"tracks": after, "watermark": wm.to_dict(), "generation": generation + 1}
-        _apply(engine, private_key, decision, keys, result, state_after, tracks)
-        if result.published:
-            generation += 1
-    for t in tracks.values():
-        d = decide(t, policy, frozen)
-        if d.action == "hold" and not (decision and (t.version, t.task) == (decision.version, decision.task)):
-            result.holds.append(d.message)
+    if as_planned:  # else the manifest moved under the plan: nothing is consumed, the next tick starts over
+        newest_day = ""
+        for rel in [*plan.read, *([plan.stop.segment] if plan.stop else [])]:
+            newest_day = max(newest_day, lake_day_of(rel))
+        for rel in plan.read:
+            wm.mark_done(rel)
+        if plan.stop is not None:
+            wm.partial[plan.stop.segment] = plan.stop.index + 1
+        if newest_day:
+            wm.settle(newest_day)
+        decision = plan.decision
+        if decision is not None:
+            after = {f"{v}|{t}": tr.to_dict() for (v, t), tr in plan.tracks_after(policy).items()}
+            state_after = {"tracks": after, "watermark": wm.to_dict(), "generation": generation + 1}
+            _apply(engine, private_key, decision, keys, result, state_after, plan.tracks)
+            if result.published:
+                generation += 1
+        result.holds.extend(plan.holds)
+        tracks = plan.tracks
+    else:
+        tracks = dict(old)
 
     # The state after the decision: the decided track moves (promote) or leaves (rollback) the ladder.
     latest, _ = mf.latest_verified(engine, keys)

@@ -3,24 +3,23 @@
 Per simulated day d (1-based; workload day index d - 1):
 
 1. traffic: ``Workload.generate(R, seed, day=d-1, drift_day=D-1)``; each request is routed by the current release
-   manifest with the gateway's own decision function (``ratchet_gateway.routing.route``: stages, canary hash,
+   manifest with the gateway's own decision function (``ratchet_core.routing.route``: stages, canary hash,
    audit hash) and the confidence cascade (the student answer is kept when confidence >= threshold); the teacher is
-   the demo teacher's brain (``ratchet_core.workloads.solve``). Ledger rows (``ratchet_core.schema.empty_row``):
-   one ``request`` row per request, one ``pair`` row per audit (teacher re-asked) or shadow answer, written as the
-   day's sealed segment under ``<home>/lake``.
-2. release control during the day: every ``tick_requests`` requests a sensor tick feeds the new pair rows, in
-   order, to the (version, task) tracks of ``ratchet_assets.release.policy`` (betting e-processes; one decision per
-   tick, the rest waits, as ``ratchet_assets.release.control.release_tick`` does) and applies a promote/rollback
-   with ``control.release_for`` / ``control.rollback_release`` to the in-memory manifest; a certified candidate enters
-   shadow when its task is on the teacher or live (``control._admit``'s rule). Evidence per row is
-   ``ratchet_assets.release.evidence.PairRow.error``.
+   the demo teacher's brain (``ratchet_core.workloads.solve``). Ledger rows (``ratchet_core.schema.request_row``
+   and ``pair_row``): one ``request`` row per request, one ``pair`` row per audit (teacher re-asked) or shadow
+   answer, written as the day's sealed segment under ``<home>/lake``.
+2. release control during the day: every ``tick_requests`` requests a sensor tick runs the release sensor's own
+   decision, ``ratchet_assets.release.tick.decide_tick``, on the in-memory manifest, the night's certified
+   candidates and the pair rows written since the last tick (``PairRow``, in order), and applies its plan with the
+   same pure helpers the sensor uses (``tick.admit``, ``tick.apply_decision``, ``tick.admission_statuses`` /
+   ``tick.decision_statuses`` into an in-memory versions registry, the manifests kept as history for rollbacks).
 3. the night, with the asset logic itself: ``night.traffic.consolidate_traffic`` -> ``night.examples
    .build_examples`` -> ``night.split.split_golden`` -> ``night.training_set.build_training_set``; the student is
    trained on that ``train.jsonl`` (``sim.student``), answers the golden set, and
    ``ratchet_stats.certificate.build_certificate`` computes the Clopper-Pearson bound, the LTT threshold and McNemar
    against the live version; tasks whose bound reaches the target become candidates (as the versions registry does).
 
-Who answers off the request path is the gateway's own decision too (``ratchet_gateway.routing.pairs``): the canary's
+Who answers off the request path is the gateway's own decision too (``ratchet_core.routing.pairs``): the canary's
 rest is shadowed by the canary version, and a request served by the previous live version that is audited is also
 answered by the candidate and compared with the teacher's audit answer, so evidence is always against the teacher.
 A shadow pair records the shadowed version's own threshold (``Route.shadow_threshold``), so ``PairRow.error``
@@ -40,22 +39,27 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-from ratchet_assets.release.control import release_for, rollback_release
 from ratchet_assets.release.evidence import PairRow
-from ratchet_assets.release.policy import (
-    LADDER,
-    Decision,
-    ReleasePolicy,
-    Track,
-    decide,
-    feed,
-    serving_tracks,
+from ratchet_assets.release.policy import LADDER, Decision, ReleasePolicy, Track
+from ratchet_assets.release.tick import (
+    Admission,
+    Candidate,
+    StatusChange,
+    TickPlan,
+    admission_statuses,
+    admit,
+    apply_decision,
+    decide_tick,
+    decision_statuses,
+    healthy_versions,
 )
 from ratchet_assets.sim.student import CorruptedStudent, FastStudent, Student
 from ratchet_core import manifest as mf
+from ratchet_core.lake import segment_relpath
+from ratchet_core.layout import ArtifactLayout
 from ratchet_core.redact import redact_messages, redact_text
 from ratchet_core.routing import SafetyState, pairs, route
-from ratchet_core.schema import empty_row, segment_relpath
+from ratchet_core.schema import pair_row, request_row
 from ratchet_core.workloads import compare, get_workload, solve
 from ratchet_stats.canonical import canonical_json, sha256_hex
 
@@ -159,8 +163,10 @@ class _State:
     manifest: mf.Manifest
     policy: ReleasePolicy
     tracks: dict[tuple[str, str], Track] = field(default_factory=dict)
-    pending: list[tuple[str, str, bool | None]] = field(default_factory=list)  # (version, task, error)
-    candidates: dict[str, tuple[str, float | None]] = field(default_factory=dict)
+    pending: list[PairRow] = field(default_factory=list)  # evidence written since the last tick, in order
+    candidates: list[Candidate] = field(default_factory=list)  # certified by a night, not admitted yet
+    statuses: dict[tuple[str, str], str] = field(default_factory=dict)  # the versions registry: status
+    history: list[mf.Manifest] = field(default_factory=list)  # every manifest "published", oldest first
     models: dict[str, Any] = field(default_factory=dict)
     deployments: list[Deployment] = field(default_factory=list)
     events: list[dict[str, Any]] = field(default_factory=list)
@@ -175,6 +181,7 @@ class Simulation:
         self.home = Path(home)
         self.lake = self.home / "lake"
         self.artifacts = self.home / "artifacts"
+        self.layout = ArtifactLayout(self.artifacts)
         self.on_day = on_day
         self.prices = teacher_prices(config.teacher_model)
         manifest = mf.Manifest.default()
@@ -221,7 +228,6 @@ class Simulation:
         actual = student_cost if served_by == "student" else teacher_cost + student_cost
         tools = {"tools": ex.tools, "tool_choice": ex.tool_choice} if ex.tools else None
         base = dict(
-            kind="request",
             request_id=rid,
             ts=ts,
             day=date_s,
@@ -239,7 +245,7 @@ class Simulation:
         audit, shadow_version, role = off_path.audit, off_path.shadow_version, off_path.role
         seq[0] += 1
         rows = [
-            empty_row(
+            request_row(
                 **base,
                 seq=seq[0],
                 version=version or r.version,
@@ -264,9 +270,7 @@ class Simulation:
             rows.append(
                 self._pair_row(base, seq[0], "audit", version, teacher_msg, outcome, None, threshold, p)
             )
-            s.pending.append(
-                (version, task, PairRow("", 0, version, task, "audit", outcome, None, None).error)
-            )
+            s.pending.append(PairRow("", 0, version, task, "audit", outcome, None, None))
             pair_costs += teacher_cost
         if shadow_version:
             msg, conf = self._ask_student(shadow_version, rid, ex)
@@ -274,8 +278,7 @@ class Simulation:
             thr = r.shadow_threshold
             seq[0] += 1
             rows.append(self._pair_row(base, seq[0], "shadow", shadow_version, msg, outcome, conf, thr, p))
-            err = PairRow("", 0, shadow_version, task, "shadow", outcome, conf, thr).error
-            s.pending.append((shadow_version, task, err))
+            s.pending.append(PairRow("", 0, shadow_version, task, "shadow", outcome, conf, thr))
             pair_costs += self._cost((STUDENT_PRICE_IN, STUDENT_PRICE_OUT), p, tokens_of(_cj(msg)))
         for row in rows[1:]:
             dep = self._deployment(row["version"], task)
@@ -307,8 +310,8 @@ class Simulation:
         c = tokens_of(_cj(msg))
         teacher_cost = self._cost(self.prices, p, c)
         student_cost = self._cost((STUDENT_PRICE_IN, STUDENT_PRICE_OUT), p, c)
-        return empty_row(
-            **{**base, "kind": "pair"},
+        return pair_row(
+            **base,
             seq=seq,
             version=version,
             served_by="student" if role == "shadow" else "teacher",
@@ -333,88 +336,70 @@ class Simulation:
                 return dep
         return None
 
-    def _admit(self, day: int, i: int) -> None:
+    def _publish(self, changes: list[StatusChange]) -> None:
+        """The in-memory equivalent of a signed publish: next sequence, kept in the history, registry updated."""
         s = self.s
-        for task, (version, threshold) in sorted(s.candidates.items()):
-            cur = s.manifest.task(task)
-            if cur.stage not in ("teacher", "live"):
-                continue  # mid-rollout: waits (control._admit)
-            s.manifest.tasks[task] = release_for(0, version, threshold, cur)
-            s.manifest.sequence += 1
-            number = len(s.deployments) + 1
-            corrupted = number == self.cfg.bad_deploy_version
-            if corrupted and not isinstance(s.models[version], CorruptedStudent):
-                s.models[version] = CorruptedStudent(s.models[version], self.cfg.corrupt_share)
-            s.deployments.append(Deployment(version, task, number, day, corrupted))
-            s.events.append(
-                {
-                    "day": day,
-                    "request": i,
-                    "action": "admit",
-                    "version": version,
-                    "task": task,
-                    "to": "shadow",
-                }
-            )
-            del s.candidates[task]
+        s.manifest.sequence += 1
+        s.history.append(s.manifest.model_copy(deep=True))
+        for c in changes:
+            s.statuses[(c.version, c.task)] = c.status
+
+    def _admitted(self, adm: Admission, day: int, i: int) -> None:
+        s = self.s
+        admit(s.manifest, adm)
+        self._publish(admission_statuses(adm))
+        gone = {adm.version, *adm.retire}
+        s.candidates = [c for c in s.candidates if not (c.task == adm.task and c.version in gone)]
+        number = len(s.deployments) + 1
+        corrupted = number == self.cfg.bad_deploy_version
+        if corrupted and not isinstance(s.models[adm.version], CorruptedStudent):
+            s.models[adm.version] = CorruptedStudent(s.models[adm.version], self.cfg.corrupt_share)
+        s.deployments.append(Deployment(adm.version, adm.task, number, day, corrupted))
+        s.events.append(
+            {
+                "day": day,
+                "request": i,
+                "action": "admit",
+                "version": adm.version,
+                "task": adm.task,
+                "to": "shadow",
+            }
+        )
 
     def _tick(self, day: int, i: int) -> None:
-        """One sensor evaluation: admit candidates, feed pending evidence, apply at most one decision."""
-        s, policy = self.s, self.s.policy
-        self._admit(day, i)
-        tracks: dict[tuple[str, str], Track] = {}
-        for task, rel in sorted(s.manifest.tasks.items()):
-            # every version serving the task is watched: the release's own version and, mid-rollout, the live
-            # version behind it (its audits can roll it back while a candidate is in shadow or canary)
-            for version, step in serving_tracks(rel):
-                prev = s.tracks.get((version, task))
-                tracks[(version, task)] = (
-                    prev.at_step(step, policy) if prev else Track.start(version, task, step, policy)
-                )
-        s.tracks = tracks
-        decision: Decision | None = None
-        for t in tracks.values():
-            d = decide(t, policy)
-            if d.action != "hold":
-                decision = d
-                break
-        if decision is None:
-            used = 0
-            for version, task, err in s.pending:
-                used += 1
-                t = tracks.get((version, task))
-                if t is None:
-                    continue
-                d, _ = feed(t, [err], policy)
-                if d.action != "hold":
-                    decision = d
-                    break
-            s.pending = s.pending[used:]
-        if decision is not None:
-            self._apply(decision, day, i)
-
-    def _apply(self, d: Decision, day: int, i: int) -> None:
+        """One sensor evaluation: ``decide_tick`` on what is in memory, then apply its plan."""
         s = self.s
-        cur = s.manifest.task(d.task)
+        pending = [dataclasses.replace(r, segment="pending", index=k) for k, r in enumerate(s.pending)]
+        plan = decide_tick(s.manifest, s.candidates, s.tracks, [("pending", pending)], s.policy)
+        for adm in plan.admissions:
+            self._admitted(adm, day, i)
+        s.tracks = plan.tracks
+        if plan.stop is not None:
+            s.pending = s.pending[plan.stop.index + 1 :]
+        elif plan.read:
+            s.pending = []
+        if plan.decision is not None:
+            self._apply(plan, plan.decision, day, i)
+
+    def _apply(self, plan: TickPlan, d: Decision, day: int, i: int) -> None:
+        s = self.s
         dep = self._deployment(d.version, d.task)
-        track = s.tracks[(d.version, d.task)]
+        track = plan.tracks[(d.version, d.task)]
+        statuses = {v: st for (v, t), st in s.statuses.items() if t == d.task}
+        apply_decision(s.manifest, d, s.history, healthy_versions(statuses, plan.tracks, d.task))
+        self._publish(decision_statuses(d, s.manifest.task(d.task)))
+        s.tracks = plan.tracks_after(s.policy)
         if d.action == "rollback":
-            rolled = {x.version for x in s.deployments if x.rolled_back_day is not None} | {d.version}
-            s.manifest.tasks[d.task] = rollback_release(cur, d.task, d.version, [], lambda v: v not in rolled)
-            del s.tracks[(d.version, d.task)]
             if dep is not None:
                 dep.rolled_back_day, dep.stage = day, "rolled_back"
                 dep.audits_to_rollback = track.rollback.n
         else:
             assert d.to_step is not None
-            s.manifest.tasks[d.task] = release_for(d.to_step, d.version, cur.threshold, cur)
-            s.tracks[(d.version, d.task)] = track.at_step(d.to_step, s.policy)
             if dep is not None:
                 dep.max_percent = max(dep.max_percent, LADDER[d.to_step].percent)
                 dep.stage = LADDER[d.to_step].label
                 if d.to_step == len(LADDER) - 1 and dep.live_day is None:
                     dep.live_day = day
-        s.manifest.sequence += 1
         s.events.append(
             {
                 "day": day,
@@ -473,10 +458,10 @@ class Simulation:
             tasks=outcomes,
             day=date_s,
         )
-        cert_dir = self.artifacts / "certificates"
-        cert_dir.mkdir(parents=True, exist_ok=True)
+        cert_file = self.layout.certificate_predicate(version)
+        cert_file.parent.mkdir(parents=True, exist_ok=True)
         # Unsigned: the simulator holds no signing key; the numbers are the certificate's own.
-        (cert_dir / f"{version}.predicate.json").write_bytes(canonical_json(predicate))
+        cert_file.write_bytes(canonical_json(predicate))
         tasks = {}
         for task, sec in sorted(predicate["tasks"].items()):
             threshold = sec["ltt"]["threshold"]
@@ -488,8 +473,8 @@ class Simulation:
                 "threshold": threshold,
                 "mcnemar_p": round(sec["mcnemar"]["p_value"], 6) if sec["mcnemar"] else None,
             }
-            if sec["certified"]:
-                s.candidates[task] = (version, threshold)
+            if sec["certified"]:  # what the versions registry does with a signed certificate
+                s.candidates.append(Candidate(version, task, threshold, sec["lower_bound"], cert_file.name))
         return {
             "version": version,
             "traffic_rows": traffic.rows,
@@ -509,7 +494,7 @@ class Simulation:
 
         base = ensure_demo_base(self.home / "models" / "demo-base")
         return LoraStudent.train(
-            base, train_jsonl, self.artifacts / "adapters" / f"night-{day}", seed=self.cfg.seed
+            base, train_jsonl, self.layout.adapter_dir(f"night-{day}"), seed=self.cfg.seed
         )
 
     # the run -----------------------------------------------------------------------------------------------
@@ -625,7 +610,7 @@ def run_sim(
 ) -> dict[str, Any]:
     """Run a simulation under `home` (which must not hold an earlier run); return the JSON-ready result."""
     home = Path(home)
-    if (home / "lake" / "traffic").exists() or (home / "artifacts" / "golden").exists():
+    if (home / "lake" / "traffic").exists() or ArtifactLayout(home / "artifacts").golden_registry().exists():
         raise SimError(
             f"{home} already holds a simulation: pass an empty --home or leave it out (a temp folder)"
         )

@@ -10,7 +10,8 @@ import pyarrow.parquet as pq
 import pytest
 
 from ratchet_core.control_db import make_engine
-from ratchet_core.schema import LEDGER_SCHEMA, empty_row, segment_relpath
+from ratchet_core.lake import segment_relpath
+from ratchet_core.schema import LEDGER_SCHEMA, pair_row
 from ratchet_stats.keys import generate_private_key
 
 
@@ -29,9 +30,8 @@ def seal_pair_rows(
 ) -> Path:
     """Seal one segment of pair rows, one per (version, pair_role, student disagreed with the teacher)."""
     rows = [
-        empty_row(
+        pair_row(
             request_id=f"r-{day}-{seq}-{i}",
-            kind="pair",
             day=day,
             replica="gw1",
             seq=i + 1,
@@ -66,7 +66,7 @@ def write_certificate(artifacts: Path, key, version: str, task: str, correct: in
     from ratchet_stats.dsse import make_statement, sign_statement
 
     outcomes = TaskOutcomes(
-        task=task, comparator="label", confidences=[0.9] * n, correct=[i < correct for i in range(n)]
+        task=task, comparator="label", confidences=[0.99] * n, correct=[i < correct for i in range(n)]
     )
     predicate = build_certificate(
         version=version,

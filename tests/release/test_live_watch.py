@@ -6,10 +6,11 @@ import random
 from pathlib import Path
 
 from ratchet_assets.release import registry
-from ratchet_assets.release.control import release_tick, rollback_release
+from ratchet_assets.release.control import release_tick
 from ratchet_assets.release.policy import LIVE, ReleasePolicy, Track, feed, serving_tracks
+from ratchet_assets.release.tick import rollback_release
 from ratchet_core import manifest as mf
-from ratchet_core.schema import segment_relpath
+from ratchet_core.lake import segment_relpath
 
 from .conftest import seal_pair_rows, write_certificate
 

@@ -120,3 +120,20 @@ def test_lost_cursor_neither_republishes_nor_reuses_evidence(engine, key, tmp_pa
     assert promote["n"] == 200 - used  # only the audits after the deciding one count for canary 5%
     with engine.connect() as conn:
         assert conn.execute(sa.select(sa.func.count()).select_from(mf.release_manifests)).scalar() == 2
+
+
+def test_only_a_candidate_certified_at_the_release_target_enters_shadow(engine, key, tmp_path):
+    """The certificate's own target was 0.9: 290/300 right certifies there, not at the sensor's 0.95."""
+    write_certificate(tmp_path / "artifacts", key, "v1-low", "tickets", correct=290, n=300)
+    r = _tick(engine, key, tmp_path, None)
+    assert not r.published and _status(engine, "v1-low") == "candidate"
+    assert "below the release target 0.95" in r.summary() or "< the release target 0.95" in r.summary()
+    write_certificate(tmp_path / "artifacts", key, "v2-good", "tickets", correct=300, n=300)
+    r = _tick(engine, key, tmp_path, r.state)
+    m, _ = mf.latest_verified(engine, key.public_key())
+    assert (m.task("tickets").stage, m.task("tickets").version, m.task("tickets").threshold) == (
+        "shadow",
+        "v2-good",
+        0.0,
+    )
+    assert _status(engine, "v1-low") == "retired"  # superseded by the newer candidate
