@@ -56,8 +56,10 @@ def _change(
     actor: str,
     change: Callable[[Any, Any], dict[str, str] | None],
     as_json: bool,
+    details: dict[str, Any] | None = None,
 ) -> None:
-    """Publish one change: ``change(conn, draft_manifest)`` edits the draft and returns registry updates."""
+    """Publish one change: ``change(conn, draft_manifest)`` edits the draft and returns registry updates;
+    `details` (filled in by `change`, e.g. ``forced``) go into the audit-log row."""
     from ratchet_assets.release import registry
     from ratchet_core import manifest as mf
 
@@ -82,7 +84,7 @@ def _change(
                 action,
                 target,
                 reason.strip(),
-                {"statuses": {f"{v}|{t}": s for (v, t), (s, _) in statuses.items()}},
+                {"statuses": {f"{v}|{t}": s for (v, t), (s, _) in statuses.items()}, **(details or {})},
                 new.sequence,
             )
     except (mf.ManifestError, ValueError) as exc:
@@ -130,7 +132,17 @@ def versions_cmd(status: str | None, control_db: str, as_json: bool) -> None:
 @click.option(
     "--to", "to", type=click.Choice(TARGETS), default=None, help="Target stage (default: next step)."
 )
-@click.option("--force", is_flag=True, help="Allow a rejected/rolled-back version, or promote while frozen.")
+@click.option(
+    "--force",
+    is_flag=True,
+    help="Promote without a verified certificate for the task at the release target, a rejected/rolled-back "
+    "version, or while frozen; recorded as forced in the manifest and the audit log.",
+)
+@click.option(
+    "--artifacts",
+    default="",
+    help="Artifacts folder with certificates/ (default: RATCHET_ARTIFACTS or $RATCHET_HOME/artifacts).",
+)
 @reason_option
 @actor_option
 @key_option
@@ -141,26 +153,54 @@ def promote_cmd(
     task: str,
     to: str | None,
     force: bool,
+    artifacts: str,
     reason: str,
     actor: str,
     signing_key_file: str,
     control_db: str,
     as_json: bool,
 ) -> None:
-    """Move VERSION on --task one step along shadow -> canary 5/25/50% -> live (or straight --to a stage)."""
-    from ratchet_assets.release.control import release_for
-    from ratchet_assets.release.policy import LIVE, step_of
+    """Move VERSION on --task one step along shadow -> canary 5/25/50% -> live (or straight --to a stage).
+
+    VERSION needs a verified evaluation certificate that certifies --task at the release target; the release
+    carries the certificate's calibrated confidence threshold. Without one, nothing is published unless --force.
+    """
+    from ratchet_assets.release.guard import NotCertified, certificate_path, certified_task
+    from ratchet_assets.release.policy import LIVE, ReleasePolicy, step_of
+    from ratchet_assets.release.tick import release_for
+    from ratchet_core.keys import keys_ever_trusted
     from ratchet_core.manifest import ManifestError
+    from ratchet_core.settings import load_settings
+
+    folder = Path(artifacts) if artifacts else Path(load_settings().artifacts_root)
+    signer = _private_key(signing_key_file).public_key()
+    target = ReleasePolicy().target
+    details: dict[str, Any] = {}
 
     def change(conn: Any, m: Any) -> dict:
         row = _current_version_row(conn, version, task)
-        if row and row["status"] in ("rejected", "rolled_back", "retired") and not force:
-            raise ManifestError(
-                f"{version} is {row['status']} on {task}; pass --force to promote it anyway (and say why)"
+        problems = []
+        if row and row["status"] in ("rejected", "rolled_back", "retired"):
+            problems.append(f"{version} is {row['status']} on {task}")
+        try:
+            cert = certified_task(
+                (row or {}).get("certificate_path") or certificate_path(folder, version),
+                version,
+                task,
+                keys_ever_trusted(conn, roots=[signer]),  # a certificate signed before a key rotation counts
+                target,
             )
-        if m.flags.releases_frozen and not force:
+        except NotCertified as exc:
+            cert = None
+            problems.append(str(exc))
+        if m.flags.releases_frozen:
+            problems.append(
+                "releases are frozen (unfreeze with `ratchet admin flag releases_frozen false --reason ...`)"
+            )
+        if problems and not force:
             raise ManifestError(
-                "releases are frozen; unfreeze with `ratchet admin flag releases_frozen false` or pass --force"
+                f"refusing to promote {version} on {task}, nothing was published: {'; '.join(problems)}. "
+                'An operator may override with --force --reason "..." (recorded as forced)'
             )
         cur = m.task(task)
         now = step_of(cur) if cur.version == version else None
@@ -172,15 +212,28 @@ def promote_cmd(
             raise ManifestError(f"{version} is already live on {task}")
         else:
             step = now + 1
-        threshold = row["threshold"] if row else (cur.threshold if cur.version == version else None)
-        new = release_for(step, version, threshold, cur)
+        if cert is not None:
+            threshold = cert.threshold
+        else:
+            threshold = row["threshold"] if row else (cur.threshold if cur.version == version else None)
+        forced = bool(problems)  # only --force gets here with problems: it overrode them
+        new = release_for(step, version, threshold, cur, forced=forced)
         m.tasks[task] = new
+        details.clear()
+        details.update(
+            forced=forced,
+            overridden=problems,
+            certificate=cert.certificate if cert else None,
+            threshold=threshold,
+        )
         out = {(version, task): ("live" if new.stage == "live" else new.stage, new.stage)}
         if new.stage == "live" and new.previous_live and new.previous_live != version:
             out[(new.previous_live, task)] = ("retired", "teacher")
         return out
 
-    _change(control_db, signing_key_file, "promote", f"{version}/{task}", reason, actor, change, as_json)
+    _change(
+        control_db, signing_key_file, "promote", f"{version}/{task}", reason, actor, change, as_json, details
+    )
 
 
 @click.command("rollback")
@@ -196,7 +249,7 @@ def rollback_cmd(
     task: str, reason: str, actor: str, signing_key_file: str, control_db: str, as_json: bool
 ) -> None:
     """Roll --task back to its previous live version, or to the teacher when there is none."""
-    from ratchet_assets.release.control import rolled_back
+    from ratchet_assets.release.tick import rolled_back
     from ratchet_core.manifest import ManifestError
 
     def change(conn: Any, m: Any) -> dict:
@@ -224,7 +277,7 @@ def retire_cmd(
     version: str, task: str, reason: str, actor: str, signing_key_file: str, control_db: str, as_json: bool
 ) -> None:
     """Take VERSION out of service on --task for good (it falls back like a rollback if it is serving)."""
-    from ratchet_assets.release.control import rolled_back
+    from ratchet_assets.release.tick import rolled_back
     from ratchet_core.manifest import TaskRelease
 
     def change(conn: Any, m: Any) -> dict:

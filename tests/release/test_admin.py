@@ -18,7 +18,7 @@ from ratchet_assets.release.control import release_tick
 from ratchet_core import manifest as mf
 from ratchet_stats.keys import save_private_key
 
-from .conftest import write_pairs
+from .conftest import write_certificate, write_pairs
 
 
 @pytest.fixture
@@ -39,13 +39,14 @@ def _run(args, ok=True):
 
 def test_admin_changes_are_signed_audited_and_exported(setup, key, engine, tmp_path):
     url, common = setup
+    write_certificate(tmp_path / "artifacts", key, "v1-abc", "tickets", correct=300, n=300)
+    promote = ["promote", "v1-abc", "--task", "tickets", "--artifacts", str(tmp_path / "artifacts")]
     _run(["pin", "extract", "--reason", "extract answers look odd", *common])
     _run(["flag", "audit_rate", "0.2", "--reason", "audit more during rollout", *common])
-    out = _run(
-        ["promote", "v1-abc", "--task", "tickets", "--reason", "manual first rollout", "--json", *common]
-    )
-    assert json.loads(out.output)["manifest"]["tasks"]["tickets"]["stage"] == "shadow"
-    _run(["promote", "v1-abc", "--task", "tickets", "--reason", "shadow looked fine", *common])
+    out = _run([*promote, "--reason", "manual first rollout", "--json", *common])
+    released = json.loads(out.output)["manifest"]["tasks"]["tickets"]
+    assert released["stage"] == "shadow" and released["threshold"] == 0.0 and not released["forced"]
+    _run([*promote, "--reason", "shadow looked fine", *common])
     m, _ = mf.latest_verified(engine, key.public_key())
     assert (m.task("tickets").stage, m.task("tickets").canary_percent) == ("canary", 5.0)
     assert m.pins == ["extract"] and m.flags.audit_rate == 0.2 and m.actor.startswith("admin:")
@@ -57,9 +58,11 @@ def test_admin_changes_are_signed_audited_and_exported(setup, key, engine, tmp_p
     _run(["rollback", "--task", "tickets", "--reason", "complaints from support", *common])
     m, _ = mf.latest_verified(engine, key.public_key())
     assert m.task("tickets").stage == "teacher"
-    forced = _run(["promote", "v1-abc", "--task", "tickets", "--reason", "try again", *common], ok=False)
-    assert forced.exit_code == 2 and "--force" in forced.output
-    _run(["promote", "v1-abc", "--task", "tickets", "--force", "--reason", "fixed upstream", *common])
+    forced = _run([*promote, "--reason", "try again", *common], ok=False)
+    assert forced.exit_code == 2 and "--force" in forced.output and "rolled_back" in forced.output
+    _run([*promote, "--force", "--reason", "fixed upstream", *common])
+    m, _ = mf.latest_verified(engine, key.public_key())
+    assert m.task("tickets").forced and m.task("tickets").threshold == 0.0  # still the calibrated threshold
 
     versions = json.loads(_run(["versions", "--json", "--control-db", url]).output)
     assert {(v["version"], v["task"], v["status"]) for v in versions} == {("v1-abc", "tickets", "shadow")}
@@ -144,3 +147,56 @@ def test_concurrent_admin_processes_and_a_sensor_tick_keep_one_chain(setup, key,
     final = chain[-1]
     assert final.pins == sorted(tasks) and final.flags.audit_rate == 0.3  # no change lost
     assert (final.task("t").stage, final.task("t").canary_percent) == ("canary", 5.0)
+
+
+def test_promotion_needs_a_verified_certificate_for_the_task_or_force(setup, key, engine, tmp_path):
+    """Unknown, uncertified, wrongly signed: refused with the reason and nothing published; --force is
+    recorded in the manifest and the audit log, and the sensor never promotes a forced release further."""
+    from ratchet_stats.keys import generate_private_key
+
+    url, common = setup
+    artifacts = tmp_path / "artifacts"
+    write_certificate(artifacts, key, "v2-weak", "tickets", correct=150, n=300)
+    write_certificate(artifacts, key, "v3-extract", "extract", correct=300, n=300)
+    write_certificate(artifacts, generate_private_key(), "v4-stranger", "tickets", correct=300, n=300)
+    write_certificate(artifacts, key, "v5-lowbar", "tickets", correct=290, n=300)  # certified at 0.9 only
+    cases = {
+        "v9-unknown": "no evaluation certificate",
+        "v2-weak": "not certified for tickets",
+        "v3-extract": "does not evaluate tickets",
+        "v4-stranger": "signature",
+        "v5-lowbar": "< the release target 0.95",
+    }
+    for version, why in cases.items():
+        for to in ("shadow", "live"):
+            res = _run(
+                ["promote", version, "--task", "tickets", "--to", to, "--artifacts", str(artifacts)]
+                + ["--reason", "ship it now", *common],
+                ok=False,
+            )
+            assert res.exit_code == 2 and why in res.output and "nothing was published" in res.output, (
+                res.output
+            )
+    assert mf.latest_verified(engine, key.public_key()) == (None, 0)
+
+    _run(
+        ["promote", "v9-unknown", "--task", "tickets", "--to", "shadow", "--artifacts", str(artifacts)]
+        + ["--force", "--reason", "vendor adapter, checked by hand", *common]
+    )
+    m, _ = mf.latest_verified(engine, key.public_key())
+    assert (
+        m.task("tickets").stage == "shadow"
+        and m.task("tickets").forced
+        and m.task("tickets").threshold is None
+    )
+    (entry,) = registry.read_audit_log(engine)
+    assert (
+        entry["details"]["forced"] is True
+        and "no evaluation certificate" in entry["details"]["overridden"][0]
+    )
+
+    write_pairs(tmp_path / "lake", "2026-01-02", 1, "v9-unknown", "tickets", [False] * 300)
+    r = release_tick(engine, key, tmp_path / "lake", artifacts, None)
+    assert not r.decisions and "forced it here" in r.summary()  # (v3-extract was admitted on extract)
+    m, _ = mf.latest_verified(engine, key.public_key())
+    assert m.task("tickets").stage == "shadow"
