@@ -16,12 +16,19 @@ Cursor: JSON ``{"tracks": {version|task: e-process states}, "watermark": segment
 Policy: promote on evidence precision > ``night.certify_target``; roll back on evidence precision < target - 0.05;
 alpha 0.05 each.
 
+``adapter_reconciler`` keeps every student endpoint holding exactly the adapter versions the current manifest
+serves (``ratchet_assets.release.adapters``): every 30 s it loads what is missing (also after an endpoint
+restarted), unloads retired versions, and reports drift as its SkipReason and, when something changed or is
+missing, as an ``AssetObservation`` on ``lora_adapter`` (``adapters_missing`` is plotted per evaluation).
+Endpoints: resource ``student_endpoints`` (comma-separated base URLs; default ``RATCHET_STUDENT_BASE_URL``).
+
 ``failed_night_sensor`` records each failed run of this code location in the control-DB table ``failed_nights``
 (run id, job, partition, message), idempotent by run id.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 
 import dagster as dg
@@ -86,6 +93,87 @@ def release_promotion_sensor(
     )
 
 
+class StudentEndpoints(dg.ConfigurableResource):
+    """Student endpoints (vLLM or ``ratchet student-server``) the adapter reconciler keeps loaded.
+
+    ``urls``: comma-separated OpenAI base URLs (``http://host:8102/v1``); empty = ``RATCHET_STUDENT_BASE_URL``.
+    ``api_key``: empty = ``RATCHET_STUDENT_API_KEY``."""
+
+    urls: str = ""
+    api_key: str = ""
+
+    def endpoints(self) -> list[tuple[str, str]]:
+        from ratchet_core.settings import load_settings
+
+        urls, key = self.urls, self.api_key
+        if not urls or not key:
+            settings = load_settings()
+            urls = urls or settings.student_base_url or ""
+            key = key or settings.student_api_key
+        return [(u.strip(), key) for u in urls.split(",") if u.strip()]
+
+
+RECONCILE_SECONDS = 30
+
+
+@dg.sensor(
+    name="adapter_reconciler",
+    minimum_interval_seconds=RECONCILE_SECONDS,
+    default_status=dg.DefaultSensorStatus.RUNNING,
+    description="Keep every student endpoint holding exactly the adapters the current release manifest serves.",
+)
+def adapter_reconciler(
+    context: dg.SensorEvaluationContext,
+    paths: RatchetPaths,
+    control_db: ControlDB,
+    signer: Signer,
+    student_endpoints: StudentEndpoints,
+) -> dg.SensorResult:
+    from ratchet_assets.release.adapters import reconcile
+
+    endpoints = student_endpoints.endpoints()
+    if not endpoints:
+        return dg.SensorResult(
+            skip_reason=dg.SkipReason(
+                "no student endpoint: set RATCHET_STUDENT_BASE_URL or student_endpoints.urls"
+            )
+        )
+    manifest, reports = reconcile(
+        control_db.engine(), [signer.public_key()], endpoints, paths.artifacts_root()
+    )
+    seen = {
+        "sequence": manifest.sequence,
+        "endpoints": {r.endpoint: [sorted(r.missing), r.stale, r.extra, r.error] for r in reports},
+    }
+    cursor = hashlib.sha256(json.dumps(seen, sort_keys=True).encode()).hexdigest()[:16]
+    events = []
+    for r in reports:
+        if r.acted:
+            context.log.info(r.summary())
+        if r.drift:
+            context.log.warning(r.summary())
+        if r.acted or r.drift or cursor != context.cursor:
+            events.append(
+                dg.AssetObservation(
+                    asset_key=LORA_ADAPTER,
+                    metadata={
+                        "endpoint": dg.MetadataValue.text(r.endpoint),
+                        "manifest_sequence": dg.MetadataValue.int(manifest.sequence),
+                        "adapters_desired": dg.MetadataValue.int(len(r.desired)),
+                        "adapters_missing": dg.MetadataValue.int(len(r.missing)),
+                        "adapters_loaded_now": dg.MetadataValue.int(len(r.loaded) + len(r.reloaded)),
+                        "adapters_unloaded_now": dg.MetadataValue.int(len(r.unloaded)),
+                        "reconcile": dg.MetadataValue.text(r.summary()),
+                    },
+                )
+            )
+    return dg.SensorResult(
+        cursor=cursor,
+        asset_events=events,
+        skip_reason=dg.SkipReason(" | ".join(r.summary() for r in reports)),
+    )
+
+
 @dg.run_failure_sensor(
     name="failed_night_sensor",
     default_status=dg.DefaultSensorStatus.RUNNING,
@@ -99,3 +187,12 @@ def failed_night_sensor(context: dg.RunFailureSensorContext, control_db: Control
     partition = run.tags.get("dagster/partition", "")
     if record_failed_night(control_db.engine(), run.run_id, run.job_name, partition, message):
         context.log.warning(f"night run {run.run_id} ({run.job_name} {partition}) failed: {message}")
+
+
+@dg.definitions
+def release_sensors() -> dg.Definitions:
+    """This module's sensors and the reconciler's ``student_endpoints`` resource."""
+    return dg.Definitions(
+        sensors=[release_promotion_sensor, adapter_reconciler, failed_night_sensor],
+        resources={"student_endpoints": StudentEndpoints()},
+    )
