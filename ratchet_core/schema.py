@@ -202,12 +202,3 @@ def pair_table(n: int, **columns: Any) -> pa.Table:
         if bad:
             raise ValueError(f"{name} must be one of {allowed}, not {sorted(map(str, bad))}")
     return _table("pair", n, columns)
-
-
-def empty_row(**values: Any) -> dict[str, Any]:
-    """Transitional: the gateway's chat route still builds rows with it; use :func:`request_row` /
-    :func:`pair_row`. Removed once ``ratchet_gateway`` calls those."""
-    unknown = values.keys() - _COLUMN_SET
-    if unknown:
-        raise KeyError(f"not ledger columns: {sorted(unknown)}")
-    return {**_DEFAULTS, **values}
