@@ -5,13 +5,12 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-import pyarrow as pa
-import pyarrow.parquet as pq
 import pytest
 
+from ratchet_assets.night.fixtures import write_segment
 from ratchet_core.control_db import make_engine
 from ratchet_core.lake import segment_relpath
-from ratchet_core.schema import LEDGER_SCHEMA, pair_row
+from ratchet_core.schema import pair_row
 from ratchet_stats.keys import generate_private_key
 
 
@@ -44,10 +43,7 @@ def seal_pair_rows(
         )
         for i, (version, role, err) in enumerate(pairs)
     ]
-    path = Path(lake) / segment_relpath(day, "gw1", seq)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    pq.write_table(pa.Table.from_pylist(rows, schema=LEDGER_SCHEMA), path)
-    return path
+    return write_segment(Path(lake) / segment_relpath(day, "gw1", seq), rows)
 
 
 def write_pairs(lake: Path, day: str, seq: int, version: str, task: str, errors: list[bool], role="audit"):
