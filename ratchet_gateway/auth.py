@@ -15,6 +15,8 @@ import os
 import secrets
 from pathlib import Path
 
+from ratchet_gateway.errors import GatewayError
+
 
 def load_pepper(pepper: str, home: Path) -> bytes:
     """The server pepper: the setting if given, else $RATCHET_HOME/keys/pepper (created 0600 if absent)."""
@@ -69,14 +71,31 @@ class KeyStore:
         return not self._digests
 
     def authenticate(self, authorization: str | None) -> str | None:
-        if not authorization or not self._digests:
+        """The client named by an ``Authorization: Bearer <key>`` header value, or None."""
+        if not authorization:
             return None
         scheme, _, token = authorization.partition(" ")
-        if scheme.lower() != "bearer" or not token.strip():
+        if scheme.lower() != "bearer":
             return None
-        presented = self._digest(token.strip())
+        return self.authenticate_token(token)
+
+    def authenticate_token(self, token: str | None) -> str | None:
+        """The client whose key is `token`, or None."""
+        token = (token or "").strip()
+        if not token or not self._digests:
+            return None
+        presented = self._digest(token)
         found = None
         for name, digest in self._digests:  # no early exit: time does not depend on which key matched
             if hmac.compare_digest(presented, digest):
                 found = name
         return found
+
+
+def invalid_key_error() -> GatewayError:
+    """The 401 every client route answers for a missing or unknown key (the key itself is never echoed)."""
+    return GatewayError(
+        401,
+        "invalid or missing API key: send 'Authorization: Bearer <key>' with a key from RATCHET_API_KEYS",
+        "invalid_api_key",
+    )

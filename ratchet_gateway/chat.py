@@ -1,4 +1,5 @@
-"""``POST /v1/chat/completions``: route, call teacher and/or student, record the row durably, answer.
+"""The chat pipeline behind ``POST /v1/chat/completions`` (``ratchet_gateway.routers.chat``): route, call the
+teacher and/or the student, record the row durably, answer.
 
 The order per request: authenticate -> read the body (size-limited) -> validate -> route by the release manifest
 -> call the model(s) -> build the ledger row (redacted) -> ``await ledger.append`` (journal group commit) ->
@@ -10,47 +11,34 @@ compared with the teacher's audit answer).
 
 from __future__ import annotations
 
-import secrets
 import time
 from collections.abc import AsyncIterator
 from typing import TYPE_CHECKING, Any
 
 import aiohttp
 import orjson
-from pydantic import ValidationError
 from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
 
 from ratchet_core.confidence import answer_confidence
 from ratchet_core.redact import redact_value_with_mapping, restore_text
 from ratchet_core.routing import pairs, route
-from ratchet_core.schema import empty_row
-from ratchet_gateway.errors import GatewayError, error_response
-from ratchet_gateway.models import ChatRequest, describe_validation_error
+from ratchet_core.schema import pair_row, request_row
+from ratchet_gateway.auth import invalid_key_error
+from ratchet_gateway.errors import GatewayError
+from ratchet_gateway.models import parse_chat_body, read_body, task_of, validate_chat_body
+from ratchet_gateway.responses import error_event, error_response, new_request_id, ratchet_headers
 
 if TYPE_CHECKING:
-    from ratchet_gateway.app import Gateway
+    from ratchet_gateway.state import Gateway
 
 _SORTED = orjson.OPT_SORT_KEYS
 _PARAM_KEYS = ("temperature", "top_p", "max_tokens", "max_completion_tokens", "stop", "seed", "user", "n")
 
 
-_ROW_TEMPLATE = empty_row()  # every column with its default; copied per row (empty_row itself is ~50 us)
-
-
-def _new_row(**values: Any) -> dict[str, Any]:
-    row = dict(_ROW_TEMPLATE)
-    row.update(values)
-    return row
-
-
 def _cj(obj: Any) -> str:
     """Compact JSON with sorted keys (the ledger's canonical text form of structured values)."""
     return orjson.dumps(obj, option=_SORTED).decode()
-
-
-def new_request_id() -> str:
-    return "req_" + secrets.token_hex(12)
 
 
 def _now_us_and_day(clock_now) -> tuple[int, str]:
@@ -106,6 +94,8 @@ def _restore_answer(resp: dict, mapping: dict[str, str]) -> None:
 
 
 class ChatHandler:
+    """One per app (``app.state.chat``); called with the raw request, answers it (errors in OpenAI's shape)."""
+
     def __init__(self, gw: Gateway):
         self.gw = gw
 
@@ -114,19 +104,15 @@ class ChatHandler:
         gw = self.gw
         t0 = time.perf_counter()
         rid = new_request_id()
-        headers = {"x-ratchet-request-id": rid, "x-ratchet-served-by": "teacher", "x-ratchet-version": ""}
+        headers = ratchet_headers(rid)
         try:
+            # Authentication is the first thing, before the body is read (an unknown caller costs no parsing).
             client = gw.keys.authenticate(request.headers.get("authorization"))
             if client is None:
-                raise GatewayError(
-                    401,
-                    "invalid or missing API key: send 'Authorization: Bearer <key>' with a key from "
-                    "RATCHET_API_KEYS",
-                    "invalid_api_key",
-                )
-            raw = await self._read_body(request)
-            body = self._parse(raw)
-            req = self._validate(body)
+                raise invalid_key_error()
+            raw = await read_body(request, gw.settings.max_body_bytes)
+            body = parse_chat_body(raw)
+            req = validate_chat_body(body)
             if req.model not in gw.model_names:
                 raise GatewayError(
                     404,
@@ -134,9 +120,7 @@ class ChatHandler:
                     "(GET /v1/models lists them)",
                     "model_not_found",
                 )
-            task = (
-                (req.metadata or {}).get("ratchet_task") or request.headers.get("x-ratchet-task") or "default"
-            )
+            task = task_of(req, request.headers.get("x-ratchet-task"))
             meta = body.get("metadata")
             if isinstance(meta, dict):
                 rest = {k: v for k, v in meta.items() if k != "ratchet_task"}
@@ -168,49 +152,6 @@ class ChatHandler:
             gw.metrics.requests.labels(headers["x-ratchet-served-by"], str(err.status)).inc()
             headers["x-ratchet-overhead-ms"] = f"{(time.perf_counter() - t0) * 1000:.3f}"
             return error_response(err, headers)
-
-    # input -------------------------------------------------------------------------------------------------
-    async def _read_body(self, request: Request) -> bytes:
-        limit = self.gw.settings.max_body_bytes
-        declared = request.headers.get("content-length")
-        too_big = GatewayError(
-            413,
-            f"request body is larger than {limit} bytes (RATCHET_MAX_BODY_BYTES); send a shorter conversation",
-            "body_too_large",
-        )
-        if declared is not None and declared.isdigit() and int(declared) > limit:
-            raise too_big
-        chunks, size = [], 0
-        async for chunk in request.stream():
-            size += len(chunk)
-            if size > limit:
-                raise too_big
-            chunks.append(chunk)
-        return b"".join(chunks)
-
-    @staticmethod
-    def _parse(raw: bytes) -> dict:
-        try:
-            body = orjson.loads(raw)
-        except orjson.JSONDecodeError as exc:
-            why = "is not valid UTF-8" if "utf-8" in str(exc).lower() else "is not valid JSON"
-            raise GatewayError(
-                400,
-                f"request body {why}; send a UTF-8 JSON object with 'model' and 'messages'",
-                "invalid_json",
-            ) from exc
-        if not isinstance(body, dict):
-            raise GatewayError(
-                400, "request body must be a JSON object with 'model' and 'messages'", "invalid_body"
-            )
-        return body
-
-    @staticmethod
-    def _validate(body: dict) -> ChatRequest:
-        try:
-            return ChatRequest.model_validate(body)
-        except ValidationError as exc:
-            raise GatewayError(400, describe_validation_error(exc), "invalid_request") from exc
 
     # non-streaming -----------------------------------------------------------------------------------------
     async def _complete(self, ctx: _Ctx) -> Response:
@@ -332,11 +273,7 @@ class ChatHandler:
                 else GatewayError(502, "the model stream broke; retry", "upstream_error")
             )
             ctx.error = err
-            yield (
-                b"data: "
-                + orjson.dumps({"error": {"message": err.message, "type": err.type, "code": err.code}})
-                + b"\n\n"
-            )
+            yield error_event(err)
         finally:
             if not done:
                 resp = acc.response()
@@ -425,9 +362,8 @@ class ChatHandler:
         content = msg.get("content")
         tool_calls = msg.get("tool_calls")
         err = err or ctx.error
-        return _new_row(
+        return request_row(
             request_id=ctx.rid,
-            kind="request",
             ts=ctx.ts,
             day=ctx.day,
             client=ctx.client,
@@ -581,9 +517,8 @@ class ChatHandler:
         teacher_cost = gw.teacher_prices.cost(p, c)
         red = gw.redact
         elapsed = (time.perf_counter() - t) * 1000
-        row = _new_row(
+        row = pair_row(
             request_id=ctx.rid,
-            kind="pair",
             ts=ctx.ts,
             day=ctx.day,
             client=ctx.client,

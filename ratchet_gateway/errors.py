@@ -1,18 +1,14 @@
-"""Errors in OpenAI's shape: ``{"error": {"message", "type", "code"}}``, plus Ratchet's response headers.
+"""``GatewayError``: the error every gateway layer raises (routes, dependencies, upstream calls).
 
-Every message a client can trigger says what to do next and never contains a secret (keys, bearer tokens,
-upstream credentials): upstream error text is passed through ``ratchet_core.redact.redact_text`` first.
+Its ``status`` is the HTTP status the client gets and its ``type`` OpenAI's error type for that status. Turning it
+into a response (OpenAI's ``{"error": {...}}`` shape with the ``x-ratchet-*`` headers) happens in one place,
+``ratchet_gateway.responses``; the app's exception handler does it for errors raised in routes and dependencies.
 """
 
 from __future__ import annotations
 
-import orjson
-from starlette.responses import Response
-
-from ratchet_core.redact import redact_text
-
 # HTTP status -> OpenAI error type
-_TYPES = {
+ERROR_TYPES = {
     400: "invalid_request_error",
     401: "authentication_error",
     403: "permission_error",
@@ -25,6 +21,11 @@ _TYPES = {
 }
 
 
+def error_type(status: int) -> str:
+    """OpenAI's error type for an HTTP status (``api_error`` for any other)."""
+    return ERROR_TYPES.get(status, "api_error")
+
+
 class GatewayError(Exception):
     """An error the gateway answers with; ``status`` is the HTTP status returned to the client."""
 
@@ -33,26 +34,4 @@ class GatewayError(Exception):
         self.status = status
         self.message = message
         self.code = code
-        self.type = type_ or _TYPES.get(status, "api_error")
-
-
-def error_body(status: int, message: str, type_: str | None = None, code: str | None = None) -> bytes:
-    return orjson.dumps(
-        {
-            "error": {
-                "message": message,
-                "type": type_ or _TYPES.get(status, "api_error"),
-                "param": None,
-                "code": code,
-            }
-        }
-    )
-
-
-def error_response(err: GatewayError, headers: dict[str, str]) -> Response:
-    return Response(
-        error_body(err.status, redact_text(err.message), err.type, err.code),
-        status_code=err.status,
-        media_type="application/json",
-        headers=headers,
-    )
+        self.type = type_ or error_type(status)

@@ -1,4 +1,5 @@
-"""Request bodies: the subset of OpenAI's chat-completions body the gateway checks before forwarding.
+"""Request bodies: the subset of OpenAI's chat-completions body the gateway checks before forwarding, and how a
+chat body is read (size-limited), parsed and validated -- the same for the chat route and the proof route.
 
 Unknown top-level fields are passed through to the upstream unchanged (``extra="allow"``): OpenAI adds
 parameters often and a gateway that rejects them breaks clients. Types of the fields Ratchet reads are checked,
@@ -7,9 +8,14 @@ and a wrong one is a 400 that names the field.
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from typing import Any, Literal
 
+import orjson
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from starlette.requests import Request
+
+from ratchet_gateway.errors import GatewayError
 
 
 class ChatMessage(BaseModel):
@@ -44,14 +50,67 @@ class ChatRequest(BaseModel):
 
 def describe_validation_error(exc: ValidationError) -> str:
     """``field.path: problem; ...`` for the first few errors, with what to do next."""
+    return describe_errors(exc.errors(), "Fix these fields (OpenAI chat format) and retry.")
+
+
+def describe_errors(errors: Sequence[Mapping[str, Any]], fix: str = "Fix these fields and retry.") -> str:
+    """``field.path: problem; ...`` for the first few pydantic/FastAPI errors (``loc`` without its leading
+    ``body``), then `fix`."""
     parts = []
-    for err in exc.errors()[:3]:
-        loc = ".".join(str(p) for p in err["loc"]) or "body"
-        parts.append(f"{loc}: {err['msg']}")
-    more = f" (and {len(exc.errors()) - 3} more)" if len(exc.errors()) > 3 else ""
-    return (
-        "invalid request body: "
-        + "; ".join(parts)
-        + more
-        + ". Fix these fields (OpenAI chat format) and retry."
+    for err in errors[:3]:
+        loc = list(err.get("loc") or ())
+        if loc and loc[0] == "body":
+            loc = loc[1:]
+        parts.append(f"{'.'.join(str(p) for p in loc) or 'body'}: {err.get('msg', 'invalid')}")
+    more = f" (and {len(errors) - 3} more)" if len(errors) > 3 else ""
+    return "invalid request body: " + "; ".join(parts) + more + ". " + fix
+
+
+async def read_body(request: Request, limit: int) -> bytes:
+    """The request body, at most `limit` bytes (``RATCHET_MAX_BODY_BYTES``): 413 past it, read or declared."""
+    declared = request.headers.get("content-length")
+    too_big = GatewayError(
+        413,
+        f"request body is larger than {limit} bytes (RATCHET_MAX_BODY_BYTES); send a shorter conversation",
+        "body_too_large",
     )
+    if declared is not None and declared.isdigit() and int(declared) > limit:
+        raise too_big
+    chunks, size = [], 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > limit:
+            raise too_big
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
+def parse_chat_body(raw: bytes) -> dict:
+    """The body as a JSON object (orjson), or a 400 that says what is wrong with it."""
+    try:
+        body = orjson.loads(raw)
+    except orjson.JSONDecodeError as exc:
+        why = "is not valid UTF-8" if "utf-8" in str(exc).lower() else "is not valid JSON"
+        raise GatewayError(
+            400,
+            f"request body {why}; send a UTF-8 JSON object with 'model' and 'messages'",
+            "invalid_json",
+        ) from exc
+    if not isinstance(body, dict):
+        raise GatewayError(
+            400, "request body must be a JSON object with 'model' and 'messages'", "invalid_body"
+        )
+    return body
+
+
+def validate_chat_body(body: dict) -> ChatRequest:
+    """One pydantic pass over the parsed body; a 400 naming the bad fields otherwise."""
+    try:
+        return ChatRequest.model_validate(body)
+    except ValidationError as exc:
+        raise GatewayError(400, describe_validation_error(exc), "invalid_request") from exc
+
+
+def task_of(req: ChatRequest, header: str | None) -> str:
+    """The request's task: ``metadata.ratchet_task``, else the ``X-Ratchet-Task`` header, else ``default``."""
+    return (req.metadata or {}).get("ratchet_task") or header or "default"

@@ -1,0 +1,112 @@
+"""The parts every gateway response shares, built here and nowhere else: the ``x-ratchet-*`` headers and OpenAI's
+error shape ``{"error": {"message", "type", "param", "code"}}``.
+
+Every response carries ``x-ratchet-request-id``, ``x-ratchet-served-by`` (``teacher`` | ``student``),
+``x-ratchet-version`` (the adapter version when the student served) and ``x-ratchet-overhead-ms`` (the gateway's
+own time); the chat route fills in the real values (``ratchet_gateway.chat``), every other route the defaults.
+
+Every error message a client can trigger says what to do next and never contains a secret (keys, bearer tokens,
+upstream credentials): it is passed through ``ratchet_core.redact.redact_text`` here, on its way out.
+"""
+
+from __future__ import annotations
+
+import secrets
+from typing import Any
+
+import orjson
+from pydantic import BaseModel
+from starlette.responses import Response
+
+from ratchet_core.redact import redact_text
+from ratchet_gateway.errors import GatewayError, error_type
+
+
+def new_request_id() -> str:
+    return "req_" + secrets.token_hex(12)
+
+
+def ratchet_headers(request_id: str | None = None) -> dict[str, str]:
+    """The ``x-ratchet-*`` headers of a response the teacher (or nobody) served; a fresh request id when none."""
+    return {
+        "x-ratchet-request-id": request_id or new_request_id(),
+        "x-ratchet-served-by": "teacher",
+        "x-ratchet-version": "",
+        "x-ratchet-overhead-ms": "0.000",
+    }
+
+
+def error_body(status: int, message: str, type_: str | None = None, code: str | None = None) -> bytes:
+    """OpenAI's error document (the message redacted)."""
+    return orjson.dumps(
+        {
+            "error": {
+                "message": redact_text(message),
+                "type": type_ or error_type(status),
+                "param": None,
+                "code": code,
+            }
+        }
+    )
+
+
+def error_event(err: GatewayError) -> bytes:
+    """An SSE ``data:`` event carrying `err` in OpenAI's shape (a stream that broke after its headers went out)."""
+    return b"data: " + error_body(err.status, err.message, err.type, err.code) + b"\n\n"
+
+
+def error_response(err: GatewayError, headers: dict[str, str] | None = None) -> Response:
+    return Response(
+        error_body(err.status, err.message, err.type, err.code),
+        status_code=err.status,
+        media_type="application/json",
+        headers=headers or ratchet_headers(),
+    )
+
+
+def openai_error(status: int, message: str, code: str | None = None) -> Response:
+    return error_response(GatewayError(status, message, code))
+
+
+def json_response(obj: Any, status: int = 200, headers: dict[str, str] | None = None) -> Response:
+    """`obj` as JSON (orjson) with the ``x-ratchet-*`` headers."""
+    return Response(
+        orjson.dumps(obj),
+        status_code=status,
+        media_type="application/json",
+        headers=headers or ratchet_headers(),
+    )
+
+
+# OpenAPI documentation of the error shape (responses are built by the functions above, not by these models).
+
+
+class ErrorDetail(BaseModel):
+    message: str
+    type: str
+    param: str | None = None
+    code: str | None = None
+
+
+class ErrorResponse(BaseModel):
+    """OpenAI's error shape; every non-2xx answer of the gateway has it."""
+
+    error: ErrorDetail
+
+
+_ERROR_DESCRIPTIONS = {
+    400: "Invalid request (the message names the field and what to fix)",
+    401: "Invalid or missing API key",
+    403: "Forbidden",
+    404: "Not found",
+    413: "Request body too large",
+    500: "Internal gateway error",
+    502: "The model endpoint failed",
+    503: "Service unavailable (ledger or model endpoint)",
+    504: "The model did not answer in time",
+}
+
+
+def error_docs(*statuses: int) -> dict[int | str, dict[str, Any]]:
+    """``responses=`` for a route: these statuses answer with :class:`ErrorResponse`."""
+    return {s: {"model": ErrorResponse, "description": _ERROR_DESCRIPTIONS.get(s, "Error")} for s in statuses}

@@ -1,0 +1,21 @@
+"""The gateway's HTTP routes, one module per concern; ``ratchet_gateway.app.create_app`` includes them all.
+
+- ``chat``: ``POST /v1/chat/completions`` (the data plane's hot path: ``ROUTE``, added to the app's own route
+  table, see there);
+- ``models``: ``GET /v1/models``;
+- ``health``: ``GET /healthz``, ``/readyz``, ``/metrics``;
+- ``admin``: ``POST /ratchet/admin/student-disabled``, ``/ratchet/admin/pin`` (safety switches only);
+- ``receipts``: ``GET /ratchet/receipts/{day}``, ``/ratchet/receipts/{day}/proof/{request_id}``,
+  ``/ratchet/public-key``;
+- ``proofs``: ``POST /ratchet/proofs/{version}``, ``GET /ratchet/proofs/{version}/{request_id}``,
+  ``GET /ratchet/boms/{version}``.
+
+Every other module has an ``APIRouter`` (``ROUTERS``). Routers are thin: they take the gateway state and the caller from ``ratchet_gateway.deps``, raise
+``GatewayError`` for every failure (the app answers it in OpenAI's shape) and build responses with
+``ratchet_gateway.responses``. They never import the app factory.
+"""
+
+from ratchet_gateway.routers import admin, chat, health, models, proofs, receipts
+
+CHAT_ROUTE = chat.ROUTE
+ROUTERS = (models.router, health.router, admin.router, receipts.router, proofs.router)

@@ -1,0 +1,130 @@
+"""Training-set proofs for clients (``ratchet_gateway.proofs`` says how keys and proofs are made):
+
+- ``POST /ratchet/proofs/{version}`` with the chat body the client sent to ``/v1/chat/completions``;
+- ``GET /ratchet/proofs/{version}/{request_id}``: for a request this replica's ledger holds, the caller's own only
+  (another client's is a 404 exactly like a missing one);
+- ``GET /ratchet/boms/{version}``: the signed BOM envelope the proof is checked against.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import re
+from typing import Annotated
+
+from fastapi import APIRouter
+from fastapi import Path as PathParam
+from starlette.requests import Request
+from starlette.responses import Response
+
+from ratchet_gateway.deps import ClientDep, GatewayDep
+from ratchet_gateway.errors import GatewayError
+from ratchet_gateway.models import parse_chat_body, read_body, task_of, validate_chat_body
+from ratchet_gateway.proofs import find_request_row, key_of_request, key_of_row, valid_version
+from ratchet_gateway.responses import error_docs, json_response, ratchet_headers
+from ratchet_gateway.state import Gateway
+
+router = APIRouter(prefix="/ratchet", tags=["proofs"])
+
+_RID = re.compile(r"^[A-Za-z0-9_.-]{1,128}$")
+Version = Annotated[str, PathParam(description="An adapter version name, e.g. v3-1a2b3c4d.")]
+RequestId = Annotated[str, PathParam(description="An x-ratchet-request-id value.")]
+
+# The body is read like the chat route's (size limit, orjson, one validation), so its schema is given here.
+_BODY_OPENAPI = {
+    "requestBody": {
+        "required": True,
+        "content": {"application/json": {"schema": {"$ref": "#/components/schemas/ChatRequest"}}},
+    },
+    "parameters": [
+        {"name": "X-Ratchet-Task", "in": "header", "required": False, "schema": {"type": "string"}}
+    ],
+}
+
+
+def _check_version(version: str) -> None:
+    """400 for a name that is not an adapter version (checked before any path is built from it)."""
+    if not valid_version(version):
+        raise GatewayError(
+            400, "version must be an adapter version name like v3-1a2b3c4d (see the release manifest)"
+        )
+
+
+def _no_bom(version: str) -> GatewayError:
+    return GatewayError(
+        404,
+        f"adapter version {version} has no BOM: it was never certified, or its night has not run yet; "
+        "proofs exist only for versions with a signed BOM",
+        "bom_not_found",
+    )
+
+
+async def _prove(gw: Gateway, version: str, key: str) -> Response:
+    train_keys = gw.artifacts.bom_train_keys(version)
+    if not gw.artifacts.bom(version).is_file() or not train_keys.is_file():
+        raise _no_bom(version)
+    try:
+        tree = await asyncio.to_thread(gw.key_trees.get, train_keys)
+    except (OSError, UnicodeDecodeError, ValueError) as exc:
+        raise GatewayError(
+            500,
+            f"the training key list of {version} is unreadable or malformed; an operator must rematerialise "
+            "its `bom` asset",
+            "train_keys_invalid",
+        ) from exc
+    return json_response(tree.prove(key))
+
+
+@router.post(
+    "/proofs/{version}",
+    summary="Was this chat body in adapter `version`'s training set? (membership or non-membership proof)",
+    openapi_extra=_BODY_OPENAPI,
+    responses=error_docs(400, 401, 404, 413),
+)
+async def proof_for_body(version: Version, request: Request, gw: GatewayDep, client: ClientDep) -> Response:
+    _check_version(version)
+    try:
+        body = parse_chat_body(await read_body(request, gw.settings.max_body_bytes))
+        req = validate_chat_body(body)
+    except GatewayError as err:
+        err.message += " (send the same body you sent to /v1/chat/completions)"
+        raise
+    task = task_of(req, request.headers.get("x-ratchet-task"))
+    key = await asyncio.to_thread(key_of_request, body, task, gw.settings.redact_pii)
+    return await _prove(gw, version, key)
+
+
+@router.get(
+    "/proofs/{version}/{request_id}",
+    summary="Was my request `request_id` (in this replica's ledger) in adapter `version`'s training set?",
+    responses=error_docs(400, 401, 404),
+)
+async def proof_for_request(
+    version: Version, request_id: RequestId, gw: GatewayDep, client: ClientDep
+) -> Response:
+    _check_version(version)
+    if not _RID.match(request_id):
+        raise GatewayError(400, "request_id must be an x-ratchet-request-id value")
+    row = await asyncio.to_thread(find_request_row, gw.ledger, request_id)
+    if row is None or row[0] != client:
+        raise GatewayError(
+            404,
+            f"no request {request_id} of yours in this gateway replica's ledger; POST the request body to "
+            f"/ratchet/proofs/{version} instead",
+            "request_not_found",
+        )
+    return await _prove(gw, version, key_of_row(*row[1:]))
+
+
+@router.get(
+    "/boms/{version}",
+    summary="The signed BOM (DSSE envelope) of adapter `version`",
+    responses=error_docs(400, 401, 404),
+)
+async def bom(version: Version, gw: GatewayDep, client: ClientDep) -> Response:
+    _check_version(version)
+    path = gw.artifacts.bom(version)
+    if not path.is_file():
+        raise _no_bom(version)
+    data = await asyncio.to_thread(path.read_bytes)
+    return Response(data, media_type="application/json", headers=ratchet_headers())

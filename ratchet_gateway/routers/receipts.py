@@ -1,0 +1,117 @@
+"""Receipts, receipt proofs and the public key, served to clients from the files the ``daily_receipt`` asset wrote.
+
+Files read (written by ``ratchet_assets.night.receipts``; paths from ``ratchet_core.layout.ArtifactLayout``), under
+``<artifacts>/receipts/<day>/``:
+
+- ``receipt.dsse.json``: the signed receipt (DSSE envelope, canonical JSON);
+- ``rows.parquet``: the Merkle leaves in tree order, columns ``index``, ``request_id``, ``client``, ``leaf`` (the
+  canonical JSON text that is hashed, RFC 9162 leaf = SHA-256(0x00 || leaf)).
+
+``GET /ratchet/receipts/{day}`` returns the envelope plus the calling client's own leaves;
+``GET /ratchet/receipts/{day}/proof/{request_id}`` returns an RFC 9162 inclusion proof in the shape of
+``ratchet_stats.receipt`` (``_type`` = its PROOF_TYPE; verify with ``ratchet verify proof``), read from the
+stored tree by ``ratchet_core.receipt_store.receipt_proof`` (the gateway never imports the control plane).
+Another client's request is a 404 exactly like a missing one, so its existence is not revealed.
+``GET /ratchet/public-key`` returns the signing public key(s).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import re
+from pathlib import Path
+from typing import Annotated
+
+from fastapi import APIRouter
+from fastapi import Path as PathParam
+from starlette.responses import Response
+
+from ratchet_gateway.deps import ClientDep, GatewayDep
+from ratchet_gateway.errors import GatewayError
+from ratchet_gateway.responses import error_docs, json_response
+from ratchet_gateway.state import Gateway, manifest_public_keys
+
+router = APIRouter(prefix="/ratchet", tags=["receipts"])
+
+_DAY = re.compile(r"^\d{4}-\d{2}-\d{2}$")
+_RID = re.compile(r"^[A-Za-z0-9_.-]{1,128}$")
+Day = Annotated[str, PathParam(description="The UTC day, YYYY-MM-DD.")]
+RequestId = Annotated[str, PathParam(description="An x-ratchet-request-id value.")]
+
+
+def _read_rows(path: Path) -> dict[str, list]:
+    import pyarrow.parquet as pq
+
+    t = pq.read_table(path, columns=["request_id", "client", "leaf"])
+    return {name: t.column(name).to_pylist() for name in ("request_id", "client", "leaf")}
+
+
+def build_proof(folder: Path, day: str, request_id: str, client: str) -> dict | None:
+    """The inclusion proof of `request_id` if it is in the day's receipt and belongs to `client`, else None
+    (one row group and O(log n) stored tree hashes read: ``ratchet_core.receipt_store``)."""
+    from ratchet_core.receipt_store import receipt_proof
+
+    return receipt_proof(folder, day, request_id, client=client)
+
+
+def _receipt_folder(gw: Gateway, day: str) -> Path:
+    """The day's receipt folder; 404 when the receipt is not signed yet."""
+    layout = gw.artifacts
+    if not layout.receipt_envelope(day).exists() or not layout.receipt_rows(day).exists():
+        raise GatewayError(
+            404, f"no receipt for {day} yet; receipts are signed after the day closes", "receipt_not_found"
+        )
+    return layout.receipt_dir(day)
+
+
+@router.get(
+    "/receipts/{day}",
+    summary="The day's signed receipt and the caller's own leaves",
+    responses=error_docs(400, 401, 404),
+)
+async def receipt(day: Day, gw: GatewayDep, client: ClientDep) -> Response:
+    if not _DAY.match(day):
+        raise GatewayError(400, "day must be YYYY-MM-DD")
+    _receipt_folder(gw, day)
+    rows = await asyncio.to_thread(_read_rows, gw.artifacts.receipt_rows(day))
+    mine = [
+        {"index": i, "request_id": rid, "leaf": leaf}
+        for i, (rid, c, leaf) in enumerate(zip(rows["request_id"], rows["client"], rows["leaf"], strict=True))
+        if c == client
+    ]
+    envelope = json.loads(gw.artifacts.receipt_envelope(day).read_bytes())
+    return json_response({"day": day, "client": client, "envelope": envelope, "rows": mine})
+
+
+@router.get(
+    "/receipts/{day}/proof/{request_id}",
+    summary="RFC 9162 inclusion proof of one of the caller's requests in the day's receipt",
+    responses=error_docs(400, 401, 404),
+)
+async def receipt_proof(day: Day, request_id: RequestId, gw: GatewayDep, client: ClientDep) -> Response:
+    if not _DAY.match(day) or not _RID.match(request_id):
+        raise GatewayError(400, "day must be YYYY-MM-DD and request_id an x-ratchet-request-id value")
+    folder = _receipt_folder(gw, day)
+    data = await asyncio.to_thread(build_proof, folder, day, request_id, client)
+    if data is None:  # another client's request answers exactly like a missing one
+        raise GatewayError(
+            404, f"no request {request_id} of yours in the receipt for {day}", "proof_not_found"
+        )
+    return json_response(data)
+
+
+@router.get(
+    "/public-key",
+    summary="The public key(s) receipts, BOMs and manifests are signed with",
+    responses=error_docs(404),
+)
+async def public_key(gw: GatewayDep) -> Response:
+    keys = gw.public_keys or manifest_public_keys(gw.settings)
+    if not keys:
+        raise GatewayError(
+            404, "no public key configured; run `ratchet init` or set RATCHET_SIGNING_KEY", "no_public_key"
+        )
+    from ratchet_stats.keys import key_id, public_key_pem
+
+    return json_response({"keys": [{"key_id": key_id(k), "pem": public_key_pem(k)} for k in keys]})
