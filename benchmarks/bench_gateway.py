@@ -31,6 +31,8 @@ from pathlib import Path
 
 import httpx
 
+from ratchet_core.lake import Lake
+
 LEVELS = (1, 16, 64)
 ROUNDS = int(os.environ.get("RATCHET_BENCH_ROUNDS", "2"))
 DURATION_S = float(os.environ.get("RATCHET_BENCH_DURATION", "3"))
@@ -213,9 +215,8 @@ def run(out_dir: Path) -> dict:
             result["one_worker"] = _measure(bench, direct, gw_urls["one_worker"], gw.pid)
             gw.send_signal(signal.SIGTERM)
             gw.wait(60)
-            result["sealed_segments_after_shutdown"] = len(
-                list(Path(tmp, "lake").glob("traffic/day=*/*.parquet"))
-            )
+            lake = Lake(Path(tmp, "lake"))
+            result["sealed_segments_after_shutdown"] = sum(len(lake.segments(d)) for d in lake.days())
         # Same gateway with its journal on tmpfs: separates the disk's fdatasync latency from the gateway's own.
         if Path("/dev/shm").is_dir():
             with tempfile.TemporaryDirectory(dir="/dev/shm") as tmp:
