@@ -1,0 +1,121 @@
+"""The night's adapter step as plain functions (no Dagster): commitments passed on, one training per training set.
+
+The upstream steps run as the simulator runs them (``night.traffic`` -> ``examples`` -> ``split`` ->
+``training_set``); training is real (the demo base, a tiny LoRA config, in this process); the effect ledger is
+the real one on SQLite.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from ratchet_assets.night import adapter as step
+from ratchet_assets.night.commitments import (
+    CommitmentMissing,
+    golden_commitment,
+    training_commitment,
+)
+
+pytestmark = pytest.mark.slow  # the demo base and the upstream night: ~10-25 s on the shared machine
+
+DAY = "2026-01-05"
+# A few optimiser steps on one thread: this is about the step's bookkeeping, not the adapter's quality.
+TINY = {"rank": 4, "alpha": 8, "max_len": 96, "epochs": 1, "batch_size": 16, "min_steps": 0, "num_threads": 1}
+
+
+@pytest.fixture(scope="module")
+def night(tmp_path_factory):
+    from ratchet_assets.night.evaluate import golden_commitments, load_golden
+    from ratchet_assets.night.examples import build_examples
+    from ratchet_assets.night.fixtures import write_day
+    from ratchet_assets.night.split import split_golden
+    from ratchet_assets.night.traffic import consolidate_traffic
+    from ratchet_assets.night.training_set import build_training_set
+    from ratchet_core.student_model import ensure_demo_base
+
+    home = tmp_path_factory.mktemp("adapter-step")
+    art = home / "artifacts"
+    write_day(home / "lake", DAY, 40, seed=4, workload="tickets", student_share=0.0)
+    consolidate_traffic(home / "lake", art, DAY)
+    build_examples(art, DAY)
+    split = split_golden(art, DAY, share=0.2)
+    train = build_training_set(art, DAY)
+    return {
+        "home": home,
+        "art": art,
+        "base": ensure_demo_base(home / "models" / "demo-base"),
+        "split": split,
+        "train": train,
+        "golden_recomputed": golden_commitments(load_golden(art, DAY)),
+    }
+
+
+def _effects(home: Path):
+    from ratchet_assets.effects import EffectLedger
+    from ratchet_core.control_db import make_engine
+
+    return EffectLedger(make_engine(f"sqlite:///{(home / 'control.db').as_posix()}"))
+
+
+def test_the_steps_write_their_commitments_once_for_the_later_steps(night):
+    art = night["art"]
+    golden, train = golden_commitment(art, DAY), training_commitment(art, DAY)
+    keys, rows = night["golden_recomputed"]
+    assert (golden.keys, golden.rows) == (keys, rows)
+    assert (golden.keys.root, golden.keys.size) == (night["split"].golden_root, night["split"].golden_size)
+    assert (train.rows.root, train.rows.size) == (night["train"].rows_root, night["train"].rows)
+    assert train.keys.root == night["train"].keys_root
+    with pytest.raises(CommitmentMissing, match="materialise `golden_split` for 2026-01-06"):
+        golden_commitment(art, "2026-01-06")
+
+
+def test_train_adapter_trains_once_per_training_set_and_config_then_reuses(night):
+    art, home = night["art"], night["home"]
+    effects = _effects(home)
+    launches: list[dict] = []
+    progress: list[str] = []
+
+    def launch(extras):
+        launches.append(extras)
+        return step.train_in_process(extras, progress.append)
+
+    first = step.train_adapter(art, DAY, night["base"], dict(TINY), effects, launch)
+    assert not first.reused and len(launches) == 1 and progress[-1].startswith("done: ")
+    record = first.record
+    assert record["version"] == f"v1-{record['adapter_sha256'][:8]}"
+    assert record["train_rows_root"] == night["train"].rows_root
+    assert Path(record["adapter_dir"], "adapter_model.safetensors").is_file()
+    assert json.loads(step.day_pointer(art, DAY).read_text()) == record
+
+    again = step.train_adapter(art, DAY, night["base"], {**TINY, "num_threads": 2}, effects, launch)
+    assert again.reused and len(launches) == 1  # num_threads does not change the adapter: same launch key
+    assert again.record == record
+    [effect] = effects.list_effects(effect_type=step.EFFECT)
+    assert (effect.status, effect.attempts, effect.key) == ("done", 1, record["effect_key"])
+
+    # the adapter's files are gone: the ledger refuses to pretend, and says how to train again
+    gone = Path(record["adapter_dir"])
+    gone.rename(gone.with_name("moved"))
+    try:
+        with pytest.raises(step.AdapterError, match="ratchet admin effects resolve training.launch"):
+            step.train_adapter(art, DAY, night["base"], dict(TINY), effects, launch)
+    finally:
+        gone.with_name("moved").rename(gone)
+    assert len(launches) == 1
+
+
+def test_train_adapter_refuses_a_missing_or_empty_training_set(night, tmp_path):
+    effects = _effects(tmp_path)
+    with pytest.raises(step.AdapterError, match="materialise `training_set` for 2026-01-06 first"):
+        step.train_adapter(
+            night["art"], "2026-01-06", night["base"], dict(TINY), effects, step.train_in_process
+        )
+    empty = step.train_dir(tmp_path, DAY)
+    empty.mkdir(parents=True)
+    (empty / "train.jsonl").write_bytes(b"\n")
+    with pytest.raises(step.AdapterError, match="is empty"):
+        step.train_adapter(tmp_path, DAY, night["base"], dict(TINY), effects, step.train_in_process)
+    assert effects.list_effects(effect_type=step.EFFECT) == []
