@@ -105,13 +105,30 @@ def _current_version_row(conn: Any, version: str, task: str) -> dict[str, Any] |
 
 @click.command("versions")
 @click.option("--status", default=None, help="Only versions with this status (candidate, live, ...).")
+@click.option(
+    "--artifacts",
+    default="",
+    help="Artifacts folder with certificates/ (default: RATCHET_ARTIFACTS or $RATCHET_HOME/artifacts).",
+)
 @control_db_option
 @json_option
-def versions_cmd(status: str | None, control_db: str, as_json: bool) -> None:
-    """List adapter versions per task with their status and what the manifest serves."""
+def versions_cmd(status: str | None, artifacts: str, control_db: str, as_json: bool) -> None:
+    """List adapter versions per task with their status and what the manifest serves.
+
+    Every verified certificate under the artifacts is listed, also one the release sensor has not seen yet
+    (e.g. the last night's, when the sensor was stopped right after it): it is registered first."""
     from ratchet_assets.release import registry
+    from ratchet_core.keys import keys_ever_trusted, root_public_keys
+    from ratchet_core.settings import load_settings
 
     engine = engine_for(control_db)
+    settings = load_settings()
+    folder = Path(artifacts) if artifacts else Path(settings.artifacts_root)
+    registry.ensure_tables(engine)
+    keys = keys_ever_trusted(engine, roots=root_public_keys(settings) or None)
+    for note in registry.register_certificates(engine, folder, keys):
+        if "not registered" in note:
+            click.echo(f"warning: {note}", err=True)
     rows = registry.list_versions(engine, status=status)
     if as_json:
         echo_json(rows)

@@ -200,3 +200,27 @@ def test_promotion_needs_a_verified_certificate_for_the_task_or_force(setup, key
     assert not r.decisions and "forced it here" in r.summary()  # (v3-extract was admitted on extract)
     m, _ = mf.latest_verified(engine, key.public_key())
     assert m.task("tickets").stage == "shadow"
+
+
+def test_versions_lists_a_certificate_the_sensor_has_not_seen_yet(setup, key, engine, tmp_path, monkeypatch):
+    """The demo's fourth night: its certificate was written after the sensor's last tick, then everything
+    stopped. `admin versions` verifies and lists it anyway; a certificate signed by an unknown key is not."""
+    from ratchet_stats.keys import generate_private_key
+
+    monkeypatch.setenv("RATCHET_HOME", str(tmp_path / "home"))
+    url, _ = setup
+    artifacts = tmp_path / "artifacts"
+    write_certificate(artifacts, key, "v3-night3", "tickets", correct=300, n=300, day="2026-01-03")
+    release_tick(engine, key, tmp_path / "lake", artifacts, None)  # the last tick: v3 admitted to shadow
+    write_certificate(artifacts, key, "v4-night4", "tickets", correct=300, n=300, day="2026-01-04")
+    write_certificate(artifacts, generate_private_key(), "v5-forged", "tickets", correct=300, n=300)
+    res = CliRunner().invoke(
+        admin, ["versions", "--json", "--control-db", url, "--artifacts", str(artifacts)]
+    )
+    assert res.exit_code == 0, res.output
+    listed = {(v["version"], v["status"], v["day"]) for v in json.loads(res.stdout)}
+    assert listed == {("v3-night3", "shadow", "2026-01-03"), ("v4-night4", "candidate", "2026-01-04")}
+    assert (
+        "v5-forged.dsse.json: not registered" in res.stderr
+        and "no signature is by a trusted key" in res.stderr
+    )
