@@ -59,6 +59,11 @@ def segment_relpath(day: str, replica: str, first_seq: int) -> str:
     return f"{day_folder(day)}/{segment_name(replica, first_seq)}"
 
 
+# Parquet footer entry of a sealed segment: when its writer sealed it, ISO 8601 on the writer's own clock
+# (``ratchet_core.clock``), so lateness is judged on the clock the data was written with.
+SEALED_AT = b"ratchet.sealed_at"
+
+
 @dataclass(frozen=True)
 class SegmentName:
     """The parts of a segment's path (:func:`parse_segment_relpath`)."""
@@ -235,6 +240,14 @@ class Lake:
         import pyarrow.parquet as pq
 
         return pq.read_schema(self.path(rel), filesystem=self.fs)
+
+    def sealed_at(self, seg: Segment) -> datetime:
+        """When `seg` was sealed on the clock its writer used: the footer entry :data:`SEALED_AT` the gateway's
+        sealer writes (Ratchet's clock, the accelerated one in a demo); the file's mtime when it has none."""
+        try:
+            return datetime.fromisoformat((self.read_schema(seg.rel).metadata or {})[SEALED_AT].decode())
+        except (KeyError, ValueError, OSError):
+            return seg.mtime
 
     def read_table(self, rel: str, columns: list[str] | None = None) -> Any:
         import pyarrow.parquet as pq

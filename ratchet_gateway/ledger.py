@@ -48,7 +48,8 @@ from typing import Any
 
 import orjson
 
-from ratchet_core.lake import Lake, parse_segment_relpath, segment_relpath
+from ratchet_core.clock import now as clock_now
+from ratchet_core.lake import SEALED_AT, Lake, parse_segment_relpath, segment_relpath
 from ratchet_core.schema import COLUMN_NAMES, LEDGER_SCHEMA, duckdb_ddl
 
 _HEADER = struct.Struct("<II")
@@ -319,7 +320,10 @@ class Ledger:
             rel = segment_relpath(day, self.replica, first)
             if self._lake.exists(rel):
                 continue  # published before a crash; its rows are in _recovered (never rewritten)
-            self._lake.publish_table(rel, part)
+            sealed_at = {SEALED_AT: clock_now().isoformat().encode()}  # lateness is judged on this clock
+            self._lake.publish_table(
+                rel, part.replace_schema_metadata({**(part.schema.metadata or {}), **sealed_at})
+            )
             written.append(self._lake.path(rel))
         self._sql("INSERT OR REPLACE INTO seal_state VALUES (1, ?)", [top])
         self._sealed_seq = top
