@@ -8,7 +8,8 @@ which steps failed and why. RUN_CONFIG_JSON is the job's run config (the demo pa
 Ctrl-C can stop it by process group.
 
 ``release_tick_once``: one evaluation of release control (what Dagster's ``release_promotion_sensor`` runs each
-tick), for ``ratchet demo --no-dagster-ui`` where no daemon runs the sensor.
+tick), and ``reconcile_adapters_once`` (``adapter_reconciler``'s pass), for ``ratchet demo --no-dagster-ui`` where
+no daemon runs the sensors.
 ``serving_stages``: what the latest verified release manifest says each task is served by.
 """
 
@@ -209,6 +210,27 @@ def release_tick_once(home: Path, state: dict[str, Any] | None) -> tuple[dict[st
     finally:
         engine.dispose()
     return result.state, (result.summary() if result.acted else None)
+
+
+def reconcile_adapters_once(home: Path, student_url: str) -> str | None:
+    """One pass of the adapter reconciler (what Dagster's ``adapter_reconciler`` runs every 30 s) for
+    ``--no-dagster-ui``; returns what it did or what is missing, None when the endpoint holds what it should."""
+    from ratchet_assets.release.adapters import reconcile
+    from ratchet_core.control_db import make_engine
+    from ratchet_core.settings import load_settings
+    from ratchet_stats.keys import load_public_key
+
+    settings = load_settings()
+    engine = make_engine(settings.control_db_url)
+    try:
+        public = load_public_key((home / "keys" / "signing.pub").read_bytes())
+        _, reports = reconcile(
+            engine, [public], [(student_url, settings.student_api_key)], Path(settings.artifacts_root)
+        )
+    finally:
+        engine.dispose()
+    lines = [r.summary() for r in reports if r.acted or r.drift]
+    return "; ".join(lines) or None
 
 
 def serving_stages(home: Path, tasks: list[str]) -> dict[str, dict[str, Any]]:

@@ -3,8 +3,9 @@
 A day: ``bursts`` bursts of the built-in workload spread over the first 80% of the day (``run_traffic``), then
 wait for the day to end on Ratchet's clock and for the gateway to seal its last segment (two sealing intervals
 after the last answer), then the night (``ratchet_cli.demo.night``), then one line per day: requests, share served
-by the student, accuracy, the receipt, the certificate and every task's stage. Release control runs in Dagster's
-daemon (``release_promotion_sensor``) when `dagster dev` runs, else here between bursts (``--no-dagster-ui``).
+by the student, accuracy, the receipt, the certificate and every task's stage. Release control and the adapter
+reconciler run in Dagster's daemon (``release_promotion_sensor``, ``adapter_reconciler``) when `dagster dev` runs,
+else here between bursts (``--no-dagster-ui``).
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from typing import Any
 from ratchet_cli.demo.night import (
     describe_stage,
     night_run_config,
+    reconcile_adapters_once,
     release_tick_once,
     run_night,
     serving_stages,
@@ -362,6 +364,9 @@ class DemoRunner:
         self.state.save(self.home)
         if acted:
             self.echo(f"  release: {acted}")
+        adapters = reconcile_adapters_once(self.home, f"http://127.0.0.1:{self.o.student_port}/v1")
+        if adapters:
+            self.echo(f"  adapters: {adapters}")
 
     def night(self, day: str, totals: Totals) -> None:
         self.echo(f"night of {day}: materialising the nightly job (log {self.logs / f'night-{day}.log'}) ...")
