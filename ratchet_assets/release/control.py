@@ -203,11 +203,18 @@ def _admit(engine: Engine, private_key: Any, adm: Admission, public_keys: Any, r
 
 
 def candidates(engine: Engine, public_keys: Any, target: float) -> list[Candidate]:
-    """Registry candidates in registration order, each with its certificate verified again now
+    """Registry candidates in registration order; the newest of each task with its certificate verified again now
     (``guard.certified_task``: signature under `public_keys`, numbers, the task certified at `target`)."""
+    rows = registry.list_versions(engine, status="candidate")
+    newest = {row["task"]: row["version"] for row in rows}  # only these can be admitted; older ones retire
     out = []
-    for row in registry.list_versions(engine, status="candidate"):
+    for row in rows:
         version, task, path = row["version"], row["task"], row["certificate_path"]
+        if newest[task] != version:
+            out.append(
+                Candidate(version, task, row["threshold"], None, Path(path).name, problem="superseded")
+            )
+            continue
         try:
             ct = certified_task(path, version, task, public_keys, target)
         except NotCertified as exc:
