@@ -15,12 +15,12 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator
-from dataclasses import dataclass
 from typing import Any
 
 import aiohttp
 import orjson
 
+from ratchet_core.pricing import Prices, model_prices  # noqa: F401  (re-exported)
 from ratchet_gateway.errors import GatewayError
 
 # litellm providers whose chat API is the OpenAI wire format.
@@ -42,35 +42,7 @@ OPENAI_COMPATIBLE = {
 }
 
 
-@dataclass
-class Prices:
-    """USD per token; ``cost(usage)`` = prompt * input + completion * output (reasoning tokens are completion)."""
-
-    input_per_token: float
-    output_per_token: float
-
-    def cost(self, prompt_tokens: int, completion_tokens: int) -> float:
-        return prompt_tokens * self.input_per_token + completion_tokens * self.output_per_token
-
-
-def model_prices(model: str, fallback_like: str = "gpt-4o") -> Prices:
-    """Prices from litellm's local cost map; an unknown model is registered priced like ``fallback_like``."""
-    import litellm
-
-    litellm.suppress_debug_info = True  # no "Provider List" banners in the gateway's log
-    _, provider, _, _ = _provider(model, None)
-    name = model.split("/", 1)[1] if "/" in model else model
-    info = litellm.model_cost.get(model) or litellm.model_cost.get(name)
-    if not info or info.get("input_cost_per_token") is None:
-        like = litellm.model_cost[fallback_like]
-        info = {
-            "input_cost_per_token": like["input_cost_per_token"],
-            "output_cost_per_token": like["output_cost_per_token"],
-            "litellm_provider": provider,
-            "mode": "chat",
-        }
-        litellm.register_model({name: info})
-    return Prices(float(info["input_cost_per_token"]), float(info["output_cost_per_token"] or 0.0))
+# The teacher's prices live in ratchet_core.pricing (the receipt states the same numbers); re-exported here.
 
 
 def _provider(model: str, api_base: str | None):

@@ -4,8 +4,11 @@ Pure functions, cheap enough for the request path (a few regular expressions per
 
 - Tokens are whitespace/punctuation pieces: a word with its leading spaces, or one punctuation mark
   (``\\s*\\w+|\\s*[^\\w\\s]|\\s+``); their concatenation is the text.
-- Usage counts ~4 characters per token (OpenAI's rule of thumb for English), plus 3 tokens per message of
-  chat framing, plus the configured reasoning tokens in completion_tokens (as reasoning models bill them).
+- Usage is counted as a real OpenAI-style teacher bills it, with the same counter the gateway uses for a
+  student-served prompt (``ratchet_core.pricing``: ``litellm.token_counter``, tiktoken): the prompt's messages,
+  chat framing, tools and response_format; the completion's text; plus the configured reasoning tokens in
+  completion_tokens (as reasoning models bill them). So the demo's receipts price the student exactly as the
+  teacher bills the same requests. ``count_tokens`` (~4 characters a token) is only the max_tokens cut.
 - Requests of no built-in task get an answer inside their own contract (:func:`contract_reply`): a call to a
   declared tool with schema-valid arguments, or a JSON instance of the ``json_schema``
   (``ratchet_gateway.demo_teacher.instances``).
@@ -23,6 +26,7 @@ from typing import Any
 
 import orjson
 
+from ratchet_core import pricing
 from ratchet_core.workloads import DESCRIPTIONS, detect_task, solve
 from ratchet_core.workloads.base import compact_json, last_user_text, tool_call_id
 from ratchet_core.workloads.tickets import LABELS
@@ -42,24 +46,23 @@ def count_tokens(chars: int) -> int:
     return 0 if chars <= 0 else max(1, math.ceil(chars / 4))
 
 
+def _model(body: Mapping[str, Any]) -> str:
+    model = body.get("model")
+    return model if isinstance(model, str) and model else "demo-teacher"
+
+
 def prompt_tokens(body: Mapping[str, Any]) -> int:
-    """Usage of a request: its messages' text (+3 per message), plus tools and response_format as JSON."""
-    total = 0
-    for msg in body.get("messages") or []:
-        content = msg.get("content") if isinstance(msg, Mapping) else None
-        if isinstance(content, str):
-            chars = len(content)
-        elif content is None:
-            chars = 0
-        else:
-            chars = len(orjson.dumps(content))
-        if isinstance(msg, Mapping) and msg.get("tool_calls"):
-            chars += len(orjson.dumps(msg["tool_calls"]))
-        total += count_tokens(chars) + 3
-    for key in ("tools", "response_format"):
-        if body.get(key):
-            total += count_tokens(len(orjson.dumps(body[key])))
-    return total
+    """Usage of a request, as the teacher's tokenizer counts it (``ratchet_core.pricing.prompt_tokens`` for the
+    requested model: messages with their framing, tools, response_format)."""
+    messages = [m for m in body.get("messages") or [] if isinstance(m, Mapping)]
+    tools = body.get("tools") if isinstance(body.get("tools"), list) else None
+    rf = body.get("response_format") if isinstance(body.get("response_format"), Mapping) else None
+    return pricing.prompt_tokens(_model(body), messages, tools, rf)
+
+
+def completion_tokens(body: Mapping[str, Any], text: str) -> int:
+    """Usage of a generated text (without reasoning tokens), as the teacher's tokenizer counts it."""
+    return pricing.text_tokens(_model(body), text)
 
 
 def unit(*parts: object) -> float:
@@ -225,6 +228,7 @@ def generated_text(message: Mapping[str, Any]) -> str:
 __all__ = [
     "answer",
     "compact_json",
+    "completion_tokens",
     "contract_reply",
     "count_tokens",
     "generated_text",

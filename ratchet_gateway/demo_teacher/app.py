@@ -25,6 +25,8 @@ from fastapi import FastAPI, Request
 from fastapi.responses import Response, StreamingResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
+from ratchet_core import pricing
+
 from . import answers
 
 _ERROR_TYPES = {
@@ -93,6 +95,7 @@ def _usage(prompt: int, completion: int, reasoning: int) -> dict:
 def create_app(config: DemoTeacherConfig | None = None) -> FastAPI:
     """The demo teacher as a FastAPI app (serve with uvicorn, or `ratchet_core.serve.serve_in_thread`)."""
     config = config or DemoTeacherConfig()
+    pricing.warm_up(config.model)  # usage is counted with the teacher's tokenizer: load it before the first request
     app = FastAPI(title="Ratchet demo teacher", docs_url=None, redoc_url=None)
     app.state.config = config
     errors_rng = random.Random(f"demo-teacher-errors:{config.seed}")
@@ -184,7 +187,7 @@ def _respond(config: DemoTeacherConfig, body: dict, message: dict, n: int, top: 
     text = answers.generated_text(message)
     want_logprobs = bool(body.get("logprobs"))
     logprob_entries = answers.token_logprobs(text, top, salt=config.model) if want_logprobs else None
-    completion_tokens = answers.count_tokens(len(text)) + config.reasoning_tokens
+    completion_tokens = answers.completion_tokens(body, text) + config.reasoning_tokens
     usage = _usage(answers.prompt_tokens(body), completion_tokens * n, config.reasoning_tokens * n)
     head = {
         "id": "chatcmpl-" + uuid.uuid4().hex[:24],
