@@ -494,6 +494,23 @@ def ensure_anchor(engine: Engine, private_key: Ed25519PrivateKey, actor: str) ->
         return state
 
 
+def public_key_listing(conn_or_engine: Engine | Connection, roots: Any) -> dict[str, Any]:
+    """What a gateway publishes at ``/ratchet/public-key``: the keys trusted now (``roots`` carried through the
+    history) under ``keys``, and keys trusted once and retired since under ``retired_keys`` (old evidence)."""
+    state = key_state(conn_or_engine, as_key_list(roots))
+    ever = dict(state.ever)
+    for k in as_key_list(roots):
+        ever.setdefault(key_id(k), k)
+
+    def entry(k: Ed25519PublicKey) -> dict[str, str]:
+        return {"key_id": key_id(k), "pem": public_key_pem(k)}
+
+    return {
+        "keys": [entry(k) for k in state.trusted.values()],
+        "retired_keys": [entry(k) for kid, k in ever.items() if kid not in state.trusted],
+    }
+
+
 def keyring_text(keys: list[Ed25519PublicKey], changes: list[KeyChange]) -> str:
     """Every key as a PEM block with comment lines (added/retired, by whom): a ``--key-file`` for verifiers."""
     lines = ["# Ratchet keyring: every key the trusted-key history ever trusted (ratchet admin keys list)."]

@@ -8,7 +8,7 @@ is ``ratchet_assets.night.bom.write_bom``.
 import dagster as dg
 
 from ratchet_assets.defs.partitions import daily_partitions
-from ratchet_assets.defs.resources import RatchetPaths, Signer
+from ratchet_assets.defs.resources import ModelEndpoints, RatchetPaths, Signer
 from ratchet_assets.night import bom as step
 
 
@@ -18,19 +18,20 @@ from ratchet_assets.night import bom as step
     kinds={"json"},
     group_name="evidence",
 )
-def bom(context: dg.AssetExecutionContext, paths: RatchetPaths, signer: Signer) -> dg.MaterializeResult:
+def bom(
+    context: dg.AssetExecutionContext, paths: RatchetPaths, signer: Signer, models: ModelEndpoints
+) -> dg.MaterializeResult:
     """The signed ML-BOM (CycloneDX 1.6) and NOTICE.md of the night's certified adapter."""
     from ratchet_assets.night.adapter import AdapterError
     from ratchet_assets.night.commitments import CommitmentMissing
-    from ratchet_core.settings import load_settings
 
     try:
         r = step.write_bom(
             paths.artifacts_root(),
             context.partition_key,
             private_key=signer.private_key(),
-            public_key=signer.public_key(),
-            teacher_model=load_settings().teacher_model,
+            public_keys=signer.verify_keys(),  # a certificate signed before a key rotation still verifies
+            teacher_model=models.teacher(),
         )
     except (AdapterError, CommitmentMissing, step.BomStepError) as exc:
         raise dg.Failure(str(exc)) from exc

@@ -15,7 +15,7 @@ from typing import Any
 import dagster as dg
 
 from ratchet_assets.defs.partitions import daily_partitions
-from ratchet_assets.defs.resources import ControlDB, NightConfig, RatchetPaths, Signer
+from ratchet_assets.defs.resources import ControlDB, ModelEndpoints, NightConfig, RatchetPaths, Signer
 from ratchet_assets.night import certificate as step
 
 CHECK = "at_least_one_task_certified"
@@ -78,22 +78,21 @@ def evaluation_certificate(
     control_db: ControlDB,
     signer: Signer,
     night: NightConfig,
+    models: ModelEndpoints,
 ) -> dg.MaterializeResult:
     """The signed evaluation certificate of the night's adapter on the golden set."""
     from ratchet_assets.night.adapter import AdapterError
     from ratchet_assets.night.commitments import CommitmentMissing
     from ratchet_assets.night.evaluate import EvaluationError
-    from ratchet_core.settings import load_settings
 
-    settings = load_settings()
     target = config.target or night.certify_target
     delta = config.delta or night.certify_delta
     try:
         result = step.certify_adapter(
             paths.artifacts_root(),
             context.partition_key,
-            url=config.student_base_url or settings.student_base_url or "",
-            api_key=config.student_api_key or settings.student_api_key,
+            url=config.student_base_url or models.student_url(),
+            api_key=config.student_api_key or models.student_api_key(),
             target=target,
             delta=delta,
             effects=control_db.effects(),

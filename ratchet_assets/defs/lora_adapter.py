@@ -32,7 +32,7 @@ from typing import Any
 import dagster as dg
 
 from ratchet_assets.defs.partitions import daily_partitions
-from ratchet_assets.defs.resources import ControlDB, RatchetPaths, Signer
+from ratchet_assets.defs.resources import ControlDB, ModelEndpoints, RatchetPaths, Signer
 from ratchet_assets.night import adapter as step
 from ratchet_assets.night.commitments import CommitmentMissing
 from ratchet_core.lora_trainer import LoraTrainConfig
@@ -96,10 +96,9 @@ def lora_adapter(
     paths: RatchetPaths,
     control_db: ControlDB,
     signer: Signer,
+    models: ModelEndpoints,
 ):
     """The night's LoRA adapter for the student, trained once per training set, config and base."""
-    from ratchet_core.settings import load_settings
-
     day = context.partition_key
     artifacts = paths.artifacts_root()
     try:
@@ -113,9 +112,7 @@ def lora_adapter(
         )
         return
     try:
-        base = step.resolve_base(
-            config.base_model or load_settings().student_base_model or "", paths.home_path()
-        )
+        base = step.resolve_base(config.base_model or models.base_model(), paths.home_path())
         result = step.train_adapter(
             artifacts,
             day,

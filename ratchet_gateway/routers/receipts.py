@@ -107,11 +107,13 @@ async def receipt_proof(day: Day, request_id: RequestId, gw: GatewayDep, client:
     responses=error_docs(404),
 )
 async def public_key(gw: GatewayDep) -> Response:
-    keys = gw.public_keys or manifest_public_keys(gw.settings)
-    if not keys:
+    roots = gw.public_keys or manifest_public_keys(gw.settings)
+    if not roots:
         raise GatewayError(
             404, "no public key configured; run `ratchet init` or set RATCHET_SIGNING_KEY", "no_public_key"
         )
-    from ratchet_stats.keys import key_id, public_key_pem
+    from ratchet_core.keys import public_key_listing
 
-    return json_response({"keys": [{"key_id": key_id(k), "pem": public_key_pem(k)} for k in keys]})
+    # The keys trusted now (the control DB's signed key history carries the configured ones through rotations),
+    # and the retired ones that still verify older receipts, certificates and BOMs.
+    return json_response(await asyncio.to_thread(public_key_listing, gw.engine, roots))

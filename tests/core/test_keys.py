@@ -181,3 +181,16 @@ def test_a_key_change_is_an_offline_verifiable_signed_statement(engine) -> None:
     assert add["action"] == "add" and add["key_id"] == key_id(k2) and add["previous_digest"] == rows[0].digest
     retire = verify_statement(json.loads(rows[2].envelope), [k2.public_key()], K.KEY_CHANGE_PREDICATE)
     assert retire["predicate"]["key_id"] == key_id(k1)
+
+
+def test_the_public_key_listing_follows_the_history(engine) -> None:
+    k1, k2 = generate_private_key(), generate_private_key()
+    assert K.public_key_listing(engine, [k1.public_key()]) == {
+        "keys": [{"key_id": key_id(k1), "pem": public_key_pem(k1)}],
+        "retired_keys": [],
+    }
+    _publish(engine, k1)
+    _rotate(engine, k1, k2)
+    listing = K.public_key_listing(engine, [k1.public_key()])  # a gateway configured with the old key
+    assert [k["key_id"] for k in listing["keys"]] == [key_id(k2)]
+    assert [k["key_id"] for k in listing["retired_keys"]] == [key_id(k1)]
