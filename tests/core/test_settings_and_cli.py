@@ -95,3 +95,22 @@ def test_the_accelerated_clock_is_configured_through_the_settings(tmp_path, monk
     assert report.returncode == 1 and any(
         p.startswith("RATCHET_DAY_SECONDS") for p in json.loads(report.stdout)["problems"]
     )
+
+
+def test_no_module_reads_a_ratchet_variable_around_the_settings():
+    import re
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[2]
+    read = re.compile(
+        r"""os\.environ\.get\(\s*["']RATCHET_|os\.getenv\(\s*["']RATCHET_|os\.environ\[["']RATCHET_\w*["']\](?!\s*=)"""
+    )
+    offenders = [
+        f"{path.relative_to(root)}:{n}"
+        for package in ("ratchet_core", "ratchet_gateway", "ratchet_assets", "ratchet_stats", "ratchet_cli")
+        for path in sorted((root / package).rglob("*.py"))
+        if path.name != "settings.py" or path.parent.name != "ratchet_core"
+        for n, line in enumerate(path.read_text().splitlines(), 1)
+        if read.search(line)
+    ]
+    assert offenders == [], "read RATCHET_* through ratchet_core.settings, not os.environ"
