@@ -30,11 +30,12 @@ from ratchet_assets.night import (
     canonical_fixups,
     canonical_json_text,
     canonical_text,
-    connect,
     loads_strict,
     sql_str,
     stream_batches,
 )
+from ratchet_assets.night.budget import Budget
+from ratchet_assets.night.budget import connect as budget_connect
 from ratchet_assets.night.erasures import Erasures
 from ratchet_assets.night.traffic import traffic_path
 from ratchet_core.example_key import split_tools_column
@@ -175,16 +176,21 @@ KEY_DOC_SQL = """'{"messages":' || c_messages || ',"response_format":' || c_rf |
   || ',"tools":' || c_tools || '}'"""
 
 
-def build_examples(artifacts_root: str | Path, day: str, erasures: Erasures | None = None) -> ExamplesResult:
+def build_examples(
+    artifacts_root: str | Path,
+    day: str,
+    erasures: Erasures | None = None,
+    budget: Budget | int | None = None,
+) -> ExamplesResult:
     """Extract the day's examples from ``traffic/day=D/traffic.parquet`` into ``examples/day=D``.
 
     Set-wise: DuckDB assembles each candidate's key document from canonical parts and hashes it (the bytes of
     ``ratchet_core.example_key.key_document``: the ledger's texts are checked to be canonical JSON, and the few
     that are not are replaced by their canonical form, computed by the Python definition), deduplicates and
-    sorts; rows stream to Parquet in row groups.
+    sorts; rows stream to Parquet in row groups. `budget`: the memory budget (``ratchet_assets.night.budget``).
     """
     erasures = erasures or Erasures()
-    con = connect()
+    con = budget_connect(budget, artifacts_root, f"examples-{day}")
     con.execute(
         f"CREATE TEMP VIEW t AS SELECT * FROM read_parquet({sql_str(str(traffic_path(artifacts_root, day)))}, file_row_number = true)"
     )

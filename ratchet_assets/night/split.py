@@ -25,12 +25,14 @@ from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
-import pyarrow.parquet as pq
+import pyarrow.compute as pc
 
-from ratchet_assets.night import atomic_write_bytes, connect, sql_list, sql_str
-from ratchet_assets.night.commitments import write_golden_commitment
+from ratchet_assets.night import ChunkedParquetWriter, connect, sql_list, sql_str, stream_batches
+from ratchet_assets.night.budget import Budget
+from ratchet_assets.night.budget import connect as budget_connect
 from ratchet_assets.night.erasures import Erasures
 from ratchet_assets.night.examples import EXAMPLES_SCHEMA, examples_path
+from ratchet_assets.night.streamed import stream_golden_commitment
 from ratchet_core.layout import ArtifactLayout
 
 REGISTRY_SCHEMA = pa.schema(
@@ -91,14 +93,18 @@ def split_golden(
     salt: str = "ratchet-golden-v1",
     floor: int = 0,
     erasures: Erasures | None = None,
+    budget: Budget | int | None = None,
 ) -> SplitResult:
-    """Assign the day's new keys, then write the golden set to date for ``day``."""
+    """Assign the day's new keys, then write the golden set to date for ``day``.
+
+    In bounded memory (`budget`, ``ratchet_assets.night.budget``): DuckDB assigns, sorts and deduplicates out of
+    core; the registry, the golden set, its keys and its commitments are written as the rows stream past."""
     if not 0.0 <= share < 1.0:
         raise ValueError(f"golden share must be in [0, 1), got {share}")
     erasures = erasures or Erasures()
     today = examples_path(artifacts_root, day)
     reg_path = ArtifactLayout(artifacts_root).golden_registry()
-    con = connect()
+    con = budget_connect(budget, artifacts_root, f"golden_split-{day}")
     with registry_lock(artifacts_root):
         if reg_path.exists():
             con.execute(f"CREATE TEMP TABLE reg AS SELECT * FROM read_parquet({sql_str(str(reg_path))})")
@@ -144,25 +150,27 @@ def split_golden(
             "SELECT count(*), count(*) FILTER (WHERE golden) FROM new"
         ).fetchall()[0]
         if new_keys:
-            merged = con.sql(
-                f"""
+            # Streamed; row groups as pq.write_table makes them (1Mi rows), so the file is the same bytes.
+            writer = ChunkedParquetWriter(
+                reg_path, REGISTRY_SCHEMA, row_group_size=1 << 20, compression="zstd"
+            )
+            merged = f"""
                 SELECT example_key, task, golden, reason, first_day FROM reg
                 UNION ALL
                 SELECT example_key, task, golden, reason, {sql_str(day)} FROM new
                 ORDER BY example_key
                 """
-            ).to_arrow_table()
-            reg_path.parent.mkdir(parents=True, exist_ok=True)
-            tmp = reg_path.with_name(".registry.parquet.tmp")
-            pq.write_table(merged.cast(REGISTRY_SCHEMA), tmp, compression="zstd")
-            tmp.replace(reg_path)
+            for batch in stream_batches(con, merged):
+                writer.write(batch)
+            writer.close()
             con.execute("DROP TABLE reg")
             con.execute(f"CREATE TEMP TABLE reg AS SELECT * FROM read_parquet({sql_str(str(reg_path))})")
 
     files = ArtifactLayout(artifacts_root).examples_files(until=day)
     con.register("erased_keys", pa.table({"k": pa.array(sorted(erasures.example_keys), pa.string())}))
     con.register("erased_ids", pa.table({"r": pa.array(sorted(erasures.request_ids), pa.string())}))
-    golden = con.sql(
+    golden = stream_batches(
+        con,
         f"""
         SELECT * EXCLUDE (rn) FROM (
           SELECT e.*, row_number() OVER (PARTITION BY e.example_key ORDER BY e.day, e.ts, e.request_id) AS rn
@@ -171,22 +179,27 @@ def split_golden(
           WHERE e.example_key NOT IN (SELECT k FROM erased_keys)
             AND e.request_id NOT IN (SELECT r FROM erased_ids)
         ) WHERE rn = 1 ORDER BY example_key
-        """
-    ).to_arrow_table()
-    golden = golden.select(EXAMPLES_SCHEMA.names).cast(EXAMPLES_SCHEMA)
-    con.register("golden_t", golden)
-    by_task = dict(con.execute("SELECT task, count(*) FROM golden_t GROUP BY task ORDER BY task").fetchall())
-    con.close()
+        """,
+    )
     layout = ArtifactLayout(artifacts_root)
-    out = layout.golden_file(day)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out.with_name(f".{out.name}.tmp")
-    pq.write_table(golden, tmp, compression="zstd", row_group_size=256_000)
-    tmp.replace(out)
-    keys = golden["example_key"].to_pylist()
-    keys_path = layout.golden_keys(day)
-    atomic_write_bytes(keys_path, "".join(k + "\n" for k in keys).encode("ascii"))
-    commitment = write_golden_commitment(artifacts_root, day).keys
+    out, keys_path = layout.golden_file(day), layout.golden_keys(day)
+    # Row groups of 256,000 rows as before (pq.write_table(..., row_group_size=256_000)): the same bytes.
+    writer = ChunkedParquetWriter(out, EXAMPLES_SCHEMA, row_group_size=256_000, compression="zstd")
+    by_task: dict[str, int] = {}
+    keys_tmp = keys_path.with_name(f".{keys_path.name}.tmp")
+    with open(keys_tmp, "wb") as keys_file:
+        for batch in golden:
+            writer.write(batch)
+            keys_file.write(
+                "".join(k + "\n" for k in batch.column("example_key").to_pylist()).encode("ascii")
+            )
+            for item in pc.value_counts(batch.column("task")).to_pylist():
+                by_task[item["values"]] = by_task.get(item["values"], 0) + int(item["counts"])
+    writer.close()
+    keys_tmp.replace(keys_path)
+    by_task = dict(sorted(by_task.items(), key=lambda kv: (kv[0] is None, kv[0] or "")))
+    commitment, _ = stream_golden_commitment(con, out, layout.golden_commitment(day), day)
+    con.close()
     return SplitResult(
         day=day,
         path=str(out),

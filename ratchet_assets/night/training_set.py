@@ -16,17 +16,17 @@ from __future__ import annotations
 import json
 from dataclasses import asdict, dataclass, field
 from datetime import date, timedelta
-from hashlib import sha256 as _sha256
 from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
 
 from ratchet_assets.night import atomic_write_bytes, connect, sql_list, sql_str, stream_batches
+from ratchet_assets.night.budget import Budget
+from ratchet_assets.night.budget import connect as budget_connect
 from ratchet_assets.night.erasures import Erasures
+from ratchet_assets.night.streamed import KeyTree, RowTree
 from ratchet_core.layout import ArtifactLayout
-from ratchet_stats import merkle
-from ratchet_stats.commitment import key_commitment
 
 
 class TrainingSetError(RuntimeError):
@@ -69,8 +69,12 @@ def build_training_set(
     day: str,
     window_days: int = 7,
     erasures: Erasures | None = None,
+    budget: Budget | int | None = None,
 ) -> TrainingResult:
-    """Write ``train/day=D/{train.jsonl, keys.txt, commitment.json}``; return counts, roots and the overlap."""
+    """Write ``train/day=D/{train.jsonl, keys.txt, commitment.json}``; return counts, roots and the overlap.
+
+    In bounded memory (`budget`, ``ratchet_assets.night.budget``): lines, keys and both Merkle trees are written
+    and hashed as the rows stream from DuckDB (``night.streamed``)."""
     if window_days < 1:
         raise ValueError(f"window_days must be >= 1, got {window_days}")
     erasures = erasures or Erasures()
@@ -82,7 +86,7 @@ def build_training_set(
     reg = layout.golden_registry()
     if not reg.exists():
         raise TrainingSetError(f"no golden registry at {reg}: materialise `golden_split` for {day} first")
-    con = connect()
+    con = budget_connect(budget, artifacts_root, f"training_set-{day}")
     con.execute(f"CREATE TEMP TABLE reg AS SELECT example_key, golden FROM read_parquet({sql_str(str(reg))})")
     con.register("erased_keys", pa.table({"k": pa.array(sorted(erasures.example_keys), pa.string())}))
     con.register("erased_ids", pa.table({"r": pa.array(sorted(erasures.request_ids), pa.string())}))
@@ -123,8 +127,9 @@ def build_training_set(
     out = layout.train_jsonl(day)
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = out.with_name(f".{out.name}.tmp")
-    keys: list[str] = []
-    leaf_hashes: list[bytes] = []
+    keys_path = layout.train_keys(day)
+    keys_tmp = keys_path.with_name(f".{keys_path.name}.tmp")
+    key_tree, row_tree = KeyTree(), RowTree()
     rows = stream_batches(
         con,
         f"""
@@ -133,23 +138,24 @@ def build_training_set(
         ORDER BY t.example_key
         """,
     )
-    with open(tmp, "wb") as fh:
+    with open(tmp, "wb") as fh, open(keys_tmp, "wb") as keys_file:
         for batch in rows:
-            keys.extend(batch.column(0).to_pylist())
+            keys = batch.column(0).to_pylist()
             lines = batch.column(1).to_pylist()
             fh.write(b"".join(line + b"\n" for line in lines))
-            leaf_hashes.extend([_sha256(b"\x00" + line).digest() for line in lines])
+            keys_file.write("".join(k + "\n" for k in keys).encode("ascii"))
+            key_tree.add(keys)
+            row_tree.add(lines)
     tmp.replace(out)
+    keys_tmp.replace(keys_path)
     con.close()
-    keys_path = layout.train_keys(day)
-    atomic_write_bytes(keys_path, "".join(k + "\n" for k in keys).encode("ascii"))
-    rows_root = merkle.MerkleTree.from_leaf_hashes(leaf_hashes).root().hex()
-    keys_c = key_commitment(keys)
+    rows_c, keys_c = row_tree.finish(), key_tree.finish()
+    rows_root = rows_c.root
     commitment = {
         "day": day,
         "window_days": window_days,
         "days": days,
-        "rows": {"root": rows_root, "size": len(leaf_hashes), "leaf": "canonical_json(row), file order"},
+        "rows": {"root": rows_root, "size": rows_c.size, "leaf": "canonical_json(row), file order"},
         "keys": {"root": keys_c.root, "size": keys_c.size, "leaf": "example key ASCII, sorted ascending"},
         "tree": "RFC 9162 SHA-256",
     }
@@ -160,7 +166,7 @@ def build_training_set(
         day=day,
         path=str(out),
         keys_path=str(keys_path),
-        rows=len(leaf_hashes),
+        rows=rows_c.size,
         rows_root=rows_root,
         keys_root=keys_c.root,
         window_days=window_days,

@@ -1,0 +1,128 @@
+"""The night's memory budget: how much memory one step may use, and how that is enforced and measured.
+
+A step is a Python process driving an in-memory DuckDB connection. The budget (``RATCHET_NIGHT_MEMORY_MB``,
+default 2048) is split between them: DuckDB gets ``duckdb_share`` of it as ``memory_limit`` and spills what does
+not fit (sorts, joins, windows, aggregates) to ``spill_dir`` (``<artifacts>/.spill/<step>`` unless set; emptied
+after the step); the rest is for the interpreter (~300 MB with Dagster loaded), Arrow batches in flight and the
+Parquet writers' row groups. Python never holds a day's rows: results stream from DuckDB in batches
+(``stream_batches``), files are written row group by row group, and wherever a step needs a global view of the
+day (sorting or deduplicating by example key) it works one example-key range at a time (``key_ranges``), so its
+working set is ``1/shards`` of the day's.
+
+``PeakRSS`` measures a step's peak resident memory (Linux ``VmHWM``, reset at the start), which the assets report
+as ``peak_rss_mb`` and the benchmark per step.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import resource
+import shutil
+import tempfile
+import weakref
+from dataclasses import dataclass
+from pathlib import Path
+
+import duckdb
+
+DEFAULT_MEMORY_MB = 2048
+MIN_MEMORY_MB = 256
+# Rows of a key range (shard) the steps aim for: sorting ~250k wide example rows stays well inside 1 GB.
+ROWS_PER_SHARD = 250_000
+MAX_SHARDS = 256
+
+
+@dataclass(frozen=True)
+class Budget:
+    """Memory (MB) one night step may use, DuckDB's share of it and where DuckDB spills; ``shards`` = 0 lets each
+    step choose its number of example-key ranges from the day's size, n > 0 forces n (tests, benchmarks)."""
+
+    memory_mb: int = DEFAULT_MEMORY_MB
+    spill_dir: Path | None = None
+    duckdb_share: float = 0.5
+    shards: int = 0
+    threads: int = 0  # 0: DuckDB's default (one per core)
+
+    def __post_init__(self) -> None:
+        if self.memory_mb < MIN_MEMORY_MB:
+            raise ValueError(
+                f"the night's memory budget is {self.memory_mb} MB; it needs at least {MIN_MEMORY_MB} MB "
+                "(set RATCHET_NIGHT_MEMORY_MB higher)"
+            )
+        if not 0.1 <= self.duckdb_share <= 0.9:
+            raise ValueError(f"duckdb_share must be in [0.1, 0.9], got {self.duckdb_share}")
+        if self.shards < 0 or self.shards > MAX_SHARDS:
+            raise ValueError(f"shards must be in 0..{MAX_SHARDS}, got {self.shards}")
+
+    @property
+    def duckdb_mb(self) -> int:
+        return max(128, int(self.memory_mb * self.duckdb_share))
+
+    def shards_for(self, rows: int) -> int:
+        """Example-key ranges for a step over `rows` rows (forced by ``shards``, else ~ROWS_PER_SHARD each)."""
+        if self.shards:
+            return self.shards
+        return max(1, min(MAX_SHARDS, -(-rows // ROWS_PER_SHARD)))
+
+
+def resolve(budget: Budget | int | None) -> Budget:
+    """A Budget from a Budget, a number of MB or None (the default budget)."""
+    if budget is None:
+        return Budget()
+    if isinstance(budget, Budget):
+        return budget
+    return Budget(memory_mb=int(budget))
+
+
+def connect(budget: Budget | int | None, artifacts_root: str | Path, step: str) -> duckdb.DuckDBPyConnection:
+    """``ratchet_assets.night.connect()`` held to the budget: DuckDB's ``memory_limit`` is its share, and it spills
+    to a fresh folder under ``<spill_dir or artifacts/.spill>`` named after `step`, removed with the connection."""
+    from ratchet_assets.night import connect as night_connect
+
+    b = resolve(budget)
+    root = Path(b.spill_dir) if b.spill_dir else Path(artifacts_root) / ".spill"
+    root.mkdir(parents=True, exist_ok=True)
+    folder = tempfile.mkdtemp(prefix=f"{step}-", dir=root)
+    con = night_connect()
+    con.execute(f"SET memory_limit = '{b.duckdb_mb}MB'")
+    con.execute(f"SET temp_directory = '{folder}'")
+    if b.threads:
+        con.execute(f"SET threads = {int(b.threads)}")
+    weakref.finalize(con, shutil.rmtree, folder, True)
+    return con
+
+
+def key_ranges(shards: int) -> list[tuple[str, str | None]]:
+    """``shards`` half-open ranges ``[lo, hi)`` of hex example keys (SHA-256 hex: uniform), in key order; the
+    last one is open (``hi`` None). Bounds are 8-hex-digit prefixes, so ``lo <= key < hi`` compares as text."""
+    if shards < 1:
+        raise ValueError("shards must be >= 1")
+    bounds = [f"{(i << 32) // shards:08x}" for i in range(shards)]
+    return [(bounds[i], bounds[i + 1] if i + 1 < shards else None) for i in range(shards)]
+
+
+def range_sql(column: str, lo: str, hi: str | None) -> str:
+    """SQL predicate: `column` in the key range [lo, hi)."""
+    cond = f"{column} >= '{lo}'"
+    return cond if hi is None else f"{cond} AND {column} < '{hi}'"
+
+
+class PeakRSS:
+    """Peak resident memory of this process since ``start()`` (MB): Linux ``VmHWM`` after resetting it through
+    ``/proc/self/clear_refs``; elsewhere the process's lifetime peak (``ru_maxrss``)."""
+
+    def __init__(self) -> None:
+        self.start()
+
+    def start(self) -> None:
+        with contextlib.suppress(OSError):
+            Path("/proc/self/clear_refs").write_text("5")
+
+    def mb(self) -> float:
+        try:
+            for line in Path("/proc/self/status").read_text().splitlines():
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) / 1024.0
+        except OSError:
+            pass
+        return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0

@@ -1,0 +1,90 @@
+"""The night at scale: bounded memory without changing a byte.
+
+Streamed writers and commitments give the files and roots the in-memory definitions give; a small memory budget
+(DuckDB spilling to disk) and the example-key-range split give the same artifacts as the default, unsplit run.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+import shutil
+from pathlib import Path
+
+import pyarrow.parquet as pq
+import pytest
+
+from ratchet_assets.night.budget import Budget, PeakRSS, key_ranges
+from ratchet_assets.night.evaluate import golden_commitments, load_golden
+from ratchet_assets.night.examples import build_examples
+from ratchet_assets.night.fixtures import write_day
+from ratchet_assets.night.split import split_golden
+from ratchet_assets.night.traffic import consolidate_traffic
+from ratchet_assets.night.training_set import build_training_set
+from ratchet_core.layout import ArtifactLayout
+from ratchet_stats import merkle
+from ratchet_stats.commitment import key_commitment
+
+DAYS = ("2026-02-01", "2026-02-02")
+
+
+def _night(home: Path, budget: Budget | None) -> dict[str, str]:
+    """Run the four steps over both days; sha256 of every artifact written (spill folders excluded)."""
+    art = home / "art"
+    for day in DAYS:
+        consolidate_traffic(home / "lake", art, day, budget=budget)
+        build_examples(art, day, budget=budget)
+        split_golden(art, day, floor=20, budget=budget)
+        build_training_set(art, day, budget=budget)
+    return {
+        str(p.relative_to(art)): hashlib.sha256(p.read_bytes()).hexdigest()
+        for p in sorted(art.rglob("*"))
+        if p.is_file() and not p.name.startswith(".") and ".spill" not in p.parts
+    }
+
+
+@pytest.fixture(scope="module")
+def lake(tmp_path_factory) -> Path:
+    home = tmp_path_factory.mktemp("lake")
+    for i, day in enumerate(DAYS):
+        write_day(home / "lake", day, 600, seed=11 + i, day_index=i)
+    return home / "lake"
+
+
+def _home(tmp_path: Path, lake: Path, name: str) -> Path:
+    home = tmp_path / name
+    shutil.copytree(lake, home / "lake")
+    return home
+
+
+def test_streamed_files_and_roots_equal_the_in_memory_definitions(tmp_path: Path, lake: Path) -> None:
+    home = _home(tmp_path, lake, "a")
+    _night(home, None)
+    layout, day = ArtifactLayout(home / "art"), DAYS[-1]
+    # Registry and golden set: the bytes pq.write_table gives for the same rows.
+    for path, kw in ((layout.golden_registry(), {}), (layout.golden_file(day), {"row_group_size": 256_000})):
+        table = pq.read_table(path)
+        buf = io.BytesIO()
+        pq.write_table(table, buf, compression="zstd", **kw)
+        assert path.read_bytes() == buf.getvalue(), path
+    # Golden commitments: the Python definition (GoldenRow.leaf over parsed rows) gives the same roots.
+    keys_c, rows_c = golden_commitments(load_golden(home / "art", day))
+    written = json.loads(layout.golden_commitment(day).read_text())
+    assert (written["keys"]["root"], written["rows"]["root"]) == (keys_c.root, rows_c.root)
+    assert written["rows"]["size"] == rows_c.size > 20
+    # Training set: key tree and row tree from the files written.
+    lines = layout.train_jsonl(day).read_bytes().splitlines()
+    keys = layout.train_keys(day).read_text().split()
+    commitment = json.loads(layout.train_commitment(day).read_text())
+    assert commitment["rows"]["root"] == merkle.root(lines).hex()
+    assert commitment["keys"]["root"] == key_commitment(keys).root and len(keys) == len(lines) > 100
+
+
+def test_key_ranges_cover_every_key_once() -> None:
+    assert key_ranges(1) == [("00000000", None)]
+    ranges = key_ranges(3)
+    assert [r[0] for r in ranges] == ["00000000", "55555555", "aaaaaaaa"] and ranges[-1][1] is None
+    for key in ("0" * 64, "5" * 8 + "0" * 56, "55555554" + "f" * 56, "f" * 64):
+        assert sum(lo <= key and (hi is None or key < hi) for lo, hi in ranges) == 1
+    assert PeakRSS().mb() > 10
