@@ -27,14 +27,19 @@ from typing import Any
 from ratchet_assets.night import (
     ChunkedParquetWriter,
     atomic_write_bytes,
-    connect,
     sql_list,
     sql_str,
     stream_batches,
 )
+from ratchet_assets.night.budget import Budget
+from ratchet_assets.night.budget import connect as budget_connect
 from ratchet_core.lake import Lake, Segment
 from ratchet_core.layout import ArtifactLayout
 from ratchet_core.schema import COLUMN_NAMES, LEDGER_SCHEMA
+
+# Row groups of the traffic file: ~100 MB of wide ledger rows, so the writer's buffers stay a small part of the
+# night's memory budget (ratchet_assets.night.budget).
+ROW_GROUP_ROWS = 65_536
 
 
 class TrafficError(ValueError):
@@ -93,10 +98,12 @@ def consolidate_traffic(
     artifacts_root: str | Path,
     day: str,
     grace: timedelta = timedelta(minutes=60),
+    budget: Budget | int | None = None,
 ) -> TrafficResult:
     """Validate and merge the day's segments into ``traffic/day=D/traffic.parquet``; return what was seen.
 
-    ``lake_root`` is a folder or an fsspec URL (``ratchet_core.lake``); ``artifacts_root`` is a local folder."""
+    ``lake_root`` is a folder or an fsspec URL (``ratchet_core.lake``); ``artifacts_root`` is a local folder.
+    `budget`: the memory budget (``ratchet_assets.night.budget``; DuckDB sorts and deduplicates out of core)."""
     lake = Lake(lake_root)
     files = lake.segments(day)
     bad = {lake.uri(s.rel): probs for s in files if (probs := check_schema(lake, s.rel))}
@@ -119,7 +126,7 @@ def consolidate_traffic(
         if seg.mtime > day_end + grace or (previous and seg.name not in previous):
             late.append(seg.name)
 
-    con = connect()
+    con = budget_connect(budget, artifacts_root, f"traffic-{day}")
     lake.attach(con)
     cols = ", ".join(COLUMN_NAMES)
     if files:
@@ -151,7 +158,7 @@ def consolidate_traffic(
     con.execute(f"CREATE TEMP VIEW kept AS SELECT {cols} FROM raw SEMI JOIN keep USING (_file, _row)")
     # Streamed: DuckDB sorts, Arrow batches go to Parquet in row groups (the day is never held in Python).
     writer = ChunkedParquetWriter(
-        out, LEDGER_SCHEMA, row_group_size=256_000, compression="zstd", write_statistics=True
+        out, LEDGER_SCHEMA, row_group_size=ROW_GROUP_ROWS, compression="zstd", write_statistics=True
     )
     for batch in stream_batches(con, "SELECT * FROM kept ORDER BY ts, replica, seq, request_id, kind"):
         writer.write(batch)
