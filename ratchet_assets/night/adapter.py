@@ -28,9 +28,20 @@ from pathlib import Path
 from typing import Any
 
 from ratchet_assets.night.commitments import training_commitment
+from ratchet_core.layout import ArtifactLayout
+from ratchet_core.lora_trainer import LoraTrainConfig
 
 EFFECT = "training.launch"
 LEASE_SECONDS = 6 * 3600
+
+# The night's training settings: the ones the demo certifies with, and the ``lora_adapter`` asset's defaults (so a
+# run without run config, e.g. the UI's "Materialize all", computes the same config hash and reuses the adapter).
+# They are the trainer's defaults (``ratchet_core.lora_trainer``: rank 32, lr 4e-3, max_len 160, min_steps 150)
+# except: one epoch, since the 7-day window grows every night and 4 epochs made each night longer than the last
+# (``min_steps`` still gives a small set enough steps); half the rows trained with made-up e-mails/phones in place
+# of placeholders (``pii_surrogates``); one torch thread, measured 3.6x faster than two on the embedded default's
+# shared 2-core machine (10 steps: 6.9 s vs 24.9 s) and not part of the config hash (it does not change the adapter).
+NIGHT_TRAINING = LoraTrainConfig(epochs=1, pii_surrogates=0.5, num_threads=1)
 
 # extras (base_path, train_jsonl, out_dir, result_path, config) -> (the TrainResult as a dict, as the training
 # process wrote it to result_path; metadata it reported for the UI)
@@ -51,19 +62,9 @@ class AdapterResult:
     reported: dict[str, Any] = field(default_factory=dict)
 
 
-def train_dir(artifacts: Path, day: str) -> Path:
-    """``train/day=D``: the training set the night trains on."""
-    return Path(artifacts) / "train" / f"day={day}"
-
-
-def day_pointer(artifacts: Path, day: str) -> Path:
-    """``adapters/day=D/adapter.json``: the version the night ``day`` trained (or reused)."""
-    return Path(artifacts) / "adapters" / f"day={day}" / "adapter.json"
-
-
-def read_record(artifacts: Path, day: str, needed_by: str = "this step") -> dict[str, Any]:
-    """The adapter record of night ``day`` (what ``train_adapter`` wrote)."""
-    pointer = day_pointer(artifacts, day)
+def read_record(artifacts: str | Path, day: str, needed_by: str = "this step") -> dict[str, Any]:
+    """The adapter record of night ``day`` (what ``train_adapter`` wrote to ``adapters/day=D/adapter.json``)."""
+    pointer = ArtifactLayout(artifacts).adapter_pointer(day)
     if not pointer.exists():
         raise AdapterError(
             f"no adapter for {day} ({pointer} is missing): materialise `lora_adapter` for {day} before {needed_by}"
@@ -71,12 +72,13 @@ def read_record(artifacts: Path, day: str, needed_by: str = "this step") -> dict
     return json.loads(pointer.read_text())
 
 
-def require_training_set(artifacts: Path, day: str) -> Path:
+def require_training_set(artifacts: str | Path, day: str) -> Path:
     """``train/day=D/train.jsonl``, which must exist and hold at least one row."""
-    folder = train_dir(artifacts, day)
-    train_jsonl = folder / "train.jsonl"
+    train_jsonl = ArtifactLayout(artifacts).train_jsonl(day)
     if not train_jsonl.exists():
-        raise AdapterError(f"no training set at {folder}: materialise `training_set` for {day} first")
+        raise AdapterError(
+            f"no training set at {train_jsonl.parent}: materialise `training_set` for {day} first"
+        )
     with open(train_jsonl, "rb") as fh:
         if not any(line.strip() for line in fh):
             raise AdapterError(
@@ -142,7 +144,7 @@ def train_in_process(extras: dict[str, Any], log: Callable[[str], None] = print)
 
 
 def train_adapter(
-    artifacts: Path,
+    artifacts: str | Path,
     day: str,
     base: Path,
     train_config: dict[str, Any],
@@ -153,7 +155,7 @@ def train_adapter(
     """Train (or reuse) the adapter for night ``day`` and write its record; see the module docstring."""
     from ratchet_core.student_model import base_identity
 
-    artifacts = Path(artifacts)
+    layout = ArtifactLayout(artifacts)
     train_jsonl = require_training_set(artifacts, day)
     identity = base_identity(base)
     chash = config_hash(train_config)
@@ -162,7 +164,7 @@ def train_adapter(
     fingerprint = hashlib.sha256(key.encode()).hexdigest()
     begin = effects.begin(EFFECT, key, fingerprint, lease_seconds=LEASE_SECONDS)
     if begin.outcome == "execute":
-        staging = artifacts / "adapters" / f".staging-{fingerprint[:16]}"
+        staging = layout.adapter_staging(fingerprint)
         shutil.rmtree(staging, ignore_errors=True)
         staging.mkdir(parents=True)
         extras = {
@@ -175,7 +177,7 @@ def train_adapter(
         try:
             trained, reported = launch(extras)
             version = f"v{launch_rank(effects, key)}-{trained['adapter_sha256'][:8]}"
-            target = artifacts / "adapters" / version
+            target = layout.adapter_dir(version)
             shutil.rmtree(target, ignore_errors=True)
             (staging / "adapter").replace(target)
             shutil.rmtree(staging, ignore_errors=True)
@@ -218,7 +220,7 @@ def train_adapter(
             f"training launch is {begin.outcome}: {begin.detail or 'another run holds it'}; wait for that run, or "
             f"inspect with `ratchet admin effects show {EFFECT} '{key}'`"
         )
-    pointer = day_pointer(artifacts, day)
+    pointer = layout.adapter_pointer(day)
     pointer.parent.mkdir(parents=True, exist_ok=True)
     pointer.write_text(json.dumps(result.record, indent=2, sort_keys=True), encoding="utf-8")
     return result

@@ -22,9 +22,9 @@ from typing import Any
 
 from ratchet_assets.night import atomic_write_bytes
 from ratchet_assets.night import bom_builder as BB
-from ratchet_assets.night.adapter import read_record, train_dir
-from ratchet_assets.night.certificate import certificate_path
+from ratchet_assets.night.adapter import read_record
 from ratchet_assets.night.commitments import golden_commitment, training_commitment
+from ratchet_core.layout import ArtifactLayout
 
 
 class BomStepError(RuntimeError):
@@ -42,19 +42,17 @@ class BomResult:
     checks: list[str]
 
 
-def bom_dir(artifacts: Path, version: str) -> Path:
-    """``boms/<version>``."""
-    return Path(artifacts) / "boms" / version
-
-
 def _key_list(path: Path) -> list[str]:
     return [k for k in path.read_text().split() if k]
 
 
 def write_bom(
-    artifacts: Path, day: str, *, private_key: Any, public_key: Any, teacher_model: str
+    artifacts: str | Path, day: str, *, private_key: Any, public_keys: Any, teacher_model: str
 ) -> BomResult:
-    """Build, verify and write the BOM of night ``day``'s certified adapter; see the module docstring."""
+    """Build, verify and write the BOM of night ``day``'s certified adapter; see the module docstring.
+
+    ``public_keys``: the key (or keys) the certificate and the new BOM must verify with.
+    """
     from ratchet_core.student_model import is_demo_base
     from ratchet_stats import bom as B
     from ratchet_stats import certificate as cert
@@ -62,16 +60,16 @@ def write_bom(
     from ratchet_stats.commitment import KeyTree, key_commitment
     from ratchet_stats.dsse import make_statement, sign_statement, verify_statement
 
-    artifacts = Path(artifacts)
+    layout = ArtifactLayout(artifacts)
     record = read_record(artifacts, day, needed_by="`evaluation_certificate` and `bom`")
     version = record["version"]
-    cert_file = certificate_path(artifacts, version)
+    cert_file = layout.certificate(version)
     if not cert_file.exists():
         raise BomStepError(
             f"no certificate at {cert_file}: materialise `evaluation_certificate` for {day} first"
         )
     certificate_bytes = cert_file.read_bytes()
-    predicate = verify_statement(certificate_bytes, public_key, cert.PREDICATE_TYPE)["predicate"]
+    predicate = verify_statement(certificate_bytes, public_keys, cert.PREDICATE_TYPE)["predicate"]
     if not predicate["certified_tasks"]:
         raise BomStepError(
             f"{version} certified no task: no BOM is produced for an adapter that will not serve"
@@ -80,8 +78,8 @@ def write_bom(
     train_day = record.get("train_day", day)
     train_c = training_commitment(artifacts, train_day)
     if train_c.rows.root != record.get("train_rows_root", train_c.rows.root):
-        raise BomStepError(f"{train_dir(artifacts, train_day)} changed since {version} was trained on it")
-    train_tree = KeyTree(_key_list(train_dir(artifacts, train_day) / "keys.txt"))  # the proofs need the tree
+        raise BomStepError(f"{layout.train_dir(train_day)} changed since {version} was trained on it")
+    train_tree = KeyTree(_key_list(layout.train_keys(train_day)))  # the proofs need the tree
     if (train_tree.root, train_tree.size) != (train_c.keys.root, train_c.keys.size):
         raise BomStepError(f"train/day={train_day}/keys.txt does not match the training set's commitment")
     golden_c = golden_commitment(artifacts, day)
@@ -89,7 +87,7 @@ def write_bom(
         raise BomStepError(
             f"the golden set of {day} is not the one {version} was certified on; rerun the night"
         )
-    golden_keys = sorted(_key_list(artifacts / "golden" / f"day={day}" / "keys.txt"))
+    golden_keys = sorted(_key_list(layout.golden_keys(day)))
     if key_commitment(golden_keys) != golden_c.keys:
         raise BomStepError(f"golden/day={day}/keys.txt does not match the golden set's commitment")
     try:
@@ -139,21 +137,26 @@ def write_bom(
         make_statement(B.BOM_PREDICATE, document, B.subjects_for_files(record["files"])), private_key
     )
     try:  # the auditor's check, before anything is published
-        report = B.verify_bom(envelope, public_key, notice=notice, adapter_dir=record["adapter_dir"])
+        report = B.verify_bom(envelope, public_keys, notice=notice, adapter_dir=record["adapter_dir"])
     except B.BomError as exc:
         raise BomStepError(f"the BOM does not verify ({exc.check}): {exc.message}") from exc
 
-    out = bom_dir(artifacts, version)
-    out.mkdir(parents=True, exist_ok=True)
-    atomic_write_bytes(out / "NOTICE.md", notice)
-    atomic_write_bytes(out / "train-keys.txt", "".join(k + "\n" for k in train_tree.keys).encode("ascii"))
-    atomic_write_bytes(out / "golden-keys.txt", "".join(k + "\n" for k in golden_keys).encode("ascii"))
-    atomic_write_bytes(out / "disjoint.proof.json", json.dumps(disjoint, sort_keys=True).encode("utf-8"))
-    atomic_write_bytes(out / "bom.dsse.json", canonical_json(envelope) + b"\n")
-    shutil.copyfile(cert_file, out / "certificate.dsse.json")
+    layout.bom_dir(version).mkdir(parents=True, exist_ok=True)
+    atomic_write_bytes(layout.bom_notice(version), notice)
+    atomic_write_bytes(
+        layout.bom_train_keys(version), "".join(k + "\n" for k in train_tree.keys).encode("ascii")
+    )
+    atomic_write_bytes(
+        layout.bom_golden_keys(version), "".join(k + "\n" for k in golden_keys).encode("ascii")
+    )
+    atomic_write_bytes(
+        layout.bom_disjoint_proof(version), json.dumps(disjoint, sort_keys=True).encode("utf-8")
+    )
+    atomic_write_bytes(layout.bom(version), canonical_json(envelope) + b"\n")
+    shutil.copyfile(cert_file, layout.bom_certificate(version))
     return BomResult(
         version=version,
-        path=out / "bom.dsse.json",
+        path=layout.bom(version),
         adapter_sha256=report.adapter_sha256,
         train=train,
         golden=golden,

@@ -22,6 +22,7 @@ from ratchet_assets.night import atomic_write_bytes
 from ratchet_assets.night import evaluate as ev
 from ratchet_assets.night.adapter import read_record
 from ratchet_assets.night.commitments import golden_commitment
+from ratchet_core.layout import ArtifactLayout
 
 
 class CertificateError(RuntimeError):
@@ -38,11 +39,6 @@ class CertificateResult:
         return list(self.predicate["certified_tasks"])
 
 
-def certificate_path(artifacts: Path, version: str) -> Path:
-    """``certificates/<version>.dsse.json``."""
-    return Path(artifacts) / "certificates" / f"{version}.dsse.json"
-
-
 def live_versions(engine: Any, public_key: Any) -> dict[str, str]:
     """task -> live version, from the newest verified release manifest ({} when none)."""
     from ratchet_core.manifest import ensure_tables, latest_verified
@@ -55,7 +51,7 @@ def live_versions(engine: Any, public_key: Any) -> dict[str, str]:
 
 
 def certify_adapter(
-    artifacts: Path,
+    artifacts: str | Path,
     day: str,
     *,
     url: str,
@@ -79,7 +75,7 @@ def certify_adapter(
     from ratchet_stats.canonical import canonical_json
     from ratchet_stats.dsse import make_statement, sign_statement
 
-    artifacts = Path(artifacts)
+    layout = ArtifactLayout(artifacts)
     record = read_record(artifacts, day, needed_by="`evaluation_certificate`")
     version = record["version"]
     if not url:
@@ -109,7 +105,7 @@ def certify_adapter(
     baselines: dict[str, tuple[str, list[ev.Answer]]] = {}
     for task, live_version in sorted((live or {}).items()):
         task_rows = [r for r in rows if r.task == task]
-        live_dir = artifacts / "adapters" / live_version
+        live_dir = layout.adapter_dir(live_version)
         if live_version == version or not task_rows or not live_dir.is_dir():
             continue
         live_digest = cert.adapter_digest(adapter_file_hashes(live_dir))
@@ -136,7 +132,7 @@ def certify_adapter(
         raise CertificateError("certificate does not recompute: " + "; ".join(problems[:5]))
     statement = make_statement(cert.PREDICATE_TYPE, predicate, cert.certificate_subjects(predicate))
     envelope = sign_statement(statement, private_key)
-    path = certificate_path(artifacts, version)
+    path = layout.certificate(version)
     atomic_write_bytes(path, canonical_json(envelope) + b"\n")
     for line in cert.summary_lines(predicate):
         log(line)

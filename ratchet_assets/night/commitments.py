@@ -5,8 +5,8 @@ keys and the row tree over its rows. The step that writes a data set writes a sm
 
 - ``train/day=D/commitment.json``: written by ``training_set`` (``night.training_set.build_training_set``); rows =
   the lines of ``train.jsonl`` in file order;
-- ``golden/day=D/commitment.json``: written by ``golden_split`` (``write_golden_commitment``, called from
-  ``night.split.split_golden``); rows = ``GoldenRow.leaf()`` in key order (``night.evaluate``).
+- ``golden/day=D/commitment.json``: written by ``golden_split`` (``night.split.split_golden``, streaming:
+  ``night.streamed.stream_golden_commitment``); rows = ``GoldenRow.leaf()`` in key order (``night.evaluate``).
 
 ``lora_adapter`` keys its training launch by the training-set root, ``evaluation_certificate`` certifies on the
 golden root, and ``bom`` records all four; they read them here instead of hashing the data sets again.
@@ -18,10 +18,8 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
-from ratchet_assets.night import atomic_write_bytes
+from ratchet_core.layout import ArtifactLayout
 from ratchet_stats.commitment import Commitment
-
-FILE = "commitment.json"
 
 
 class CommitmentMissing(RuntimeError):
@@ -48,25 +46,9 @@ def _read(path: Path, step: str, day: str) -> DataSetCommitment:
 
 def training_commitment(artifacts: str | Path, day: str) -> DataSetCommitment:
     """The training set's commitments, as ``training_set`` wrote them."""
-    return _read(Path(artifacts) / "train" / f"day={day}" / FILE, "training_set", day)
+    return _read(ArtifactLayout(artifacts).train_commitment(day), "training_set", day)
 
 
 def golden_commitment(artifacts: str | Path, day: str) -> DataSetCommitment:
     """The golden set's commitments, as ``golden_split`` wrote them."""
-    return _read(Path(artifacts) / "golden" / f"day={day}" / FILE, "golden_split", day)
-
-
-def write_golden_commitment(artifacts: str | Path, day: str) -> DataSetCommitment:
-    """Compute the golden set's key and row commitments (from ``golden/day=D/golden.parquet``) and write them."""
-    from ratchet_assets.night.evaluate import golden_commitments, load_golden
-
-    keys, rows = golden_commitments(load_golden(artifacts, day))
-    path = Path(artifacts) / "golden" / f"day={day}" / FILE
-    document = {
-        "day": day,
-        "keys": {**keys.to_dict(), "leaf": "example key ASCII, sorted ascending"},
-        "rows": {**rows.to_dict(), "leaf": "GoldenRow.leaf(): canonical_json of the row, key order"},
-        "tree": "RFC 9162 SHA-256",
-    }
-    atomic_write_bytes(path, json.dumps(document, indent=2, sort_keys=True).encode())
-    return DataSetCommitment(keys, rows)
+    return _read(ArtifactLayout(artifacts).golden_commitment(day), "golden_split", day)

@@ -10,7 +10,7 @@ leaves gives. ``KeyTree`` needs the keys in ascending order with no repeats (as 
 ``golden_row_leaf_sql`` assembles a golden row's row-tree leaf (``night.evaluate.GoldenRow.leaf()``: canonical JSON
 of key, task, request and answer) in DuckDB from the canonical JSON texts the examples step stored, so the golden
 set's row root needs no JSON parsing in Python; ``stream_golden_commitment`` writes ``golden/day=D/commitment.json``
-the way ``night.commitments.write_golden_commitment`` does.
+(read by ``night.commitments.golden_commitment``).
 """
 
 from __future__ import annotations
@@ -89,7 +89,7 @@ def golden_row_leaf_sql(tasks: list[str]) -> str:
 
 def stream_golden_commitment(con, golden_file: Path, out: Path, day: str) -> tuple[Commitment, Commitment]:
     """Key and row commitments of the golden set in `golden_file` (sorted by key), streamed through `con`;
-    writes them to `out` as ``night.commitments.write_golden_commitment`` does and returns (keys, rows)."""
+    writes them to `out` (the file ``night.commitments.golden_commitment`` reads) and returns (keys, rows)."""
     from ratchet_assets.night import atomic_write_bytes, sql_str, stream_batches
 
     src = f"read_parquet({sql_str(str(golden_file))})"

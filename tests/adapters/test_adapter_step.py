@@ -18,6 +18,7 @@ from ratchet_assets.night.commitments import (
     golden_commitment,
     training_commitment,
 )
+from ratchet_core.layout import ArtifactLayout
 
 pytestmark = pytest.mark.slow  # the demo base and the upstream night: ~10-25 s on the shared machine
 
@@ -88,7 +89,7 @@ def test_train_adapter_trains_once_per_training_set_and_config_then_reuses(night
     assert record["version"] == f"v1-{record['adapter_sha256'][:8]}"
     assert record["train_rows_root"] == night["train"].rows_root
     assert Path(record["adapter_dir"], "adapter_model.safetensors").is_file()
-    assert json.loads(step.day_pointer(art, DAY).read_text()) == record
+    assert json.loads(ArtifactLayout(art).adapter_pointer(DAY).read_text()) == record
 
     again = step.train_adapter(art, DAY, night["base"], {**TINY, "num_threads": 2}, effects, launch)
     assert again.reused and len(launches) == 1  # num_threads does not change the adapter: same launch key
@@ -113,9 +114,9 @@ def test_train_adapter_refuses_a_missing_or_empty_training_set(night, tmp_path):
         step.train_adapter(
             night["art"], "2026-01-06", night["base"], dict(TINY), effects, step.train_in_process
         )
-    empty = step.train_dir(tmp_path, DAY)
-    empty.mkdir(parents=True)
-    (empty / "train.jsonl").write_bytes(b"\n")
+    empty = ArtifactLayout(tmp_path).train_jsonl(DAY)
+    empty.parent.mkdir(parents=True)
+    empty.write_bytes(b"\n")
     with pytest.raises(step.AdapterError, match="is empty"):
         step.train_adapter(tmp_path, DAY, night["base"], dict(TINY), effects, step.train_in_process)
     assert effects.list_effects(effect_type=step.EFFECT) == []
