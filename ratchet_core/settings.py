@@ -67,6 +67,14 @@ class Settings(BaseSettings):
         None,
         description="Local path of the student's HF base model; default the demo base under $RATCHET_HOME.",
     )
+    training_launcher: str = Field(
+        "subprocess",
+        pattern=r"^(subprocess|k8s)$",
+        description="Where the night trains: `subprocess` (Pipes, this machine) or `k8s` (a GPU pod, dagster-k8s).",
+    )
+    training_image: str = Field(
+        "", description="Image of the Kubernetes training pod (k8s launcher); default the pod template's."
+    )
     segment_seconds: float = Field(
         60.0, gt=0, description="Seal the ledger into a Parquet segment this often."
     )

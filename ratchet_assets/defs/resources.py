@@ -23,6 +23,7 @@ from typing import Any
 import dagster as dg
 from sqlalchemy.engine import Engine
 
+from ratchet_assets.defs.training_launcher import TrainingLauncher
 from ratchet_core.control_db import make_engine
 from ratchet_core.lake import lake_location
 from ratchet_core.settings import Settings, load_settings
@@ -178,6 +179,7 @@ def night_resources(
             student_base_model=s.student_base_model or "",
         ),
         "night": NightConfig(**night),
+        "training": TrainingLauncher.from_settings(s),
     }
 
 
