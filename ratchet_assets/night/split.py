@@ -17,7 +17,6 @@ sorted keys (``ratchet_stats.commitment.key_commitment``); it and the row commit
 from __future__ import annotations
 
 import fcntl
-import hashlib
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
@@ -27,7 +26,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from ratchet_assets.night import ChunkedParquetWriter, connect, sql_list, sql_str, stream_batches
+from ratchet_assets.night import ChunkedParquetWriter, sql_list, sql_str, stream_batches
 from ratchet_assets.night.budget import Budget
 from ratchet_assets.night.budget import connect as budget_connect
 from ratchet_assets.night.erasures import Erasures
@@ -45,11 +44,6 @@ REGISTRY_SCHEMA = pa.schema(
     ]
 )
 SCORE_HEX = 13  # 52 bits: exact in a double
-
-
-def golden_score(key: str, salt: str) -> float:
-    """The key's uniform score in [0, 1): first 52 bits of sha256(salt ':' key)."""
-    return int(hashlib.sha256(f"{salt}:{key}".encode()).hexdigest()[:SCORE_HEX], 16) / 2**52
 
 
 def _score_sql(salt: str, column: str = "example_key") -> str:
@@ -213,18 +207,3 @@ def split_golden(
         floor=floor,
     )
 
-
-def golden_keys_registry(artifacts_root: str | Path) -> set[str]:
-    """Every key ever assigned golden."""
-    path = ArtifactLayout(artifacts_root).golden_registry()
-    if not path.exists():
-        return set()
-    con = connect()
-    keys = {
-        r[0]
-        for r in con.execute(
-            f"SELECT example_key FROM read_parquet({sql_str(str(path))}) WHERE golden"
-        ).fetchall()
-    }
-    con.close()
-    return keys
