@@ -206,4 +206,3 @@ def split_golden(
         golden_by_task={k: int(v) for k, v in by_task.items()},
         floor=floor,
     )
-
