@@ -6,7 +6,8 @@ Checks, in order:
   the file and the column);
 - duplicates: a row seen twice — the same ``(replica, seq)``, or the same ``(request_id, kind, pair_role)`` — is
   kept once (first by segment name) and counted; rows whose ``day`` is not the partition's are dropped and counted;
-- late segments: sealed (mtime) after the day's end plus a grace period, or absent from the previous
+- late segments: sealed after the day's end plus a grace period on the clock the data was written with (the
+  segment's ``ratchet_core.lake.SEALED_AT`` footer entry; its mtime when absent), or absent from the previous
   materialisation's ``segments.json`` (it arrived after the partition was built).
 
 The lake is a folder or any fsspec URL (``ratchet_core.lake.Lake``: one code path; DuckDB reads local segments
@@ -123,7 +124,10 @@ def consolidate_traffic(
     day_end = datetime.fromisoformat(day).replace(tzinfo=UTC) + timedelta(days=1)
     late = []
     for seg in files:
-        if seg.mtime > day_end + grace or (previous and seg.name not in previous):
+        # mtime first (no read); a file modified after the day may still have been sealed in time on the clock
+        # its writer used (a demo's accelerated clock): the footer says (Lake.sealed_at).
+        sealed_late = seg.mtime > day_end + grace and lake.sealed_at(seg) > day_end + grace
+        if sealed_late or (previous and seg.name not in previous):
             late.append(seg.name)
 
     con = budget_connect(budget, artifacts_root, f"traffic-{day}")
