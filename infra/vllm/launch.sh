@@ -9,7 +9,7 @@ set -euo pipefail
 export VLLM_ALLOW_RUNTIME_LORA_UPDATING=True   # enables /v1/load_lora_adapter and /v1/unload_lora_adapter
 exec vllm serve "$BASE" \
   --host "${HOST:-0.0.0.0}" --port "${PORT:-8102}" \
-  --enable-lora --max-loras "${MAX_LORAS:-4}" --max-lora-rank "${MAX_LORA_RANK:-16}" \
+  --enable-lora --max-loras "${MAX_LORAS:-4}" --max-lora-rank "${MAX_LORA_RANK:-32}" \
   --max-logprobs 20 \
   ${API_KEY:+--api-key "$API_KEY"} \
   --served-model-name "$(basename "$BASE")"
