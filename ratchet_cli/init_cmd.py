@@ -9,13 +9,17 @@ recorded as the first trusted key of the control DB's key history when that hist
 from __future__ import annotations
 
 import json
+import logging
 import os
 import secrets
 from pathlib import Path
 
 import click
+import sqlalchemy as sa
 
 from ratchet_core.settings import load_settings
+
+log = logging.getLogger(__name__)
 
 
 def ensure_home(home: Path | None = None) -> dict[str, str]:
@@ -41,14 +45,19 @@ def ensure_home(home: Path | None = None) -> dict[str, str]:
         with os.fdopen(fd, "w") as fh:
             fh.write(secrets.token_hex(32))
     # The control DB's key history starts with this key (a no-op once it has a history).
-    trust = ensure_anchor(make_engine(settings.control_db_url), private, "ratchet init")
+    try:
+        trust = ensure_anchor(make_engine(settings.control_db_url), private, "ratchet init")
+        trusted = str(key_id(private) in trust.trusted).lower()
+    except sa.exc.OperationalError as exc:  # e.g. Postgres not up yet: the first publish records the key
+        log.warning("control DB not reachable (%s): the key is trusted on first publish", type(exc).__name__)
+        trusted = "unknown"
     return {
         "home": str(home),
         "signing_key": source.describe(),
         "public_key": str(pub_path),
         "key_id": key_id(private.public_key()),
         "created_key": str(created).lower(),
-        "trusted": str(key_id(private) in trust.trusted).lower(),
+        "trusted": trusted,
         "pepper": str(pepper_path),
     }
 
@@ -65,7 +74,7 @@ def init(home: Path | None, as_json: bool) -> None:
         click.echo(f"Ratchet home: {info['home']}")
         click.echo(f"signing key:  {info['signing_key']} (key id {info['key_id'][:16]}…)")
         click.echo(f"public key:   {info['public_key']}  <- give this to gateways and auditors")
-        if info["trusted"] != "true":
+        if info["trusted"] == "false":
             click.echo(
                 "warning: the control DB trusts other keys, so manifests signed with this key will be refused; "
                 "see `ratchet admin keys list`",
