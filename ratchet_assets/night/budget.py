@@ -16,12 +16,14 @@ as ``peak_rss_mb`` and the benchmark per step.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import resource
 import shutil
 import tempfile
 import weakref
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import duckdb
 
@@ -42,6 +44,7 @@ class Budget:
     duckdb_share: float = 0.5
     shards: int = 0
     threads: int = 0  # 0: DuckDB's default (one per core)
+    workers: int = 1  # key ranges finished at once, each in its own process with 1/workers of the budget
 
     def __post_init__(self) -> None:
         if self.memory_mb < MIN_MEMORY_MB:
@@ -53,6 +56,10 @@ class Budget:
             raise ValueError(f"duckdb_share must be in [0.1, 0.9], got {self.duckdb_share}")
         if self.shards < 0 or self.shards > MAX_SHARDS:
             raise ValueError(f"shards must be in 0..{MAX_SHARDS}, got {self.shards}")
+        if self.workers < 1 or self.memory_mb // self.workers < MIN_MEMORY_MB:
+            raise ValueError(
+                f"{self.workers} workers need at least {MIN_MEMORY_MB} MB each of the {self.memory_mb} MB budget"
+            )
 
     @property
     def duckdb_mb(self) -> int:
@@ -92,19 +99,34 @@ def connect(budget: Budget | int | None, artifacts_root: str | Path, step: str) 
     return con
 
 
+def shard_sql(column: str, shards: int) -> str:
+    """SQL: the key range (0 .. shards-1) of a hex example key: ``floor(int(key[:8], 16) * shards / 2**32)``,
+    so ranges are contiguous in key order and, keys being SHA-256 hex, of equal expected size."""
+    return f"((('0x' || substr({column}, 1, 8))::UBIGINT * {int(shards)}) // 4294967296)::INTEGER AS shard"
+
+
 def key_ranges(shards: int) -> list[tuple[str, str | None]]:
-    """``shards`` half-open ranges ``[lo, hi)`` of hex example keys (SHA-256 hex: uniform), in key order; the
-    last one is open (``hi`` None). Bounds are 8-hex-digit prefixes, so ``lo <= key < hi`` compares as text."""
+    """The key ranges ``shard_sql`` assigns, as half-open text bounds ``[lo, hi)`` of 8-hex-digit prefixes (the
+    last one open, ``hi`` None): ``lo <= key < hi`` compares as text."""
     if shards < 1:
         raise ValueError("shards must be >= 1")
-    bounds = [f"{(i << 32) // shards:08x}" for i in range(shards)]
+    bounds = [f"{-(-(i << 32) // shards):08x}" for i in range(shards)]
     return [(bounds[i], bounds[i + 1] if i + 1 < shards else None) for i in range(shards)]
 
 
-def range_sql(column: str, lo: str, hi: str | None) -> str:
-    """SQL predicate: `column` in the key range [lo, hi)."""
-    cond = f"{column} >= '{lo}'"
-    return cond if hi is None else f"{cond} AND {column} < '{hi}'"
+def run_shards(fn: Any, plan: Any, budget: Budget) -> list[Any]:
+    """``[fn(plan, shard, budget) for shard in range(plan.shards)]``, in ``budget.workers`` processes at once
+    (each with its share of the budget and one DuckDB thread); results in shard order."""
+    if budget.workers <= 1 or plan.shards <= 1:
+        return [fn(plan, i, budget) for i in range(plan.shards)]
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor
+
+    share = dataclasses.replace(budget, memory_mb=budget.memory_mb // budget.workers, threads=1, workers=1)
+    # spawn: a forked child would inherit DuckDB's threads and locks mid-flight
+    ctx = multiprocessing.get_context("spawn")
+    with ProcessPoolExecutor(max_workers=budget.workers, mp_context=ctx) as pool:
+        return list(pool.map(fn, [plan] * plan.shards, range(plan.shards), [share] * plan.shards))
 
 
 class PeakRSS:

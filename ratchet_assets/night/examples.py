@@ -16,6 +16,7 @@ Output ``examples/day=D/examples.parquet`` sorted by key, with canonical JSON te
 
 from __future__ import annotations
 
+import shutil
 from dataclasses import asdict, dataclass, field
 from json.encoder import encode_basestring
 from pathlib import Path
@@ -31,10 +32,11 @@ from ratchet_assets.night import (
     canonical_json_text,
     canonical_text,
     loads_strict,
+    sql_list,
     sql_str,
     stream_batches,
 )
-from ratchet_assets.night.budget import Budget
+from ratchet_assets.night.budget import Budget, resolve, run_shards, shard_sql
 from ratchet_assets.night.budget import connect as budget_connect
 from ratchet_assets.night.erasures import Erasures
 from ratchet_assets.night.traffic import traffic_path
@@ -187,10 +189,66 @@ def build_examples(
     Set-wise: DuckDB assembles each candidate's key document from canonical parts and hashes it (the bytes of
     ``ratchet_core.example_key.key_document``: the ledger's texts are checked to be canonical JSON, and the few
     that are not are replaced by their canonical form, computed by the Python definition), deduplicates and
-    sorts; rows stream to Parquet in row groups. `budget`: the memory budget (``ratchet_assets.night.budget``).
+    sorts; rows stream to Parquet in row groups.
+
+    In a memory budget (`budget`, ``ratchet_assets.night.budget``): a day with more winners than one key range
+    holds (``Budget.shards_for``) is split by example-key range: ``prepare_examples`` writes the winners' rows
+    into one file set per range, ``examples_shard`` sorts and finishes one range (in ``Budget.workers``
+    processes at once; the Dagster asset maps them as dynamic outputs), ``merge_examples`` concatenates the ranges
+    in key order. The file is the same bytes either way (the writer's row groups do not depend on its input).
     """
+    b = resolve(budget)
+    plan = prepare_examples(artifacts_root, day, erasures, b)
+    if plan.direct is not None:
+        return plan.direct
+    parts = run_shards(examples_shard, plan, b)
+    return merge_examples(plan, parts)
+
+
+@dataclass
+class ExamplesPlan:
+    """What ``prepare_examples`` left for the key-range shards (``work``: their input files)."""
+
+    artifacts_root: str
+    day: str
+    shards: int
+    work: str
+    candidates: int
+    erased: int
+    direct: ExamplesResult | None = None  # set when the day fitted one range and was written directly
+
+
+@dataclass
+class ExamplesPart:
+    """One key range's finished rows (``path``) and their counts."""
+
+    shard: int
+    path: str
+    rows: int
+    by_task: dict[str, int] = field(default_factory=dict)
+    by_source: dict[str, int] = field(default_factory=dict)
+
+
+_WINNER_ROWS_SQL = """
+SELECT w.example_key, c.task, {day} AS day, c.request_id, c.ts, c.source,
+       coalesce(f.canonical, c.messages) AS messages, tl.c AS tools, rf.c AS response_format,
+       c.answer, c.tool_calls{extra}
+FROM winners w JOIN cand c
+  ON c.source = w.source AND c._row = w._row AND c._row2 IS NOT DISTINCT FROM w._row2
+LEFT JOIN msg_fix f ON f.raw = c.messages
+LEFT JOIN tools_c tl ON tl.raw IS NOT DISTINCT FROM c.tools
+LEFT JOIN rf_c rf ON rf.raw IS NOT DISTINCT FROM c.response_format
+"""
+
+
+def prepare_examples(
+    artifacts_root: str | Path, day: str, erasures: Erasures | None = None, budget: Budget | int | None = None
+) -> ExamplesPlan:
+    """Key every candidate and pick each key's winner (out of core); then either write the examples directly (one
+    key range) or write the winners' rows into ``shards`` key-range file sets for ``examples_shard``."""
+    b = resolve(budget)
     erasures = erasures or Erasures()
-    con = budget_connect(budget, artifacts_root, f"examples-{day}")
+    con = budget_connect(b, artifacts_root, f"examples-{day}")
     con.execute(
         f"CREATE TEMP VIEW t AS SELECT * FROM read_parquet({sql_str(str(traffic_path(artifacts_root, day)))}, file_row_number = true)"
     )
@@ -234,24 +292,101 @@ def build_examples(
         """
     )
     con.execute("DROP TABLE keyed")
-    out = ArtifactLayout(artifacts_root).examples_file(day)
+    shards = b.shards_for(con.execute("SELECT count(*) FROM winners").fetchall()[0][0])
+    work = ArtifactLayout(artifacts_root).examples_file(day).parent / ".shards"
+    plan = ExamplesPlan(str(artifacts_root), day, shards, str(work), int(candidates), int(erased))
+    if shards == 1:
+        rows = stream_batches(
+            con, _WINNER_ROWS_SQL.format(day=sql_str(day), extra="") + " ORDER BY w.example_key"
+        )
+        part = _finish_rows(rows, ArtifactLayout(artifacts_root).examples_file(day), 0, ChunkedParquetWriter)
+        con.close()
+        plan.direct = _result(plan, part.path, part.rows, part.by_task, part.by_source)
+        return plan
+    shutil.rmtree(work, ignore_errors=True)
+    work.mkdir(parents=True)
+    # One pass over the wide rows, each to its key range's files (small row groups: one open writer per range).
+    con.execute(
+        f"""COPY ({_WINNER_ROWS_SQL.format(day=sql_str(day), extra=", " + shard_sql("w.example_key", shards))})
+        TO {sql_str(str(work / "rows"))} (FORMAT parquet, PARTITION_BY (shard), ROW_GROUP_SIZE 8192)"""
+    )
+    con.close()
+    return plan
+
+
+def examples_shard(plan: ExamplesPlan, shard: int, budget: Budget | int | None = None) -> ExamplesPart:
+    """Sort one key range's rows by key and finish them (the assistant message); write them to a part file."""
+    work = Path(plan.work)
+    out = work / f"part-{shard:04d}.parquet"
+    files = sorted((work / "rows" / f"shard={shard}").glob("*.parquet"))
+    if not files:
+        return ExamplesPart(shard, "", 0)
+    con = budget_connect(budget, plan.artifacts_root, f"examples-{plan.day}-{shard}")
+    rows = stream_batches(
+        con,
+        f"SELECT * FROM read_parquet({sql_list(files)}, hive_partitioning = false) "
+        "ORDER BY example_key",
+    )
+    part = _finish_rows(rows, out, shard, _PartWriter)
+    con.close()
+    return part
+
+
+def merge_examples(plan: ExamplesPlan, parts: list[ExamplesPart]) -> ExamplesResult:
+    """Concatenate the key ranges' parts, in key order, into the day's examples file; remove the work files."""
+    import pyarrow.parquet as pq
+
+    out = ArtifactLayout(plan.artifacts_root).examples_file(plan.day)
     writer = ChunkedParquetWriter(out, EXAMPLES_SCHEMA, compression="zstd")
     by_task: dict[str, int] = {}
     by_source: dict[str, int] = {}
-    rows = stream_batches(
-        con,
-        f"""
-        SELECT w.example_key, c.task, {sql_str(day)} AS day, c.request_id, c.ts, c.source,
-               coalesce(f.canonical, c.messages) AS messages, tl.c AS tools, rf.c AS response_format,
-               c.answer, c.tool_calls
-        FROM winners w JOIN cand c
-          ON c.source = w.source AND c._row = w._row AND c._row2 IS NOT DISTINCT FROM w._row2
-        LEFT JOIN msg_fix f ON f.raw = c.messages
-        LEFT JOIN tools_c tl ON tl.raw IS NOT DISTINCT FROM c.tools
-        LEFT JOIN rf_c rf ON rf.raw IS NOT DISTINCT FROM c.response_format
-        ORDER BY w.example_key
-        """,
+    for part in sorted(parts, key=lambda p: p.shard):
+        for counts, add in ((by_task, part.by_task), (by_source, part.by_source)):
+            for k, v in add.items():
+                counts[k] = counts.get(k, 0) + v
+        if part.path:
+            for batch in pq.ParquetFile(part.path).iter_batches(batch_size=65_536):
+                writer.write(batch)
+    writer.close()
+    shutil.rmtree(plan.work, ignore_errors=True)
+    return _result(plan, str(out), writer.rows, by_task, by_source)
+
+
+def _result(plan: ExamplesPlan, path: str, n: int, by_task: dict, by_source: dict) -> ExamplesResult:
+    return ExamplesResult(
+        day=plan.day,
+        path=str(path),
+        examples=n,
+        candidates=plan.candidates,
+        duplicates=plan.candidates - plan.erased - n,
+        erased=plan.erased,
+        by_task=_sorted_counts(by_task),
+        by_source=_sorted_counts(by_source),
     )
+
+
+class _PartWriter:
+    """A part file: plain Parquet, row groups as they come (the merge re-chunks them)."""
+
+    def __init__(self, path: Path, schema: pa.Schema, **_: Any) -> None:
+        import pyarrow.parquet as pq
+
+        self.path, self.schema, self.rows = path, schema, 0
+        self._writer = pq.ParquetWriter(path, schema, compression="lz4")
+
+    def write(self, table: pa.Table) -> None:
+        self._writer.write_table(table.select(self.schema.names).cast(self.schema))
+        self.rows += table.num_rows
+
+    def close(self) -> None:
+        self._writer.close()
+
+
+def _finish_rows(rows: Any, out: Path, shard: int, writer_cls: Any) -> ExamplesPart:
+    """Assistant messages for sorted winner rows, written with `writer_cls`; counts by task and source."""
+    writer = writer_cls(out, EXAMPLES_SCHEMA, compression="zstd")
+    by_task: dict[str, int] = {}
+    by_source: dict[str, int] = {}
     for batch in rows:
         answers = _answers(batch.column("answer").to_pylist(), batch.column("tool_calls").to_pylist())
         table = pa.Table.from_batches([batch]).drop_columns(["answer", "tool_calls"])
@@ -261,18 +396,7 @@ def build_examples(
                 counts[item["values"]] = counts.get(item["values"], 0) + int(item["counts"])
         writer.write(table)
     writer.close()
-    con.close()
-    n = writer.rows
-    return ExamplesResult(
-        day=day,
-        path=str(out),
-        examples=n,
-        candidates=int(candidates),
-        duplicates=int(candidates) - int(erased) - n,
-        erased=int(erased),
-        by_task=_sorted_counts(by_task),
-        by_source=_sorted_counts(by_source),
-    )
+    return ExamplesPart(shard, str(out), writer.rows, by_task, by_source)
 
 
 def examples_path(artifacts_root: str | Path, day: str) -> Path:

@@ -84,7 +84,41 @@ def test_streamed_files_and_roots_equal_the_in_memory_definitions(tmp_path: Path
 def test_key_ranges_cover_every_key_once() -> None:
     assert key_ranges(1) == [("00000000", None)]
     ranges = key_ranges(3)
-    assert [r[0] for r in ranges] == ["00000000", "55555555", "aaaaaaaa"] and ranges[-1][1] is None
+    assert [r[0] for r in ranges] == ["00000000", "55555556", "aaaaaaab"] and ranges[-1][1] is None
     for key in ("0" * 64, "5" * 8 + "0" * 56, "55555554" + "f" * 56, "f" * 64):
         assert sum(lo <= key and (hi is None or key < hi) for lo, hi in ranges) == 1
     assert PeakRSS().mb() > 10
+
+
+def test_shard_sql_and_key_ranges_agree() -> None:
+    import duckdb
+
+    from ratchet_assets.night.budget import shard_sql
+
+    keys = [f"{p:08x}" + "0" * 56 for p in (0, 1, 0x55555555, 0x55555556, 0xAAAAAAAA, 0xAAAAAAAB, 0xFFFFFFFF)]
+    con = duckdb.connect()
+    got = [
+        con.execute(f"SELECT {shard_sql('?', 3).replace(' AS shard', '')}", [k]).fetchall()[0][0]
+        for k in keys
+    ]
+    ranges = key_ranges(3)
+    want = [next(i for i, (lo, hi) in enumerate(ranges) if lo <= k and (hi is None or k < hi)) for k in keys]
+    assert got == want == [0, 0, 0, 1, 1, 2, 2]
+
+
+@pytest.mark.slow
+def test_split_path_in_a_small_budget_equals_the_unsplit_path(tmp_path: Path) -> None:
+    """~50k requests over two days: the default run (one key range, 2 GB) and a run split into 4 example-key
+    ranges finished by 2 worker processes in a 512 MB budget (DuckDB spilling) write the same bytes."""
+    lake = tmp_path / "lake"
+    for i, day in enumerate(DAYS):
+        write_day(lake, day, 25_000, seed=21 + i, day_index=i)
+    unsplit, split = _home(tmp_path, lake, "unsplit"), _home(tmp_path, lake, "split")
+    rss = PeakRSS()
+    plain = _night(unsplit, None)
+    small = Budget(memory_mb=512, shards=4, workers=2)
+    assert not (split / "art" / ".spill").exists()
+    split_files = _night(split, small)
+    assert len(plain) >= 18 and split_files == plain
+    assert not list((split / "art" / ".spill").iterdir())  # spill folders go with their connections
+    assert rss.mb() < 2048
