@@ -31,6 +31,8 @@ from jsonschema import Draft202012Validator, SchemaError, validators
 from jsonschema.exceptions import best_match
 from jsonschema.protocols import Validator
 
+from ratchet_core.schema_regex import bounded
+
 FINISH_LENGTH = "finish_length"
 JSON_INVALID = "json_invalid"
 SCHEMA_MISMATCH = "schema_mismatch"
@@ -98,7 +100,7 @@ def _compiled(schema_json: bytes) -> Validator | str:
         cls.check_schema(schema)
     except SchemaError as exc:
         return f"the schema is invalid at {exc.json_path} ({exc.validator})"
-    return cls(schema)
+    return bounded(cls)(schema)  # the client's regular expressions run under a time limit
 
 
 def _validator(schema: Any) -> Validator | str:
