@@ -95,6 +95,11 @@ class Settings(BaseSettings):
     partitions_start: str = Field(
         "2026-01-01", pattern=r"^\d{4}-\d{2}-\d{2}$", description="First day (UTC) of the nightly partitions."
     )
+    night_memory_mb: int = Field(
+        2048,
+        ge=256,
+        description="Memory budget (MB) of one night step; DuckDB gets half and spills to disk beyond it.",
+    )
     day_seconds: float | None = Field(
         None,
         gt=0,
