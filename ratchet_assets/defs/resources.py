@@ -146,6 +146,7 @@ class NightConfig(dg.ConfigurableResource):
     certify_delta: float = 0.05
     window_days: int = 7
     late_grace_minutes: float = 60.0
+    memory_mb: int = 2048  # RATCHET_NIGHT_MEMORY_MB: one step's memory budget (ratchet_assets.night.budget)
 
 
 def night_resources(
@@ -178,7 +179,7 @@ def night_resources(
             student_base_url=s.student_base_url or "",
             student_base_model=s.student_base_model or "",
         ),
-        "night": NightConfig(**night),
+        "night": NightConfig(**{"memory_mb": s.night_memory_mb, **night}),
         "training": TrainingLauncher.from_settings(s),
     }
 
