@@ -15,6 +15,7 @@ V = an adapter version such as ``v3-1a2b3c4d``)::
     certificates/V.predicate.json                        ratchet sim: the certificate's predicate, unsigned
     boms/V/bom.dsse.json, NOTICE.md, certificate.dsse.json, train-keys.txt, golden-keys.txt, disjoint.proof.json
     receipts/D/receipt.dsse.json, rows.parquet, tree.bin the signed daily receipt, its leaves and stored tree
+    receipts/D/clients.jsonl, estimates.jsonl            its client lines and per-task estimate lines (v2)
 
 An adapter export (``ratchet admin export-adapter --out DIR``) is ``DIR/adapter/`` plus the BOM folder's files:
 :class:`AdapterExport`.
@@ -50,6 +51,8 @@ KEYS_FILE = "keys.txt"  # sorted example keys, one a line
 RECEIPT_ENVELOPE_FILE = "receipt.dsse.json"
 RECEIPT_ROWS_FILE = "rows.parquet"
 RECEIPT_TREE_FILE = "tree.bin"
+RECEIPT_CLIENTS_FILE = "clients.jsonl"
+RECEIPT_ESTIMATES_FILE = "estimates.jsonl"
 
 BOM_FILE = "bom.dsse.json"
 BOM_NOTICE_FILE = "NOTICE.md"
@@ -227,6 +230,12 @@ class ArtifactLayout:
 
     def receipt_tree(self, day: str) -> Path:
         return self.receipt_dir(day) / RECEIPT_TREE_FILE
+
+    def receipt_clients(self, day: str) -> Path:
+        return self.receipt_dir(day) / RECEIPT_CLIENTS_FILE
+
+    def receipt_estimates(self, day: str) -> Path:
+        return self.receipt_dir(day) / RECEIPT_ESTIMATES_FILE
 
     def receipt_days(self) -> list[str]:
         """Days with a signed receipt, sorted."""

@@ -23,9 +23,9 @@ from typing import Any
 
 import pyarrow as pa
 
-from ratchet_stats.receipt import LEAF_FIELDS
+from ratchet_stats.receipt import LEAF_FIELDS_V2
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 
 SERVED_BY = ("teacher", "student")
 STAGES = ("teacher", "shadow", "canary", "live")
@@ -82,18 +82,31 @@ LEDGER_COLUMNS: list[tuple[str, pa.DataType, str]] = [
     ("error_type", pa.string(), "OpenAI error type when the request failed ('' otherwise)."),
     ("error", pa.string(), "Redacted error message, no secrets ('' otherwise)."),
     ("schema_version", pa.int32(), "Version of this schema."),
+    # Added in schema version 2 (last, so an older ledger file gains it with ADD COLUMN: see ADDED_COLUMNS).
+    (
+        "teacher_prompt_tokens",
+        pa.int64(),
+        "The prompt counted as the teacher bills it: the teacher's own usage when it served, else "
+        "litellm.token_counter for the teacher model (ratchet_core.pricing); receipts price student-served rows "
+        "with it (ratchet_stats.teacher_equivalent). 0 when unknown.",
+    ),
 ]
+# Columns added after version 1, with the version that added them (older rows and ledger files lack them).
+ADDED_COLUMNS = {"teacher_prompt_tokens": 2}
 
 LEDGER_SCHEMA = pa.schema([pa.field(name, typ, nullable=True) for name, typ, _ in LEDGER_COLUMNS])
 COLUMN_NAMES = [name for name, _, _ in LEDGER_COLUMNS]
 
-# Fields of a request row a receipt commits to (its Merkle leaves); costs are included so totals are provable.
-# Defined once, in the verifier kit, so the auditor's definition is the one the pipeline signs.
-RECEIPT_LEAF_FIELDS = LEAF_FIELDS
+# Fields of a request row a receipt commits to (its Merkle leaves); costs and the teacher-tokenizer prompt are
+# included so totals are provable. Defined once, in the verifier kit, so the auditor's definition is the one the
+# pipeline signs (receipt v2).
+RECEIPT_LEAF_FIELDS = LEAF_FIELDS_V2
 
 
 def duckdb_ddl(table: str = "ledger") -> str:
-    """CREATE TABLE statement for the gateway's DuckDB ledger with the same columns as LEDGER_SCHEMA."""
+    """CREATE TABLE statement for the gateway's DuckDB ledger with the same columns as LEDGER_SCHEMA, followed by
+    ``ADD COLUMN IF NOT EXISTS`` for each of ``ADDED_COLUMNS`` so a ledger file made by an older version gains them
+    (in schema order: they are the last columns, and rows are inserted by position)."""
     types = {
         pa.string(): "VARCHAR",
         pa.int64(): "BIGINT",
@@ -103,7 +116,12 @@ def duckdb_ddl(table: str = "ledger") -> str:
         pa.timestamp("us", tz="UTC"): "TIMESTAMPTZ",
     }
     cols = ",\n  ".join(f"{name} {types[typ]}" for name, typ, _ in LEDGER_COLUMNS)
-    return f"CREATE TABLE IF NOT EXISTS {table} (\n  {cols}\n)"
+    added = "".join(
+        f";\nALTER TABLE {table} ADD COLUMN IF NOT EXISTS {name} {types[typ]}"
+        for name, typ, _ in LEDGER_COLUMNS
+        if name in ADDED_COLUMNS
+    )
+    return f"CREATE TABLE IF NOT EXISTS {table} (\n  {cols}\n){added}"
 
 
 PAIR_ROLES = ("audit", "shadow")

@@ -149,6 +149,9 @@ class Gateway:
         await self.teacher.start()
         await self.student.start()
         self.teacher_prices = await asyncio.to_thread(model_prices, s.teacher_model)
+        from ratchet_gateway.teacher_equivalent import TeacherEquivalent
+
+        self.teacher_equivalent = await TeacherEquivalent.create(s.teacher_model, self.teacher_prices)
         from ratchet_core.control_db import make_engine
 
         self.engine = make_engine(s.control_db_url)

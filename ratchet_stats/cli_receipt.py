@@ -1,9 +1,19 @@
-"""`verify receipt FILE [--prev FILE] [--proof FILE] [--rows FILE] --key PUB [--json]`.
+"""`verify receipt [FILE] --key PUB [--prev FILE] [--proof FILE] [--rows FILE] [--clients FILE] [--estimates FILE]
+[--client-proof FILE] [--json]`.
 
-Checks, in order (the first failure is named): the signature, the predicate, the totals (recomputed from the
-per-client entries), the chain to ``--prev`` (its signature, day and digest), an inclusion ``--proof`` of one
-row (from the gateway's ``/ratchet/receipts/{day}/proof/{request_id}``), and ``--rows`` (JSON lines of the
-canonical leaf rows, in order: recomputes the root, the size and every client's totals).
+The auditor (FILE = a receipt.dsse.json) checks, in order (the first failure is named): the signature, the
+predicate, then for a v2 receipt the client lines (``--clients``, default ``clients.jsonl`` beside FILE: the
+signed client root, every client's totals adding up) and the estimate lines (``--estimates``, default
+``estimates.jsonl`` beside FILE), or for a v1 receipt the totals in the predicate; the chain to ``--prev`` (its
+signature, day and digest, and for v2 the estimates carried from it, read beside it); an inclusion ``--proof`` of
+one row (from ``/ratchet/receipts/{day}/proof/{request_id}``); and ``--rows`` (JSON lines of every canonical leaf
+row, in order: recomputes the request root, and every client's totals by the signed method: teacher-served rows
+measured, student-served rows estimated at the teacher's prices from their teacher-tokenizer prompt and the task's
+completion estimate, and each day-source estimate from the rows).
+
+A client checks what ``GET /ratchet/receipts/{day}`` gave it with ``--client-proof FILE`` (no FILE argument): the
+signature, its own totals line against the signed client root, the estimate lines it was given, and its own rows
+against its line. It never needs another client's data.
 Exit codes: 0 verified, 1 verification failed, 2 usage or input error.
 """
 
@@ -16,7 +26,9 @@ from typing import Any
 
 from ratchet_stats.cli import CliError, emit
 from ratchet_stats.cli_verify import load_public_keys
-from ratchet_stats.receipt import ReceiptError, verify_receipt
+from ratchet_stats.receipt import ReceiptError, verify_client_view, verify_receipt
+
+CLIENTS_FILE, ESTIMATES_FILE = "clients.jsonl", "estimates.jsonl"  # beside receipt.dsse.json
 
 
 def _read(path: str, what: str) -> bytes:
@@ -33,16 +45,73 @@ def _json(path: str, what: str) -> Any:
         raise CliError(f"{what} {path} is not JSON ({exc}); pass the file Ratchet wrote") from exc
 
 
+def _lines(path: str | None, beside: str | None, name: str, what: str) -> list[bytes] | None:
+    """The JSON lines of `path`, else of the file `name` beside `beside` when it exists, else None."""
+    if path is None and beside is not None:
+        candidate = Path(beside).parent / name
+        path = str(candidate) if candidate.exists() else None
+    if path is None:
+        return None
+    return [line for line in _read(path, what).splitlines() if line.strip()]
+
+
+def _usd(micro: int) -> str:
+    return f"${micro / 1e6:,.6f}"
+
+
+def _totals_text(t: dict[str, Any]) -> str:
+    if "teacher_cost_estimated_micro_usd" not in t:  # v1
+        return (
+            f"  teacher-equivalent {_usd(t['teacher_cost_micro_usd'])}, paid {_usd(t['actual_cost_micro_usd'])},"
+            f" saved {_usd(t['saved_micro_usd'])}"
+        )
+    return (
+        f"  teacher-equivalent {_usd(t['teacher_cost_micro_usd'])} (measured {_usd(t['teacher_cost_measured_micro_usd'])}"
+        f" + estimated {_usd(t['teacher_cost_estimated_micro_usd'])}), paid {_usd(t['actual_cost_micro_usd'])},"
+        f" saved {_usd(t['saved_micro_usd'])} (an estimate where student-served)"
+    )
+
+
+def _method_text(teq: dict[str, Any] | None) -> str:
+    if not teq:
+        return ""
+    p = teq["prices"]
+    return (
+        f"\n  method {teq['method']}: {p['teacher_model']} at ${p['input_usd_per_token'] * 1e6:g}/M prompt,"
+        f" ${p['output_usd_per_token'] * 1e6:g}/M completion tokens ({p['source']})"
+    )
+
+
 def _run(args: argparse.Namespace) -> int:
     keys = load_public_keys(args.key, None)
+    if args.client_proof:
+        if args.file:
+            raise CliError(
+                "give either a receipt FILE (the auditor) or --client-proof FILE (a client), not both"
+            )
+        return _run_client(args, keys)
+    if not args.file:
+        raise CliError(
+            "give the receipt FILE (receipt.dsse.json), or --client-proof FILE for a client's view"
+        )
     envelope = _read(args.file, "receipt")
     prev = _read(args.prev, "previous receipt") if args.prev else None
     proof = _json(args.proof, "proof") if args.proof else None
-    leaves = None
-    if args.rows:
-        leaves = [line for line in _read(args.rows, "rows file").splitlines() if line.strip()]
+    leaves = _lines(args.rows, None, "", "rows file") if args.rows else None
+    clients = _lines(args.clients, args.file, CLIENTS_FILE, "client lines")
+    estimates = _lines(args.estimates, args.file, ESTIMATES_FILE, "estimate lines")
+    prev_estimates = _lines(None, args.prev, ESTIMATES_FILE, "previous estimate lines") if args.prev else None
     try:
-        report = verify_receipt(envelope, keys, prev_envelope=prev, proof=proof, leaves=leaves)
+        report = verify_receipt(
+            envelope,
+            keys,
+            prev_envelope=prev,
+            proof=proof,
+            leaves=leaves,
+            clients=clients,
+            estimates=estimates,
+            prev_estimates=prev_estimates if estimates is not None else None,
+        )
     except ReceiptError as exc:
         emit(
             args,
@@ -51,10 +120,31 @@ def _run(args: argparse.Namespace) -> int:
         )
         return 1
     t = report["totals"]
+    totals = _totals_text(t) if t else "  totals: not checked (give the client lines: --clients)"
     text = (
-        f"OK receipt {report['day']}: {report['size']} requests, root {report['root']}\n"
-        f"  teacher-equivalent ${t['teacher_cost_micro_usd'] / 1e6:,.6f}, paid ${t['actual_cost_micro_usd'] / 1e6:,.6f},"
-        f" saved ${t['saved_micro_usd'] / 1e6:,.6f}\n"
+        f"OK receipt {report['day']} (v{report['version']}): {report['size']} requests, root {report['root']}\n"
+        f"{totals}{_method_text(report.get('teacher_equivalent'))}\n"
+        f"  checks: {', '.join(report['checks'])}"
+    )
+    emit(args, report, text)
+    return 0
+
+
+def _run_client(args: argparse.Namespace, keys: Any) -> int:
+    view = _json(args.client_proof, "client view")
+    try:
+        report = verify_client_view(view, keys)
+    except ReceiptError as exc:
+        emit(
+            args,
+            {"ok": False, "check": exc.check, "error": exc.message},
+            f"FAILED {exc.check}: {exc.message}",
+        )
+        return 1
+    text = (
+        f"OK receipt {report['day']}: client {report['client']}, {report['totals']['requests']} requests"
+        f" ({report['rows']} rows given)\n"
+        f"{_totals_text(report['totals'])}{_method_text(report['teacher_equivalent'])}\n"
         f"  checks: {', '.join(report['checks'])}"
     )
     emit(args, report, text)
@@ -64,16 +154,25 @@ def _run(args: argparse.Namespace) -> int:
 def register(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser(
         "receipt",
-        help="verify a signed daily receipt (signature, totals, chain, inclusion)",
-        description=__doc__.split("\n", 2)[2] if __doc__ else None,
+        help="verify a signed daily receipt (signature, totals, chain, inclusion) or a client's view of it",
+        description=__doc__.split("\n", 3)[3] if __doc__ else None,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    p.add_argument("file", metavar="FILE", help="receipt.dsse.json")
+    p.add_argument("file", metavar="FILE", nargs="?", help="receipt.dsse.json (the auditor's check)")
     p.add_argument(
         "--key", required=True, help="public key: base64, PEM, or a file (comma-separated for several)"
     )
     p.add_argument("--prev", metavar="FILE", help="the previous day's receipt.dsse.json (checks the chain)")
     p.add_argument("--proof", metavar="FILE", help="an inclusion proof of one request row")
     p.add_argument("--rows", metavar="FILE", help="JSON lines of every canonical leaf row, in order")
+    p.add_argument("--clients", metavar="FILE", help=f"v2 client lines (default: {CLIENTS_FILE} beside FILE)")
+    p.add_argument(
+        "--estimates", metavar="FILE", help=f"v2 estimate lines (default: {ESTIMATES_FILE} beside FILE)"
+    )
+    p.add_argument(
+        "--client-proof",
+        metavar="FILE",
+        help="a client's view of a day's receipt (GET /ratchet/receipts/{day}); checks it instead of FILE",
+    )
     p.add_argument("--json", action="store_true", help="print machine-readable JSON")
     p.set_defaults(func=_run)

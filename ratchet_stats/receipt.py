@@ -31,7 +31,10 @@ from ratchet_stats import merkle, merkle_store
 from ratchet_stats.canonical import canonical_json, digest, sha256_hex
 from ratchet_stats.dsse import VerificationError, verify_statement
 
-PREDICATE_TYPE = "https://ratchet.dev/receipt/v1"
+PREDICATE_TYPE = "https://ratchet.dev/receipt/v1"  # v1: this module's format; still verified
+PREDICATE_TYPE_V2 = (
+    "https://ratchet.dev/receipt/v2"  # v2: ratchet_stats.receipt_v2 (what the night signs now)
+)
 PROOF_TYPE = "https://ratchet.dev/receipt-proof/v1"
 TREE = "RFC 9162 SHA-256"
 LEAF_FIELDS = (
@@ -48,6 +51,8 @@ LEAF_FIELDS = (
     "actual_cost_usd",
     "status_code",
 )
+# v2 adds the prompt counted with the teacher's tokenizer (ratchet_stats.teacher_equivalent).
+LEAF_FIELDS_V2 = (*LEAF_FIELDS, "teacher_prompt_tokens")
 SERVED_BY = ("student", "teacher")
 
 
@@ -193,17 +198,32 @@ def proof_document(
 
 
 # Verification -------------------------------------------------------------------------------------------------
-def _signed_predicate(envelope: Any, public_keys: Any, what: str) -> dict[str, Any]:
+def signed_predicate(envelope: Any, public_keys: Any, what: str = "receipt") -> tuple[str, dict[str, Any]]:
+    """(predicate type, predicate) of a v1 or v2 receipt: the signature first, then the payload and its shape."""
     try:
-        statement = verify_statement(envelope, public_keys, PREDICATE_TYPE)
+        statement = verify_statement(envelope, public_keys)
     except VerificationError as exc:
         raise ReceiptError(exc.check, f"{what}: {exc}") from None
+    kind = statement.get("predicateType")
+    if kind not in (PREDICATE_TYPE, PREDICATE_TYPE_V2):
+        raise ReceiptError(
+            "predicate-type", f"{what}: predicateType is {kind!r}, not a receipt ({PREDICATE_TYPE_V2})"
+        )
     predicate = statement["predicate"]
-    _check_shape(predicate, what)
+    if kind == PREDICATE_TYPE:
+        _check_shape(predicate, what)
+    else:
+        from ratchet_stats import receipt_v2  # v2 builds on this module, so it is imported where it is used
+
+        receipt_v2.check_shape(predicate, what)
     subjects = statement.get("subject") or []
     if not any(s.get("digest", {}).get("sha256") == predicate["requests"]["root"] for s in subjects):
         raise ReceiptError("predicate", f"{what}: no subject carries the request root")
-    return predicate
+    return kind, predicate
+
+
+def _signed_predicate(envelope: Any, public_keys: Any, what: str) -> dict[str, Any]:
+    return signed_predicate(envelope, public_keys, what)[1]
 
 
 def _check_shape(p: Any, what: str) -> None:
@@ -338,12 +358,25 @@ def verify_receipt(
     prev_envelope: Any = None,
     proof: Mapping[str, Any] | None = None,
     leaves: Sequence[bytes] | None = None,
+    clients: Sequence[bytes] | None = None,
+    estimates: Sequence[bytes] | None = None,
+    prev_estimates: Sequence[bytes] | None = None,
 ) -> dict[str, Any]:
-    """Verify a receipt offline (signature first); returns a report dict. Raises ReceiptError naming the check."""
-    predicate = _signed_predicate(envelope, public_keys, "receipt")
+    """Verify a v1 or v2 receipt offline (signature first); returns a report. Raises ReceiptError naming the check.
+
+    v2 (``ratchet_stats.receipt_v2``): `clients` and `estimates` are the client and estimate lines (the
+    auditor's files); with them the report has every client's totals and the overall totals. `leaves` (every row)
+    then recompute the request root and every line; `prev_estimates` (the previous receipt's estimate lines)
+    check the chained estimates.
+    """
+    kind, predicate = signed_predicate(envelope, public_keys, "receipt")
     checks = ["signature", "predicate"]
-    check_totals(predicate)
-    checks.append("totals")
+    if kind == PREDICATE_TYPE:
+        check_totals(predicate)
+        checks.append("totals")
+        totals, names = predicate["totals"], sorted(predicate["clients"])
+    else:
+        totals, names = None, None
     if prev_envelope is not None:
         check_chain(predicate, prev_envelope, public_keys)
         checks.append("chain")
@@ -351,20 +384,78 @@ def verify_receipt(
     if proof is not None:
         row = check_proof(predicate, proof)
         checks.append("proof")
-    if leaves is not None:
-        check_rows(predicate, leaves)
-        checks.append("rows")
+    if kind == PREDICATE_TYPE:
+        if leaves is not None:
+            check_rows(predicate, leaves)
+            checks.append("rows")
+    else:
+        from ratchet_stats import receipt_v2
+
+        lines, est = None, None
+        if clients is not None:
+            lines = receipt_v2.check_clients(predicate, clients)
+            totals = receipt_v2.sum_totals(line["totals"] for line in lines.values())
+            names = sorted(lines)
+            checks.append("clients")
+        if estimates is not None:
+            est = receipt_v2.check_estimates(predicate, estimates)
+            checks.append("estimates")
+        if prev_estimates is not None:
+            if est is None or prev_envelope is None:
+                raise ReceiptError(
+                    "chain", "chained estimates need the estimate lines and the previous receipt"
+                )
+            prev_kind, prev = signed_predicate(prev_envelope, public_keys, "previous receipt")
+            if prev_kind != PREDICATE_TYPE_V2:
+                raise ReceiptError("chain", "the previous receipt is v1: it has no estimate lines to chain")
+            receipt_v2.check_chained_estimates(
+                est, receipt_v2.check_estimates(prev, prev_estimates), prev["day"]
+            )
+            checks.append("chained-estimates")
+        if leaves is not None:
+            if lines is None or est is None:
+                raise ReceiptError(
+                    "rows", "a v2 receipt's rows are checked against its client and estimate lines: give both"
+                )
+            receipt_v2.check_rows(predicate, leaves, lines, est)
+            checks.append("rows")
     return {
         "ok": True,
+        "version": 1 if kind == PREDICATE_TYPE else 2,
         "day": predicate["day"],
         "checks": checks,
         "root": predicate["requests"]["root"],
         "size": predicate["requests"]["size"],
-        "totals": predicate["totals"],
-        "clients": sorted(predicate["clients"]),
+        "totals": totals,
+        "clients": names,
+        "teacher_equivalent": predicate.get("teacher_equivalent"),
         "previous": predicate["previous"],
         "row": row,
         "envelope_sha256": sha256_hex(
             canonical_json(envelope if isinstance(envelope, Mapping) else _json(envelope))
         ),
+    }
+
+
+def verify_client_view(view: Mapping[str, Any], public_keys: Any) -> dict[str, Any]:
+    """Verify what a client received for a day (``ratchet_stats.receipt_v2`` client view): the signature, its own
+    line against the signed client root, the estimate lines it was given, and its rows against its line."""
+    if not isinstance(view, Mapping) or "envelope" not in view:
+        raise ReceiptError("client-view", "not a client view: it has no envelope")
+    kind, predicate = signed_predicate(view["envelope"], public_keys, "receipt")
+    if kind != PREDICATE_TYPE_V2:
+        raise ReceiptError("client-view", "the receipt is v1, which has no client tree; ask the auditor")
+    from ratchet_stats import receipt_v2
+
+    line, checks = receipt_v2.check_client_view(predicate, view)
+    return {
+        "ok": True,
+        "version": 2,
+        "day": predicate["day"],
+        "client": line["client"],
+        "checks": ["signature", "predicate", *checks],
+        "totals": line["totals"],
+        "teacher_equivalent": predicate["teacher_equivalent"],
+        "rows": len(view.get("rows") or []),
+        "envelope_sha256": sha256_hex(canonical_json(dict(view["envelope"]))),
     }

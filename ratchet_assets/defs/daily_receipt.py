@@ -1,11 +1,15 @@
-"""Asset ``daily_receipt``: the day's signed, chained receipt (teacher-equivalent cost vs paid, per client)."""
+"""Asset ``daily_receipt``: the day's signed, chained receipt (teacher-equivalent cost vs paid, per client).
+
+The metadata is for the operator (the receipt itself signs no client's totals): overall and per-client amounts,
+the measured/estimated split of the teacher-equivalent, the prices and each task's completion estimate."""
 
 import dagster as dg
 
 from ratchet_assets.defs.partitions import daily_partitions
-from ratchet_assets.defs.resources import ControlDB, RatchetPaths, Signer
+from ratchet_assets.defs.resources import ControlDB, ModelEndpoints, RatchetPaths, Signer
 from ratchet_assets.night import markdown_table
 from ratchet_assets.night.receipts import ReceiptConflict, build_receipt
+from ratchet_stats import teacher_equivalent as te
 
 EFFECTS_CHECK = "no_indeterminate_effects"
 
@@ -18,13 +22,19 @@ EFFECTS_CHECK = "no_indeterminate_effects"
     check_specs=[dg.AssetCheckSpec(EFFECTS_CHECK, asset="daily_receipt")],
 )
 def daily_receipt(
-    context: dg.AssetExecutionContext, paths: RatchetPaths, control_db: ControlDB, signer: Signer
+    context: dg.AssetExecutionContext,
+    paths: RatchetPaths,
+    control_db: ControlDB,
+    signer: Signer,
+    models: ModelEndpoints,
 ) -> dg.MaterializeResult:
-    """Signed receipt of the day's requests: Merkle root over canonical rows, chained to the previous day."""
+    """Signed receipt of the day's requests at the teacher's prices: Merkle roots over rows, clients and estimates."""
     day = context.partition_key
     ledger = control_db.effects()
     try:
-        r = build_receipt(paths.artifacts_root(), day, signer.private_key(), ledger)
+        r = build_receipt(
+            paths.artifacts_root(), day, signer.private_key(), ledger, teacher_model=models.teacher()
+        )
     except ReceiptConflict as exc:
         raise dg.Failure(description=str(exc)) from None
     context.log.info(f"{day}: receipt {r.outcome} ({r.size} requests, root {r.root})")
@@ -39,17 +49,38 @@ def daily_receipt(
             "previous": dg.MetadataValue.text(r.previous["digest"] if r.previous else "none (first receipt)"),
             "signature": dg.MetadataValue.text("new" if r.outcome == "execute" else "reused"),
             "teacher_equivalent_usd": dg.MetadataValue.float(t["teacher_cost_micro_usd"] / 1e6),
+            "teacher_equivalent_measured_usd": dg.MetadataValue.float(
+                t["teacher_cost_measured_micro_usd"] / 1e6
+            ),
+            "teacher_equivalent_estimated_usd": dg.MetadataValue.float(
+                t["teacher_cost_estimated_micro_usd"] / 1e6
+            ),
+            "teacher_prices": dg.MetadataValue.text(
+                f"{r.prices['teacher_model']}: ${r.prices['input_usd_per_token'] * 1e6:g}/M prompt, "
+                f"${r.prices['output_usd_per_token'] * 1e6:g}/M completion tokens"
+            ),
+            "completion_estimates": dg.MetadataValue.md(
+                markdown_table(
+                    ["task", "source", "from day", "teacher answers", "mean completion tokens"],
+                    [
+                        [e["task"], e["source"], e["day"] or "-", k, f"{c / k:.2f}" if k else "-"]
+                        for e in r.estimates[:20]
+                        for k, c in [te.answers_of(e)]
+                    ],
+                )
+            ),
             "paid_usd": dg.MetadataValue.float(t["actual_cost_micro_usd"] / 1e6),
             "saved_usd": dg.MetadataValue.float(t["saved_micro_usd"] / 1e6),
             "student_requests": dg.MetadataValue.int(t["served_by"].get("student", 0)),
             "clients": dg.MetadataValue.md(
                 markdown_table(
-                    ["client", "requests", "teacher-equivalent $", "paid $", "saved $"],
+                    ["client", "requests", "teacher-equivalent $ (estimated part)", "paid $", "saved $"],
                     [
                         [
                             c,
                             e["requests"],
-                            f"{e['teacher_cost_micro_usd'] / 1e6:.6f}",
+                            f"{e['teacher_cost_micro_usd'] / 1e6:.6f} "
+                            f"({e['teacher_cost_estimated_micro_usd'] / 1e6:.6f})",
                             f"{e['actual_cost_micro_usd'] / 1e6:.6f}",
                             f"{e['saved_micro_usd'] / 1e6:.6f}",
                         ]

@@ -91,6 +91,7 @@ def request_rows(
             prompt_tokens=tokens,
             completion_tokens=completion,
             total_tokens=tokens + completion,
+            teacher_prompt_tokens=tokens,  # the fixture's student counts like the teacher
             teacher_cost_usd=round((tokens + completion) * TEACHER_PRICE_PER_TOKEN, 8),
             actual_cost_usd=round(
                 (tokens + completion)

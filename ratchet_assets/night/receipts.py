@@ -1,26 +1,36 @@
-"""The ``daily_receipt`` step: commit to the day's request rows, chain to the previous receipt, sign once.
+"""The ``daily_receipt`` step: commit to the day's request rows, price them as the teacher would, sign once.
 
 Files (D = YYYY-MM-DD), under ``<artifacts>/receipts/D/`` (``ratchet_core.layout.ArtifactLayout.receipt_*``):
 
-- ``receipt.dsse.json``: canonical JSON of the DSSE envelope (so the file's SHA-256 is the chain digest);
+- ``receipt.dsse.json``: canonical JSON of the DSSE envelope (so the file's SHA-256 is the chain digest); a v2
+  receipt (``ratchet_stats.receipt_v2``) signs the request root, the client root and the estimate root, no
+  client's name or totals;
 - ``rows.parquet``: the leaves in tree order — columns ``index`` (int64), ``request_id``, ``client``, ``leaf``
   (the canonical JSON text that is hashed), in row groups of ``ratchet_core.receipt_store.ROW_GROUP_ROWS``. The
   gateway serves a client its own rows from it and proofs with ``receipt_proof``;
 - ``tree.bin``: the RFC 9162 tree over the leaves, built streaming batch by batch and stored
-  (``ratchet_stats.merkle_store``), so a proof reads ``O(log n)`` hashes instead of rebuilding the tree.
+  (``ratchet_stats.merkle_store``), so a proof reads ``O(log n)`` hashes instead of rebuilding the tree;
+- ``clients.jsonl`` / ``estimates.jsonl``: the client lines and the per-task estimate lines, one canonical JSON
+  leaf a line, in tree order (the auditor's files; the gateway gives each client only its own, proven).
+
+Teacher-equivalent cost (``ratchet_stats.teacher_equivalent``): teacher-served rows are measured; a student-served
+row is priced at the teacher's prices with its prompt counted by the teacher's tokenizer (``teacher_prompt_tokens``,
+recorded by the gateway) and the task's completion estimated from the teacher's own answers that day (teacher-served
+rows and audit pairs), else the previous receipt's estimate (chained), else not counted.
 
 Signing goes through the effect ledger (``receipt.sign``, key ``receipt:D``, fingerprint = digest of the
-predicate, which holds the root, the totals and the chain link). A rerun with the same predicate reuses the
+predicate, which holds the roots, the prices and the chain link). A rerun with the same predicate reuses the
 stored envelope byte for byte; a different predicate for a signed day is refused (``ReceiptConflict``), never
 signed twice.
 """
 
 from __future__ import annotations
 
+import base64
 import json
 import math
 from collections.abc import Iterator
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from datetime import UTC
 from hashlib import sha256 as _sha256
 from pathlib import Path
@@ -43,16 +53,12 @@ from ratchet_assets.night.traffic import traffic_path
 from ratchet_core import receipt_store
 from ratchet_core.layout import ArtifactLayout
 from ratchet_core.schema import RECEIPT_LEAF_FIELDS
+from ratchet_stats import receipt_v2
+from ratchet_stats import teacher_equivalent as te
 from ratchet_stats.canonical import canonical_json, digest
-from ratchet_stats.dsse import make_statement, sign_statement, verify_statement
+from ratchet_stats.dsse import make_statement, parse_statement, sign_statement, verify_statement
 from ratchet_stats.merkle_store import TreeBuilder
-from ratchet_stats.receipt import (
-    PREDICATE_TYPE,
-    empty_totals,
-    envelope_digest,
-    make_predicate,
-    micro,
-)
+from ratchet_stats.receipt import PREDICATE_TYPE_V2, envelope_digest, micro
 
 EFFECT_TYPE = "receipt.sign"
 ROWS_SCHEMA = pa.schema(
@@ -76,6 +82,8 @@ class ReceiptResult:
     previous: dict[str, str] | None
     totals: dict[str, Any]
     clients: dict[str, dict[str, Any]]
+    estimates: list[dict[str, Any]] = field(default_factory=list)
+    prices: dict[str, Any] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -96,7 +104,7 @@ def leaf_rows(traffic_file: str | Path) -> list[dict[str, Any]]:
     con.close()
     columns = {name: table[name].to_pylist() for name in RECEIPT_LEAF_FIELDS}
     columns["ts"] = [_ts_text(t) for t in columns["ts"]]
-    for name in ("prompt_tokens", "completion_tokens", "reasoning_tokens", "status_code"):
+    for name in _INT_FIELDS:
         columns[name] = [int(v or 0) for v in columns[name]]
     for name in ("teacher_cost_usd", "actual_cost_usd"):
         columns[name] = [float(v or 0.0) for v in columns[name]]
@@ -114,7 +122,13 @@ def _json_str_sql(column: str) -> str:
     )
 
 
-_INT_FIELDS = ("prompt_tokens", "completion_tokens", "reasoning_tokens", "status_code")
+_INT_FIELDS = (
+    "prompt_tokens",
+    "completion_tokens",
+    "reasoning_tokens",
+    "status_code",
+    "teacher_prompt_tokens",
+)
 _COST_FIELDS = ("teacher_cost_usd", "actual_cost_usd")
 _STR_FIELDS = ("request_id", "client", "task", "served_by", "version")
 
@@ -149,8 +163,9 @@ def _micro(values: list[float | None]) -> list[int]:
 
 
 def receipt_leaves(traffic_file: str | Path) -> Iterator[pa.Table]:
-    """The receipt's leaves in batches, set-wise: tables (request_id, client, leaf, served, teacher_micro,
-    actual_micro) in leaf order.
+    """The receipt's leaves in batches, set-wise: tables (request_id, client, task, leaf, served, status,
+    completion, teacher_prompt, teacher_micro, actual_micro) in leaf order (NULL client/task read "None", as
+    ``str()`` of the leaf's null).
 
     Each leaf is ``canonical_text`` of the row ``leaf_rows`` gives, assembled from per-field JSON texts (keys in
     sorted order); a row with a field that needs escaping, a NULL ``ts`` or a non-finite cost is built by the
@@ -185,8 +200,12 @@ def receipt_leaves(traffic_file: str | Path) -> Iterator[pa.Table]:
             {
                 "request_id": table["request_id"],
                 "client": client,
+                "task": pc.cast(table["task"], pa.string()).fill_null("None"),
                 "leaf": leaf,
                 "served": served,
+                "status": pc.cast(table["status_code"], pa.int64()).fill_null(0),
+                "completion": pc.cast(table["completion_tokens"], pa.int64()).fill_null(0),
+                "teacher_prompt": pc.cast(table["teacher_prompt_tokens"], pa.int64()).fill_null(0),
                 "teacher_micro": pa.array(_micro(floats["teacher_cost_usd"]), pa.int64()),
                 "actual_micro": pa.array(_micro(floats["actual_cost_usd"]), pa.int64()),
             }
@@ -205,28 +224,105 @@ def _leaf_row(raw: dict[str, Any]) -> dict[str, Any]:
     return row
 
 
-def _add_totals(clients: dict[str, dict[str, Any]], table: pa.Table) -> None:
-    """Add a batch's rows to per-client TOTALS (``ratchet_stats.receipt.add_row`` per row, set-wise)."""
-    grouped = (
-        pa.table(
-            {
-                "client": pc.cast(table["client"], pa.string()).fill_null("None"),
-                "served": table["served"],
-                "t": table["teacher_micro"],
-                "a": table["actual_micro"],
-            }
+class _DayTotals:
+    """Per-client totals of the day's leaves, batch by batch and set-wise (``receipt_v2.totals_from_rows``'s
+    numbers): measured and paid amounts summed per (client, served); student-served rows with status 200 counted
+    per (client, task, teacher_prompt_tokens) and priced once the task estimates are known; the teacher's request
+    answers per task; each client's first request_id (its salt)."""
+
+    def __init__(self) -> None:
+        self.clients: dict[str, dict[str, Any]] = {}
+        self.estimated: dict[tuple[str, str, int], int] = {}
+        self.answers: dict[str, tuple[int, int]] = {}
+        self.first: dict[str, str] = {}
+
+    def add(self, table: pa.Table) -> None:
+        client = pc.cast(table["client"], pa.string()).fill_null("None")
+        student = pc.equal(table["served"], "student")
+        measured = pc.if_else(student, 0, table["teacher_micro"])
+        grouped = (
+            pa.table({"client": client, "served": table["served"], "t": measured, "a": table["actual_micro"]})
+            .group_by(["client", "served"])
+            .aggregate([("t", "count"), ("t", "sum"), ("a", "sum")])
         )
-        .group_by(["client", "served"])
-        .aggregate([("t", "count"), ("t", "sum"), ("a", "sum")])
-    )
-    for g in grouped.to_pylist():
-        totals = clients.setdefault(g["client"], empty_totals())
-        n, t, a = int(g["t_count"]), int(g["t_sum"]), int(g["a_sum"])
-        totals["requests"] += n
-        totals["served_by"][g["served"]] = totals["served_by"].get(g["served"], 0) + n
-        totals["teacher_cost_micro_usd"] += t
-        totals["actual_cost_micro_usd"] += a
-        totals["saved_micro_usd"] += t - a
+        for g in grouped.to_pylist():
+            totals = self.clients.setdefault(g["client"], receipt_v2.empty_totals())
+            receipt_v2.add(totals, g["served"], int(g["t_count"]), int(g["t_sum"]), 0, int(g["a_sum"]))
+        ok = pc.equal(table["status"], 200)
+        est = pa.table({"client": client, "task": table["task"], "tp": table["teacher_prompt"]}).filter(
+            pc.and_(student, ok)
+        )
+        for g in est.group_by(["client", "task", "tp"]).aggregate([("tp", "count")]).to_pylist():
+            key = (g["client"], g["task"], int(g["tp"]))
+            self.estimated[key] = self.estimated.get(key, 0) + int(g["tp_count"])
+        answer = pc.and_(
+            pc.and_(pc.equal(table["served"], "teacher"), ok), pc.greater(table["completion"], 0)
+        )
+        ans = pa.table({"task": table["task"], "c": table["completion"]}).filter(answer)
+        for g in ans.group_by(["task"]).aggregate([("c", "count"), ("c", "sum")]).to_pylist():
+            k, c = self.answers.get(g["task"], (0, 0))
+            self.answers[g["task"]] = (k + int(g["c_count"]), c + int(g["c_sum"]))
+        firsts = (
+            pa.table({"client": client, "r": table["request_id"]})
+            .group_by(["client"])
+            .aggregate([("r", "min")])
+        )
+        for g in firsts.to_pylist():
+            if g["client"] not in self.first or g["r_min"] < self.first[g["client"]]:
+                self.first[g["client"]] = g["r_min"]
+
+    def student_tasks(self) -> set[str]:
+        return {task for _, task, _ in self.estimated}
+
+    def price(self, estimates: dict[str, dict[str, Any]], prices: dict[str, Any]) -> None:
+        """Add the estimated amounts (each distinct prompt length priced once, exactly as per row)."""
+        for (client, task, tp), n in sorted(self.estimated.items()):
+            amount = te.estimated_micro(tp, te.completion_estimate(estimates[task]), prices)
+            totals = self.clients[client]
+            totals["teacher_cost_estimated_micro_usd"] += n * amount
+            totals["teacher_cost_micro_usd"] += n * amount
+            totals["saved_micro_usd"] += n * amount
+
+
+def audit_answers(traffic_file: str | Path) -> dict[str, tuple[int, int]]:
+    """Per task, (answers, completion tokens) of the day's audit pairs: the teacher's own answers to
+    student-served requests, fetched off the request path (status 200, a completion, not an error)."""
+    con = connect()
+    rows = con.sql(
+        f"SELECT coalesce(task, 'None'), count(*), sum(completion_tokens) "
+        f"FROM read_parquet({sql_str(str(traffic_file))}) "
+        "WHERE kind = 'pair' AND pair_role = 'audit' AND coalesce(served_by, 'teacher') <> 'student' "
+        "AND coalesce(status_code, 0) = 200 AND coalesce(completion_tokens, 0) > 0 AND pair_outcome <> 'error' "
+        "GROUP BY 1"
+    ).fetchall()
+    con.close()
+    return {str(task): (int(k), int(c)) for task, k, c in rows}
+
+
+def previous_estimates(artifacts_root: str | Path, link: dict[str, str] | None) -> dict[str, dict[str, Any]]:
+    """The previous receipt's estimate lines by task ({} for none or a v1 receipt); its file must match the root
+    it signed, else the chain is refused."""
+    if link is None:
+        return {}
+    layout = ArtifactLayout(artifacts_root)
+    envelope = json.loads(layout.receipt_envelope(link["day"]).read_bytes())
+    statement = parse_statement(base64.b64decode(envelope["payload"]))
+    if statement.get("predicateType") != PREDICATE_TYPE_V2:
+        return {}
+    path = layout.receipt_estimates(link["day"])
+    leaves = path.read_bytes().splitlines() if path.exists() else []
+    try:
+        lines = receipt_v2.check_estimates(statement["predicate"], leaves)
+    except Exception as exc:
+        raise ReceiptConflict(
+            f"the previous receipt's estimates ({path}) do not match the root it signed ({exc}); restore the file "
+            f"from a backup before signing {link['day']}'s successor"
+        ) from None
+    return lines
+
+
+def _jsonl(leaves: list[bytes]) -> bytes:
+    return b"".join(leaf + b"\n" for leaf in leaves)
 
 
 def previous_link(artifacts_root: str | Path, day: str) -> dict[str, str] | None:
@@ -245,8 +341,18 @@ def build_receipt(
     private_key: Any,
     ledger: EffectLedger,
     lease_seconds: float = 300.0,
+    teacher_model: str | None = None,
 ) -> ReceiptResult:
-    """Compute, sign (at most once per day) and write the day's receipt."""
+    """Compute, sign (at most once per day) and write the day's receipt; `teacher_model` (default: the settings')
+    names the prices the student-served rows are estimated at (``ratchet_core.pricing.model_prices``)."""
+    from ratchet_core.pricing import model_prices
+
+    if teacher_model is None:
+        from ratchet_core.settings import load_settings
+
+        teacher_model = load_settings().teacher_model
+    p = model_prices(teacher_model)
+    prices = te.prices_doc(teacher_model, p.input_per_token, p.output_per_token)
     layout = ArtifactLayout(artifacts_root)
     out_dir = layout.receipt_dir(day)
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -259,8 +365,9 @@ def build_receipt(
         write_statistics=["request_id"],
     )
     tree = TreeBuilder(layout.receipt_tree(day), base=receipt_store.TREE_BASE)
-    clients: dict[str, dict[str, Any]] = {}
-    for table in receipt_leaves(traffic_path(artifacts_root, day)):
+    day_totals = _DayTotals()
+    traffic = traffic_path(artifacts_root, day)
+    for table in receipt_leaves(traffic):
         start = tree.size
         tree.add_hashes(
             b"".join([_sha256(b"\x00" + b).digest() for b in table["leaf"].cast(pa.binary()).to_pylist()])
@@ -276,11 +383,30 @@ def build_receipt(
                 }
             )
         )
-        _add_totals(clients, table)
+        day_totals.add(table)
     writer.close()
     root_hex = tree.finish().hex()
     size = tree.size
-    predicate = make_predicate(day, root_hex, size, clients, previous_link(artifacts_root, day))
+    link = previous_link(artifacts_root, day)
+    estimate_lines = te.day_estimates(
+        day,
+        day_totals.answers,
+        audit_answers(traffic),
+        day_totals.student_tasks(),
+        previous_estimates(artifacts_root, link),
+    )
+    estimates = {line["task"]: line for line in estimate_lines}
+    day_totals.price(estimates, prices)
+    clients = dict(sorted(day_totals.clients.items()))
+    client_leaves = [
+        receipt_v2.client_leaf(name, receipt_v2.client_salt(day, name, day_totals.first[name]), totals)
+        for name, totals in clients.items()
+    ]
+    estimate_leaves = [canonical_json(line) for line in estimate_lines]
+    # Written before signing: deterministic, so a rerun rewrites the same bytes.
+    atomic_write_bytes(layout.receipt_clients(day), _jsonl(client_leaves))
+    atomic_write_bytes(layout.receipt_estimates(day), _jsonl(estimate_leaves))
+    predicate = receipt_v2.make_predicate(day, root_hex, size, client_leaves, estimate_leaves, prices, link)
 
     envelope_path = layout.receipt_envelope(day)
     fingerprint = digest(predicate)
@@ -293,7 +419,7 @@ def build_receipt(
             return None
         try:
             envelope = json.loads(envelope_path.read_bytes())
-            statement = verify_statement(envelope, public_key, PREDICATE_TYPE)
+            statement = verify_statement(envelope, public_key, PREDICATE_TYPE_V2)
         except Exception:
             return None
         if digest(statement["predicate"]) != fingerprint:
@@ -302,9 +428,7 @@ def build_receipt(
 
     begin = ledger.begin(EFFECT_TYPE, key, fingerprint, lease_seconds=lease_seconds, probe=probe)
     if begin.outcome == "execute":
-        statement = make_statement(
-            PREDICATE_TYPE, predicate, [{"name": f"receipt:{day}", "digest": {"sha256": root_hex}}]
-        )
+        statement = make_statement(PREDICATE_TYPE_V2, predicate, receipt_v2.subjects(day, predicate))
         try:
             envelope = sign_statement(statement, private_key)
             atomic_write_bytes(envelope_path, canonical_json(envelope))
@@ -346,8 +470,10 @@ def build_receipt(
         envelope_digest=envelope_digest(envelope),
         outcome="execute" if begin.outcome == "execute" else "duplicate",
         previous=predicate["previous"],
-        totals=predicate["totals"],
-        clients=predicate["clients"],
+        totals=receipt_v2.sum_totals(clients.values()),
+        clients=clients,
+        estimates=estimate_lines,
+        prices=prices,
     )
 
 

@@ -7,7 +7,10 @@ Files read (written by ``ratchet_assets.night.receipts``; paths from ``ratchet_c
 - ``rows.parquet``: the Merkle leaves in tree order, columns ``index``, ``request_id``, ``client``, ``leaf`` (the
   canonical JSON text that is hashed, RFC 9162 leaf = SHA-256(0x00 || leaf)).
 
-``GET /ratchet/receipts/{day}`` returns the envelope plus the calling client's own leaves;
+``GET /ratchet/receipts/{day}`` returns the calling client's view (``ratchet_core.receipt_views.client_view``):
+the signed envelope, its own totals line with an inclusion proof against the signed client root, the estimate
+lines of its tasks and its own leaves, never another client's name or totals (check it with
+``ratchet verify receipt --client-proof FILE``); ``GET /ratchet/receipts/{day}/audit`` (admin key) the whole;
 ``GET /ratchet/receipts/{day}/proof/{request_id}`` returns an RFC 9162 inclusion proof in the shape of
 ``ratchet_stats.receipt`` (``_type`` = its PROOF_TYPE; verify with ``ratchet verify proof``), read from the
 stored tree by ``ratchet_core.receipt_store.receipt_proof`` (the gateway never imports the control plane).
@@ -18,7 +21,6 @@ Another client's request is a 404 exactly like a missing one, so its existence i
 from __future__ import annotations
 
 import asyncio
-import json
 import re
 from pathlib import Path
 from typing import Annotated
@@ -27,7 +29,7 @@ from fastapi import APIRouter
 from fastapi import Path as PathParam
 from starlette.responses import Response
 
-from ratchet_gateway.deps import ClientDep, GatewayDep
+from ratchet_gateway.deps import AdminDep, ClientDep, GatewayDep
 from ratchet_gateway.errors import GatewayError
 from ratchet_gateway.responses import error_docs, json_response
 from ratchet_gateway.state import Gateway, manifest_public_keys
@@ -38,13 +40,6 @@ _DAY = re.compile(r"^\d{4}-\d{2}-\d{2}$")
 _RID = re.compile(r"^[A-Za-z0-9_.-]{1,128}$")
 Day = Annotated[str, PathParam(description="The UTC day, YYYY-MM-DD.")]
 RequestId = Annotated[str, PathParam(description="An x-ratchet-request-id value.")]
-
-
-def _read_rows(path: Path) -> dict[str, list]:
-    import pyarrow.parquet as pq
-
-    t = pq.read_table(path, columns=["request_id", "client", "leaf"])
-    return {name: t.column(name).to_pylist() for name in ("request_id", "client", "leaf")}
 
 
 def build_proof(folder: Path, day: str, request_id: str, client: str) -> dict | None:
@@ -67,21 +62,31 @@ def _receipt_folder(gw: Gateway, day: str) -> Path:
 
 @router.get(
     "/receipts/{day}",
-    summary="The day's signed receipt and the caller's own leaves",
+    summary="The caller's view of the day's signed receipt: its own totals line, proven, and its own leaves",
     responses=error_docs(400, 401, 404),
 )
 async def receipt(day: Day, gw: GatewayDep, client: ClientDep) -> Response:
     if not _DAY.match(day):
         raise GatewayError(400, "day must be YYYY-MM-DD")
-    _receipt_folder(gw, day)
-    rows = await asyncio.to_thread(_read_rows, gw.artifacts.receipt_rows(day))
-    mine = [
-        {"index": i, "request_id": rid, "leaf": leaf}
-        for i, (rid, c, leaf) in enumerate(zip(rows["request_id"], rows["client"], rows["leaf"], strict=True))
-        if c == client
-    ]
-    envelope = json.loads(gw.artifacts.receipt_envelope(day).read_bytes())
-    return json_response({"day": day, "client": client, "envelope": envelope, "rows": mine})
+    folder = _receipt_folder(gw, day)
+    from ratchet_core.receipt_views import client_view
+
+    return json_response(await asyncio.to_thread(client_view, folder, day, client))
+
+
+@router.get(
+    "/receipts/{day}/audit",
+    summary="The auditor's view of the day's receipt: the envelope with every client and estimate line",
+    responses=error_docs(400, 403, 404),
+    dependencies=[AdminDep],
+)
+async def receipt_audit(day: Day, gw: GatewayDep) -> Response:
+    if not _DAY.match(day):
+        raise GatewayError(400, "day must be YYYY-MM-DD")
+    folder = _receipt_folder(gw, day)
+    from ratchet_core.receipt_views import auditor_view
+
+    return json_response(await asyncio.to_thread(auditor_view, folder, day))
 
 
 @router.get(

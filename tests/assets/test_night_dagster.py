@@ -77,8 +77,9 @@ def test_two_days_then_three_reruns_of_day_one_are_identical_with_one_signature(
     # Day 2 chains to day 1, and both verify offline with the public key alone.
     pub = load_public_key((home / "keys" / "signing.pub").read_text())
     day1 = (artifacts / "receipts" / DAY1 / "receipt.dsse.json").read_bytes()
-    report = verify_receipt(day2, pub, prev_envelope=day1)
-    assert report["checks"] == ["signature", "predicate", "totals", "chain"]
+    clients = (artifacts / "receipts" / DAY2 / "clients.jsonl").read_bytes().splitlines()
+    report = verify_receipt(day2, pub, prev_envelope=day1, clients=clients)
+    assert report["checks"] == ["signature", "predicate", "chain", "clients"]
 
 
 def test_changed_traffic_for_a_signed_day_is_refused_not_signed_again(two_days: Path) -> None:

@@ -26,7 +26,7 @@ from ratchet_assets.night.receipts import leaf_rows, receipt_leaves
 from ratchet_assets.night.traffic import consolidate_traffic
 from ratchet_core.example_key import example_key
 from ratchet_stats.canonical import canonical_json
-from ratchet_stats.receipt import totals_from_rows
+from ratchet_stats.receipt_v2 import totals_from_rows
 
 from .conftest import DAY1
 
@@ -155,9 +155,19 @@ def test_receipt_leaves_and_totals_match_the_definition(tmp_path: Path) -> None:
     batches = list(receipt_leaves(path))
     got = [leaf.encode() for b in batches for leaf in b["leaf"].to_pylist()]
     assert got == [canonical_json(r) for r in want]
-    from ratchet_assets.night.receipts import _add_totals
+    # The set-wise totals (per batch, student rows priced once per distinct prompt length) are the per-row
+    # definition the verifier applies (ratchet_stats.receipt_v2.totals_from_rows).
+    from ratchet_assets.night.receipts import _DayTotals
+    from ratchet_stats import teacher_equivalent as te
 
-    clients: dict = {}
+    day = _DayTotals()
     for b in batches:
-        _add_totals(clients, b)
-    assert canonical_json(dict(sorted(clients.items()))) == canonical_json(totals_from_rows(want)[0])
+        day.add(b)
+    assert day.answers == te.request_answers(want)
+    lines = te.day_estimates(DAY1, day.answers, {}, day.student_tasks(), None)
+    estimates = {e["task"]: e for e in lines}
+    prices = te.prices_doc("openai/demo-teacher", 2.5e-6, 1e-5)
+    day.price(estimates, prices)
+    clients, first = totals_from_rows(want, estimates, prices)
+    assert canonical_json(dict(sorted(day.clients.items()))) == canonical_json(clients)
+    assert day.first == first

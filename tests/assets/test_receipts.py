@@ -1,72 +1,181 @@
-"""Daily receipts verify offline; a changed byte, a dropped row, a broken chain or a bad proof fail, named."""
+"""Daily receipts (v2) verify offline: teacher-equivalent totals recomputed from the rows by the signed method,
+estimates chained from the previous receipt, per-client privacy (a client's view holds only its own line and rows,
+proven against the signed client root); a changed byte, a dropped row, an altered line or a broken chain fail,
+named. Old (v1) receipts still verify."""
 
 from __future__ import annotations
 
 import base64
 import json
+from fractions import Fraction
 from pathlib import Path
 
+import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
 from ratchet_assets.effects import EffectLedger
+from ratchet_assets.night.fixtures import write_day
 from ratchet_assets.night.receipts import build_receipt, export_rows_jsonl, receipt_proof
 from ratchet_assets.night.traffic import consolidate_traffic
 from ratchet_core.control_db import make_engine
+from ratchet_core.layout import ArtifactLayout
+from ratchet_core.pricing import model_prices
+from ratchet_core.receipt_views import auditor_view, client_view
+from ratchet_stats import receipt_v2
 from ratchet_stats.cli import main as stats_main
-from ratchet_stats.keys import load_private_key_file, load_public_key
-from ratchet_stats.receipt import ReceiptError, verify_receipt
+from ratchet_stats.keys import generate_private_key, load_private_key_file, load_public_key
+from ratchet_stats.receipt import ReceiptError, verify_client_view, verify_receipt
 
 from .conftest import DAY1, DAY2
+
+DAY3 = "2026-01-03"
+TEACHER = "openai/demo-teacher"
 
 
 @pytest.fixture
 def signed(two_days: Path) -> dict:
+    """Three signed days: two of mixed traffic, then one served only by the student with no audit."""
+    write_day(two_days / "lake", DAY3, 60, seed=3, day_index=2, student_share=1.0, audit_share=0.0)
     art = two_days / "artifacts"
     key = load_private_key_file(two_days / "keys" / "signing.key")
     ledger = EffectLedger(make_engine(f"sqlite:///{(two_days / 'control.db').as_posix()}"))
-    out = {}
-    for day in (DAY1, DAY2):
+    out: dict = {"art": art, "layout": ArtifactLayout(art), "key": key}
+    for day in (DAY1, DAY2, DAY3):
         consolidate_traffic(two_days / "lake", art, day)
-        out[day] = build_receipt(art, day, key, ledger)
+        out[day] = build_receipt(art, day, key, ledger, teacher_model=TEACHER)
     out["pub"] = load_public_key((two_days / "keys" / "signing.pub").read_text())
     out["pub_path"] = two_days / "keys" / "signing.pub"
-    out["art"] = art
     return out
 
 
-def _traffic_totals(art: Path, day: str) -> tuple[int, int, int]:
-    """Independent oracle from the traffic file: (requests, teacher micro-USD, paid micro-USD)."""
-    t = pq.read_table(art / "traffic" / f"day={day}" / "traffic.parquet").to_pylist()
-    req = [r for r in t if r["kind"] == "request"]
-    return (
-        len(req),
-        sum(round(r["teacher_cost_usd"] * 1e6) for r in req),
-        sum(round(r["actual_cost_usd"] * 1e6) for r in req),
-    )
+def _files(s: dict, day: str, tmp_path: Path) -> dict:
+    layout = s["layout"]
+    return {
+        "envelope": layout.receipt_envelope(day).read_bytes(),
+        "clients": layout.receipt_clients(day).read_bytes().splitlines(),
+        "estimates": layout.receipt_estimates(day).read_bytes().splitlines(),
+        "leaves": export_rows_jsonl(s["art"], day, tmp_path / f"rows-{day}.jsonl").read_bytes().splitlines(),
+    }
 
 
-def test_receipt_verifies_offline_with_chain_proof_and_rows(signed: dict, tmp_path: Path) -> None:
-    art = signed["art"]
-    day1 = (art / "receipts" / DAY1 / "receipt.dsse.json").read_bytes()
-    day2 = (art / "receipts" / DAY2 / "receipt.dsse.json").read_bytes()
-    rows = pq.read_table(art / "receipts" / DAY2 / "rows.parquet")
-    proof = receipt_proof(DAY2, rows["request_id"][7].as_py(), art)
-    leaves = export_rows_jsonl(art, DAY2, tmp_path / "rows.jsonl").read_bytes().splitlines()
-    report = verify_receipt(day2, signed["pub"], prev_envelope=day1, proof=proof, leaves=leaves)
-    assert report["checks"] == ["signature", "predicate", "totals", "chain", "proof", "rows"]
-    n, teacher, paid = _traffic_totals(art, DAY2)
-    assert (
-        report["size"],
-        report["totals"]["teacher_cost_micro_usd"],
-        report["totals"]["actual_cost_micro_usd"],
-    ) == (
-        n,
-        teacher,
-        paid,
-    )
-    assert report["row"]["request_id"] == rows["request_id"][7].as_py()
-    assert verify_receipt(day1, signed["pub"])["previous"] is None
+def _oracle(art: Path, day: str, previous: dict[str, Fraction]) -> tuple[dict, dict[str, Fraction]]:
+    """Independent oracle from the traffic file, written from the method's text: per-client (measured,
+    estimated, paid) micro-USD and each task's completion estimate."""
+    rows = pq.read_table(ArtifactLayout(art).traffic_file(day)).to_pylist()
+    answers: dict[str, list[int]] = {}
+    for r in rows:
+        teacher_request = r["kind"] == "request" and (r["served_by"] or "teacher") == "teacher"
+        audit = r["kind"] == "pair" and r["pair_role"] == "audit" and r["pair_outcome"] != "error"
+        if (teacher_request or audit) and r["status_code"] == 200 and (r["completion_tokens"] or 0) > 0:
+            answers.setdefault(r["task"], []).append(r["completion_tokens"])
+    estimate = dict(previous)
+    estimate.update({t: Fraction(sum(c), len(c)) for t, c in answers.items()})
+    p = model_prices(TEACHER)
+    out: dict[str, list[int]] = {}
+    for r in rows:
+        if r["kind"] != "request":
+            continue
+        m, e, a = out.setdefault(r["client"], [0, 0, 0])
+        if r["served_by"] == "student":
+            if r["status_code"] == 200:
+                usd = r["teacher_prompt_tokens"] * Fraction(p.input_per_token) + estimate.get(
+                    r["task"], Fraction(0)
+                ) * Fraction(p.output_per_token)
+                e += round(usd * 1_000_000)
+        else:
+            m += round((r["teacher_cost_usd"] or 0.0) * 1e6)
+        a += round((r["actual_cost_usd"] or 0.0) * 1e6)
+        out[r["client"]] = [m, e, a]
+    return out, estimate
+
+
+def test_totals_are_the_teacher_method_recomputed_from_rows_and_estimates_chain(signed, tmp_path) -> None:
+    art, pub = signed["art"], signed["pub"]
+    estimates: dict[str, Fraction] = {}
+    for day, prev in ((DAY1, None), (DAY2, DAY1), (DAY3, DAY2)):
+        f = _files(signed, day, tmp_path)
+        kwargs = {}
+        if prev:
+            kwargs = {
+                "prev_envelope": signed["layout"].receipt_envelope(prev).read_bytes(),
+                "prev_estimates": signed["layout"].receipt_estimates(prev).read_bytes().splitlines(),
+            }
+        report = verify_receipt(
+            f["envelope"], pub, leaves=f["leaves"], clients=f["clients"], estimates=f["estimates"], **kwargs
+        )
+        want = ["signature", "predicate"] + (["chain"] if prev else []) + ["clients", "estimates"]
+        want += (["chained-estimates"] if prev else []) + ["rows"]
+        assert report["checks"] == want
+        per_client, estimates = _oracle(art, day, estimates)
+        lines = {json.loads(b)["client"]: json.loads(b)["totals"] for b in f["clients"]}
+        got = {
+            c: [
+                t["teacher_cost_measured_micro_usd"],
+                t["teacher_cost_estimated_micro_usd"],
+                t["actual_cost_micro_usd"],
+            ]
+            for c, t in lines.items()
+        }
+        assert got == per_client
+    # Day 3: the student served everything and nobody audited, so its estimates come from day 2's receipt.
+    day3 = {e["task"]: e for e in signed[DAY3].estimates}
+    assert {e["source"] for e in day3.values()} <= {"previous", "day"}
+    carried = [e for e in day3.values() if e["source"] == "previous"]
+    assert carried and all(e["day"] == DAY2 for e in carried)
+    assert signed[DAY3].totals["teacher_cost_estimated_micro_usd"] > 0
+    day2 = {e["task"]: e for e in signed[DAY2].estimates}
+    assert all(day3[t]["from_audits"] == day2[t]["from_audits"] for t in (e["task"] for e in carried))
+
+
+def test_the_signed_receipt_names_no_client_and_a_client_sees_only_itself(signed, tmp_path) -> None:
+    layout, pub = signed["layout"], signed["pub"]
+    envelope = json.loads(layout.receipt_envelope(DAY2).read_bytes())
+    payload = base64.b64decode(envelope["payload"])
+    assert b"acme" not in payload and b"globex" not in payload
+    predicate = json.loads(payload)["predicate"]
+    assert "totals" not in predicate and set(predicate["clients"]) == {
+        "root",
+        "size",
+        "tree",
+        "order",
+        "leaf_fields",
+    }
+    view = client_view(layout.receipt_dir(DAY2), DAY2, "acme")
+    assert "globex" not in json.dumps(view)
+    report = verify_client_view(view, pub)
+    assert report["checks"] == ["signature", "predicate", "client-line", "estimates", "client-rows"]
+    line = next(json.loads(b) for b in layout.receipt_clients(DAY2).read_bytes().splitlines() if b"acme" in b)
+    assert report["totals"] == line["totals"] and report["rows"] == line["totals"]["requests"]
+    # The auditor's view has every line.
+    whole = auditor_view(layout.receipt_dir(DAY2), DAY2)
+    assert [json.loads(c)["client"] for c in whole["clients"]] == ["acme", "globex"]
+
+    def fails(check: str, v: dict) -> None:
+        with pytest.raises(ReceiptError) as info:
+            verify_client_view(v, pub)
+        assert info.value.check == check, str(info.value)
+
+    bad = json.loads(json.dumps(view))
+    forged = json.loads(bad["line"]["leaf"])
+    forged["totals"]["saved_micro_usd"] += 1
+    forged["totals"]["teacher_cost_micro_usd"] += 1
+    forged["totals"]["teacher_cost_estimated_micro_usd"] += 1
+    bad["line"]["leaf"] = json.dumps(forged, sort_keys=True, separators=(",", ":"))
+    fails("client-line", bad)  # a line that adds up but is not the signed one
+    bad = json.loads(json.dumps(view))
+    bad["rows"] = bad["rows"][1:]
+    fails("client-rows", bad)  # a row withheld
+    theirs = client_view(layout.receipt_dir(DAY2), DAY2, "globex")
+    bad = json.loads(json.dumps(view))
+    bad["rows"] = sorted(bad["rows"] + theirs["rows"][:1], key=lambda r: r["index"])
+    fails("client-rows", bad)  # another client's row
+    bad = json.loads(json.dumps(view))
+    bad["client"] = "globex"
+    fails("client-line", bad)  # acme's line passed off as globex's
+    with pytest.raises(ReceiptError) as info:
+        verify_client_view(view, generate_private_key().public_key())
+    assert info.value.check == "keyid"
 
 
 def _fails(check: str, *args, **kwargs) -> str:
@@ -77,46 +186,129 @@ def _fails(check: str, *args, **kwargs) -> str:
 
 
 def test_tampering_fails_naming_the_check(signed: dict, tmp_path: Path) -> None:
-    art, pub = signed["art"], signed["pub"]
-    day1 = (art / "receipts" / DAY1 / "receipt.dsse.json").read_bytes()
-    day2 = (art / "receipts" / DAY2 / "receipt.dsse.json").read_bytes()
+    pub, layout = signed["pub"], signed["layout"]
+    f = _files(signed, DAY2, tmp_path)
+    day1 = layout.receipt_envelope(DAY1).read_bytes()
+    full = {"clients": f["clients"], "estimates": f["estimates"]}
     # One changed byte in the signed payload.
-    env = json.loads(day2)
+    env = json.loads(f["envelope"])
     payload = bytearray(base64.b64decode(env["payload"]))
-    payload[payload.index(b'"saved_micro_usd":') + 18] ^= 1
+    payload[payload.index(b'"size":') + 7] ^= 1
     env["payload"] = base64.b64encode(bytes(payload)).decode()
     _fails("signature", json.dumps(env), pub)
-    # A dropped row.
-    leaves = export_rows_jsonl(art, DAY2, tmp_path / "rows.jsonl").read_bytes().splitlines()
-    assert "rows dropped" in _fails("rows", day2, pub, leaves=leaves[:5] + leaves[6:])
-    # An altered row (same count).
+    # A dropped row; an altered row (same count); an altered client line; a swapped estimate.
+    leaves = f["leaves"]
+    assert "rows dropped?" in _fails("rows", f["envelope"], pub, leaves=leaves[:5] + leaves[6:], **full)
     altered = [*leaves[:-1], leaves[-1].replace(b'"status_code":200', b'"status_code":201')]
-    _fails("rows", day2, pub, leaves=altered)
-    # A broken chain: day 2 against a receipt that is not its predecessor (day 2 itself, or day 1 re-signed).
-    _fails("chain", day2, pub, prev_envelope=day2)
-    # (The chain digest is over the canonical envelope: a pretty-printed copy of day 1 still links.)
-    verify_receipt(day2, pub, prev_envelope=json.dumps(json.loads(day1), indent=2).encode())
-    _fails("chain", day1, pub, prev_envelope=day1)  # day 1 names no predecessor
+    _fails("rows", f["envelope"], pub, leaves=altered, **full)
+    line = json.loads(f["clients"][0])
+    line["totals"]["actual_cost_micro_usd"] -= 5
+    line["totals"]["saved_micro_usd"] += 5
+    forged = receipt_v2.client_leaf(line["client"], line["salt"], line["totals"])
+    _fails("clients", f["envelope"], pub, clients=[forged, *f["clients"][1:]])
+    est = json.loads(f["estimates"][0])
+    est["from_audits"]["completion_tokens"] += 100
+    _fails("estimates", f["envelope"], pub, estimates=[receipt_v2.canonical_json(est), *f["estimates"][1:]])
+    # A broken chain, and a carried estimate that is not the previous receipt's.
+    _fails("chain", f["envelope"], pub, prev_envelope=f["envelope"])
+    prev = {json.loads(b)["task"]: json.loads(b) for b in f["estimates"]}
+    now = json.loads(json.dumps({t: {**e, "source": "previous", "day": DAY2} for t, e in prev.items()}))
+    task = next(iter(now))
+    now[task]["from_requests"]["answers"] += 1
+    with pytest.raises(ReceiptError) as info:
+        receipt_v2.check_chained_estimates(now, prev, DAY2)
+    assert info.value.check == "chain"
     # A proof with a swapped leaf.
-    rows = pq.read_table(art / "receipts" / DAY2 / "rows.parquet")
-    proof = receipt_proof(DAY2, rows["request_id"][3].as_py(), art)
+    rows = pq.read_table(layout.receipt_rows(DAY2))
+    proof = receipt_proof(DAY2, rows["request_id"][3].as_py(), signed["art"])
+    assert (
+        verify_receipt(f["envelope"], pub, proof=proof)["row"]["request_id"] == rows["request_id"][3].as_py()
+    )
     proof["leaf"] = rows["leaf"][4].as_py()
-    _fails("proof", day2, pub, proof=proof)
-    # The wrong key.
-    from ratchet_stats.keys import generate_private_key
+    _fails("proof", f["envelope"], pub, proof=proof)
+    # The right chain verifies; the wrong key does not.
+    verify_receipt(f["envelope"], pub, prev_envelope=day1)
+    _fails("keyid", f["envelope"], generate_private_key().public_key())
 
-    _fails("keyid", day2, generate_private_key().public_key())
+
+def test_v1_receipts_still_verify_and_chain_into_v2(two_days: Path, tmp_path: Path) -> None:
+    from ratchet_assets.night import atomic_write_bytes
+    from ratchet_stats.canonical import canonical_json
+    from ratchet_stats.dsse import make_statement, sign_statement
+    from ratchet_stats.merkle import root
+    from ratchet_stats.receipt import LEAF_FIELDS, PREDICATE_TYPE, make_predicate, totals_from_rows
+
+    art = two_days / "artifacts"
+    key = load_private_key_file(two_days / "keys" / "signing.key")
+    pub = key.public_key()
+    consolidate_traffic(two_days / "lake", art, DAY1)
+    rows = pq.read_table(ArtifactLayout(art).traffic_file(DAY1)).to_pylist()
+    v1_rows = [
+        {k: (r[k].strftime("%Y-%m-%dT%H:%M:%S.%fZ") if k == "ts" else r[k]) for k in LEAF_FIELDS}
+        for r in sorted(rows, key=lambda r: r["request_id"])
+        if r["kind"] == "request"
+    ]
+    leaves = [canonical_json(r) for r in v1_rows]
+    clients, _ = totals_from_rows(v1_rows)
+    predicate = make_predicate(DAY1, root(leaves).hex(), len(leaves), clients, None)
+    statement = make_statement(
+        PREDICATE_TYPE, predicate, [{"name": "r", "digest": {"sha256": root(leaves).hex()}}]
+    )
+    layout = ArtifactLayout(art)
+    layout.receipt_dir(DAY1).mkdir(parents=True)
+    atomic_write_bytes(layout.receipt_envelope(DAY1), canonical_json(sign_statement(statement, key)))
+    pq.write_table(
+        pa.table(
+            {
+                "index": list(range(len(leaves))),
+                "request_id": [r["request_id"] for r in v1_rows],
+                "client": [r["client"] for r in v1_rows],
+                "leaf": [b.decode() for b in leaves],
+            }
+        ),
+        layout.receipt_rows(DAY1),
+    )
+    report = verify_receipt(layout.receipt_envelope(DAY1).read_bytes(), pub, leaves=leaves)
+    assert report["version"] == 1 and report["checks"] == ["signature", "predicate", "totals", "rows"]
+    # The next receipt (v2) chains to it; a v1 predecessor has no estimates, so nothing is carried.
+    consolidate_traffic(two_days / "lake", art, DAY2)
+    ledger = EffectLedger(make_engine(f"sqlite:///{(tmp_path / 'c.db').as_posix()}"))
+    r2 = build_receipt(art, DAY2, key, ledger, teacher_model=TEACHER)
+    assert r2.previous["day"] == DAY1 and all(e["source"] != "previous" for e in r2.estimates)
+    v2 = verify_receipt(
+        layout.receipt_envelope(DAY2).read_bytes(),
+        pub,
+        prev_envelope=layout.receipt_envelope(DAY1).read_bytes(),
+    )
+    assert v2["version"] == 2 and "chain" in v2["checks"]
+    # A client asking for the v1 day gets its rows and its entry, never the envelope that names everyone.
+    view = client_view(layout.receipt_dir(DAY1), DAY1, "acme")
+    assert view["envelope"] is None and view["version"] == 1 and view["totals"] == clients["acme"]
+    assert {json.loads(r["leaf"])["client"] for r in view["rows"]} == {"acme"}
 
 
-def test_cli_verify_receipt_exit_codes(signed: dict, tmp_path: Path, capsys) -> None:
-    art = signed["art"]
-    f1 = art / "receipts" / DAY1 / "receipt.dsse.json"
-    f2 = art / "receipts" / DAY2 / "receipt.dsse.json"
+def test_cli_verify_receipt_auditor_and_client(signed: dict, tmp_path: Path, capsys) -> None:
+    layout = signed["layout"]
+    f1, f2 = layout.receipt_envelope(DAY1), layout.receipt_envelope(DAY2)
     key = str(signed["pub_path"])
-    assert stats_main(["verify", "receipt", str(f2), "--prev", str(f1), "--key", key]) == 0
-    assert "OK receipt 2026-01-02" in capsys.readouterr().out
+    rows = export_rows_jsonl(signed["art"], DAY2, tmp_path / "rows.jsonl")
+    assert (
+        stats_main(["verify", "receipt", str(f2), "--prev", str(f1), "--rows", str(rows), "--key", key]) == 0
+    )
+    out = capsys.readouterr().out
+    assert "OK receipt 2026-01-02 (v2)" in out and "estimated $" in out and "method teacher-prices/v1" in out
+    assert "checks: signature, predicate, chain, clients, estimates, chained-estimates, rows" in out
     assert stats_main(["verify", "receipt", str(f2), "--prev", str(f2), "--key", key, "--json"]) == 1
     out = json.loads(capsys.readouterr().out)
     assert out["ok"] is False and out["check"] == "chain"
+    view_path = tmp_path / "acme.json"
+    view = client_view(layout.receipt_dir(DAY2), DAY2, "acme")
+    view_path.write_text(json.dumps(view))
+    assert stats_main(["verify", "receipt", "--client-proof", str(view_path), "--key", key]) == 0
+    assert "OK receipt 2026-01-02: client acme" in capsys.readouterr().out
+    view["rows"] = view["rows"][:-1]
+    view_path.write_text(json.dumps(view))
+    assert stats_main(["verify", "receipt", "--client-proof", str(view_path), "--key", key]) == 1
+    assert "FAILED client-rows" in capsys.readouterr().out
     assert stats_main(["verify", "receipt", str(tmp_path / "nope.json"), "--key", key]) == 2
     assert "check the path" in capsys.readouterr().err

@@ -28,6 +28,7 @@ EXPECTED = {
     ("post", "/ratchet/admin/student-disabled"): "adminKey",
     ("post", "/ratchet/admin/pin"): "adminKey",
     ("get", "/ratchet/receipts/{day}"): "clientKey",
+    ("get", "/ratchet/receipts/{day}/audit"): "adminKey",
     ("get", "/ratchet/receipts/{day}/proof/{request_id}"): "clientKey",
     ("get", "/ratchet/public-key"): None,
     ("post", "/ratchet/proofs/{version}"): "clientKey",
