@@ -494,6 +494,22 @@ def ensure_anchor(engine: Engine, private_key: Ed25519PrivateKey, actor: str) ->
         return state
 
 
+def signed_history(conn_or_engine: Engine | Connection) -> list[dict[str, Any]]:
+    """Every key change with its DSSE envelope, oldest first (for exports: each verifies offline with the key that
+    was trusted before it, ``ratchet_stats.dsse.verify_statement`` with :data:`KEY_CHANGE_PREDICATE`)."""
+    if isinstance(conn_or_engine, Connection):
+        rows = _rows(conn_or_engine)
+    else:
+        with conn_or_engine.connect() as conn:
+            rows = _rows(conn)
+    verdicts = {c.sequence: c for c in key_state(conn_or_engine).changes}
+    return [
+        {**verdicts[row.sequence].to_dict(), "envelope": json.loads(row.envelope)}
+        for row in rows
+        if row.sequence in verdicts
+    ]
+
+
 def public_key_listing(conn_or_engine: Engine | Connection, roots: Any) -> dict[str, Any]:
     """What a gateway publishes at ``/ratchet/public-key``: the keys trusted now (``roots`` carried through the
     history) under ``keys``, and keys trusted once and retired since under ``retired_keys`` (old evidence)."""

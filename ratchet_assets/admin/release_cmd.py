@@ -396,9 +396,11 @@ def audit_log_cmd(limit: int, control_db: str, as_json: bool) -> None:
 @key_option
 @control_db_option
 def export_cmd(out: str, signing_key_file: str, control_db: str) -> None:
-    """Export manifests (with verification status), versions and the audit log as NDJSON, one object a line."""
+    """Export manifests (with verification status), versions, the audit log and the signed key history as NDJSON,
+    one object a line."""
     from ratchet_assets.release import registry
     from ratchet_core import manifest as mf
+    from ratchet_core.keys import signed_history
 
     engine = engine_for(control_db)
     registry.ensure_tables(engine)
@@ -406,6 +408,7 @@ def export_cmd(out: str, signing_key_file: str, control_db: str) -> None:
     lines = [{"type": "manifest", **h} for h in mf.history(engine, pub)]
     lines += [{"type": "version", **v} for v in registry.list_versions(engine)]
     lines += [{"type": "audit", **a} for a in reversed(registry.read_audit_log(engine, limit=10**9))]
+    lines += [{"type": "key_change", **c} for c in signed_history(engine)]
     text = "".join(json.dumps(line, sort_keys=True, default=str) + "\n" for line in lines)
     if out == "-":
         click.echo(text, nl=False)

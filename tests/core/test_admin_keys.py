@@ -90,6 +90,21 @@ def test_init_trusts_its_key_and_rotation_moves_signing_to_a_new_key(home, tmp_p
     )
     capsys.readouterr()
 
+    # The signed key history travels with the auditors' export; each change verifies with the key before it.
+    from ratchet_stats.dsse import verify_statement
+
+    export = tmp_path / "export.ndjson"
+    _admin(["export", "--out", str(export)])
+    changes = [json.loads(line) for line in export.read_text().splitlines() if '"key_change"' in line]
+    assert [(c["action"], c["signed_by"]) for c in changes] == [
+        ("add", key_id(k1)),
+        ("add", key_id(k1)),
+        ("retire", key_id(k2)),
+    ]
+    signers = {key_id(k1): k1.public_key(), key_id(k2): k2.public_key()}
+    for c in changes:
+        verify_statement(c["envelope"], [signers[c["signed_by"]]], "https://ratchet.dev/key-change/v1")
+
 
 def test_add_and_retire_need_a_trusted_signer_and_name_keys_unambiguously(home, tmp_path) -> None:
     k3 = generate_private_key()
