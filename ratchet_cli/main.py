@@ -73,7 +73,7 @@ _SHORT_HELP = {
     "student-server": "Serve the local student model with vLLM's LoRA API.",
     "demo-teacher": "Serve the demo teacher that answers the built-in workloads.",
     "traffic": "Drive an OpenAI-compatible endpoint with a built-in workload.",
-    "admin": "Operate releases: versions, promote, rollback, flags, effects, audit log.",
+    "admin": "Operate releases: versions, promote, rollback, flags, effects, trusted keys, audit log.",
     "demo": "Run the whole loop on this machine.",
     "sim": "Simulate days of traffic, training and release offline.",
 }
