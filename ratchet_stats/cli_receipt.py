@@ -1,15 +1,15 @@
 """`verify receipt [FILE] --key PUB [--prev FILE] [--proof FILE] [--rows FILE] [--clients FILE] [--estimates FILE]
 [--client-proof FILE] [--json]`.
 
-The auditor (FILE = a receipt.dsse.json) checks, in order (the first failure is named): the signature, the
-predicate, then for a v2 receipt the client lines (``--clients``, default ``clients.jsonl`` beside FILE: the
-signed client root, every client's totals adding up) and the estimate lines (``--estimates``, default
-``estimates.jsonl`` beside FILE), or for a v1 receipt the totals in the predicate; the chain to ``--prev`` (its
-signature, day and digest, and for v2 the estimates carried from it, read beside it); an inclusion ``--proof`` of
-one row (from ``/ratchet/receipts/{day}/proof/{request_id}``); and ``--rows`` (JSON lines of every canonical leaf
-row, in order: recomputes the request root, and every client's totals by the signed method: teacher-served rows
-measured, student-served rows estimated at the teacher's prices from their teacher-tokenizer prompt and the task's
-completion estimate, and each day-source estimate from the rows).
+The auditor (FILE = a receipt.dsse.json) checks, in order (the first failure is named): the signature; the
+predicate (for a v1 receipt also its totals); the chain to ``--prev`` (its signature, day and digest); an
+inclusion ``--proof`` of one row (from ``/ratchet/receipts/{day}/proof/{request_id}``); for a v2 receipt the
+client lines (``--clients``, default ``clients.jsonl`` beside FILE: the signed client root, each client's totals
+adding up), the estimate lines (``--estimates``, default ``estimates.jsonl`` beside FILE) and, with ``--prev``,
+the estimates carried from the previous receipt (its ``estimates.jsonl``); and ``--rows`` (every canonical leaf
+row in order, as JSON lines or the receipt's rows.parquet): the request root, and every client's totals by the
+signed method (teacher-served rows measured; student-served rows estimated at the teacher's prices from their
+teacher-tokenizer prompt and the task's completion estimate) and each day-source estimate, recomputed.
 
 A client checks what ``GET /ratchet/receipts/{day}`` gave it with ``--client-proof FILE`` (no FILE argument): the
 signature, its own totals line against the signed client root, the estimate lines it was given, and its own rows
@@ -55,6 +55,21 @@ def _lines(path: str | None, beside: str | None, name: str, what: str) -> list[b
     return [line for line in _read(path, what).splitlines() if line.strip()]
 
 
+def _rows(path: str) -> list[bytes]:
+    """The leaves from JSON lines, or from the receipt's own rows.parquet (its ``leaf`` column; needs pyarrow,
+    which the verifier kit does not otherwise require)."""
+    if not path.endswith(".parquet"):
+        return _lines(path, None, "", "rows file") or []
+    try:
+        import pyarrow.parquet as pq
+    except ImportError:
+        raise CliError(
+            "reading rows.parquet needs pyarrow (`pip install pyarrow`); or pass JSON lines"
+        ) from None
+    _read(path, "rows file")  # a clear error for a missing file
+    return [s.encode("utf-8") for s in pq.read_table(path, columns=["leaf"])["leaf"].to_pylist()]
+
+
 def _usd(micro: int) -> str:
     return f"${micro / 1e6:,.6f}"
 
@@ -97,7 +112,7 @@ def _run(args: argparse.Namespace) -> int:
     envelope = _read(args.file, "receipt")
     prev = _read(args.prev, "previous receipt") if args.prev else None
     proof = _json(args.proof, "proof") if args.proof else None
-    leaves = _lines(args.rows, None, "", "rows file") if args.rows else None
+    leaves = _rows(args.rows) if args.rows else None
     clients = _lines(args.clients, args.file, CLIENTS_FILE, "client lines")
     estimates = _lines(args.estimates, args.file, ESTIMATES_FILE, "estimate lines")
     prev_estimates = _lines(None, args.prev, ESTIMATES_FILE, "previous estimate lines") if args.prev else None
@@ -164,7 +179,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     p.add_argument("--prev", metavar="FILE", help="the previous day's receipt.dsse.json (checks the chain)")
     p.add_argument("--proof", metavar="FILE", help="an inclusion proof of one request row")
-    p.add_argument("--rows", metavar="FILE", help="JSON lines of every canonical leaf row, in order")
+    p.add_argument(
+        "--rows",
+        metavar="FILE",
+        help="every canonical leaf row, in order: JSON lines, or the receipt's rows.parquet",
+    )
     p.add_argument("--clients", metavar="FILE", help=f"v2 client lines (default: {CLIENTS_FILE} beside FILE)")
     p.add_argument(
         "--estimates", metavar="FILE", help=f"v2 estimate lines (default: {ESTIMATES_FILE} beside FILE)"

@@ -298,6 +298,9 @@ def test_cli_verify_receipt_auditor_and_client(signed: dict, tmp_path: Path, cap
     out = capsys.readouterr().out
     assert "OK receipt 2026-01-02 (v2)" in out and "estimated $" in out and "method teacher-prices/v1" in out
     assert "checks: signature, predicate, chain, clients, estimates, chained-estimates, rows" in out
+    parquet = str(layout.receipt_rows(DAY2))
+    assert stats_main(["verify", "receipt", str(f2), "--rows", parquet, "--key", key, "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["checks"][-1] == "rows"
     assert stats_main(["verify", "receipt", str(f2), "--prev", str(f2), "--key", key, "--json"]) == 1
     out = json.loads(capsys.readouterr().out)
     assert out["ok"] is False and out["check"] == "chain"
