@@ -25,7 +25,7 @@ import pyarrow as pa
 
 from ratchet_stats.receipt import LEAF_FIELDS_V2
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 
 SERVED_BY = ("teacher", "student")
 STAGES = ("teacher", "shadow", "canary", "live")
@@ -90,9 +90,17 @@ LEDGER_COLUMNS: list[tuple[str, pa.DataType, str]] = [
         "litellm.token_counter for the teacher model (ratchet_core.pricing); receipts price student-served rows "
         "with it (ratchet_stats.teacher_equivalent). 0 when unknown.",
     ),
+    # Added in schema version 3.
+    (
+        "contract_violation",
+        pa.string(),
+        "Kind of the answer-contract violation (ratchet_core.contract.VIOLATION_KINDS) of a student answer that "
+        "was confident but broke its request's contract, so the teacher answered instead (request rows), or "
+        "would have (shadow pair rows); '' otherwise.",
+    ),
 ]
 # Columns added after version 1, with the version that added them (older rows and ledger files lack them).
-ADDED_COLUMNS = {"teacher_prompt_tokens": 2}
+ADDED_COLUMNS = {"teacher_prompt_tokens": 2, "contract_violation": 3}
 
 LEDGER_SCHEMA = pa.schema([pa.field(name, typ, nullable=True) for name, typ, _ in LEDGER_COLUMNS])
 COLUMN_NAMES = [name for name, _, _ in LEDGER_COLUMNS]

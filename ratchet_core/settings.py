@@ -84,8 +84,28 @@ class Settings(BaseSettings):
     redact_pii: bool = Field(
         True, description="Replace PII with stable placeholders before anything is stored."
     )
-    upstream_timeout_s: float = Field(60.0, gt=0, description="Timeout of every teacher call.")
+    upstream_timeout_s: float = Field(
+        60.0,
+        gt=0,
+        description="Teacher: seconds to the first byte of an answer (a stream's first chunk; the whole answer "
+        "when not streaming).",
+    )
+    upstream_connect_timeout_s: float = Field(
+        5.0, gt=0, description="Teacher and student: seconds to open a connection to the endpoint."
+    )
+    upstream_idle_timeout_s: float = Field(
+        30.0, gt=0, description="Teacher: longest silence between two chunks of a stream (it is then cut, 504)."
+    )
+    upstream_total_timeout_s: float | None = Field(
+        None, gt=0, description="Teacher: cap on a whole answer, streams included; unset = no cap."
+    )
     student_timeout_s: float = Field(20.0, gt=0, description="Timeout of every student call (then: teacher).")
+    student_breaker_failures: int = Field(
+        3, ge=1, description="Consecutive student failures or timeouts that open its circuit breaker."
+    )
+    student_breaker_probe_s: float = Field(
+        10.0, gt=0, description="While the student's breaker is open, one request probes it this often."
+    )
     model_aliases: str = Field(
         "", description="Extra model names clients may use for Ratchet, comma-separated."
     )

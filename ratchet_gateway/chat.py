@@ -11,6 +11,7 @@ compared with the teacher's audit answer).
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import AsyncIterator
 from typing import TYPE_CHECKING, Any
@@ -24,14 +25,18 @@ from ratchet_core.confidence import answer_confidence
 from ratchet_core.redact import redact_value_with_mapping, restore_text
 from ratchet_core.routing import pairs, route
 from ratchet_core.schema import pair_row, request_row
+from ratchet_gateway import answer_guard
 from ratchet_gateway.auth import invalid_key_error
+from ratchet_gateway.breaker import STATE_VALUES, Breaker
 from ratchet_gateway.errors import GatewayError
 from ratchet_gateway.models import parse_chat_body, read_body, task_of, validate_chat_body
 from ratchet_gateway.responses import error_event, error_response, new_request_id, ratchet_headers
+from ratchet_gateway.upstream import student_timeouts, teacher_timeouts
 
 if TYPE_CHECKING:
     from ratchet_gateway.state import Gateway
 
+log = logging.getLogger("ratchet.gateway")
 _SORTED = orjson.OPT_SORT_KEYS
 _PARAM_KEYS = ("temperature", "top_p", "max_tokens", "max_completion_tokens", "stop", "seed", "user", "n")
 
@@ -39,6 +44,12 @@ _PARAM_KEYS = ("temperature", "top_p", "max_tokens", "max_completion_tokens", "s
 def _cj(obj: Any) -> str:
     """Compact JSON with sorted keys (the ledger's canonical text form of structured values)."""
     return orjson.dumps(obj, option=_SORTED).decode()
+
+
+def _endpoint_label(base: str) -> str:
+    """A base URL as a metrics label: scheme, host, port and path, never credentials in it."""
+    scheme, sep, rest = base.partition("://")
+    return scheme + sep + rest.rsplit("@", 1)[-1] if sep else base
 
 
 def _now_us_and_day(clock_now) -> tuple[int, str]:
@@ -98,6 +109,9 @@ class ChatHandler:
 
     def __init__(self, gw: Gateway):
         self.gw = gw
+        self.teacher_timeouts = teacher_timeouts(gw.settings)
+        self.student_timeouts = student_timeouts(gw.settings)
+        self._breakers: dict[str, Breaker] = {}
 
     # entry point -------------------------------------------------------------------------------------------
     async def __call__(self, request: Request) -> Response:
@@ -142,6 +156,7 @@ class ChatHandler:
                 route=r,
                 headers=headers,
             )
+            ctx.manifest_seq = gw.manifest.sequence  # the manifest `r` was decided with (no await in between)
             if req.stream:
                 return await self._stream(ctx)
             return await self._complete(ctx)
@@ -177,9 +192,7 @@ class ChatHandler:
         body = {**self._student_body(ctx), "logprobs": True}
         t = time.perf_counter()
         try:
-            resp = await gw.student.complete(
-                body, model=ctx.route.student_version, timeout_s=gw.settings.student_timeout_s, task=ctx.task
-            )
+            resp = await self._ask_student(body, ctx.route.student_version, ctx.task)
         except GatewayError as err:
             ctx.student_error = err.message
             ctx.upstream_ms += (time.perf_counter() - t) * 1000
@@ -193,6 +206,12 @@ class ChatHandler:
         if ctx.threshold is not None and ctx.confidence < ctx.threshold:
             return None  # cascade: not confident enough
         _restore_answer(resp, ctx.pii_map or {})
+        msg, finish, _ = _message_of(resp)
+        violation = await answer_guard.check(ctx.body, msg, finish)
+        if violation is not None:  # cascade: the answer breaks the request's own contract
+            ctx.contract_violation = violation.kind
+            gw.metrics.contract_violations.labels(violation.kind).inc()
+            return None
         if not ctx.req.logprobs:
             for choice in resp.get("choices") or []:
                 if isinstance(choice, dict):
@@ -202,11 +221,10 @@ class ChatHandler:
     async def _call_teacher(self, ctx: _Ctx) -> dict:
         t = time.perf_counter()
         try:
-            resp = await self.gw.teacher.complete(
-                ctx.body, timeout_s=self.gw.settings.upstream_timeout_s, task=ctx.task
-            )
+            resp = await self.gw.teacher.complete(ctx.body, task=ctx.task, timeouts=self.teacher_timeouts)
         except GatewayError as err:
             ctx.upstream_ms += (time.perf_counter() - t) * 1000
+            self.gw.metrics.upstream_faults.labels("teacher", err.code or "").inc()
             await self._record_failure(ctx, err)
             raise
         ctx.upstream_ms += (time.perf_counter() - t) * 1000
@@ -229,13 +247,14 @@ class ChatHandler:
                     headers=self._final_headers(ctx, committed=False),
                 )
         t = time.perf_counter()
-        agen = self.gw.teacher.stream(ctx.body, timeout_s=self.gw.settings.upstream_timeout_s, task=ctx.task)
+        agen = self.gw.teacher.stream(ctx.body, task=ctx.task, timeouts=self.teacher_timeouts)
         try:
             first = await agen.__anext__()
         except StopAsyncIteration:
             first = None
-        except GatewayError as err:
+        except GatewayError as err:  # nothing sent yet: the client gets an HTTP error
             ctx.upstream_ms += (time.perf_counter() - t) * 1000
+            self.gw.metrics.upstream_faults.labels("teacher", err.code or "").inc()
             await self._record_failure(ctx, err)
             raise
         ctx.ttfb_upstream_ms = (time.perf_counter() - t) * 1000
@@ -246,35 +265,48 @@ class ChatHandler:
         )
 
     async def _relay(
-        self, ctx: _Ctx, agen: AsyncIterator[bytes], first: bytes | None, t: float, include_usage: bool
+        self,
+        ctx: _Ctx,
+        agen: AsyncIterator[tuple[bytes, dict]],
+        first: tuple[bytes, dict] | None,
+        t: float,
+        include_usage: bool,
     ) -> AsyncIterator[bytes]:
+        """Relay the teacher's checked chunks (``Upstream.stream``), record the row, then ``[DONE]``. Any fault after
+        the headers went out (an upstream error event, a malformed chunk, an early close, a timeout) ends the
+        stream with one OpenAI-shaped error event and no ``[DONE]``; its row is stored failed and truncated."""
         acc = _StreamAccumulator()
         done = False
         try:
-            chunk = first
-            while chunk is not None:
-                obj = orjson.loads(chunk)
+            item = first
+            while item is not None:
+                raw, obj = item
                 acc.add(obj)
                 if include_usage or obj.get("choices"):
-                    yield b"data: " + chunk + b"\n\n"
+                    yield b"data: " + raw + b"\n\n"
                 try:
-                    chunk = await agen.__anext__()
+                    item = await agen.__anext__()
                 except StopAsyncIteration:
-                    chunk = None
+                    item = None
             ctx.upstream_ms += (time.perf_counter() - t) * 1000
             resp = acc.response()
-            row = self._row(ctx, resp)
+            # [DONE] without a finish_reason: the answer may be incomplete, so it is never a training example
+            row = self._row(ctx, resp, truncated=not acc.finish)
             await self._commit(ctx, row)
             done = True
             self._after(ctx, resp)
             yield b"data: [DONE]\n\n"
-        except (GatewayError, aiohttp.ClientError, TimeoutError) as exc:  # upstream broke mid-stream
-            err = (
-                exc
-                if isinstance(exc, GatewayError)
-                else GatewayError(502, "the model stream broke; retry", "upstream_error")
-            )
-            ctx.error = err
+        except Exception as exc:  # the stream broke after its headers: tell the client in the stream itself
+            if isinstance(exc, GatewayError):
+                err = exc
+            else:
+                if not isinstance(exc, aiohttp.ClientError | TimeoutError):
+                    log.exception("request %s: the stream relay failed", ctx.rid)
+                err = GatewayError(502, "the model stream broke; retry", "upstream_stream_broken")
+            if not done:
+                ctx.error = err
+                self.gw.metrics.upstream_faults.labels("teacher", err.code or "").inc()
+            self.gw.metrics.errors.labels(err.type).inc()
             yield error_event(err)
         finally:
             if not done:
@@ -321,6 +353,49 @@ class ChatHandler:
         finally:
             if not committed:
                 self._commit_nowait(self._row(ctx, resp, truncated=True))
+
+    # the student endpoint and its breaker ---------------------------------------------------------------------
+    def breaker(self) -> Breaker:
+        """The circuit breaker of the student endpoint (one per base URL; ``ratchet_gateway.breaker``)."""
+        gw = self.gw
+        endpoint = gw.student.base
+        b = self._breakers.get(endpoint)
+        if b is None:
+            label = _endpoint_label(endpoint)
+            m = gw.metrics
+
+            def changed(state: str) -> None:
+                m.breaker_state.labels(label).set(STATE_VALUES[state])
+                m.breaker_transitions.labels(label, state).inc()
+                log.warning("student endpoint %s: circuit breaker %s", label, state.replace("_", "-"))
+
+            s = gw.settings
+            b = Breaker(s.student_breaker_failures, s.student_breaker_probe_s, on_change=changed)
+            self._breakers[endpoint] = b
+            m.breaker_state.labels(label).set(0)
+        return b
+
+    async def _ask_student(self, body: dict, version: str | None, task: str) -> dict:
+        """The student's answer through its endpoint's breaker; GatewayError when it fails or the breaker is open
+        (then nothing is sent: the caller turns to the teacher at once)."""
+        gw = self.gw
+        breaker = self.breaker()
+        ticket = breaker.allow()
+        if ticket is None:
+            gw.metrics.breaker_bypassed.labels(_endpoint_label(gw.student.base)).inc()
+            raise GatewayError(503, "the student endpoint's circuit breaker is open", "student_circuit_open")
+        try:
+            resp = await gw.student.complete(body, model=version, task=task, timeouts=self.student_timeouts)
+        except GatewayError as err:
+            gw.metrics.upstream_faults.labels("student", err.code or "").inc()
+            # a 4xx is an answer (an adapter not loaded, a request it refuses): the endpoint itself is healthy
+            (breaker.failure if err.status >= 500 else breaker.success)(ticket)
+            raise
+        except BaseException:  # cancelled (the client went away): no verdict on the endpoint
+            breaker.abandon(ticket)
+            raise
+        breaker.success(ticket)
+        return resp
 
     # PII and the student -------------------------------------------------------------------------------------
     def _student_body(self, ctx: _Ctx) -> dict:
@@ -398,6 +473,7 @@ class ChatHandler:
             status_code=err.status if err else 200,
             error_type=err.type if err else "",
             error=red(err.message) if err else "",
+            contract_violation=ctx.contract_violation,
         )
 
     @staticmethod
@@ -433,7 +509,8 @@ class ChatHandler:
     def _final_headers(self, ctx: _Ctx, committed: bool = True) -> dict[str, str]:
         h = ctx.headers
         h["x-ratchet-served-by"] = ctx.served_by
-        h["x-ratchet-version"] = ctx.version if ctx.served_by == "student" else ""
+        h["x-ratchet-version"] = ctx.version if ctx.served_by == "student" else "teacher"
+        h["x-ratchet-manifest"] = str(ctx.manifest_seq)
         elapsed = (time.perf_counter() - ctx.t0) * 1000
         overhead = elapsed - ctx.upstream_ms
         h["x-ratchet-overhead-ms"] = f"{max(0.0, overhead):.3f}"
@@ -457,9 +534,7 @@ class ChatHandler:
         gw = self.gw
         t = time.perf_counter()
         try:
-            teacher = await gw.teacher.complete(
-                ctx.body, timeout_s=gw.settings.upstream_timeout_s, task=ctx.task
-            )
+            teacher = await gw.teacher.complete(ctx.body, task=ctx.task, timeouts=self.teacher_timeouts)
             error = None
         except GatewayError as err:
             teacher, error = None, err
@@ -479,24 +554,32 @@ class ChatHandler:
         t = time.perf_counter()
         confidence = None
         try:
-            student = await gw.student.complete(
-                {**self._student_body(ctx), "logprobs": True},
-                model=version,
-                timeout_s=gw.settings.student_timeout_s,
-                task=ctx.task,
+            student = await self._ask_student(
+                {**self._student_body(ctx), "logprobs": True}, version, ctx.task
             )
             confidence = _confidence(student)
             _restore_answer(student, ctx.pii_map or {})
             error = None
         except GatewayError as err:
             student, error = None, err
-        outcome = "error"
+        outcome, violation = "error", None
         if student is not None:
             teacher_msg, _, _ = _message_of(teacher)
-            student_msg, _, _ = _message_of(student)
+            student_msg, student_finish, _ = _message_of(student)
             outcome = "agree" if gw.compare(ctx.task, teacher_msg, student_msg) else "disagree"
+            # what the guard would have done had this candidate served: the release evidence reads it
+            violation = await answer_guard.check(ctx.body, student_msg, student_finish)
         await self._write_pair(
-            ctx, "shadow", version, student, error, outcome, confidence, ctx.route.shadow_threshold, t
+            ctx,
+            "shadow",
+            version,
+            student,
+            error,
+            outcome,
+            confidence,
+            ctx.route.shadow_threshold,
+            t,
+            contract_violation=violation.kind if violation else "",
         )
 
     async def _write_pair(
@@ -510,6 +593,7 @@ class ChatHandler:
         confidence: float | None,
         threshold: float | None,
         t: float,
+        contract_violation: str = "",
     ) -> None:
         """One ``pair`` row: `other` is the off-path answer (the teacher's for an audit, the candidate's for a
         shadow), `version` the student version it is evidence about."""
@@ -552,6 +636,7 @@ class ChatHandler:
             status_code=error.status if error else 200,
             error_type=error.type if error else "",
             error=red(error.message) if error else "",
+            contract_violation=contract_violation,
         )
         if role == "audit":
             gw.teacher_equivalent.observe(row)
@@ -587,6 +672,8 @@ class _Ctx:
         "pii_map",
         "red_messages",
         "teacher_prompt",
+        "contract_violation",
+        "manifest_seq",
     )
 
     def __init__(self, *, rid, t0, ts, day, client, task, req, body, route, headers):
@@ -613,6 +700,8 @@ class _Ctx:
         self.pii_map: dict[str, str] | None = None
         self.red_messages: Any = None
         self.teacher_prompt: Any = None  # asyncio.Future[int] while counting
+        self.contract_violation = ""  # kind (ratchet_core.contract) of a confident answer that broke it
+        self.manifest_seq = 0
 
 
 class _StreamAccumulator:

@@ -56,6 +56,41 @@ class Metrics:
             "ratchet_pairs", "Shadow/audit pairs by outcome", ["role", "outcome"], registry=r
         )
 
+        self.upstream_faults = Counter(
+            "ratchet_upstream_faults",
+            "Failed model calls by upstream (teacher|student) and error code (timeout, broken stream, ...)",
+            ["upstream", "code"],
+            registry=r,
+        )
+        self.breaker_state = Gauge(
+            "ratchet_student_breaker_state",
+            "Student circuit breaker per endpoint: 0 closed, 1 half-open (probing), 2 open (teacher answers)",
+            ["endpoint"],
+            registry=r,
+        )
+        self.breaker_transitions = Counter(
+            "ratchet_student_breaker_transitions",
+            "Student circuit breaker state changes per endpoint, by the state entered",
+            ["endpoint", "state"],
+            registry=r,
+        )
+        self.breaker_bypassed = Counter(
+            "ratchet_student_breaker_bypassed",
+            "Student calls not made because the endpoint's breaker was open (request path and shadows)",
+            ["endpoint"],
+            registry=r,
+        )
+        self.contract_violations = Counter(
+            "ratchet_contract_violations",
+            "Confident student answers that broke the request's contract (the teacher answered instead), by kind",
+            ["kind"],
+            registry=r,
+        )
+        from ratchet_core.contract import VIOLATION_KINDS
+
+        for kind in VIOLATION_KINDS:
+            self.contract_violations.labels(kind)
+
     def on_commit(self, seconds: float, rows: int) -> None:
         self.ledger_commit.observe(seconds)
         self.ledger_batch.observe(rows)

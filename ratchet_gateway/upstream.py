@@ -9,12 +9,23 @@ provider (anthropic, bedrock, vertex...) goes through ``litellm.acompletion`` (t
 
 Failures map to OpenAI-shaped errors the gateway returns: connection refused -> 503, timeout -> 504, upstream
 5xx or garbage -> 502, upstream 4xx passed through with its status (it is the client's request that is wrong).
+"Garbage" is checked, not assumed away: a body that is not a chat completion (cut short, ``choices`` not a list of
+objects, non-numeric ``usage``) and a stream chunk that is not one (not JSON, a JSON list, an SSE ``error`` event,
+a body that ends before ``[DONE]``) raise :class:`GatewayError` 502, so the caller records a failed row instead of
+serving or storing a broken answer.
+
+Timeouts (:class:`Timeouts`) are the ones a user expects of a model call: ``connect`` (TCP connect), ``first_byte``
+(from sending the request to the first chunk of a stream, or to the whole answer of a non-streaming call, since
+a non-streaming body only starts once generation is done), ``idle`` (the longest silence between two chunks once
+a stream started) and an optional ``total``. A stream that keeps producing tokens is never cut unless ``total``
+is set.
 """
 
 from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator
+from dataclasses import dataclass
 from typing import Any
 
 import aiohttp
@@ -43,6 +54,44 @@ OPENAI_COMPATIBLE = {
 
 
 # The teacher's prices live in ratchet_core.pricing (the receipt states the same numbers); re-exported here.
+
+
+@dataclass(frozen=True)
+class Timeouts:
+    """Seconds allowed per phase of one model call (see the module docstring); ``total=None`` = no overall cap."""
+
+    first_byte: float
+    connect: float = 10.0
+    idle: float = 60.0
+    total: float | None = None
+
+
+def teacher_timeouts(settings: Any) -> Timeouts:
+    """The teacher's timeouts from ``ratchet_core.settings`` (RATCHET_UPSTREAM_*_TIMEOUT_S)."""
+    return Timeouts(
+        first_byte=settings.upstream_timeout_s,
+        connect=settings.upstream_connect_timeout_s,
+        idle=settings.upstream_idle_timeout_s,
+        total=settings.upstream_total_timeout_s,
+    )
+
+
+def student_timeouts(settings: Any) -> Timeouts:
+    """The student's: its whole (non-streaming) answer within RATCHET_STUDENT_TIMEOUT_S, else the teacher answers."""
+    t = settings.student_timeout_s
+    return Timeouts(first_byte=t, connect=min(settings.upstream_connect_timeout_s, t), idle=t, total=t)
+
+
+# aiohttp only bounds the TCP connect; the other phases are deadlines on this module's own awaits (aiohttp's
+# sock_read would also bound the wait for the first byte, and its total would cut a healthy long stream).
+_CLIENT_TIMEOUTS: dict[float, aiohttp.ClientTimeout] = {}
+
+
+def _client_timeout(connect: float) -> aiohttp.ClientTimeout:
+    t = _CLIENT_TIMEOUTS.get(connect)
+    if t is None:
+        t = _CLIENT_TIMEOUTS[connect] = aiohttp.ClientTimeout(total=None, sock_connect=connect)
+    return t
 
 
 def _provider(model: str, api_base: str | None):
@@ -94,9 +143,11 @@ class Upstream:
             await self._session.close()
             self._session = None
 
-    def _timeout(self, seconds: float | None) -> aiohttp.ClientTimeout:
-        t = seconds or self.timeout_s
-        return aiohttp.ClientTimeout(total=t, sock_connect=min(t, 10.0))
+    def _timeouts(self, timeout_s: float | None, timeouts: Timeouts | None) -> Timeouts:
+        if timeouts is not None:
+            return timeouts
+        t = timeout_s or self.timeout_s
+        return Timeouts(first_byte=t, connect=min(t, 10.0), idle=t)
 
     def _hdrs(self, task: str | None) -> dict[str, str]:
         # The task travels as a header (OpenAI rejects `metadata` without `store`); OpenAI-compatible servers
@@ -109,71 +160,123 @@ class Upstream:
         model: str | None = None,
         timeout_s: float | None = None,
         task: str | None = None,
+        timeouts: Timeouts | None = None,
     ) -> dict:
+        """The completion for `body` (validated: :func:`check_completion`); GatewayError on any failure."""
         body = {**body, "model": model or self.model, "stream": False}
         body.pop("stream_options", None)
+        t = self._timeouts(timeout_s, timeouts)
         if not self.fast:
-            return await self._litellm_complete(body, timeout_s)
+            return await self._litellm_complete(body, t.total or t.first_byte)
+        loop = asyncio.get_running_loop()
+        start = loop.time()
+        # the whole non-streaming answer is its first byte: the body starts only once generation is done
+        deadline = start + (min(t.first_byte, t.total) if t.total else t.first_byte)
+        phase = "answer"
         try:
-            async with self._session.post(
-                self.base + "/chat/completions",
-                data=orjson.dumps(body),
-                headers=self._hdrs(task),
-                timeout=self._timeout(timeout_s),
-            ) as resp:
-                raw = await resp.read()
+            async with asyncio.timeout_at(deadline):
+                resp = await self._session.post(
+                    self.base + "/chat/completions",
+                    data=orjson.dumps(body),
+                    headers=self._hdrs(task),
+                    timeout=_client_timeout(t.connect),
+                )
+            try:
+                phase = "body"
+                raw = await _read_body(resp, t, start, loop)
                 status = resp.status
+            finally:
+                resp.release()
         except TimeoutError as exc:
-            raise GatewayError(
-                504,
-                f"the model did not answer within {timeout_s or self.timeout_s:.0f} s; retry later",
-                "upstream_timeout",
-            ) from exc
+            raise _timeout_error(phase, t, connect=isinstance(exc, aiohttp.ServerTimeoutError)) from exc
         except aiohttp.ClientConnectionError as exc:
+            if phase == "body":  # connected, then the body broke off
+                raise GatewayError(
+                    502, "the model's answer was cut short; retry", "upstream_bad_response"
+                ) from exc
             raise GatewayError(
                 503, "the model endpoint is unreachable; retry later", "upstream_unavailable"
             ) from exc
-        return _parse_response(status, raw)
+        except (
+            aiohttp.ClientError
+        ) as exc:  # payload errors: a body shorter than its Content-Length, bad chunking
+            raise GatewayError(
+                502, "the model's answer was cut short; retry", "upstream_bad_response"
+            ) from exc
+        return check_completion(_parse_response(status, raw))
 
     async def stream(
-        self, body: dict[str, Any], timeout_s: float | None = None, task: str | None = None
-    ) -> AsyncIterator[bytes]:
-        """Yield each SSE event's data payload (bytes, ``[DONE]`` excluded). Raises GatewayError before the first."""
+        self,
+        body: dict[str, Any],
+        timeout_s: float | None = None,
+        task: str | None = None,
+        timeouts: Timeouts | None = None,
+    ) -> AsyncIterator[tuple[bytes, dict]]:
+        """Yield each chunk as (its ``data:`` payload, the parsed and checked chunk), ``[DONE]`` excluded.
+
+        Raises GatewayError before the first chunk (the caller can still answer with an HTTP error) or between two
+        (the caller ends its stream with an error event): an SSE error event, a chunk that is not a chunk object
+        (:func:`check_chunk`), a body that ends before ``[DONE]``, a timeout of any phase."""
         body = {**body, "model": self.model, "stream": True}
         body["stream_options"] = {"include_usage": True}
+        t = self._timeouts(timeout_s, timeouts)
         if not self.fast:
-            async for chunk in self._litellm_stream(body, timeout_s):
-                yield chunk
+            async for raw in self._litellm_stream(body, t.total or t.first_byte):
+                yield raw, check_chunk(orjson.loads(raw))
             return
+        loop = asyncio.get_running_loop()
+        start = loop.time()
+        first = start + (min(t.first_byte, t.total) if t.total else t.first_byte)
         try:
-            resp = await self._session.post(
-                self.base + "/chat/completions",
-                data=orjson.dumps(body),
-                headers=self._hdrs(task),
-                timeout=self._timeout(timeout_s),
-            )
+            async with asyncio.timeout_at(first):
+                resp = await self._session.post(
+                    self.base + "/chat/completions",
+                    data=orjson.dumps(body),
+                    headers=self._hdrs(task),
+                    timeout=_client_timeout(t.connect),
+                )
         except TimeoutError as exc:
-            raise GatewayError(
-                504, "the model did not start answering in time; retry later", "upstream_timeout"
-            ) from exc
-        except aiohttp.ClientConnectionError as exc:
+            raise _timeout_error("first", t, connect=isinstance(exc, aiohttp.ServerTimeoutError)) from exc
+        except aiohttp.ClientError as exc:
             raise GatewayError(
                 503, "the model endpoint is unreachable; retry later", "upstream_unavailable"
             ) from exc
         try:
             if resp.status != 200:
-                _parse_response(resp.status, await resp.read())
+                try:
+                    raw = await _read_body(resp, t, start, loop)
+                except (TimeoutError, aiohttp.ClientError):
+                    raw = b""
+                _parse_response(resp.status, raw)
             buf = b""
-            async for piece in resp.content.iter_any():
+            started = False
+            content = resp.content
+            while True:
+                deadline = loop.time() + t.idle if started else first
+                if t.total:
+                    deadline = min(deadline, start + t.total)
+                try:
+                    async with asyncio.timeout_at(deadline):
+                        piece = await content.readany()
+                except TimeoutError as exc:
+                    total_hit = bool(t.total) and deadline >= start + t.total
+                    raise _timeout_error("total" if total_hit else "idle" if started else "first", t) from exc
+                except aiohttp.ClientError as exc:
+                    raise GatewayError(
+                        502, "the model's stream broke off; retry", "upstream_stream_broken"
+                    ) from exc
+                if not piece:
+                    break
                 buf += piece
                 while b"\n\n" in buf:
                     event, buf = buf.split(b"\n\n", 1)
-                    for line in event.split(b"\n"):
-                        if line.startswith(b"data:"):
-                            data = line[5:].strip()
-                            if data == b"[DONE]":
-                                return
-                            yield data
+                    data, is_error = _sse_data(event)
+                    if data is None:
+                        continue
+                    if data == b"[DONE]":
+                        return
+                    started = True
+                    yield data, _parse_chunk(data, is_error)
             # OpenAI-compatible servers always end with [DONE]: a body that stops before it is a broken stream.
             raise GatewayError(502, "the model's stream ended before [DONE]; retry", "upstream_stream_broken")
         finally:
@@ -215,6 +318,150 @@ class Upstream:
             raise
         except Exception as exc:
             raise _litellm_error(exc) from exc
+
+
+async def _read_body(
+    resp: aiohttp.ClientResponse, t: Timeouts, start: float, loop: asyncio.AbstractEventLoop
+) -> bytes:
+    """The whole body, each read allowed ``t.idle`` seconds of silence (and the total deadline, if any)."""
+    parts = []
+    while True:
+        deadline = loop.time() + t.idle
+        if t.total:
+            deadline = min(deadline, start + t.total)
+        async with asyncio.timeout_at(deadline):
+            piece = await resp.content.readany()
+        if not piece:
+            break
+        parts.append(piece)
+    return b"".join(parts)
+
+
+def _timeout_error(phase: str, t: Timeouts, connect: bool = False) -> GatewayError:
+    if connect:
+        what = f"the model endpoint did not accept a connection within {t.connect:g} s"
+    elif phase == "idle":
+        what = f"the model stopped sending for {t.idle:g} s"
+    elif phase == "total":
+        what = f"the model's answer took longer than the {t.total:g} s total limit"
+    elif phase == "body":
+        what = f"the model's answer stalled for {t.idle:g} s"
+    elif phase == "first":
+        what = f"the model did not start answering within {t.first_byte:g} s"
+    else:
+        what = f"the model did not answer within {min(t.first_byte, t.total or t.first_byte):g} s"
+    return GatewayError(504, f"{what}; retry later", "upstream_timeout")
+
+
+def _sse_data(event: bytes) -> tuple[bytes | None, bool]:
+    """(the data of one SSE event or None when it has none, whether its ``event:`` field says ``error``)."""
+    data: list[bytes] = []
+    is_error = False
+    for line in event.split(b"\n"):
+        line = line.rstrip(b"\r")
+        if line.startswith(b"data:"):
+            data.append(line[5:].strip())
+        elif line.startswith(b"event:") and line[6:].strip() == b"error":
+            is_error = True
+    return (b"\n".join(data) if data else None), is_error
+
+
+def _bad(what: str) -> GatewayError:
+    return GatewayError(502, f"the model sent a malformed answer ({what}); retry", "upstream_bad_response")
+
+
+def _upstream_error_message(err: Any) -> str:
+    msg = err.get("message") if isinstance(err, dict) else err
+    return str(msg)[:300] if msg else "no message"
+
+
+def _parse_chunk(data: bytes, is_error: bool = False) -> dict:
+    try:
+        obj = orjson.loads(data)
+    except orjson.JSONDecodeError:
+        raise _bad("a stream chunk that is not JSON") from None
+    if is_error or (isinstance(obj, dict) and "error" in obj):
+        err = obj.get("error", obj) if isinstance(obj, dict) else obj
+        raise GatewayError(
+            502, f"the model failed mid-answer: {_upstream_error_message(err)}", "upstream_stream_error"
+        )
+    return check_chunk(obj)
+
+
+def _is_count(v: Any) -> bool:
+    return v is None or (isinstance(v, int) and not isinstance(v, bool) and v >= 0)
+
+
+def _check_usage(usage: Any) -> None:
+    if usage is None:
+        return
+    if not isinstance(usage, dict):
+        raise _bad("usage is not an object")
+    for k in ("prompt_tokens", "completion_tokens", "total_tokens"):
+        if not _is_count(usage.get(k)):
+            raise _bad(f"usage.{k} is not a count")
+    details = usage.get("completion_tokens_details")
+    if details is not None and (
+        not isinstance(details, dict) or not _is_count(details.get("reasoning_tokens"))
+    ):
+        raise _bad("usage.completion_tokens_details is not an object of counts")
+
+
+def _check_calls(calls: Any, where: str) -> None:
+    if calls is None:
+        return
+    if not isinstance(calls, list) or not all(isinstance(c, dict) for c in calls):
+        raise _bad(f"{where}.tool_calls is not a list of objects")
+    for c in calls:
+        fn = c.get("function")
+        if fn is not None and not (
+            isinstance(fn, dict)
+            and isinstance(fn.get("name") or "", str)
+            and isinstance(fn.get("arguments") or "", str)
+        ):
+            raise _bad(f"{where}.tool_calls[].function is not a name and arguments")
+        if not _is_count(c.get("index")):
+            raise _bad(f"{where}.tool_calls[].index is not a number")
+
+
+def check_completion(data: dict) -> dict:
+    """`data` if it is a chat completion the gateway can serve and record, else GatewayError 502."""
+    choices = data.get("choices")
+    if not isinstance(choices, list) or not choices or not all(isinstance(c, dict) for c in choices):
+        raise _bad("choices is not a list of objects")
+    for c in choices:
+        msg = c.get("message")
+        if not isinstance(msg, dict):
+            raise _bad("a choice has no message object")
+        if not isinstance(msg.get("content") or "", str):
+            raise _bad("message.content is not text")
+        _check_calls(msg.get("tool_calls"), "message")
+        if not isinstance(c.get("finish_reason") or "", str):
+            raise _bad("finish_reason is not text")
+    _check_usage(data.get("usage"))
+    return data
+
+
+def check_chunk(obj: Any) -> dict:
+    """`obj` if it is a chat completion chunk (choices a list of objects with a delta object), else 502."""
+    if not isinstance(obj, dict):
+        raise _bad("a stream chunk that is not an object")
+    choices = obj.get("choices")
+    if choices is not None:
+        if not isinstance(choices, list) or not all(isinstance(c, dict) for c in choices):
+            raise _bad("a stream chunk whose choices is not a list of objects")
+        for c in choices:
+            delta = c.get("delta")
+            if delta is not None:
+                if not isinstance(delta, dict):
+                    raise _bad("a stream chunk whose delta is not an object")
+                if not isinstance(delta.get("content") or "", str):
+                    raise _bad("a stream chunk whose content is not text")
+                _check_calls(delta.get("tool_calls"), "delta")
+            if not isinstance(c.get("finish_reason") or "", str):
+                raise _bad("a stream chunk whose finish_reason is not text")
+    _check_usage(obj.get("usage"))
+    return obj
 
 
 def _parse_response(status: int, raw: bytes) -> dict:
