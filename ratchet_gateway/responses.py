@@ -2,8 +2,10 @@
 error shape ``{"error": {"message", "type", "param", "code"}}``.
 
 Every response carries ``x-ratchet-request-id``, ``x-ratchet-served-by`` (``teacher`` | ``student``),
-``x-ratchet-version`` (the adapter version when the student served) and ``x-ratchet-overhead-ms`` (the gateway's
-own time); the chat route fills in the real values (``ratchet_gateway.chat``), every other route the defaults.
+``x-ratchet-version`` and ``x-ratchet-overhead-ms`` (the gateway's own time); the chat route fills in the real
+values (``ratchet_gateway.chat``), every other route the defaults. On a chat answer ``x-ratchet-version`` is the
+adapter version when the student served and ``teacher`` when the teacher did, and ``x-ratchet-manifest`` the
+sequence of the release manifest the request was routed by.
 
 Every error message a client can trigger says what to do next and never contains a secret (keys, bearer tokens,
 upstream credentials): it is passed through ``ratchet_core.redact.redact_text`` here, on its way out.
