@@ -111,18 +111,26 @@ COLUMN_NAMES = [name for name, _, _ in LEDGER_COLUMNS]
 RECEIPT_LEAF_FIELDS = LEAF_FIELDS_V2
 
 
+_DUCKDB_TYPES = {
+    pa.string(): "VARCHAR",
+    pa.int64(): "BIGINT",
+    pa.int32(): "INTEGER",
+    pa.float64(): "DOUBLE",
+    pa.bool_(): "BOOLEAN",
+    pa.timestamp("us", tz="UTC"): "TIMESTAMPTZ",
+}
+
+
+def duckdb_type(column: str) -> str:
+    """The DuckDB type of a ledger column (e.g. for a NULL of an added column an older segment lacks)."""
+    return _DUCKDB_TYPES[LEDGER_SCHEMA.field(column).type]
+
+
 def duckdb_ddl(table: str = "ledger") -> str:
     """CREATE TABLE statement for the gateway's DuckDB ledger with the same columns as LEDGER_SCHEMA, followed by
     ``ADD COLUMN IF NOT EXISTS`` for each of ``ADDED_COLUMNS`` so a ledger file made by an older version gains them
     (in schema order: they are the last columns, and rows are inserted by position)."""
-    types = {
-        pa.string(): "VARCHAR",
-        pa.int64(): "BIGINT",
-        pa.int32(): "INTEGER",
-        pa.float64(): "DOUBLE",
-        pa.bool_(): "BOOLEAN",
-        pa.timestamp("us", tz="UTC"): "TIMESTAMPTZ",
-    }
+    types = _DUCKDB_TYPES
     cols = ",\n  ".join(f"{name} {types[typ]}" for name, typ, _ in LEDGER_COLUMNS)
     added = "".join(
         f";\nALTER TABLE {table} ADD COLUMN IF NOT EXISTS {name} {types[typ]}"

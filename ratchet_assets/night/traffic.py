@@ -36,7 +36,7 @@ from ratchet_assets.night.budget import Budget
 from ratchet_assets.night.budget import connect as budget_connect
 from ratchet_core.lake import Lake, Segment
 from ratchet_core.layout import ArtifactLayout
-from ratchet_core.schema import COLUMN_NAMES, LEDGER_SCHEMA
+from ratchet_core.schema import ADDED_COLUMNS, COLUMN_NAMES, LEDGER_SCHEMA, duckdb_type
 
 # Row groups of the traffic file: ~100 MB of wide ledger rows, so the writer's buffers stay a small part of the
 # night's memory budget (ratchet_assets.night.budget).
@@ -81,7 +81,10 @@ def check_schema(lake: Lake, rel: str) -> list[str]:
     except Exception as exc:  # unreadable: truncated copy, not Parquet, ...
         return [f"cannot read Parquet footer ({exc.__class__.__name__}: {exc})"]
     problems = []
-    missing = [f.name for f in LEDGER_SCHEMA if schema.get_field_index(f.name) < 0]
+    # A column added in a later schema version (ADDED_COLUMNS) is absent from older segments: read as NULL.
+    missing = [
+        f.name for f in LEDGER_SCHEMA if schema.get_field_index(f.name) < 0 and f.name not in ADDED_COLUMNS
+    ]
     if missing:
         problems.append(f"missing columns {missing}")
     for want in LEDGER_SCHEMA:
@@ -135,9 +138,17 @@ def consolidate_traffic(
     cols = ", ".join(COLUMN_NAMES)
     if files:
         paths = [lake.duckdb_path(seg.rel) for seg in files]
+        # Segments sealed before a column was added lack it: union by name fills it with NULL.
+        lacking = {
+            c: sum(lake.read_schema(s.rel).get_field_index(c) < 0 for s in files) for c in ADDED_COLUMNS
+        }
+        union = ", union_by_name = true" if any(lacking.values()) else ""
+        select = ", ".join(
+            f"NULL::{duckdb_type(c)} AS {c}" if lacking.get(c) == len(files) else c for c in COLUMN_NAMES
+        )
         con.execute(
-            f"CREATE TEMP VIEW raw AS SELECT {cols}, filename AS _file, file_row_number AS _row "
-            f"FROM read_parquet({sql_list(paths)}, filename = true, file_row_number = true)"
+            f"CREATE TEMP VIEW raw AS SELECT {select}, filename AS _file, file_row_number AS _row "
+            f"FROM read_parquet({sql_list(paths)}, filename = true, file_row_number = true{union})"
         )
     else:
         con.register("_empty", LEDGER_SCHEMA.empty_table())

@@ -315,3 +315,33 @@ def test_cli_verify_receipt_auditor_and_client(signed: dict, tmp_path: Path, cap
     assert "FAILED client-rows" in capsys.readouterr().out
     assert stats_main(["verify", "receipt", str(tmp_path / "nope.json"), "--key", key]) == 2
     assert "check the path" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("old_share", ["some", "all"])
+def test_segments_sealed_before_teacher_prompt_tokens_existed_still_make_a_receipt(
+    home: Path, tmp_path: Path, old_share: str
+) -> None:
+    """An upgrade mid-day: segments sealed by the previous version lack the column; it reads as NULL (0 teacher
+    prompt tokens: a lower bound), and the day still gets a receipt that verifies from its rows."""
+    paths = sorted(write_day(home / "lake", DAY1, 60, seed=6, student_share=0.5, seal_next_day=False))
+    for p in paths if old_share == "all" else paths[:1]:
+        table = pq.read_table(p)
+        pq.write_table(table.drop_columns(["teacher_prompt_tokens"]), p)
+    art = home / "artifacts"
+    consolidate_traffic(home / "lake", art, DAY1)
+    traffic = pq.read_table(ArtifactLayout(art).traffic_file(DAY1))
+    assert traffic.schema.field("teacher_prompt_tokens").type == pa.int64()
+    assert traffic["teacher_prompt_tokens"].null_count > 0
+    assert (traffic["teacher_prompt_tokens"].null_count == traffic.num_rows) == (old_share == "all")
+    key = load_private_key_file(home / "keys" / "signing.key")
+    ledger = EffectLedger(make_engine(f"sqlite:///{(tmp_path / 'c.db').as_posix()}"))
+    build_receipt(art, DAY1, key, ledger, teacher_model=TEACHER)
+    layout = ArtifactLayout(art)
+    report = verify_receipt(
+        layout.receipt_envelope(DAY1).read_bytes(),
+        key.public_key(),
+        leaves=export_rows_jsonl(art, DAY1, tmp_path / "rows.jsonl").read_bytes().splitlines(),
+        clients=layout.receipt_clients(DAY1).read_bytes().splitlines(),
+        estimates=layout.receipt_estimates(DAY1).read_bytes().splitlines(),
+    )
+    assert report["checks"][-1] == "rows" and report["size"] > 0
