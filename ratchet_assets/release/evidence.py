@@ -7,8 +7,9 @@ teacher's for one request: ``pair_role`` audit (student served, teacher re-asked
 student answered off the path); ``pair_outcome`` agree | disagree | error. As evidence about a version's precision:
 
 - ``disagree`` -> an error, ``agree`` -> a correct answer;
-- ``error`` (one side failed) -> no evidence; a shadow answer whose confidence is below the threshold -> no
-  evidence either (the gateway would have sent that request to the teacher).
+- ``error`` (one side failed) -> no evidence; a shadow answer whose confidence is below the threshold, or that
+  broke its request's contract (``contract_violation``, ``ratchet_core.contract``) -> no evidence either (the
+  gateway would have sent that request to the teacher).
 
 Segments are immutable once sealed (written under a temp name, then renamed), so a watermark over segment names is
 exact: :class:`Watermark` holds, per day, the segments fully read, plus the position inside the segment where the
@@ -39,17 +40,20 @@ class PairRow:
     outcome: str
     confidence: float | None
     threshold: float | None
+    contract_violation: str = ""  # schema version 3; '' in older segments
 
     @property
     def error(self) -> bool | None:
         """True = the student was wrong, False = right, None = this row says nothing about precision."""
         if self.outcome not in ("agree", "disagree"):
             return None
-        if (
-            self.role == "shadow"
-            and self.confidence is not None
-            and self.threshold is not None
-            and self.confidence < self.threshold
+        if self.role == "shadow" and (
+            self.contract_violation
+            or (
+                self.confidence is not None
+                and self.threshold is not None
+                and self.confidence < self.threshold
+            )
         ):
             return None
         return self.outcome == "disagree"
@@ -133,8 +137,10 @@ def read_pairs(lake: str | Path, segments: list[str], wm: Watermark) -> Iterator
     try:
         store.attach(con)
         for rel in segments:
+            # contract_violation was added in ledger schema version 3: older segments lack it
+            cv = "contract_violation" if "contract_violation" in store.read_schema(rel).names else "''"
             rows = con.execute(
-                "SELECT version, task, pair_role, pair_outcome, confidence, threshold FROM read_parquet(?) "
+                f"SELECT version, task, pair_role, pair_outcome, confidence, threshold, {cv} FROM read_parquet(?) "
                 "WHERE kind = 'pair' ORDER BY seq, request_id",
                 [store.duckdb_path(rel)],
             ).fetchall()
@@ -142,7 +148,7 @@ def read_pairs(lake: str | Path, segments: list[str], wm: Watermark) -> Iterator
             yield (
                 rel,
                 [
-                    PairRow(rel, i, r[0] or "", r[1] or "", r[2] or "", r[3] or "", r[4], r[5])
+                    PairRow(rel, i, r[0] or "", r[1] or "", r[2] or "", r[3] or "", r[4], r[5], r[6] or "")
                     for i, r in enumerate(rows)
                     if i >= start
                 ],
