@@ -403,9 +403,6 @@ def build_receipt(
         for name, totals in clients.items()
     ]
     estimate_leaves = [canonical_json(line) for line in estimate_lines]
-    # Written before signing: deterministic, so a rerun rewrites the same bytes.
-    atomic_write_bytes(layout.receipt_clients(day), _jsonl(client_leaves))
-    atomic_write_bytes(layout.receipt_estimates(day), _jsonl(estimate_leaves))
     predicate = receipt_v2.make_predicate(day, root_hex, size, client_leaves, estimate_leaves, prices, link)
 
     envelope_path = layout.receipt_envelope(day)
@@ -427,9 +424,16 @@ def build_receipt(
         return {"envelope": envelope, "digest": envelope_digest(envelope), "root": root_hex}
 
     begin = ledger.begin(EFFECT_TYPE, key, fingerprint, lease_seconds=lease_seconds, probe=probe)
+
+    def write_lines() -> None:
+        # Only for the predicate being signed (or already signed): a refused rerun leaves the signed day's lines.
+        atomic_write_bytes(layout.receipt_clients(day), _jsonl(client_leaves))
+        atomic_write_bytes(layout.receipt_estimates(day), _jsonl(estimate_leaves))
+
     if begin.outcome == "execute":
         statement = make_statement(PREDICATE_TYPE_V2, predicate, receipt_v2.subjects(day, predicate))
         try:
+            write_lines()
             envelope = sign_statement(statement, private_key)
             atomic_write_bytes(envelope_path, canonical_json(envelope))
         except Exception as exc:
@@ -438,6 +442,7 @@ def build_receipt(
         result = {"envelope": envelope, "digest": envelope_digest(envelope), "root": root_hex}
         ledger.report(begin.token, result)
     elif begin.outcome == "duplicate":
+        write_lines()  # the same bytes (same predicate digest); restores deleted files
         assert begin.result is not None
         envelope = begin.result["envelope"]
         data = canonical_json(envelope)

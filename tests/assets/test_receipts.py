@@ -345,3 +345,24 @@ def test_segments_sealed_before_teacher_prompt_tokens_existed_still_make_a_recei
         estimates=layout.receipt_estimates(DAY1).read_bytes().splitlines(),
     )
     assert report["checks"][-1] == "rows" and report["size"] > 0
+
+
+def test_a_refused_rerun_leaves_the_signed_days_lines(signed: dict, two_days: Path) -> None:
+    from ratchet_assets.night.fixtures import request_rows, write_segments
+    from ratchet_assets.night.receipts import ReceiptConflict
+
+    layout, art = signed["layout"], signed["art"]
+    before = {p: p.read_bytes() for p in (layout.receipt_clients(DAY1), layout.receipt_estimates(DAY1))}
+    late = request_rows(DAY1, 5, seed=99, replicas=("late",))
+    write_segments(two_days / "lake", late)
+    consolidate_traffic(two_days / "lake", art, DAY1)
+    ledger = EffectLedger(make_engine(f"sqlite:///{(two_days / 'control.db').as_posix()}"))
+    with pytest.raises(ReceiptConflict):
+        build_receipt(art, DAY1, signed["key"], ledger, teacher_model=TEACHER)
+    assert {p: p.read_bytes() for p in before} == before
+    verify_receipt(
+        layout.receipt_envelope(DAY1).read_bytes(),
+        signed["pub"],
+        clients=before[layout.receipt_clients(DAY1)].splitlines(),
+        estimates=before[layout.receipt_estimates(DAY1)].splitlines(),
+    )
