@@ -69,20 +69,23 @@ def describe_errors(errors: Sequence[Mapping[str, Any]], fix: str = "Fix these f
 async def read_body(request: Request, limit: int) -> bytes:
     """The request body, at most `limit` bytes (``RATCHET_MAX_BODY_BYTES``): 413 past it, read or declared."""
     declared = request.headers.get("content-length")
-    too_big = GatewayError(
-        413,
-        f"request body is larger than {limit} bytes (RATCHET_MAX_BODY_BYTES); send a shorter conversation",
-        "body_too_large",
-    )
     if declared is not None and declared.isdigit() and int(declared) > limit:
-        raise too_big
+        raise _too_big(limit)
     chunks, size = [], 0
     async for chunk in request.stream():
         size += len(chunk)
         if size > limit:
-            raise too_big
+            raise _too_big(limit)
         chunks.append(chunk)
     return b"".join(chunks)
+
+
+def _too_big(limit: int) -> GatewayError:
+    return GatewayError(
+        413,
+        f"request body is larger than {limit} bytes (RATCHET_MAX_BODY_BYTES); send a shorter conversation",
+        "body_too_large",
+    )
 
 
 def parse_chat_body(raw: bytes) -> dict:
