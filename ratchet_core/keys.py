@@ -22,6 +22,7 @@ history ever trusted (:func:`keys_ever_trusted`).
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 from dataclasses import dataclass
@@ -274,10 +275,11 @@ def key_state(conn_or_engine: Engine | Connection, roots: Any = None) -> KeyStat
     else:
         with conn_or_engine.connect() as conn:
             rows = _rows(conn)
-    # Replaying verifies one signature per row: gateways poll often, so reuse the result while nothing changed.
+    # Replaying verifies one signature per row: gateways poll often, so reuse the result while no row changed (keyed
+    # by every column of every row: an edited column must be replayed, and then it fails its signature check).
     cache_key = (
         None if root_list is None else tuple(sorted(key_id(k) for k in root_list)),
-        tuple((r.sequence, r.digest) for r in rows),
+        hashlib.sha256(repr([tuple(r) for r in rows]).encode("utf-8")).digest(),
     )
     state = _CACHE.get(cache_key)
     if state is None:

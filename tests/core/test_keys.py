@@ -150,6 +150,7 @@ def test_forged_and_tampered_history_rows_never_widen_trust(engine) -> None:
     # Editing a signed row's columns (here: who retired what) makes it fail its own signature check.
     k2 = generate_private_key()
     _rotate(engine, k1, k2)
+    assert list(K.key_state(engine).trusted) == [key_id(k2)]  # replayed (and cached) before the edit
     with engine.begin() as conn:
         conn.execute(
             trusted_keys.update().where(trusted_keys.c.sequence == 3).values(reason="nothing to see")
