@@ -1,6 +1,11 @@
 """Daily receipts: what the teacher would have cost vs what was paid, per client, committed and signed.
 
-A receipt is a DSSE envelope (Ed25519) over an in-toto Statement with ``predicateType`` = ``PREDICATE_TYPE``::
+Two formats verify here. **v2** (``PREDICATE_TYPE_V2``, what the night signs now; ``ratchet_stats.receipt_v2``)
+prices student-served requests at the teacher's prices (``ratchet_stats.teacher_equivalent``) and commits
+per-client totals in their own Merkle tree, signing no client's name or totals; :func:`verify_receipt` and
+:func:`verify_client_view` dispatch to it. **v1**, described below, is kept so old receipts still verify.
+
+A v1 receipt is a DSSE envelope (Ed25519) over an in-toto Statement with ``predicateType`` = ``PREDICATE_TYPE``::
 
     predicate = {
       "day": "YYYY-MM-DD",
