@@ -72,10 +72,9 @@ def _sigterm_as_interrupt(signum, frame):  # noqa: ARG001
 @click.option(
     "--train-epochs",
     type=click.IntRange(min=0),
-    default=1,
-    show_default=True,
-    help="Epochs a night trains (at least min_steps steps either way); 0 = lora_adapter's default. "
-    "1 keeps nights short as the training set grows.",
+    default=None,
+    help="Epochs a night trains (at least min_steps steps either way). Default: lora_adapter's (1, which "
+    "keeps nights short as the training set grows); another value is another training config.",
 )
 @click.option(
     "--train-min-steps",
@@ -101,7 +100,7 @@ def demo(
     clock_start: str,
     bursts: int,
     concurrency: int,
-    train_epochs: int,
+    train_epochs: int | None,
     train_min_steps: int | None,
     gateway_port: int,
     teacher_port: int,

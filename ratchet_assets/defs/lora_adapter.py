@@ -5,9 +5,9 @@ step does (once per training set, config and base, through the effect ledger; ve
 ``ratchet_assets.night.adapter``. The ``training_paused`` flag of the signed release manifest skips training (and
 so everything downstream) with a log line.
 
-The config's defaults are the settings the demo certifies with (``NIGHT_TRAINING``), so a run without run config
-(the UI's "Materialize all", ``dagster asset materialize --select '*'``) computes the same config hash as the
-night that trained, and reuses its adapter instead of training again.
+The config's defaults are the settings the demo certifies with (``night.adapter.NIGHT_TRAINING``), so a run
+without run config (the UI's "Materialize all", ``dagster asset materialize --select '*'``) computes the same
+config hash as the night that trained, and reuses its adapter instead of training again.
 
 Scale-out (documented path, not exercised in tests): replace ``PipesSubprocessClient`` with
 ``dagster_k8s.PipesK8sClient`` and run ``python -m ratchet_assets.night.train_job`` in the image described by
@@ -35,13 +35,14 @@ from ratchet_assets.defs.partitions import daily_partitions
 from ratchet_assets.defs.resources import ControlDB, ModelEndpoints, RatchetPaths, Signer
 from ratchet_assets.night import adapter as step
 from ratchet_assets.night.commitments import CommitmentMissing
-from ratchet_core.lora_trainer import LoraTrainConfig
+from ratchet_core.lora_trainer import LoraTrainConfig  # its fields are the config's training fields
 
-_DEFAULTS = LoraTrainConfig()
+_DEFAULTS = step.NIGHT_TRAINING
 
 
 class LoraAdapterConfig(dg.Config):
-    """Training hyper-parameters (defaults: ``ratchet_core.lora_trainer.LoraTrainConfig``) and the base model."""
+    """Training hyper-parameters and the base model. Defaults: ``night.adapter.NIGHT_TRAINING``, the settings the
+    demo certifies with (run config is only for deliberate experiments: another config is another training)."""
 
     base_model: str = ""  # local HF model folder; "" = RATCHET_STUDENT_BASE_MODEL, else the demo base
     rank: int = _DEFAULTS.rank
@@ -54,7 +55,8 @@ class LoraAdapterConfig(dg.Config):
     min_steps: int = _DEFAULTS.min_steps  # at least this many steps: small training sets run more epochs
     seed: int = _DEFAULTS.seed
     pii_surrogates: float = _DEFAULTS.pii_surrogates  # share of rows trained with made-up e-mails/phones
-    num_threads: int = 0  # 0 = torch's default; does not change the adapter, so not part of the config hash
+    # 0 = torch's default; does not change the adapter, so not part of the config hash
+    num_threads: int = _DEFAULTS.num_threads or 0
 
     def train_config(self) -> dict[str, Any]:
         names = {f.name for f in fields(LoraTrainConfig)}

@@ -3,8 +3,9 @@
 ``python -m ratchet_cli.demo.night DAY OUT.json [RUN_CONFIG_JSON]`` runs the code location's ``nightly`` job for partition DAY in
 the Dagster instance of ``$DAGSTER_HOME`` (the one `dagster dev` shows, so each night appears in the UI's runs and
 asset lineage) and writes a summary: which assets materialised (with their key metadata), which checks passed,
-which steps failed and why. RUN_CONFIG_JSON is the job's run config (the demo passes ``lora_adapter``'s
-``epochs``: see ``night_run_config``). It runs in its own process so a night never shares memory with the demo's driver and
+which steps failed and why. RUN_CONFIG_JSON is the job's run config: the demo passes none, since
+``lora_adapter``'s defaults are the training settings it certifies with (``night_run_config``: only
+``--train-epochs`` / ``--train-min-steps`` override them). It runs in its own process so a night never shares memory with the demo's driver and
 Ctrl-C can stop it by process group.
 
 ``release_tick_once``: one evaluation of release control (what Dagster's ``release_promotion_sensor`` runs each
@@ -30,8 +31,6 @@ NIGHT_JOB = "nightly"
 # The sensor's policy (ratchet_assets.defs.release_sensors._policy with NightConfig's default target 0.95).
 PROMOTE_TARGET = 0.95
 ROLLBACK_FLOOR = 0.90
-# Half the rows train with made-up e-mails/phones in place of placeholders (ratchet_core.lora_trainer docstring).
-PII_SURROGATES = 0.5
 
 
 # --- the night, in its own process -------------------------------------------------------------------------------
@@ -43,26 +42,21 @@ def _plain(value: Any) -> Any:
 
 
 def night_run_config(
-    train_epochs: int | None, train_threads: int | None = 1, train_min_steps: int | None = None
-) -> dict[str, Any]:
-    """The demo's run config for the nightly job's ``lora_adapter`` (None: the asset's default).
+    train_epochs: int | None = None, train_min_steps: int | None = None
+) -> dict[str, Any] | None:
+    """The nightly job's run config for what the demo's options override (None: nothing, the usual case).
 
-    ``epochs``: the training set grows every night (a 7-day window), so the default 4 epochs make each night
-    longer than the last; with ``epochs=1`` a night trains ``max(1 epoch, min_steps)`` steps
-    (``ratchet_core.lora_trainer``). ``num_threads``: on this machine's two cores, shared with the demo's servers,
-    one torch thread trained 10 steps in 6.9 s against 24.9 s with two (OpenMP threads spin waiting for each
-    other); it does not change the adapter and is not part of the config hash. ``min_steps``: only when given
-    (tests pass 0 to keep tiny nights short). ``pii_surrogates``: always ``PII_SURROGATES``.
+    ``lora_adapter``'s defaults (``ratchet_assets.night.adapter.NIGHT_TRAINING``: one epoch, at least min_steps
+    steps, PII surrogates, one torch thread) are the settings the demo certifies with, so the demo passes no run
+    config, and a rerun from the Dagster UI without one reuses the night's adapter. An override (tests pass
+    ``min_steps=0`` to keep tiny nights short) is another training config: the UI would train again for it.
     """
-    # The gateway sends the student real e-mails and phone numbers; the training set holds placeholders.
-    config: dict[str, Any] = {"pii_surrogates": PII_SURROGATES}
+    config: dict[str, Any] = {}
     if train_epochs:
         config["epochs"] = int(train_epochs)
-    if train_threads:
-        config["num_threads"] = int(train_threads)
     if train_min_steps is not None:
         config["min_steps"] = int(train_min_steps)
-    return {"ops": {"lora_adapter": {"config": config}}}
+    return {"ops": {"lora_adapter": {"config": config}}} if config else None
 
 
 def _run_night(day: str, run_config: dict[str, Any] | None = None) -> dict[str, Any]:

@@ -48,8 +48,8 @@ class DemoOptions:
     bursts: int = 6
     concurrency: int = 4
     stream_share: float = 0.1
-    # lora_adapter's epochs and min_steps a night (None: the asset's default); see night_run_config
-    train_epochs: int | None = 1
+    # lora_adapter's epochs and min_steps a night (None: the asset's default, what the demo certifies with)
+    train_epochs: int | None = None
     train_min_steps: int | None = None
     gateway_port: int = 8100
     teacher_port: int = 8101
@@ -374,7 +374,7 @@ class DemoRunner:
             day,
             self.base_env(),
             self.logs,
-            run_config=night_run_config(self.o.train_epochs, 1, self.o.train_min_steps),
+            run_config=night_run_config(self.o.train_epochs, self.o.train_min_steps),
         )
         self.state.days_done = sorted({*self.state.days_done, day})
         if self.state.open_day == day:

@@ -31,14 +31,17 @@ from ratchet_stats.dsse import verify_statement
 
 from .conftest import run_cli
 
-pytestmark = pytest.mark.slow
+# Real training: ~2-4 min on two idle cores, several times that when other test runs share them.
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(1800)]
 
 DAY1, DAY2 = "2026-01-01", "2026-01-02"
 UPSTREAM = [traffic, examples, golden_split, training_set]
 NIGHT2 = [lora_adapter, evaluation_certificate, bom]
 TARGET, DELTA = 0.90, 0.05
-# The training defaults (the settings that certify tickets on the demo base), without the min_steps floor.
-TRAIN_KW = {"min_steps": 0}  # exactly `epochs` (the one-epoch runs below stay one epoch)
+# The first night trains with lora_adapter's defaults (night.adapter.NIGHT_TRAINING: what the demo certifies
+# with); the short runs below train exactly one epoch, without the min_steps floor (another config: a new launch).
+TRAIN_KW: dict = {}
+ONE_EPOCH = {"epochs": 1, "min_steps": 0}
 
 
 def _run(env, day: str, assets, lora: dict | None = None, max_tokens: int = 512) -> dg.ExecuteInProcessResult:
@@ -243,7 +246,7 @@ def test_shuffled_labels_fail_certification_and_no_bom(env, tmp_path):
     commitment["rows"]["root"] = merkle.root(lines).hex()
     (folder / "commitment.json").write_text(json.dumps(commitment))
 
-    result = _run(small, DAY2, NIGHT2, lora={**TRAIN_KW, "epochs": 1}, max_tokens=32)
+    result = _run(small, DAY2, NIGHT2, lora=ONE_EPOCH, max_tokens=32)
     assert not result.success
     checks = {e.check_name: e.passed for e in result.get_asset_check_evaluations()}
     assert checks[CHECK] is False
@@ -288,7 +291,7 @@ def test_new_config_trains_v2_and_is_compared_with_the_live_version(env, first_n
     )
 
     # a half-trained model rambles: cap the answer length (labels are a few tokens)
-    _run(env, DAY1, [lora_adapter, evaluation_certificate], lora={**TRAIN_KW, "epochs": 1}, max_tokens=32)
+    _run(env, DAY1, [lora_adapter, evaluation_certificate], lora=ONE_EPOCH, max_tokens=32)
     record = json.loads((env.artifacts / "adapters" / f"day={DAY1}" / "adapter.json").read_text())
     assert record["version"].startswith("v2-") and record["version"] != live
     assert len(_effects(env.home, "training.launch")) == 2

@@ -168,3 +168,60 @@ def test_ci_command_materialises_a_partition_on_a_fresh_dagster_home(two_days: P
     assert (art / "train" / f"day={DAY1}" / "train.jsonl").exists()
     assert (art / "golden" / f"day={DAY1}" / "keys.txt").read_text().strip()
     assert (two_days / "artifacts" / "receipts" / DAY1 / "receipt.dsse.json").exists()
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(1800)  # one real training with the night's defaults (150 steps) and two evaluations
+def test_a_ui_rerun_without_run_config_reuses_the_demo_nights_adapter(home: Path, tmp_path: Path) -> None:
+    """The demo runs a night as ``python -m ratchet_cli.demo.night DAY OUT`` with no run config (lora_adapter's
+    defaults are its training settings); "Materialize all" from the UI, i.e. ``dagster asset materialize --select
+    '*'`` without run config, must then reuse that adapter: one training launch in the effect ledger."""
+    from ratchet_assets.effects import EffectLedger
+    from ratchet_assets.night.fixtures import write_day
+    from ratchet_cli.demo.night import night_run_config
+    from ratchet_core.serve import serve_in_thread
+    from ratchet_core.student_model import ensure_demo_base
+    from ratchet_gateway.student_server.app import create_app
+
+    assert night_run_config() is None  # what the demo passes with its default options
+    write_day(home / "lake", DAY1, 300, seed=5, workload="tickets", student_share=0.0)
+    dagster_home = tmp_path / "dagster_home"
+    dagster_home.mkdir()
+    base = ensure_demo_base(home / "models" / "demo-base")
+    summary_path = tmp_path / "night.json"
+    with serve_in_thread(create_app(base)) as url:
+        env = {
+            **{k: v for k, v in os.environ.items() if not k.startswith("RATCHET_") and k != "DAGSTER_HOME"},
+            "DAGSTER_HOME": str(dagster_home),
+            "RATCHET_HOME": str(home),
+            "RATCHET_STUDENT_BASE_URL": f"{url}/v1",
+            "LITELLM_LOCAL_MODEL_COST_MAP": "True",
+        }
+        night = subprocess.run(
+            [sys.executable, "-m", "ratchet_cli.demo.night", DAY1, str(summary_path)],
+            env=env, capture_output=True, text=True, timeout=1500, cwd=dagster_home,
+        )  # fmt: skip
+        summary = json.loads(summary_path.read_text())
+        assert "lora_adapter" in summary["materialised"], night.stderr[-3000:]
+        assert summary["materialised"]["lora_adapter"]["reused"] is False
+        version = summary["materialised"]["lora_adapter"]["version"]
+        certificate = (home / "artifacts" / "certificates" / f"{version}.dsse.json").read_bytes()
+        rerun = subprocess.run(
+            [str(Path(sys.executable).with_name("dagster")), "asset", "materialize", "-m",
+             "ratchet_assets.definitions", "--select", "*", "--partition", DAY1],
+            env=env, capture_output=True, text=True, timeout=1500, cwd=dagster_home,
+        )  # fmt: skip
+    why = f"night failures: {summary['failures']}; rerun: {rerun.stderr[-2000:]}"
+    ledger = EffectLedger(make_engine(f"sqlite:///{(home / 'control.db').as_posix()}"))
+    launches = ledger.list_effects(effect_type="training.launch")
+    assert [(e.status, e.attempts) for e in launches] == [("done", 1)], why
+    with dg.DagsterInstance.from_config(str(dagster_home)) as instance:
+        records = instance.fetch_materializations(dg.AssetKey("lora_adapter"), limit=10).records
+    [again] = [r for r in records if r.run_id != summary["run_id"]] or [None]
+    assert again is not None, why  # the UI-equivalent run materialised lora_adapter ...
+    meta = again.asset_materialization.metadata
+    assert meta["reused"].value is True and meta["version"].value == version  # ... by reusing the adapter
+    # The rerun succeeds exactly when the night did (a night that certifies nothing stops at the blocking check),
+    # and with the same adapter, golden rows and key its certificate is the night's, byte for byte.
+    assert (rerun.returncode == 0) == summary["success"], why
+    assert (home / "artifacts" / "certificates" / f"{version}.dsse.json").read_bytes() == certificate

@@ -60,7 +60,7 @@ def test_pii_surrogates_enter_the_config_hash():
     from ratchet_assets.defs.lora_adapter import LoraAdapterConfig
     from ratchet_stats.canonical import digest
 
-    assert LoraTrainConfig().pii_surrogates == 0.0  # off unless asked for (the demo asks for 0.5)
+    assert LoraTrainConfig().pii_surrogates == 0.0  # off unless asked for (the night's default asks for 0.5)
     assert digest(LoraAdapterConfig().train_config()) != digest(
-        LoraAdapterConfig(pii_surrogates=0.5).train_config()
+        LoraAdapterConfig(pii_surrogates=0.0).train_config()
     )
