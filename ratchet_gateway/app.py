@@ -111,6 +111,9 @@ def create_app(settings: Settings | None = None, options: GatewayOptions | None 
         docs_url=None,
         redoc_url=None,
         openapi_url=None,  # served below, with the x-ratchet-* headers every response carries
+        # FastAPI's native OpenTelemetry asks the global providers on every request (~10 us here); Ratchet's
+        # metrics are its own (/metrics)
+        telemetry={"tracing": False, "metrics": False, "logs": False},
     )
     app.state.gateway = gw
     app.state.chat = ChatHandler(gw)
