@@ -1,5 +1,6 @@
 """The training process: ``python -m ratchet_assets.night.train_job``, launched by the ``lora_adapter`` asset
-through Dagster Pipes.
+through Dagster Pipes (``night.adapter.train_adapter`` with the asset's Pipes launcher); callers without Dagster
+run the same ``run_training`` in their own process (``night.adapter.train_in_process``).
 
 Pipes hands it ``extras`` = {base_path, train_jsonl, out_dir, result_path, config (LoraTrainConfig fields)};
 it trains with ``ratchet_core.lora_trainer.train_lora``, streams progress to the Dagster UI as log lines (about 20
