@@ -5,6 +5,7 @@ import dagster as dg
 from ratchet_assets.defs.partitions import daily_partitions
 from ratchet_assets.defs.resources import ControlDB, NightConfig, RatchetPaths
 from ratchet_assets.night import markdown_table
+from ratchet_assets.night.budget import PeakRSS
 from ratchet_assets.night.erasures import load_erasures
 from ratchet_assets.night.split import split_golden
 from ratchet_stats.bounds import rows_to_certify
@@ -28,6 +29,7 @@ def golden_split(
     """Golden (held-out) example keys: once golden, always golden; Merkle root over the sorted keys."""
     day = context.partition_key
     floor = certification_floor(night)
+    rss = PeakRSS()
     r = split_golden(
         paths.artifacts_root(),
         day,
@@ -35,6 +37,7 @@ def golden_split(
         salt=night.golden_salt,
         floor=floor,
         erasures=load_erasures(control_db.engine()),
+        budget=night.budget(),
     )
     context.log.info(
         f"{day}: {r.new_keys} new keys, {r.new_golden} golden; golden to date {r.golden_size}, root {r.golden_root}"
@@ -48,6 +51,7 @@ def golden_split(
         "new_keys": dg.MetadataValue.int(r.new_keys),
         "new_golden": dg.MetadataValue.int(r.new_golden),
         "floor_per_task": dg.MetadataValue.int(floor),
+        "peak_rss_mb": dg.MetadataValue.float(round(rss.mb(), 1)),
         "by_task": dg.MetadataValue.md(
             markdown_table(
                 ["task", "golden", "topped up today"],

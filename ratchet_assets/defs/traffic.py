@@ -7,6 +7,7 @@ import dagster as dg
 from ratchet_assets.defs.partitions import daily_partitions
 from ratchet_assets.defs.resources import NightConfig, RatchetPaths
 from ratchet_assets.night import markdown_table
+from ratchet_assets.night.budget import PeakRSS
 from ratchet_assets.night.traffic import TrafficError, consolidate_traffic
 
 
@@ -21,9 +22,14 @@ def traffic(
 ) -> dg.MaterializeResult:
     """The day's gateway traffic: every sealed segment, schema-checked and deduplicated."""
     day = context.partition_key
+    rss = PeakRSS()
     try:
         r = consolidate_traffic(
-            paths.lake_root(), paths.artifacts_root(), day, grace=timedelta(minutes=night.late_grace_minutes)
+            paths.lake_root(),
+            paths.artifacts_root(),
+            day,
+            grace=timedelta(minutes=night.late_grace_minutes),
+            budget=night.budget(),
         )
     except TrafficError as exc:
         raise dg.Failure(description=str(exc)) from None
@@ -50,6 +56,7 @@ def traffic(
             "wrong_day_dropped": dg.MetadataValue.int(r.wrong_day_dropped),
             "late_segments": dg.MetadataValue.int(len(r.late_segments)),
             "tasks": dg.MetadataValue.md(preview),
+            "peak_rss_mb": dg.MetadataValue.float(round(rss.mb(), 1)),
         },
         check_results=[
             dg.AssetCheckResult(

@@ -5,6 +5,7 @@ import dagster as dg
 from ratchet_assets.defs.partitions import daily_partitions
 from ratchet_assets.defs.resources import ControlDB, NightConfig, RatchetPaths
 from ratchet_assets.night import markdown_table
+from ratchet_assets.night.budget import PeakRSS
 from ratchet_assets.night.erasures import load_erasures
 from ratchet_assets.night.training_set import TrainingSetError, build_training_set, disjoint_from_golden
 
@@ -23,12 +24,14 @@ def training_set(
 ) -> dg.MaterializeResult:
     """The night's training rows (chat fine-tuning format), never a golden key."""
     day = context.partition_key
+    rss = PeakRSS()
     try:
         r = build_training_set(
             paths.artifacts_root(),
             day,
             window_days=night.window_days,
             erasures=load_erasures(control_db.engine()),
+            budget=night.budget(),
         )
     except TrainingSetError as exc:
         raise dg.Failure(description=str(exc)) from None
@@ -41,6 +44,7 @@ def training_set(
             "rows_root": dg.MetadataValue.text(r.rows_root),
             "keys_root": dg.MetadataValue.text(r.keys_root),
             "window_days": dg.MetadataValue.int(r.window_days),
+            "peak_rss_mb": dg.MetadataValue.float(round(rss.mb(), 1)),
             "erased": dg.MetadataValue.int(r.erased),
             "by_task": dg.MetadataValue.md(
                 markdown_table(["task", "rows"], [[t, n] for t, n in sorted(r.by_task.items())])

@@ -216,6 +216,7 @@ class ExamplesPlan:
     candidates: int
     erased: int
     direct: ExamplesResult | None = None  # set when the day fitted one range and was written directly
+    peak_rss_mb: float = 0.0  # set by whoever measures it (the Dagster op)
 
 
 @dataclass
@@ -227,6 +228,7 @@ class ExamplesPart:
     rows: int
     by_task: dict[str, int] = field(default_factory=dict)
     by_source: dict[str, int] = field(default_factory=dict)
+    peak_rss_mb: float = 0.0
 
 
 _WINNER_ROWS_SQL = """
