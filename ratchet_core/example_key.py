@@ -14,7 +14,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from ratchet_core.redact import redact_messages, redact_value
+from ratchet_core.redact import redact_messages, redact_request
 from ratchet_stats.canonical import canonical_json, sha256_hex
 
 
@@ -31,20 +31,17 @@ def example_key(
 def body_example_key(body: dict[str, Any], task: str, redact: bool = True) -> str:
     """The example key of an OpenAI chat request body, from exactly what the gateway stores for it.
 
-    Messages go through the gateway's redaction; so do the tools (stored with ``tool_choice``, redacted as one
-    value); ``response_format`` is stored as sent. ``redact=False`` matches a gateway run with
-    ``RATCHET_REDACT_PII=0``. The task is the caller's: ``metadata.ratchet_task``, else the ``X-Ratchet-Task``
-    header, else ``default`` (the chat route's order).
+    The whole body goes through the gateway's redaction (``ratchet_core.redact.redact_request``, as the chat
+    route stores it): messages, tools and ``response_format`` are taken from the redacted body. ``redact=False``
+    matches a gateway run with ``RATCHET_REDACT_PII=0``. The task is the caller's: ``metadata.ratchet_task``,
+    else the ``X-Ratchet-Task`` header, else ``default`` (the chat route's order).
     """
-    messages = body.get("messages") or []
-    tools = body.get("tools") or None
     if redact:
-        messages = redact_value(messages)
-        if tools:
-            tools = (
-                redact_value({"tools": tools, "tool_choice": body.get("tool_choice")}).get("tools") or None
-            )
-    return redacted_example_key(task, messages, tools, body.get("response_format") or None)
+        body = redact_request(body).body
+    messages = body.get("messages") or []
+    return redacted_example_key(
+        task, messages, body.get("tools") or None, body.get("response_format") or None
+    )
 
 
 def redacted_example_key(

@@ -39,7 +39,13 @@ from ratchet_core.settings import Settings, load_settings
 from ratchet_gateway.chat import ChatHandler
 from ratchet_gateway.errors import GatewayError
 from ratchet_gateway.models import ChatRequest, describe_errors
-from ratchet_gateway.responses import error_response, json_response, openai_error
+from ratchet_gateway.responses import (
+    error_response,
+    json_response,
+    new_request_id,
+    openai_error,
+    ratchet_headers,
+)
 from ratchet_gateway.routers import CHAT_ROUTE, ROUTERS
 from ratchet_gateway.state import DEFAULT_STUDENT_PRICES, Gateway, GatewayOptions
 
@@ -144,10 +150,12 @@ def create_app(settings: Settings | None = None, options: GatewayOptions | None 
 
     @app.exception_handler(Exception)
     async def unexpected(request: Request, exc: Exception) -> Response:
-        log.error("unexpected error: %s", redact_text(f"{type(exc).__name__}: {exc}"))
-        return openai_error(
-            500, "internal gateway error; retry, and report it with the request id if it persists"
+        rid = new_request_id()  # logged with the cause, and the id the client is told to report
+        log.error("request %s: unexpected error: %s", rid, redact_text(f"{type(exc).__name__}: {exc}"))
+        err = GatewayError(
+            500, f"internal gateway error; retry, and report it with the request id {rid} if it persists"
         )
+        return error_response(err, ratchet_headers(rid))
 
     return app
 

@@ -22,7 +22,7 @@ from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
 
 from ratchet_core.confidence import answer_confidence
-from ratchet_core.redact import redact_value_with_mapping, restore_text
+from ratchet_core.redact import redact_request, redact_text, restore_text
 from ratchet_core.routing import pairs, route
 from ratchet_core.schema import pair_row, request_row
 from ratchet_gateway import answer_guard
@@ -38,7 +38,8 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("ratchet.gateway")
 _SORTED = orjson.OPT_SORT_KEYS
-_PARAM_KEYS = ("temperature", "top_p", "max_tokens", "max_completion_tokens", "stop", "seed", "user", "n")
+# request fields stored in columns of their own; every other one is stored (redacted) in ``params``
+_OWN_COLUMNS = frozenset({"model", "messages", "tools", "tool_choice", "response_format", "stream"})
 
 
 def _cj(obj: Any) -> str:
@@ -104,6 +105,34 @@ def _restore_answer(resp: dict, mapping: dict[str, str]) -> None:
                 fn["arguments"] = restore_text(fn["arguments"], escaped)
 
 
+def _unexpected(exc: Exception) -> GatewayError:
+    """The 500 for a bug (``_log_5xx`` logs it with its traceback and the request id)."""
+    err = GatewayError(
+        500,
+        "internal gateway error; retry, and report it with the request id if it persists",
+        "internal_error",
+    )
+    err.__cause__ = exc
+    return err
+
+
+def _log_5xx(rid: str, err: GatewayError) -> None:
+    """Every 5xx answer is logged with its request id and its cause (redacted), so the id a client reports
+    finds the log line; a bug (``internal_error``) with its traceback."""
+    cause = err.__cause__
+    why = redact_text(f" (cause: {type(cause).__name__}: {cause})") if cause is not None else ""
+    log.log(
+        logging.ERROR if err.code == "internal_error" else logging.WARNING,
+        "request %s: %d %s: %s%s",
+        rid,
+        err.status,
+        err.code or err.type,
+        redact_text(err.message),
+        why,
+        exc_info=cause if err.code == "internal_error" else None,
+    )
+
+
 class ChatHandler:
     """One per app (``app.state.chat``); called with the raw request, answers it (errors in OpenAI's shape)."""
 
@@ -160,8 +189,10 @@ class ChatHandler:
             if req.stream:
                 return await self._stream(ctx)
             return await self._complete(ctx)
-        except GatewayError as err:
+        except Exception as exc:
+            err = exc if isinstance(exc, GatewayError) else _unexpected(exc)
             if err.status >= 500:
+                _log_5xx(rid, err)
                 err.message = f"{err.message} (request id {rid})"
             gw.metrics.errors.labels(err.type).inc()
             gw.metrics.requests.labels(headers["x-ratchet-served-by"], str(err.status)).inc()
@@ -303,6 +334,8 @@ class ChatHandler:
                 if not isinstance(exc, aiohttp.ClientError | TimeoutError):
                     log.exception("request %s: the stream relay failed", ctx.rid)
                 err = GatewayError(502, "the model stream broke; retry", "upstream_stream_broken")
+                err.__cause__ = exc
+            _log_5xx(ctx.rid, err)
             if not done:
                 ctx.error = err
                 self.gw.metrics.upstream_faults.labels("teacher", err.code or "").inc()
@@ -399,28 +432,32 @@ class ChatHandler:
 
     # PII and the student -------------------------------------------------------------------------------------
     def _student_body(self, ctx: _Ctx) -> dict:
-        """The body the STUDENT gets: with PII redaction on, messages (tool-call arguments included) and tools
-        redacted exactly as the ledger stores them (the student was trained and certified on placeholders);
-        ``ctx.pii_map`` keeps placeholder -> original for :func:`_restore_answer`. The teacher gets ``ctx.body``."""
+        """The body the STUDENT gets and the ledger stores: with PII redaction on, the whole body through
+        ``ratchet_core.redact.redact_request`` (messages, names, tools, response_format schemas, user, stop,
+        metadata and every other parameter; the student was trained and certified on placeholders), computed once
+        per request; ``ctx.pii_map`` keeps placeholder -> original for :func:`_restore_answer`. The teacher gets
+        ``ctx.body``."""
         if ctx.student_body is None:
-            body = ctx.body
             if self.gw.settings.redact_pii:
-                red, mapping = redact_value_with_mapping(
-                    {"messages": body.get("messages") or [], "tools": body.get("tools")}
-                )
-                ctx.red_messages = red["messages"]
-                body = {**body, "messages": red["messages"]}
-                if body.get("tools") is not None:
-                    body["tools"] = red["tools"]
-                ctx.pii_map = mapping
-            ctx.student_body = body
+                ctx.student_body, ctx.pii_map = redact_request(ctx.body)
+            else:
+                ctx.student_body = ctx.body
+            ctx.red_messages = ctx.student_body.get("messages") or []
         return ctx.student_body
 
     def _red_messages(self, ctx: _Ctx) -> Any:
         """The messages as the ledger stores them (computed once per request)."""
         if ctx.red_messages is None:
-            ctx.red_messages = self.gw.redact(ctx.body.get("messages") or [])
+            self._student_body(ctx)
         return ctx.red_messages
+
+    def _red_fields(self, ctx: _Ctx) -> tuple[str, str, str]:
+        """(tools, response_format, params) columns of a row: from the redacted body (``_student_body``); params
+        are every request parameter without a column of its own."""
+        rb = self._student_body(ctx)
+        tools = _cj({"tools": rb.get("tools"), "tool_choice": rb.get("tool_choice")}) if ctx.req.tools else ""
+        rf = _cj(rb["response_format"]) if ctx.req.response_format else ""
+        return tools, rf, _cj({k: v for k, v in rb.items() if k not in _OWN_COLUMNS})
 
     # ledger ------------------------------------------------------------------------------------------------
     def _row(
@@ -434,8 +471,7 @@ class ChatHandler:
         # a cascade paid for both answers
         actual = ctx.student_cost if ctx.served_by == "student" else teacher_cost + (ctx.student_cost or 0.0)
         latency = (time.perf_counter() - ctx.t0) * 1000
-        tools = {"tools": ctx.req.tools, "tool_choice": ctx.req.tool_choice} if ctx.req.tools else None
-        params = {k: ctx.body[k] for k in _PARAM_KEYS if k in ctx.body}
+        tools, response_format, params = self._red_fields(ctx)
         content = msg.get("content")
         tool_calls = msg.get("tool_calls")
         err = err or ctx.error
@@ -451,9 +487,9 @@ class ChatHandler:
             served_by=ctx.served_by,
             stream=ctx.req.stream,
             messages=_cj(self._red_messages(ctx)),
-            tools=_cj(red(tools)) if tools else "",
-            response_format=_cj(ctx.req.response_format) if ctx.req.response_format else "",
-            params=_cj(params),
+            tools=tools,
+            response_format=response_format,
+            params=params,
             answer=red(content) if isinstance(content, str) else "",
             tool_calls=_cj(red(tool_calls)) if tool_calls else "",
             finish_reason="error" if err else finish,
@@ -616,7 +652,7 @@ class ChatHandler:
             served_by="student" if role == "shadow" else "teacher",
             stream=ctx.req.stream,
             messages=_cj(self._red_messages(ctx)),
-            response_format=_cj(ctx.req.response_format) if ctx.req.response_format else "",
+            response_format=self._red_fields(ctx)[1],
             answer=red(msg.get("content")) if isinstance(msg.get("content"), str) else "",
             tool_calls=_cj(red(msg.get("tool_calls"))) if msg.get("tool_calls") else "",
             finish_reason="error" if error else finish,

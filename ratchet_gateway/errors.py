@@ -29,9 +29,17 @@ def error_type(status: int) -> str:
 class GatewayError(Exception):
     """An error the gateway answers with; ``status`` is the HTTP status returned to the client."""
 
-    def __init__(self, status: int, message: str, code: str | None = None, type_: str | None = None):
+    def __init__(
+        self,
+        status: int,
+        message: str,
+        code: str | None = None,
+        type_: str | None = None,
+        param: str | None = None,
+    ):
         super().__init__(message)
         self.status = status
         self.message = message
         self.code = code
         self.type = type_ or error_type(status)
+        self.param = param  # OpenAI's ``param``: the request field at fault, when one is

@@ -2,8 +2,14 @@
 chat body is read (size-limited), parsed and validated -- the same for the chat route and the proof route.
 
 Unknown top-level fields are passed through to the upstream unchanged (``extra="allow"``): OpenAI adds
-parameters often and a gateway that rejects them breaks clients. Types of the fields Ratchet reads are checked,
-and a wrong one is a 400 that names the field.
+parameters often and a gateway that rejects them breaks clients. Types of the fields Ratchet reads are checked
+strictly, as OpenAI checks them (``ratchet_core.input_rules``: ``max_tokens: true``, ``stream: "yes"``,
+``seed: false``, ``temperature: "0.5"`` are rejected), and a wrong one is a 400 that names the field.
+
+Before parsing, a body nested deeper than ``input_rules.MAX_NESTING_DEPTH`` is a 400; the task
+(``metadata.ratchet_task``, else the ``X-Ratchet-Task`` header decoded as UTF-8, else ``default``) must be a
+valid task name (``input_rules.TASK_NAME_PATTERN``: 1-64 of ``A-Za-z0-9._-``) or the request is a 400: it is
+never stored, logged or forwarded upstream unvalidated.
 """
 
 from __future__ import annotations
@@ -15,6 +21,15 @@ import orjson
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from starlette.requests import Request
 
+from ratchet_core.input_rules import (
+    InputRuleError,
+    Number,
+    StrictBool,
+    StrictInt,
+    StrictStr,
+    check_nesting,
+    resolve_task,
+)
 from ratchet_gateway.errors import GatewayError
 
 
@@ -22,30 +37,31 @@ class ChatMessage(BaseModel):
     model_config = ConfigDict(extra="allow")
 
     role: Literal["system", "developer", "user", "assistant", "tool", "function"]
-    content: str | list[dict[str, Any]] | None = None
+    content: StrictStr | list[dict[str, Any]] | None = None
 
 
 class ChatRequest(BaseModel):
     model_config = ConfigDict(extra="allow")
 
-    model: str = Field(min_length=1)
+    model: StrictStr = Field(min_length=1)
     messages: list[ChatMessage] = Field(min_length=1)
-    stream: bool = False
+    stream: StrictBool = False
     stream_options: dict[str, Any] | None = None
     tools: list[dict[str, Any]] | None = None
-    tool_choice: str | dict[str, Any] | None = None
+    tool_choice: StrictStr | dict[str, Any] | None = None
     response_format: dict[str, Any] | None = None
-    logprobs: bool | None = None
-    top_logprobs: int | None = Field(None, ge=0, le=20)
-    temperature: float | None = Field(None, ge=0, le=2)
-    top_p: float | None = Field(None, ge=0, le=1)
-    max_tokens: int | None = Field(None, ge=1)
-    max_completion_tokens: int | None = Field(None, ge=1)
-    stop: str | list[str] | None = None
-    seed: int | None = None
-    user: str | None = None
-    n: int | None = Field(None, ge=1, le=1)
-    metadata: dict[str, str] | None = None
+    logprobs: StrictBool | None = None
+    top_logprobs: StrictInt | None = Field(None, ge=0, le=20)
+    temperature: Number | None = Field(None, ge=0, le=2)
+    top_p: Number | None = Field(None, ge=0, le=1)
+    max_tokens: StrictInt | None = Field(None, ge=1)
+    max_completion_tokens: StrictInt | None = Field(None, ge=1)
+    stop: StrictStr | list[StrictStr] | None = None
+    seed: StrictInt | None = None
+    user: StrictStr | None = None
+    n: StrictInt | None = Field(None, ge=1, le=1)
+    parallel_tool_calls: StrictBool | None = None
+    metadata: dict[StrictStr, StrictStr] | None = None
 
 
 def describe_validation_error(exc: ValidationError) -> str:
@@ -89,7 +105,11 @@ def _too_big(limit: int) -> GatewayError:
 
 
 def parse_chat_body(raw: bytes) -> dict:
-    """The body as a JSON object (orjson), or a 400 that says what is wrong with it."""
+    """The body as a JSON object (orjson), or a 400 that says what is wrong with it (nesting depth first)."""
+    try:
+        check_nesting(raw)
+    except InputRuleError as exc:
+        raise input_rule_error(exc) from None
     try:
         body = orjson.loads(raw)
     except orjson.JSONDecodeError as exc:
@@ -111,9 +131,20 @@ def validate_chat_body(body: dict) -> ChatRequest:
     try:
         return ChatRequest.model_validate(body)
     except ValidationError as exc:
-        raise GatewayError(400, describe_validation_error(exc), "invalid_request") from exc
+        loc = exc.errors()[0].get("loc") or ()
+        param = ".".join(str(p) for p in loc) or None
+        raise GatewayError(400, describe_validation_error(exc), "invalid_request", param=param) from exc
+
+
+def input_rule_error(exc: InputRuleError) -> GatewayError:
+    """The 400 (OpenAI's shape, with ``param``) for a broken input rule."""
+    return GatewayError(400, exc.message, exc.code, param=exc.param)
 
 
 def task_of(req: ChatRequest, header: str | None) -> str:
-    """The request's task: ``metadata.ratchet_task``, else the ``X-Ratchet-Task`` header, else ``default``."""
-    return (req.metadata or {}).get("ratchet_task") or header or "default"
+    """The request's task: ``metadata.ratchet_task``, else the ``X-Ratchet-Task`` header (UTF-8), else
+    ``default``; a 400 when the one used is not a valid task name (``ratchet_core.input_rules``)."""
+    try:
+        return resolve_task(req.metadata, header)
+    except InputRuleError as exc:
+        raise input_rule_error(exc) from None

@@ -38,14 +38,16 @@ def ratchet_headers(request_id: str | None = None) -> dict[str, str]:
     }
 
 
-def error_body(status: int, message: str, type_: str | None = None, code: str | None = None) -> bytes:
+def error_body(
+    status: int, message: str, type_: str | None = None, code: str | None = None, param: str | None = None
+) -> bytes:
     """OpenAI's error document (the message redacted)."""
     return orjson.dumps(
         {
             "error": {
                 "message": redact_text(message),
                 "type": type_ or error_type(status),
-                "param": None,
+                "param": param,
                 "code": code,
             }
         }
@@ -59,7 +61,7 @@ def error_event(err: GatewayError) -> bytes:
 
 def error_response(err: GatewayError, headers: dict[str, str] | None = None) -> Response:
     return Response(
-        error_body(err.status, err.message, err.type, err.code),
+        error_body(err.status, err.message, err.type, err.code, err.param),
         status_code=err.status,
         media_type="application/json",
         headers=headers or ratchet_headers(),
