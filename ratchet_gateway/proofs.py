@@ -4,7 +4,10 @@ The example keys and the key trees behind the proof routes (``ratchet_gateway.ro
 key, like every route; errors in OpenAI's shape):
 
 - ``POST /ratchet/proofs/{version}`` with the chat body the client sent to ``/v1/chat/completions`` (task from
-  ``metadata.ratchet_task``, else the ``X-Ratchet-Task`` header, else ``default``, as the chat route decides);
+  ``metadata.ratchet_task``, else the ``X-Ratchet-Task`` header, else ``default``, as the chat route decides):
+  answered only when the calling client itself sent a request with that example key (:func:`client_sent`: this
+  replica's ledger, then the sealed segments of every replica in the lake); any other body is a 404 exactly like
+  an unknown request id, so a client cannot test guesses about other clients' requests;
 - ``GET /ratchet/proofs/{version}/{request_id}``: the same for a request this replica's ledger holds, found by its
   ``x-ratchet-request-id``; only the calling client's own requests (another client's is a 404 exactly like a
   missing one). With several gateway workers a request lives in one worker's ledger: on a 404, POST the body;
@@ -39,7 +42,11 @@ from collections import OrderedDict
 from pathlib import Path
 from typing import Any
 
+import orjson
+
 from ratchet_core.example_key import body_example_key, redacted_example_key, split_tools_column
+from ratchet_core.lake import Lake
+from ratchet_core.redact import redact_request
 from ratchet_gateway.ledger import Ledger
 
 _VERSION = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$")
@@ -54,6 +61,45 @@ def valid_version(version: str) -> bool:
 def key_of_request(body: dict[str, Any], task: str, redact: bool) -> str:
     """The example key of a chat body, from the values the chat route writes to the ledger (see module doc)."""
     return body_example_key(body, task, redact=redact)
+
+
+def stored_messages(body: dict[str, Any], redact: bool) -> str:
+    """The ``messages`` column text the chat route stores for `body` (redacted, compact JSON, sorted keys)."""
+    messages = (redact_request(body).body if redact else body).get("messages") or []
+    return orjson.dumps(messages, option=orjson.OPT_SORT_KEYS).decode()
+
+
+_OWN_ROWS = (
+    "SELECT task, messages, tools, response_format FROM {src} "
+    "WHERE kind = 'request' AND client = ? AND task = ? AND messages = ?"
+)
+
+
+def client_sent(ledger: Ledger, client: str, task: str, messages: str, key: str) -> bool:
+    """Whether `client` sent a request whose example key is `key` (`messages` is its stored messages text, the
+    index into the rows): this replica's ledger first, then every sealed segment in the lake (other replicas,
+    rows of earlier days). The key is recomputed from each candidate row's stored columns."""
+    params = [client, task, messages]
+    con = ledger._con
+    if con is not None:
+        cur = con.cursor()
+        try:
+            rows = cur.execute(_OWN_ROWS.format(src="ledger"), params).fetchall()
+        finally:
+            cur.close()
+        if any(key_of_row(*r) == key for r in rows):
+            return True
+    lake = Lake(ledger.lake_root)
+    paths = [lake.duckdb_path(seg.rel) for day in lake.days() for seg in lake.segments(day)]
+    if not paths:
+        return False
+    import duckdb
+
+    with duckdb.connect() as db:
+        lake.attach(db)
+        src = "read_parquet(?, union_by_name = true)"
+        rows = db.execute(_OWN_ROWS.format(src=src), [paths, *params]).fetchall()
+    return any(key_of_row(*r) == key for r in rows)
 
 
 def key_of_row(task: str, messages: str, tools: str, response_format: str) -> str:

@@ -1,6 +1,7 @@
 """Training-set proofs for clients (``ratchet_gateway.proofs`` says how keys and proofs are made):
 
-- ``POST /ratchet/proofs/{version}`` with the chat body the client sent to ``/v1/chat/completions``;
+- ``POST /ratchet/proofs/{version}`` with the chat body the client sent to ``/v1/chat/completions``: only for a
+  body the caller itself sent (a 404 like an unknown request otherwise);
 - ``GET /ratchet/proofs/{version}/{request_id}``: for a request this replica's ledger holds, the caller's own only
   (another client's is a 404 exactly like a missing one);
 - ``GET /ratchet/boms/{version}``: the signed BOM envelope the proof is checked against.
@@ -20,7 +21,14 @@ from starlette.responses import Response
 from ratchet_gateway.deps import ClientDep, GatewayDep
 from ratchet_gateway.errors import GatewayError
 from ratchet_gateway.models import parse_chat_body, read_body, task_of, validate_chat_body
-from ratchet_gateway.proofs import find_request_row, key_of_request, key_of_row, valid_version
+from ratchet_gateway.proofs import (
+    client_sent,
+    find_request_row,
+    key_of_request,
+    key_of_row,
+    stored_messages,
+    valid_version,
+)
 from ratchet_gateway.responses import error_docs, json_response, ratchet_headers
 from ratchet_gateway.state import Gateway
 
@@ -59,10 +67,26 @@ def _no_bom(version: str) -> GatewayError:
     )
 
 
-async def _prove(gw: Gateway, version: str, key: str) -> Response:
+def _not_yours(version: str) -> GatewayError:
+    """The one 404 for a request the caller did not send: absent, another client's, or a body never sent (the
+    same answer for all, so it reveals nothing about other clients' requests)."""
+    return GatewayError(
+        404,
+        "no request of yours with this id or body in this gateway's ledger; send the exact body you sent to "
+        f"/v1/chat/completions (POST /ratchet/proofs/{version}) or an x-ratchet-request-id of yours",
+        "request_not_found",
+    )
+
+
+def _bom_files(gw: Gateway, version: str):
     train_keys = gw.artifacts.bom_train_keys(version)
     if not gw.artifacts.bom(version).is_file() or not train_keys.is_file():
         raise _no_bom(version)
+    return train_keys
+
+
+async def _prove(gw: Gateway, version: str, key: str) -> Response:
+    train_keys = _bom_files(gw, version)
     try:
         tree = await asyncio.to_thread(gw.key_trees.get, train_keys)
     except (OSError, UnicodeDecodeError, ValueError) as exc:
@@ -90,7 +114,14 @@ async def proof_for_body(version: Version, request: Request, gw: GatewayDep, cli
         err.message += " (send the same body you sent to /v1/chat/completions)"
         raise
     task = task_of(req, request.headers.get("x-ratchet-task"))
-    key = await asyncio.to_thread(key_of_request, body, task, gw.settings.redact_pii)
+    redact = gw.settings.redact_pii
+    key = await asyncio.to_thread(key_of_request, body, task, redact)
+    _bom_files(
+        gw, version
+    )  # a version without a BOM says so whatever the body (it tells nothing about requests)
+    messages = await asyncio.to_thread(stored_messages, body, redact)
+    if not await asyncio.to_thread(client_sent, gw.ledger, client, task, messages, key):
+        raise _not_yours(version)
     return await _prove(gw, version, key)
 
 
@@ -107,12 +138,7 @@ async def proof_for_request(
         raise GatewayError(400, "request_id must be an x-ratchet-request-id value")
     row = await asyncio.to_thread(find_request_row, gw.ledger, request_id)
     if row is None or row[0] != client:
-        raise GatewayError(
-            404,
-            f"no request {request_id} of yours in this gateway replica's ledger; POST the request body to "
-            f"/ratchet/proofs/{version} instead",
-            "request_not_found",
-        )
+        raise _not_yours(version)
     return await _prove(gw, version, key_of_row(*row[1:]))
 
 

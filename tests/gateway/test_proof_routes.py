@@ -44,6 +44,7 @@ class World:
     trained: list[Sent]
     absent: list[Sent]
     other_client: Sent
+    lake_root: str
 
 
 def _bodies() -> list[tuple[dict, dict]]:
@@ -181,6 +182,7 @@ def world(tmp_path_factory, teacher_url):
             trained,
             absent,
             Sent(other_body, {}, other_rid, keys[other_rid]),
+            str(g.settings.lake_root),
         )
 
 
@@ -236,11 +238,46 @@ def test_untrained_requests_get_non_membership_proofs_that_verify(world, tmp_pat
         assert res.returncode == 0, res.stdout + res.stderr
 
 
-def test_the_task_is_part_of_the_key(world):
+def _not_found(r: httpx.Response) -> dict:
+    assert r.status_code == 404, r.text
+    err = r.json()["error"]
+    assert err["code"] == "request_not_found"
+    return err
+
+
+def test_proofs_only_for_bodies_the_caller_sent(world):
+    """A body this client never sent (another task, another client's, an edited one) is the same 404 as an
+    unknown request id: the route cannot be used to test guesses about other clients' requests."""
     sent = world.trained[0]
-    body = {**sent.body, "metadata": {"ratchet_task": "some-other-task"}}
-    proof = _post(world, Sent(body, {}, "", "")).json()
-    assert proof["key"] != sent.night_key and proof["kind"] == "non-membership"
+    other_task = _post(
+        world, Sent({**sent.body, "metadata": {"ratchet_task": "some-other-task"}}, {}, "", "")
+    )
+    edited = copy.deepcopy(sent.body)
+    edited["messages"][-1]["content"] += " (edited)"
+    theirs = _post(world, world.other_client)  # app1 asks about app2's request
+    unknown = httpx.get(f"{world.url}/ratchet/proofs/{VERSION}/req_doesnotexist", headers=AUTH, timeout=20)
+    errors = [
+        _not_found(r) for r in (other_task, _post(world, Sent(edited, sent.headers, "", "")), theirs, unknown)
+    ]
+    assert all(e == errors[0] for e in errors)  # one answer for all
+    mine = _post(world, world.other_client, headers={"Authorization": f"Bearer {OTHER_KEY}"})
+    assert mine.status_code == 200 and mine.json()["key"] == world.other_client.night_key
+
+
+def test_ownership_is_found_in_the_lake_too(world):
+    """Rows another replica sealed (this replica's ledger does not hold them) still count as the client's own."""
+    from ratchet_gateway.proofs import client_sent, stored_messages
+
+    class NoLocalLedger:  # a replica that holds none of these rows: only the lake can answer
+        _con = None
+        lake_root = world.lake_root
+
+    for sent in world.trained[:2]:
+        task = (sent.body.get("metadata") or {}).get("ratchet_task") or sent.headers["X-Ratchet-Task"]
+        messages = stored_messages(sent.body, True)
+        assert client_sent(NoLocalLedger(), "app1", task, messages, sent.night_key)
+        assert not client_sent(NoLocalLedger(), "app2", task, messages, sent.night_key)
+        assert not client_sent(NoLocalLedger(), "app1", task, messages, "0" * 64)
 
 
 def test_forged_proofs_fail(world, tmp_path):
