@@ -11,8 +11,10 @@ it from here:
 - ``trusted_keys``: the signed history of the keys gateways trust (``ratchet_core.keys``);
 - ``versions``, ``release_audit_log``, ``release_state``, ``failed_nights``: release control
   (``ratchet_assets.release.registry``);
-- ``effects``: the effect ledger (``ratchet_assets.effects``);
-- ``erasures``: forgotten examples (``ratchet_assets.night.erasures``);
+- ``effects``, ``effect_policies``, ``effect_approvals``, ``effect_spend``: the effect gate
+  (``ratchet_assets.effects``);
+- ``erasures``: forgotten examples (``ratchet_assets.night.erasures``); ``erasure_log``: the signed log of
+  erasures (``ratchet_assets.governance.erase``);
 - ``gateway_safety_events``: a gateway's narrowing switches (``ratchet_gateway.safety``);
 - ``ratchet_schema``: one row, the schema version (:data:`SCHEMA_VERSION`).
 """
@@ -175,6 +177,64 @@ erasures = sa.Table(
     sa.Column("at", sa.String(40), nullable=False),
 )
 
+# The signed erasure log (ratchet_assets.governance.erase): who, why, scope (user and text as SHA-256), counts per
+# store, when; `envelope` is the DSSE envelope over the same fields.
+erasure_log = sa.Table(
+    "erasure_log",
+    metadata,
+    sa.Column("id", sa.Integer, primary_key=True, autoincrement=True),
+    sa.Column("at", sa.String(40), nullable=False),
+    sa.Column("actor", sa.String(200), nullable=False),
+    sa.Column("reason", sa.Text, nullable=False),
+    sa.Column("scope", sa.Text, nullable=False),
+    sa.Column("counts", sa.Text, nullable=False),
+    sa.Column("envelope", sa.Text, nullable=False),
+)
+
+# The effect gate's rules and decisions (ratchet_assets.effects): per effect type its indeterminate policy,
+# whether it needs approval, max_attempts and a spend cap per window; one approval per effect; spend reserved
+# per execute (state reserved -> spent on report with the actual cost).
+effect_policies = sa.Table(
+    "effect_policies",
+    metadata,
+    sa.Column("effect_type", sa.String(64), primary_key=True),
+    sa.Column("policy", sa.String(16), nullable=True),
+    sa.Column("approval_required", sa.Boolean, nullable=False),
+    sa.Column("max_attempts", sa.Integer, nullable=True),
+    sa.Column("cap_usd", sa.Float, nullable=True),
+    sa.Column("cap_window_seconds", sa.Integer, nullable=True),
+    sa.Column("actor", sa.String(200), nullable=False),
+    sa.Column("reason", sa.Text, nullable=False),
+    sa.Column("updated_at", sa.String(40), nullable=False),
+)
+
+effect_approvals = sa.Table(
+    "effect_approvals",
+    metadata,
+    sa.Column("effect_type", sa.String(64), primary_key=True),
+    sa.Column("key", sa.String(512), primary_key=True),
+    sa.Column("fingerprint", sa.String(128), nullable=False),
+    sa.Column("state", sa.String(16), nullable=False),  # pending | granted | denied
+    sa.Column("summary", sa.Text, nullable=False),
+    sa.Column("requested_by", sa.String(200), nullable=False),
+    sa.Column("requested_at", sa.String(40), nullable=False),
+    sa.Column("decided_by", sa.String(200), nullable=True),
+    sa.Column("decided_at", sa.String(40), nullable=True),
+    sa.Column("reason", sa.Text, nullable=True),
+)
+
+effect_spend = sa.Table(
+    "effect_spend",
+    metadata,
+    sa.Column("id", sa.Integer, primary_key=True, autoincrement=True),
+    sa.Column("effect_type", sa.String(64), nullable=False, index=True),
+    sa.Column("key", sa.String(512), nullable=False),
+    sa.Column("token", sa.String(64), nullable=False, index=True),
+    sa.Column("usd", sa.Float, nullable=False),
+    sa.Column("state", sa.String(16), nullable=False),  # reserved | spent
+    sa.Column("at", sa.String(40), nullable=False),
+)
+
 # A gateway's safety-only switches (ratchet_gateway.safety): they only ever narrow what the student serves.
 gateway_safety_events = sa.Table(
     "gateway_safety_events",
@@ -199,7 +259,9 @@ ratchet_schema = sa.Table(
 
 # Version 1: the tables as the first release created them (in five modules, no version row).
 # Version 2: one schema; `trusted_keys` added.
-SCHEMA_VERSION = 2
+# Version 3: `erasure_log` added (create_all adds it; no step).
+# Version 4: `effect_policies`, `effect_approvals`, `effect_spend` added (the effect gate; no step).
+SCHEMA_VERSION = 4
 
 # Steps `create_all` cannot do (new columns on existing tables, data moves): MIGRATIONS[v] takes a database at
 # version v - 1 to v, inside the schema transaction. New tables need no step: `create_all` adds them.

@@ -102,6 +102,11 @@ LEDGER_COLUMNS: list[tuple[str, pa.DataType, str]] = [
 # Columns added after version 1, with the version that added them (older rows and ledger files lack them).
 ADDED_COLUMNS = {"teacher_prompt_tokens": 2, "contract_violation": 3}
 
+# What a row says (the prompt, the answer and what the client sent with them): an erasure blanks these to '' and
+# keeps every other column, so the row's receipt leaf (RECEIPT_LEAF_FIELDS, none of these) and hash stay
+# (ratchet_assets.governance.erase).
+CONTENT_COLUMNS = ("messages", "tools", "response_format", "params", "answer", "tool_calls", "error")
+
 LEDGER_SCHEMA = pa.schema([pa.field(name, typ, nullable=True) for name, typ, _ in LEDGER_COLUMNS])
 COLUMN_NAMES = [name for name, _, _ in LEDGER_COLUMNS]
 

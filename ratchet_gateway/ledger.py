@@ -25,6 +25,12 @@ Restart: rows of the journal with ``seq`` > max(seq) in DuckDB are loaded (idemp
 tail record (crash mid-write, never acknowledged) ends the replay. The journal is truncated once every row in it
 is in DuckDB and it is larger than ``journal_max_bytes``.
 
+Erasures (``ratchet erase``): the control plane records the erased request ids in the control DB; each replica
+applies them to the files it alone owns (DESIGN §1) from its loader thread, polling ``erasures`` every
+``erasure_poll_s``: journal records are rewritten in place with the content columns blanked
+(:func:`scrub_journal`), the DuckDB rows blanked and the database copied into a fresh file renamed over the old
+one (:func:`scrub_duckdb`), so no freed block keeps the text. Rows sealed later are sealed blanked.
+
 Replica identity must survive a crash so the restarted process replays the right journal: a process takes the
 first free slot ``<base>-<i>`` by ``flock`` on ``<ledger dir>/<base>-<i>.lock`` (the kernel releases it when the
 process dies), so ``--workers 2`` gives ``host-0`` and ``host-1`` and a restart takes them back.
@@ -50,7 +56,7 @@ import orjson
 
 from ratchet_core.clock import now as clock_now
 from ratchet_core.lake import SEALED_AT, Lake, parse_segment_relpath, segment_relpath
-from ratchet_core.schema import COLUMN_NAMES, LEDGER_SCHEMA, duckdb_ddl
+from ratchet_core.schema import COLUMN_NAMES, CONTENT_COLUMNS, LEDGER_SCHEMA, duckdb_ddl
 
 _HEADER = struct.Struct("<II")
 
@@ -96,6 +102,8 @@ class Ledger:
         load_interval: float = 0.2,
         journal_max_bytes: int = 64 * 1024 * 1024,
         on_commit: Callable[[float, int], None] | None = None,
+        erasures: Callable[[], Any] | None = None,
+        erasure_poll_s: float = 5.0,
     ):
         self.ledger_dir = Path(ledger_dir)
         self.lake_root = str(lake_root)
@@ -130,6 +138,12 @@ class Ledger:
         self._lock_fd = -1
         self._con = None
         self._threads: list[threading.Thread] = []
+        # Erasures recorded in the control DB (``erasures`` returns every erased request id), applied by the loader.
+        self._erasures = erasures
+        self.erasure_poll_s = erasure_poll_s
+        self._last_erasure_poll = 0.0
+        self._erased: set[str] = set()
+        self._erasure_done = threading.Condition()
 
     # lifecycle ---------------------------------------------------------------------------------------------
     def open(self) -> None:
@@ -150,6 +164,8 @@ class Ledger:
         self._con = duckdb.connect(str(self.ledger_dir / f"{self.replica}.duckdb"))
         self._sql(duckdb_ddl("ledger"))
         self._sql("CREATE TABLE IF NOT EXISTS seal_state (id INTEGER PRIMARY KEY, sealed_seq BIGINT)")
+        self._sql("CREATE TABLE IF NOT EXISTS erased_requests (request_id VARCHAR PRIMARY KEY)")
+        self._erased = {r[0] for r in self._sql("SELECT request_id FROM erased_requests")}
         self._loaded_seq = int(self._sql("SELECT coalesce(max(seq), 0) FROM ledger")[0][0])
         rows = self._sql("SELECT sealed_seq FROM seal_state WHERE id = 1")
         self._sealed_seq = int(rows[0][0]) if rows else 0
@@ -265,6 +281,11 @@ class Ledger:
         while not self._loader_stop.wait(self.load_interval):
             try:
                 self._load_pending()
+                if (
+                    self._erasures is not None
+                    and time.monotonic() - self._last_erasure_poll >= self.erasure_poll_s
+                ):
+                    self._apply_erasures()
                 if self._seal_request.is_set() or time.monotonic() - self._last_seal >= self.segment_seconds:
                     self._seal_request.clear()
                     self._seal()
@@ -281,6 +302,8 @@ class Ledger:
             self._insert(rows)
 
     def _insert(self, rows: list[dict[str, Any]]) -> None:
+        if self._erased:  # a row journaled while its erasure was applied: load it blanked
+            rows = [_blank(r) if r.get("request_id") in self._erased else r for r in rows]
         table = rows_to_arrow(rows)
         self._con.register("incoming", table)
         try:
@@ -348,6 +371,30 @@ class Ledger:
                 self._seal_request.set()
                 self._seal_done.wait(remaining)
 
+    # erasures (recorded by ratchet_assets.governance.erase; this replica applies them to its own files) ------------
+    def _apply_erasures(self) -> None:
+        """Blank the content of newly erased requests' rows in this replica's journal and DuckDB file, and rewrite
+        the DuckDB file so no freed block keeps the old text (loader thread only: it alone uses the connection)."""
+        self._last_erasure_poll = time.monotonic()
+        new = {str(r) for r in self._erasures()} - self._erased  # type: ignore[misc]
+        if new:
+            scrub_journal(self.journal_path, new)
+            path = self.ledger_dir / f"{self.replica}.duckdb"
+            self._con = scrub_duckdb(self._con, path, new)
+            self._con.executemany(
+                "INSERT OR IGNORE INTO erased_requests VALUES (?)", [[r] for r in sorted(new)]
+            )
+            self._sql("CHECKPOINT")
+            self._erased |= new
+        with self._erasure_done:
+            self._erasure_done.notify_all()
+
+    def wait_erasures(self, request_ids: Any, timeout: float = 30.0) -> bool:
+        """Wait until this replica has applied the erasure of every id in ``request_ids`` (True when it has)."""
+        want = set(request_ids)
+        with self._erasure_done:
+            return self._erasure_done.wait_for(lambda: want <= self._erased, timeout)
+
     # observability -----------------------------------------------------------------------------------------
     @property
     def lag_rows(self) -> int:
@@ -361,6 +408,66 @@ class Ledger:
     @property
     def last_seq(self) -> int:
         return self._seq
+
+
+def _blank(row: dict[str, Any]) -> dict[str, Any]:
+    return {**row, **dict.fromkeys(CONTENT_COLUMNS, "")}
+
+
+def scrub_journal(path: Path, request_ids: set[str]) -> int:
+    """Overwrite, in place, each journal record of ``request_ids`` with its row blanked (CONTENT_COLUMNS = '')
+    padded with JSON whitespace to the record's length: offsets, and the writer appending behind, are untouched.
+    Returns the records rewritten."""
+    if not path.exists():
+        return 0
+    data = path.read_bytes()
+    fd = os.open(path, os.O_WRONLY)
+    n = pos = 0
+    try:
+        while pos + _HEADER.size <= len(data):
+            length, crc = _HEADER.unpack_from(data, pos)
+            start = pos + _HEADER.size
+            end = start + length
+            if end > len(data) or zlib.crc32(data[start:end]) != crc:
+                break
+            row = orjson.loads(data[start:end])
+            if row.get("request_id") in request_ids:
+                body = orjson.dumps(_blank(row)).ljust(length, b" ")
+                os.pwrite(fd, _HEADER.pack(length, zlib.crc32(body)) + body, pos)
+                n += 1
+            pos = end
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    return n
+
+
+def scrub_duckdb(con: Any, path: Path, request_ids: set[str]) -> Any:
+    """Blank these requests' rows in the ledger at ``path`` (connection ``con`` or None) and copy the database into
+    a fresh file renamed over it: DuckDB reuses freed blocks without zeroing them. Returns the new connection."""
+    import duckdb
+
+    con = con or duckdb.connect(str(path))
+    sets = ", ".join(f"{c} = ''" for c in CONTENT_COLUMNS)
+    con.register("erased_ids", _pa_strings(sorted(request_ids)))
+    con.execute(f"UPDATE ledger SET {sets} WHERE request_id IN (SELECT r FROM erased_ids)").fetchall()
+    con.unregister("erased_ids")
+    fresh = path.with_name(f".{path.name}.erase-{os.getpid()}")
+    fresh.unlink(missing_ok=True)
+    db = con.execute("SELECT current_database()").fetchall()[0][0]
+    con.execute(f"ATTACH '{fresh}' AS fresh_copy")
+    con.execute(f'COPY FROM DATABASE "{db}" TO fresh_copy')
+    con.execute("DETACH fresh_copy")
+    con.close()
+    os.replace(fresh, path)
+    Path(f"{path}.wal").unlink(missing_ok=True)  # closed cleanly: checkpointed into the file just replaced
+    return duckdb.connect(str(path))
+
+
+def _pa_strings(values: list[str]):
+    import pyarrow as pa
+
+    return pa.table({"r": pa.array(values, pa.string())})
 
 
 def _resolve(futs: list[asyncio.Future], err: BaseException | None) -> None:

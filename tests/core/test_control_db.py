@@ -19,7 +19,11 @@ TABLES = {
     "release_state",
     "failed_nights",
     "effects",
+    "effect_policies",
+    "effect_approvals",
+    "effect_spend",
     "erasures",
+    "erasure_log",
     "gateway_safety_events",
     "ratchet_schema",
 }

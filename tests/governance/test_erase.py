@@ -1,0 +1,238 @@
+"""An end user's erasure, end to end: a real replica ledger, the lake, a night's artifacts and a signed receipt.
+
+After ``erase(users=alice)`` no byte of alice's prompts or answers is anywhere under RATCHET_HOME (every file read
+raw, and decoded: Parquet columns, DuckDB tables, journal records), the day's receipt still verifies (a rebuilt
+receipt gives the signed root; an erased row's inclusion proof verifies), and the next night leaves her rows out.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+import duckdb
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from ratchet_assets.effects import EffectLedger
+from ratchet_assets.governance.erase import ErasureError, ErasureScope, erase, read_log
+from ratchet_assets.night.erasures import load_erasures
+from ratchet_assets.night.examples import build_examples
+from ratchet_assets.night.fixtures import request_rows, write_day
+from ratchet_assets.night.receipts import build_receipt, receipt_proof
+from ratchet_assets.night.split import split_golden
+from ratchet_assets.night.traffic import consolidate_traffic
+from ratchet_assets.night.training_set import build_training_set
+from ratchet_core.control_db import make_engine
+from ratchet_core.layout import ArtifactLayout
+from ratchet_gateway.ledger import Ledger, read_journal
+from ratchet_stats.canonical import canonical_json
+from ratchet_stats.keys import generate_private_key
+from ratchet_stats.receipt import verify_receipt
+
+DAY1, DAY2 = "2026-01-01", "2026-01-02"
+TEACHER = "openai/demo-teacher"
+
+
+def _alice_rows(n: int) -> tuple[list[dict], list[bytes]]:
+    """n teacher-served rows of end user alice with unique prompt/answer text; the markers to look for."""
+    base = [
+        r
+        for r in request_rows(DAY1, 200, seed=7, failure_share=0, student_share=0, repeat_share=0)
+        if r["answer"] and not r["tool_calls"] and not r["tools"] and not r["response_format"]
+    ]
+    rows, markers = [], []
+    for i, r in enumerate(base[:n]):
+        prompt, answer = f"alice-private-prompt-{i:03d}-zqxv", f"alice-private-answer-{i:03d}-wjkp"
+        msgs = [{"role": "user", "content": f"My account note is {prompt}. Summarise it."}]
+        rows.append(
+            dict(
+                r,
+                request_id=f"req-alice-{i:03d}",
+                messages=canonical_json(msgs).decode(),
+                answer=answer,
+                params=canonical_json({"temperature": 0, "user": "alice"}).decode(),
+            )
+        )
+        markers += [prompt.encode(), answer.encode()]
+    return rows, markers
+
+
+def _found(home: Path, markers: list[bytes]) -> dict[str, set[bytes]]:
+    """Every file under home that holds a marker: raw bytes, and decoded (Parquet, DuckDB, journal records)."""
+    hits: dict[str, set[bytes]] = {}
+
+    def look(path: Path, data: bytes) -> None:
+        got = {m for m in markers if m in data}
+        if got:
+            hits.setdefault(str(path.relative_to(home)), set()).update(got)
+
+    for path in sorted(p for p in home.rglob("*") if p.is_file()):
+        look(path, path.read_bytes())
+        if path.suffix == ".parquet":
+            look(path, json.dumps(pq.read_table(path).to_pylist(), default=str).encode())
+        elif path.suffix == ".duckdb":
+            con = duckdb.connect(str(path))  # the replica in this process may hold it open: same config
+            for (table,) in con.execute("SELECT table_name FROM duckdb_tables()").fetchall():
+                look(path, json.dumps(con.execute(f"SELECT * FROM {table}").fetchall(), default=str).encode())
+            con.close()
+        elif path.suffix == ".journal":
+            look(path, json.dumps(read_journal(path), default=str).encode())
+    return hits
+
+
+@pytest.mark.slow
+def test_an_end_users_erasure_leaves_no_byte_and_receipts_still_verify(tmp_path: Path) -> None:
+    home = tmp_path / "home"
+    lake, art = home / "lake", home / "artifacts"
+    engine = make_engine(f"sqlite:///{(home / 'control.db').as_posix()}")
+    key = generate_private_key()
+    alice, markers = _alice_rows(8)
+    others = request_rows(DAY1, 80, seed=1)
+
+    # A real replica ledger (journal -> DuckDB -> sealed segments) that polls the control DB for erasures.
+    ledger = Ledger(
+        home / "ledger",
+        str(lake),
+        segment_seconds=3600,
+        replica_base="gw",
+        erasures=lambda: load_erasures(engine).request_ids,
+        erasure_poll_s=0.05,
+    )
+    ledger.open()
+    try:
+        for row in sorted(others + alice, key=lambda r: r["ts"]):
+            ledger.append_nowait(dict(row))
+        ledger.seal_now()
+        write_day(lake, DAY2, 1, seed=9)  # the next day has begun: DAY1 is complete
+        for row in alice[:2]:  # alice's latest requests: journaled and in DuckDB, not sealed yet
+            ledger.append_nowait(dict(row, request_id=row["request_id"] + "-late", day=DAY2, ts=row["ts"]))
+        deadline = time.monotonic() + 10
+        while ledger.lag_rows and time.monotonic() < deadline:
+            time.sleep(0.02)
+
+        # The night of DAY1: traffic, examples, golden, training set, the signed receipt.
+        consolidate_traffic(lake, art, DAY1)
+        build_examples(art, DAY1)
+        split_golden(art, DAY1, share=0.3, floor=2)
+        build_training_set(art, DAY1)
+        receipt = build_receipt(art, DAY1, key, EffectLedger(engine), teacher_model=TEACHER)
+        before = _found(home, markers)
+        for store in (
+            "lake/traffic",
+            "artifacts/traffic",
+            "artifacts/examples",
+            "artifacts/train",
+            "ledger/gw-0",
+        ):
+            assert any(f.startswith(store) for f in before), (store, sorted(before))
+
+        scope = ErasureScope(users=("alice",))
+        with pytest.raises(ErasureError, match="at least one"):
+            erase(ErasureScope(), lake_root=str(lake), artifacts_root=str(art), engine=engine, reason="gdpr")
+        dry = erase(
+            scope,
+            lake_root=str(lake),
+            artifacts_root=str(art),
+            engine=engine,
+            reason="GDPR art. 17",
+            dry_run=True,
+        )
+        assert (
+            dry.counts["requests"] == 8 and dry.counts["lake_rows"] == 8 and dry.counts["examples_rows"] >= 1
+        )
+        assert _found(home, markers) == before and load_erasures(engine).request_ids == frozenset()
+
+        done = erase(
+            scope,
+            lake_root=str(lake),
+            artifacts_root=str(art),
+            engine=engine,
+            reason="GDPR art. 17 request from alice",
+            private_key=key,
+            actor="dpo@example.com",
+        )
+        assert {k: done.counts[k] for k in dry.counts} == dry.counts
+        # Rows not sealed yet match no sealed traffic; erased by id, each replica applies them to its own files.
+        late = erase(
+            ErasureScope(request_ids=tuple(r["request_id"] + "-late" for r in alice[:2])),
+            lake_root=str(lake),
+            artifacts_root=str(art),
+            engine=engine,
+            reason="GDPR art. 17, rows still in the gateway",
+            private_key=key,
+        )
+        assert late.counts["requests"] == 2 and late.counts["lake_rows"] == 0  # the ledger hook reaches them
+        assert ledger.wait_erasures(
+            {r["request_id"] for r in alice} | {r["request_id"] + "-late" for r in alice[:2]}
+        )
+    finally:
+        ledger.close()
+
+    assert _found(home, markers) == {}
+    # The log is signed and says who, why, the scope (alice only as a hash) and the counts.
+    log = read_log(engine, [key.public_key()])
+    assert log[0]["actor"] == "dpo@example.com" and log[0]["counts"]["requests"] == 8
+    assert "alice" not in json.dumps(log[0]["scope"]) and log[0]["scope"]["users_sha256"]
+
+    # The day's receipt still verifies: its rows, an erased row's proof, and a rebuild gives the signed root.
+    layout = ArtifactLayout(art)
+    envelope = layout.receipt_envelope(DAY1).read_bytes()
+    leaves = [s.encode() for s in pq.read_table(layout.receipt_rows(DAY1))["leaf"].to_pylist()]
+    lines = {
+        name: path.read_bytes().splitlines()
+        for name, path in (
+            ("clients", layout.receipt_clients(DAY1)),
+            ("estimates", layout.receipt_estimates(DAY1)),
+        )
+    }
+    assert "rows" in verify_receipt(envelope, key.public_key(), leaves=leaves, **lines)["checks"]
+    proof = receipt_proof(DAY1, alice[0]["request_id"], art)
+    assert (
+        verify_receipt(envelope, key.public_key(), proof=proof)["row"]["request_id"] == alice[0]["request_id"]
+    )
+    consolidate_traffic(lake, art, DAY1)
+    again = build_receipt(art, DAY1, key, EffectLedger(engine), teacher_model=TEACHER)
+    assert again.root == receipt.root and again.outcome == "duplicate"
+
+    # The next night: alice's examples are not in its training set, even re-asked on DAY2.
+    write_day(lake, DAY2, 40, seed=2, day_index=1)
+    erased = load_erasures(engine)
+    consolidate_traffic(lake, art, DAY2)
+    build_examples(art, DAY2, erased)
+    split_golden(art, DAY2, share=0.3, floor=2, erasures=erased)
+    t2 = build_training_set(art, DAY2, window_days=2, erasures=erased)
+    assert not set(Path(t2.keys_path).read_text().split()) & set(done.example_keys)
+    assert done.example_keys and not any(m in Path(t2.path).read_bytes() for m in markers)
+    assert _found(home, markers) == {}
+
+
+def test_erase_by_client_time_and_text_counts_per_store(tmp_path: Path) -> None:
+    lake, art = tmp_path / "lake", tmp_path / "art"
+    write_day(lake, DAY1, 40, seed=3)
+    consolidate_traffic(lake, art, DAY1)
+    engine = make_engine(f"sqlite:///{(tmp_path / 'c.db').as_posix()}")
+    table = pq.read_table(art / "traffic" / f"day={DAY1}" / "traffic.parquet")
+    requests = table.filter(pa.compute.equal(table["kind"], "request"))
+    first = requests.slice(0, 1).to_pylist()[0]
+    word = json.loads(first["messages"])[-1]["content"][:12]
+    by_text = erase(
+        ErasureScope(text=word),
+        lake_root=str(lake),
+        artifacts_root=str(art),
+        engine=engine,
+        reason="test",
+        dry_run=True,
+    )
+    assert first["request_id"] in by_text.request_ids
+    from datetime import timedelta
+
+    t0 = first["ts"]
+    window = ErasureScope(clients=(first["client"],), since=t0, until=t0 + timedelta(seconds=1))
+    by_client = erase(
+        window, lake_root=str(lake), artifacts_root=str(art), engine=engine, reason="test", dry_run=True
+    )
+    assert by_client.request_ids == [first["request_id"]]
+    assert by_client.counts["traffic_rows"] >= 1 and by_client.counts["lake_rows"] >= 1
