@@ -376,7 +376,11 @@ class Ledger:
         """Blank the content of newly erased requests' rows in this replica's journal and DuckDB file, and rewrite
         the DuckDB file so no freed block keeps the old text (loader thread only: it alone uses the connection)."""
         self._last_erasure_poll = time.monotonic()
-        new = {str(r) for r in self._erasures()} - self._erased  # type: ignore[misc]
+        try:
+            erased = self._erasures()  # type: ignore[misc]
+        except Exception:  # the control DB unreachable: serving goes on, the next poll retries
+            return
+        new = {str(r) for r in erased} - self._erased
         if new:
             scrub_journal(self.journal_path, new)
             path = self.ledger_dir / f"{self.replica}.duckdb"
