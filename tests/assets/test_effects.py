@@ -159,11 +159,13 @@ def test_a_done_effect_changes_only_with_force_and_every_resolution_needs_a_real
     assert record.status == "failed" and record.note == "resolved failed: the signed file was lost"
 
 
-def test_admin_erase_records_an_erasure(url: str) -> None:
+def test_admin_erase_records_an_erasure(url: str, tmp_path: Path) -> None:
     from ratchet_assets.admin.cli import admin
     from ratchet_assets.night.erasures import load_erasures
+    from ratchet_stats.keys import generate_private_key, save_private_key
 
-    runner = CliRunner()
+    save_private_key(generate_private_key(), tmp_path / "home" / "keys" / "signing.key")  # erasures are signed
+    runner = CliRunner(env={"RATCHET_HOME": str(tmp_path / "home")})
     ok = runner.invoke(
         admin, ["erase", "--request-id", "req-1", "--reason", "GDPR request", "--control-db", url]
     )

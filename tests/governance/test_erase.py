@@ -236,3 +236,33 @@ def test_erase_by_client_time_and_text_counts_per_store(tmp_path: Path) -> None:
     )
     assert by_client.request_ids == [first["request_id"]]
     assert by_client.counts["traffic_rows"] >= 1 and by_client.counts["lake_rows"] >= 1
+
+
+def test_cli_erase_dry_run_then_signed_log(tmp_path: Path) -> None:
+    from click.testing import CliRunner
+
+    from ratchet_assets.admin.cli import admin
+    from ratchet_stats.keys import public_key_pem, save_private_key
+
+    home = tmp_path / "home"
+    key = generate_private_key()
+    save_private_key(key, home / "keys" / "signing.key")
+    (home / "keys" / "signing.pub").write_text(public_key_pem(key.public_key()))
+    write_day(home / "lake", DAY1, 30, seed=5)
+    runner = CliRunner(env={"RATCHET_HOME": str(home)})
+    args = ["erase", "--client", "acme", "--until", "2026-01-01T06:00", "--reason", "customer offboarding"]
+    dry = runner.invoke(admin, [*args, "--dry-run", "--json"])
+    assert dry.exit_code == 0, dry.output
+    counted = json.loads(dry.output)
+    assert counted["dry_run"] and counted["counts"]["lake_rows"] > 0 and counted["log_id"] is None
+    assert runner.invoke(admin, ["erasures", "--json"]).output.strip() == "[]"
+    done = runner.invoke(admin, [*args, "--actor", "ops"])
+    assert done.exit_code == 0 and "erased (log #1)" in done.output, done.output
+    log = json.loads(runner.invoke(admin, ["erasures", "--json"]).output)
+    assert log[0]["actor"] == "ops" and log[0]["counts"]["lake_rows"] == counted["counts"]["lake_rows"]
+    again = runner.invoke(admin, [*args, "--dry-run", "--json"])
+    assert (
+        json.loads(again.output)["counts"]["lake_rows"] == counted["counts"]["lake_rows"]
+    )  # tombstones stay
+    bad = runner.invoke(admin, ["erase", "--reason", "no scope given"])
+    assert bad.exit_code == 2 and "at least one" in bad.output
