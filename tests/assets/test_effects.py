@@ -164,7 +164,8 @@ def test_admin_erase_records_an_erasure(url: str, tmp_path: Path) -> None:
     from ratchet_assets.night.erasures import load_erasures
     from ratchet_stats.keys import generate_private_key, save_private_key
 
-    save_private_key(generate_private_key(), tmp_path / "home" / "keys" / "signing.key")  # erasures are signed
+    # erasures are signed: the CLI's home holds a signing key
+    save_private_key(generate_private_key(), tmp_path / "home" / "keys" / "signing.key")
     runner = CliRunner(env={"RATCHET_HOME": str(tmp_path / "home")})
     ok = runner.invoke(
         admin, ["erase", "--request-id", "req-1", "--reason", "GDPR request", "--control-db", url]
