@@ -22,6 +22,19 @@ The decision runs in one control-DB transaction (SQLite ``BEGIN IMMEDIATE`` from
 ``SELECT ... FOR UPDATE`` on Postgres), so concurrent callers on one key get exactly one ``execute``.
 ``report``/``fail`` carry the token handed out with ``execute``; a holder whose lease was taken over cannot
 report (``StaleToken``).
+
+The gate's rules (table ``effect_policies``, set with :meth:`EffectLedger.set_rules`, API ``PUT /policies``) are
+checked, in the same transaction, before any ``execute`` is handed out, first or again:
+
+- ``max_attempts``: an effect that has been attempted that many times is ``blocked`` instead of executed again;
+- ``approval_required``: the first ``begin`` records a pending approval and answers ``awaiting_approval``; an
+  operator grants or denies it with a reason (``ratchet admin approve``, ``POST /approvals/...``); a grant lets the
+  next ``begin`` execute, a denial answers ``denied`` with the operator's reason. A grant covers that effect (type,
+  key and fingerprint) only;
+- ``cap_usd`` per ``cap_window_seconds``: an ``execute`` reserves the caller's estimated ``cost_usd``; an effect
+  whose estimate would take the window's reserved + spent total over the cap is ``denied`` with the remaining
+  budget (``remaining_usd``). ``report(..., cost_usd=actual)`` replaces the estimate with what it cost; a
+  failure keeps the reservation unless it says what was spent, so the cap is never overrun by unknown spend.
 """
 
 from __future__ import annotations
@@ -36,9 +49,9 @@ from typing import Any, Literal
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection, Engine
 
-from ratchet_core.control_db import effects, ensure_schema
+from ratchet_core.control_db import effect_approvals, effect_policies, effect_spend, effects, ensure_schema
 
-Outcome = Literal["execute", "duplicate", "in_flight", "blocked", "denied"]
+Outcome = Literal["execute", "duplicate", "in_flight", "blocked", "denied", "awaiting_approval"]
 Policy = Literal["block", "retry", "probe"]
 STATUSES = ("in_flight", "done", "failed", "indeterminate")
 RESOLUTIONS = ("done", "failed", "forget")
@@ -74,6 +87,10 @@ class Begin:
     status: str = ""
     attempts: int = 0
     detail: str = ""
+    remaining_usd: float | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
 
 
 @dataclass(frozen=True)
@@ -97,6 +114,38 @@ class EffectRecord:
         return datetime.fromisoformat(self.lease_until) <= (now or _now())
 
 
+@dataclass(frozen=True)
+class Rules:
+    """The gate's rules for one effect type (``effect_policies``); ``None`` means no limit."""
+
+    effect_type: str
+    policy: Policy
+    approval_required: bool = False
+    max_attempts: int | None = None
+    cap_usd: float | None = None
+    cap_window_seconds: int | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class Approval:
+    effect_type: str
+    key: str
+    fingerprint: str
+    state: str  # pending | granted | denied
+    summary: str
+    requested_by: str
+    requested_at: str
+    decided_by: str | None
+    decided_at: str | None
+    reason: str | None
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
 def _now() -> datetime:
     return datetime.now(UTC)
 
@@ -108,6 +157,16 @@ def _iso(t: datetime) -> str:
 def ensure_tables(engine: Engine) -> None:
     """Create (or migrate) the control DB's schema, ``effects`` included (idempotent)."""
     ensure_schema(engine)
+
+
+@dataclass
+class _Gate:
+    """What a ``begin`` brings to the gate's checks, and what they found (remaining budget)."""
+
+    cost_usd: float | None
+    summary: str
+    requested_by: str
+    remaining: float | None = None
 
 
 class EffectLedger:
@@ -135,15 +194,28 @@ class EffectLedger:
         fingerprint: str,
         lease_seconds: float = 600.0,
         probe: Callable[[EffectRecord], dict[str, Any] | None] | None = None,
+        *,
+        cost_usd: float | None = None,
+        summary: str = "",
+        requested_by: str = "ratchet",
     ) -> Begin:
-        """Decide atomically whether the caller may perform the effect (table in the module docstring)."""
-        policy = self.policy(effect_type)
-        if policy == "probe" and probe is None:
+        """Decide atomically whether the caller may perform the effect (tables in the module docstring).
+
+        ``cost_usd`` is the caller's estimate (required when the type has a spend cap); ``summary`` and
+        ``requested_by`` are shown to the operator who approves.
+        """
+        if cost_usd is not None and not cost_usd >= 0:
+            raise EffectError(f"cost_usd must be a number >= 0, not {cost_usd!r}")
+        gate = _Gate(cost_usd, summary, requested_by)
+        if self.rules(effect_type).policy == "probe" and probe is None:
             raise EffectError(f"effect type {effect_type!r} has policy 'probe': pass probe=... to begin()")
         for _ in range(5):
             try:
                 with self.engine.begin() as conn:
-                    return self._begin_in(conn, effect_type, key, fingerprint, lease_seconds, policy, probe)
+                    rules = self._rules_in(conn, effect_type)
+                    return self._begin_in(
+                        conn, effect_type, key, fingerprint, lease_seconds, rules.policy, probe, rules, gate
+                    )
             except sa.exc.IntegrityError:  # a concurrent insert won the race (Postgres): decide again
                 continue
         raise EffectError(f"could not decide effect {effect_type}:{key} after 5 attempts; retry")
@@ -157,6 +229,8 @@ class EffectLedger:
         lease_seconds: float,
         policy: Policy,
         probe: Callable[[EffectRecord], dict[str, Any] | None] | None,
+        rules: Rules,
+        gate: _Gate,
     ) -> Begin:
         now = self.clock()
         t = effects_table
@@ -168,6 +242,9 @@ class EffectLedger:
         lease_until = _iso(now + timedelta(seconds=lease_seconds))
         token = uuid.uuid4().hex
         if row is None:
+            refused = self._gate_in(conn, rules, gate, key, fingerprint, attempts=0, now=now, token=token)
+            if refused is not None:
+                return refused
             conn.execute(
                 t.insert().values(
                     effect_type=effect_type,
@@ -181,7 +258,7 @@ class EffectLedger:
                     updated_at=_iso(now),
                 )
             )
-            return Begin("execute", token=token, status="in_flight", attempts=1)
+            return Begin("execute", token=token, status="in_flight", attempts=1, remaining_usd=gate.remaining)
         record = _record(row)
         if row["fingerprint"] != fingerprint:
             return Begin(
@@ -196,6 +273,11 @@ class EffectLedger:
             return Begin("duplicate", result=record.result, status="done", attempts=record.attempts)
 
         def take_over(note: str) -> Begin:
+            refused = self._gate_in(
+                conn, rules, gate, key, fingerprint, attempts=row["attempts"], now=now, token=token
+            )
+            if refused is not None:
+                return refused
             conn.execute(
                 t.update()
                 .where(where)
@@ -208,7 +290,13 @@ class EffectLedger:
                     updated_at=_iso(now),
                 )
             )
-            return Begin("execute", token=token, status="in_flight", attempts=row["attempts"] + 1)
+            return Begin(
+                "execute",
+                token=token,
+                status="in_flight",
+                attempts=row["attempts"] + 1,
+                remaining_usd=gate.remaining,
+            )
 
         if row["status"] == "failed":
             if policy == "block":
@@ -249,22 +337,35 @@ class EffectLedger:
             detail="lease lapsed without a report; resolve with `ratchet admin effects resolve`",
         )
 
-    def report(self, token: str, result: dict[str, Any]) -> None:
-        """Record that the effect holding ``token`` happened, with its result."""
-        self._finish(token, status="done", result=json.dumps(result, sort_keys=True), error=None)
+    def report(self, token: str, result: dict[str, Any], cost_usd: float | None = None) -> None:
+        """Record that the effect holding ``token`` happened, with its result (and what it cost, if known)."""
+        self._finish(token, "done", json.dumps(result, sort_keys=True), None, cost_usd)
 
-    def fail(self, token: str, error: str) -> None:
-        """Record that the effect holding ``token`` did not happen (it may be retried per policy)."""
-        self._finish(token, status="failed", result=None, error=error)
+    def fail(self, token: str, error: str, cost_usd: float | None = None) -> None:
+        """Record that the effect holding ``token`` did not happen (it may be retried per policy).
 
-    def _finish(self, token: str, status: str, result: str | None, error: str | None) -> None:
+        Its spend reservation stays unless ``cost_usd`` says what was actually spent (0 when nothing was).
+        """
+        self._finish(token, "failed", None, error, cost_usd)
+
+    def _finish(
+        self, token: str, status: str, result: str | None, error: str | None, cost_usd: float | None
+    ) -> None:
         t = effects_table
+        if cost_usd is not None and not cost_usd >= 0:
+            raise EffectError(f"cost_usd must be a number >= 0, not {cost_usd!r}")
         with self.engine.begin() as conn:
             updated = conn.execute(
                 t.update()
                 .where(sa.and_(t.c.token == token, t.c.status == "in_flight"))
                 .values(status=status, result=result, error=error, updated_at=_iso(self.clock()))
             ).rowcount
+            if updated == 1 and cost_usd is not None:
+                conn.execute(
+                    effect_spend.update()
+                    .where(effect_spend.c.token == token)
+                    .values(usd=float(cost_usd), state="spent")
+                )
         if updated != 1:
             raise StaleToken(
                 "this effect's lease was taken over (or already reported); its outcome is recorded by the "
@@ -323,6 +424,236 @@ class EffectLedger:
             conn.execute(t.update().where(where).values(**values))
         return self.lookup(effect_type, key)
 
+    # The gate's rules -------------------------------------------------------------------------------------
+    def rules(self, effect_type: str) -> Rules:
+        with self.engine.connect() as conn:
+            return self._rules_in(conn, effect_type)
+
+    def _rules_in(self, conn: Connection, effect_type: str) -> Rules:
+        row = (
+            conn.execute(sa.select(effect_policies).where(effect_policies.c.effect_type == effect_type))
+            .mappings()
+            .first()
+        )
+        if row is None:
+            return Rules(effect_type, self.policy(effect_type))
+        return Rules(
+            effect_type,
+            row["policy"] or self.policy(effect_type),
+            bool(row["approval_required"]),
+            row["max_attempts"],
+            row["cap_usd"],
+            row["cap_window_seconds"],
+        )
+
+    def set_rules(
+        self,
+        effect_type: str,
+        *,
+        reason: str,
+        actor: str = "operator",
+        policy: Policy | None = None,
+        approval_required: bool = False,
+        max_attempts: int | None = None,
+        cap_usd: float | None = None,
+        cap_window_seconds: int | None = None,
+    ) -> Rules:
+        """Set (replace) the gate's rules for ``effect_type``; the reason follows the one rule."""
+        from ratchet_core.reasons import ReasonError, check_reason
+
+        try:
+            reason = check_reason(reason)
+        except ReasonError as exc:
+            raise EffectError(str(exc)) from None
+        if policy is not None and policy not in ("block", "retry", "probe"):
+            raise EffectError(f"policy must be block, retry or probe, not {policy!r}")
+        if max_attempts is not None and max_attempts < 1:
+            raise EffectError("max_attempts must be >= 1 (leave it unset for no limit)")
+        if cap_usd is not None and not cap_usd >= 0:
+            raise EffectError("cap_usd must be >= 0 (leave it unset for no cap)")
+        if cap_window_seconds is not None and cap_window_seconds < 1:
+            raise EffectError("cap_window_seconds must be >= 1 (leave it unset for a cap over all time)")
+        values = dict(
+            policy=policy,
+            approval_required=approval_required,
+            max_attempts=max_attempts,
+            cap_usd=cap_usd,
+            cap_window_seconds=cap_window_seconds,
+            actor=actor,
+            reason=reason,
+            updated_at=_iso(self.clock()),
+        )
+        with self.engine.begin() as conn:
+            where = effect_policies.c.effect_type == effect_type
+            if conn.execute(sa.select(effect_policies.c.effect_type).where(where)).first() is None:
+                conn.execute(effect_policies.insert().values(effect_type=effect_type, **values))
+            else:
+                conn.execute(effect_policies.update().where(where).values(**values))
+        return self.rules(effect_type)
+
+    def spend(self, effect_type: str) -> dict[str, Any]:
+        """Reserved + spent dollars in the type's current cap window, the cap and what remains."""
+        rules = self.rules(effect_type)
+        with self.engine.connect() as conn:
+            used = self._used_in(conn, rules, self.clock())
+        remaining = None if rules.cap_usd is None else max(0.0, rules.cap_usd - used)
+        return {
+            "effect_type": effect_type,
+            "cap_usd": rules.cap_usd,
+            "window_seconds": rules.cap_window_seconds,
+            "used_usd": used,
+            "remaining_usd": remaining,
+        }
+
+    def _used_in(self, conn: Connection, rules: Rules, now: datetime) -> float:
+        query = sa.select(sa.func.coalesce(sa.func.sum(effect_spend.c.usd), 0.0)).where(
+            effect_spend.c.effect_type == rules.effect_type
+        )
+        if rules.cap_window_seconds is not None:
+            since = _iso(now - timedelta(seconds=rules.cap_window_seconds))
+            query = query.where(effect_spend.c.at > since)
+        return float(conn.execute(query).scalar() or 0.0)
+
+    def _gate_in(
+        self,
+        conn: Connection,
+        rules: Rules,
+        gate: _Gate,
+        key: str,
+        fingerprint: str,
+        attempts: int,
+        now: datetime,
+        token: str,
+    ) -> Begin | None:
+        """None when an execute may be handed out (spend then reserved), else the refusal."""
+        if rules.max_attempts is not None and attempts >= rules.max_attempts:
+            return Begin(
+                "blocked",
+                attempts=attempts,
+                detail=f"{rules.effect_type}:{key} was attempted {attempts} times (max_attempts "
+                f"{rules.max_attempts}); resolve it with `ratchet admin effects resolve` or raise max_attempts",
+            )
+        if rules.approval_required:
+            a = effect_approvals
+            where = sa.and_(a.c.effect_type == rules.effect_type, a.c.key == key)
+            row = conn.execute(sa.select(a).where(where)).mappings().first()
+            if row is None:
+                conn.execute(
+                    a.insert().values(
+                        effect_type=rules.effect_type,
+                        key=key,
+                        fingerprint=fingerprint,
+                        state="pending",
+                        summary=gate.summary[:2000],
+                        requested_by=gate.requested_by,
+                        requested_at=_iso(now),
+                    )
+                )
+                row = {"state": "pending", "fingerprint": fingerprint}
+            if row["fingerprint"] != fingerprint:
+                return Begin(
+                    "denied",
+                    attempts=attempts,
+                    detail=f"the approval for {rules.effect_type}:{key} is for fingerprint "
+                    f"{row['fingerprint']}, not {fingerprint}",
+                )
+            if row["state"] == "pending":
+                return Begin(
+                    "awaiting_approval",
+                    attempts=attempts,
+                    detail=f"{rules.effect_type}:{key} needs approval: `ratchet admin approve "
+                    f"{rules.effect_type} {key} --reason ...` (or --deny)",
+                )
+            if row["state"] == "denied":
+                return Begin(
+                    "denied",
+                    attempts=attempts,
+                    detail=f"denied by {row['decided_by']}: {row['reason']}",
+                )
+        if rules.cap_usd is not None:
+            if gate.cost_usd is None:
+                return Begin(
+                    "denied",
+                    attempts=attempts,
+                    detail=f"{rules.effect_type} has a spend cap: begin it with its estimated cost_usd",
+                )
+            used = self._used_in(conn, rules, now)
+            remaining = max(0.0, rules.cap_usd - used)
+            if gate.cost_usd > remaining + 1e-12:
+                window = (
+                    f"per {rules.cap_window_seconds} s" if rules.cap_window_seconds is not None else "in all"
+                )
+                return Begin(
+                    "denied",
+                    attempts=attempts,
+                    remaining_usd=remaining,
+                    detail=f"spend cap: {rules.effect_type} may spend ${rules.cap_usd:.6f} {window}; "
+                    f"${remaining:.6f} remains, this effect is estimated at ${gate.cost_usd:.6f}",
+                )
+            gate.remaining = remaining - gate.cost_usd
+        if gate.cost_usd is not None:
+            conn.execute(
+                effect_spend.insert().values(
+                    effect_type=rules.effect_type,
+                    key=key,
+                    token=token,
+                    usd=float(gate.cost_usd),
+                    state="reserved",
+                    at=_iso(now),
+                )
+            )
+        return None
+
+    # Approvals --------------------------------------------------------------------------------------------
+    def decide(
+        self, effect_type: str, key: str, grant: bool, reason: str, actor: str = "operator"
+    ) -> Approval:
+        """Grant or deny a pending approval (a decided one may be changed: the new decision is recorded)."""
+        from ratchet_core.reasons import ReasonError, check_reason
+
+        try:
+            reason = check_reason(reason)
+        except ReasonError as exc:
+            raise EffectError(str(exc)) from None
+        a = effect_approvals
+        where = sa.and_(a.c.effect_type == effect_type, a.c.key == key)
+        with self.engine.begin() as conn:
+            if conn.execute(sa.select(a.c.state).where(where)).first() is None:
+                raise EffectError(
+                    f"no approval requested for {effect_type} {key!r}; see `ratchet admin approve --list`"
+                )
+            conn.execute(
+                a.update()
+                .where(where)
+                .values(
+                    state="granted" if grant else "denied",
+                    decided_by=actor,
+                    decided_at=_iso(self.clock()),
+                    reason=reason,
+                )
+            )
+        approval = self.approval(effect_type, key)
+        assert approval is not None
+        return approval
+
+    def approval(self, effect_type: str, key: str) -> Approval | None:
+        a = effect_approvals
+        with self.engine.connect() as conn:
+            row = (
+                conn.execute(sa.select(a).where(sa.and_(a.c.effect_type == effect_type, a.c.key == key)))
+                .mappings()
+                .first()
+            )
+        return Approval(**dict(row)) if row else None
+
+    def approvals(self, state: str | None = "pending", limit: int = 100) -> list[Approval]:
+        a = effect_approvals
+        query = sa.select(a).order_by(a.c.requested_at.desc()).limit(limit)
+        if state:
+            query = query.where(a.c.state == state)
+        with self.engine.connect() as conn:
+            return [Approval(**dict(r)) for r in conn.execute(query).mappings()]
+
     # Reading ----------------------------------------------------------------------------------------------
     def lookup(self, effect_type: str, key: str) -> EffectRecord | None:
         t = effects_table
@@ -339,10 +670,13 @@ class EffectLedger:
         effect_type: str | None = None,
         status: str | None = None,
         limit: int = 100,
+        key_prefix: str | None = None,
     ) -> list[EffectRecord]:
         """Newest first; ``status='indeterminate'`` also returns in-flight rows whose lease lapsed."""
         t = effects_table
         query = sa.select(t).order_by(t.c.updated_at.desc(), t.c.key).limit(limit)
+        if key_prefix:
+            query = query.where(t.c.key.startswith(key_prefix, autoescape=True))
         if effect_type:
             query = query.where(t.c.effect_type == effect_type)
         if status == "indeterminate":

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import importlib
 import importlib.util
+import os
 import sys
 
 import click
@@ -28,6 +29,9 @@ COMMANDS: dict[str, str] = {
     "admin": "ratchet_assets.admin.cli:admin",
     "demo": "ratchet_cli.demo_cmd:demo",
     "sim": "ratchet_assets.sim.cli:sim",
+    "effects": "ratchet_cli.effects_cmd:effects",
+    "scout": "ratchet_agents.scout.cli:scout",
+    "liverun": "ratchet_cli.liverun_cmd:liverun",
 }
 
 
@@ -76,6 +80,9 @@ _SHORT_HELP = {
     "admin": "Operate releases: versions, promote, rollback, flags, effects, trusted keys, audit log.",
     "demo": "Run the whole loop on this machine.",
     "sim": "Simulate days of traffic, training and release offline.",
+    "effects": "Serve the effect gate (approvals, attempts, spend caps) over HTTP.",
+    "scout": "Ask Scout, the research agents, a question through the gateway.",
+    "liverun": "Plan, smoke-test, run, report and verify a capped live run.",
 }
 
 
@@ -86,6 +93,10 @@ def cli() -> None:
 
 
 def main(argv: list[str] | None = None) -> None:
+    # Everything a Ratchet process creates (keys, ledger, journal, lake, artifacts, control DB under
+    # $RATCHET_HOME; the services it starts inherit it) is private to the user: files 0600, folders 0700
+    # (ratchet_core.home_files).
+    os.umask(0o077)
     cli.main(args=argv if argv is not None else sys.argv[1:], prog_name="ratchet")
 
 

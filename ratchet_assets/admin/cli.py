@@ -13,10 +13,12 @@ import click
 
 ADMIN_MODULES = (
     "ratchet_assets.admin.effects_cmd",
+    "ratchet_assets.admin.approve_cmd",
     "ratchet_assets.admin.erase_cmd",
     "ratchet_assets.admin.release_cmd",
     "ratchet_assets.admin.export_cmd",
     "ratchet_assets.admin.keys_cmd",
+    "ratchet_assets.admin.task_cmd",
 )
 
 

@@ -95,4 +95,62 @@ def resolve_cmd(
         click.echo(f"{effect_type} {key}: {'forgotten' if record is None else record.status}")
 
 
+@effects.command("rules")
+@click.argument("effect_type")
+@click.option(
+    "--policy", type=click.Choice(["block", "retry", "probe"]), default=None, help="Indeterminate policy."
+)
+@click.option(
+    "--approval-required", is_flag=True, help="Every effect of this type waits for `admin approve`."
+)
+@click.option(
+    "--max-attempts", type=click.IntRange(min=1), default=None, help="Block after this many attempts."
+)
+@click.option(
+    "--cap-usd", type=click.FloatRange(min=0), default=None, help="Spend cap in dollars per window."
+)
+@click.option(
+    "--window-seconds", type=click.IntRange(min=1), default=None, help="Cap window (default all time)."
+)
+@click.option("--reason", default=None, help="Why (3-500 characters); required to change the rules.")
+@control_db_option
+@json_option
+def rules_cmd(
+    effect_type: str,
+    policy: str | None,
+    approval_required: bool,
+    max_attempts: int | None,
+    cap_usd: float | None,
+    window_seconds: int | None,
+    reason: str | None,
+    control_db: str,
+    as_json: bool,
+) -> None:
+    """Show EFFECT_TYPE's gate rules and spend; with --reason, replace them with the options given."""
+    from ratchet_assets.effects import EffectError
+
+    gate = _ledger(control_db)
+    if reason is not None:
+        try:
+            gate.set_rules(
+                effect_type,
+                reason=reason,
+                actor="admin-cli",
+                policy=policy,  # type: ignore[arg-type]
+                approval_required=approval_required,
+                max_attempts=max_attempts,
+                cap_usd=cap_usd,
+                cap_window_seconds=window_seconds,
+            )
+        except EffectError as exc:
+            click.echo(f"error: {exc}", err=True)
+            sys.exit(2)
+    data = {**gate.rules(effect_type).to_dict(), "spend": gate.spend(effect_type)}
+    if as_json:
+        echo_json(data)
+        return
+    for field, value in data.items():
+        click.echo(f"{field:<20} {value}")
+
+
 COMMANDS = [effects]
