@@ -12,7 +12,7 @@ from functools import cached_property
 from pathlib import Path
 from typing import NamedTuple
 
-from pydantic import Field, ValidationError, field_validator
+from pydantic import Field, ValidationError, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 # litellm otherwise fetches its price map from the internet at import time.
@@ -62,7 +62,11 @@ class Settings(BaseSettings):
         "http://127.0.0.1:8102/v1",
         description="OpenAI-compatible student server (vLLM or ratchet student-server).",
     )
-    student_api_key: str = Field("sk-student", description="Student server API key (vLLM --api-key).")
+    student_api_key: str = Field(
+        "",
+        description="Student server API key (vLLM --api-key); default the key `ratchet init` writes to "
+        "$RATCHET_HOME/keys/student.key.",
+    )
     student_base_model: str | None = Field(
         None,
         description="Local path of the student's HF base model; default the demo base under $RATCHET_HOME.",
@@ -135,6 +139,14 @@ class Settings(BaseSettings):
     @classmethod
     def _expand_home(cls, v: Path) -> Path:
         return v.expanduser()
+
+    @model_validator(mode="after")
+    def _student_key_from_home(self) -> Settings:
+        if not self.student_api_key:  # unset: the key `ratchet init` wrote (ratchet_core.home_files)
+            from ratchet_core.home_files import read_student_key
+
+            self.student_api_key = read_student_key(self.home)
+        return self
 
     # Derived locations -------------------------------------------------------------------------------------
     @cached_property

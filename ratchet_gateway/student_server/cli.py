@@ -17,6 +17,13 @@ def _adapter_pairs(ctx: click.Context, param: click.Parameter, values: tuple[str
     return pairs
 
 
+def _home_key(home) -> str:
+    from ratchet_core.home_files import ensure_student_key, read_student_key
+
+    ensure_student_key(home)
+    return read_student_key(home)
+
+
 @click.command("student-server")
 @click.option("--host", default="127.0.0.1", show_default=True, help="Interface to bind.")
 @click.option("--port", default=8102, show_default=True, type=int, help="TCP port to listen on.")
@@ -28,7 +35,11 @@ def _adapter_pairs(ctx: click.Context, param: click.Parameter, values: tuple[str
     "under $RATCHET_HOME (built on first use).",
 )
 @click.option(
-    "--api-key", default=None, envvar="RATCHET_STUDENT_API_KEY", help="Require this bearer key on /v1."
+    "--api-key",
+    default=None,
+    envvar="RATCHET_STUDENT_API_KEY",
+    help="Require this bearer key on /v1. Default: $RATCHET_HOME/keys/student.key (`ratchet init` writes it; "
+    "created here when absent), the key the gateway sends.",
 )
 @click.option(
     "--max-batch", default=8, show_default=True, type=int, help="Requests decoded together at most."
@@ -54,6 +65,8 @@ def student_server(
     from ratchet_gateway.student_server.app import create_app
 
     settings = load_settings()
+    if not api_key:  # never without a key by default: the one the gateway reads from the home
+        api_key = settings.student_api_key or _home_key(settings.home)
     if base is None:
         base = settings.student_base_model or str(ensure_demo_base(settings.demo_base_path))
     app = create_app(
