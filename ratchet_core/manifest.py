@@ -45,6 +45,7 @@ from sqlalchemy.engine import Connection, Engine
 
 from ratchet_core.control_db import ensure_schema, release_manifest_lock, release_manifests
 from ratchet_core.reasons import REASON_MAX, REASON_MIN, ReasonError, check_reason  # noqa: F401 (re-exported)
+from ratchet_core.task_policy import TaskPolicy
 
 MANIFEST_PREDICATE = "https://ratchet.dev/release-manifest/v1"
 DEFAULT_AUDIT_RATE = 0.05
@@ -93,6 +94,8 @@ class Manifest(BaseModel):
     pins: list[str] = Field(default_factory=list)
     reason: str = ""
     actor: str = ""
+    # Per-task policy (ratchet_core.task_policy); left out of the signed predicate while empty.
+    policies: dict[str, TaskPolicy] = Field(default_factory=dict)
 
     @classmethod
     def default(cls) -> Manifest:
@@ -105,12 +108,21 @@ class Manifest(BaseModel):
 
     def serving(self, name: str) -> TaskRelease:
         """The release a gateway must apply to `name`: pins and ``student_disabled`` force the teacher."""
-        if self.flags.student_disabled or name in self.pins:
+        policy = self.policies.get(name)
+        if self.flags.student_disabled or name in self.pins or (policy is not None and not policy.enabled):
             return TaskRelease(stage="teacher", version=self.task(name).version)
         return self.task(name)
 
+    def audit_rate(self, name: str) -> float:
+        """The audit rate of task `name`: its policy's when set, else ``flags.audit_rate``."""
+        policy = self.policies.get(name)
+        return self.flags.audit_rate if policy is None or policy.audit_rate is None else policy.audit_rate
+
     def to_predicate(self) -> dict[str, Any]:
-        return self.model_dump(mode="json")
+        data = self.model_dump(mode="json")
+        if not data["policies"]:
+            del data["policies"]  # manifests without policies keep the bytes they always had
+        return data
 
     @classmethod
     def from_predicate(cls, predicate: dict[str, Any]) -> Manifest:

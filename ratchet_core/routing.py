@@ -14,7 +14,8 @@ For a task whose release (``Manifest.serving``, which already applies signed pin
 A student answer is kept only when its confidence (``ratchet_core.confidence.answer_confidence``) >= threshold
 (a threshold of None means the version was published without one: its answers are kept). A student-served
 request is audited (the teacher answers it too, off the request path) when
-``int(sha256("audit:" + request_id)[:8], 16) / 2**32 < flags.audit_rate``.
+``int(sha256("audit:" + request_id)[:8], 16) / 2**32 < audit rate`` (the task's policy's, else ``flags.audit_rate``;
+``ratchet_core.task_policy``; a task whose policy is disabled is served by the teacher).
 
 Evidence is always against the teacher (:func:`pairs`): a shadowed candidate is compared with the teacher's
 answer, so it answers off the path when the teacher served the request (``previous_live`` absent, cascaded or
@@ -86,7 +87,7 @@ def route(manifest: Manifest, safety: SafetyState, task: str, request_id: str) -
     rel = manifest.serving(task)
     if safety.student_disabled or task in safety.pins:
         return Route("teacher", rel.version, None, None, None, False)
-    audit = unit_hash("audit", request_id) < manifest.flags.audit_rate
+    audit = unit_hash("audit", request_id) < manifest.audit_rate(task)
     stage = rel.stage
     if stage == "live" and rel.version:
         return Route(stage, rel.version, rel.version, rel.threshold, None, audit)

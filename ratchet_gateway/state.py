@@ -124,6 +124,9 @@ class Gateway:
     def compare(self, task: str, teacher_msg: dict | None, student_msg: dict | None) -> bool:
         if teacher_msg is None or student_msg is None:
             return False
+        policy = self.manifest.policies.get(task)  # the signed per-task comparator (ratchet_core.task_policy)
+        if self._compare is not None and policy is not None and policy.comparator is not None:
+            return bool(self._compare(policy.comparator, teacher_msg, student_msg))
         if self._compare is not None and task in self._tasks:
             return bool(self._compare(task, teacher_msg, student_msg))
 

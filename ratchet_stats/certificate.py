@@ -161,12 +161,14 @@ def build_certificate(
     tasks: Sequence[TaskOutcomes],
     grid: Sequence[float] = DEFAULT_GRID,
     day: str | None = None,
+    task_levels: Mapping[str, tuple[float, float]] | None = None,
 ) -> dict[str, Any]:
     """The certificate predicate for ``version`` (a plain dict, ready for canonical JSON and signing).
 
     ``base`` is the base model's identity (``ratchet_core.student_model.base_identity``), ``adapter_sha256`` the
     adapter directory digest (``adapter_digest``), ``golden_root``/``golden_size`` the Merkle root (hex) and size
-    of the golden set evaluated on; ``day`` the night's partition.
+    of the golden set evaluated on; ``day`` the night's partition. ``task_levels``: task -> (target, delta) for tasks
+    whose policy sets their own level; such a section carries its ``target`` and ``delta``, which then apply to it.
     """
     if not (0.0 < target < 1.0):
         raise ValueError(f"target must be in (0, 1), got {target}")
@@ -178,7 +180,15 @@ def build_certificate(
     names = [t.task for t in tasks]
     if len(set(names)) != len(names):
         raise ValueError(f"each task once: got {names}")
-    sections = {t.task: task_section(t, target, delta, grid) for t in tasks}
+    sections = {}
+    # a task's own level (its signed policy, ratchet_core.task_policy) is written in its section
+    for t in tasks:
+        t_target, t_delta = (task_levels or {}).get(t.task, (target, delta))
+        if not (0.0 < t_target < 1.0 and 0.0 < t_delta < 1.0):
+            raise ValueError(f"{t.task}: target and delta must be in (0, 1), got {t_target}, {t_delta}")
+        sections[t.task] = task_section(t, t_target, t_delta, grid)
+        if (float(t_target), float(t_delta)) != (float(target), float(delta)):
+            sections[t.task] = {"target": float(t_target), "delta": float(t_delta), **sections[t.task]}
     return {
         "version": version,
         "day": day,
@@ -300,7 +310,15 @@ def check_certificate(predicate: Mapping[str, Any]) -> list[str]:
             problems.append(f"{name}: not an object")
             continue
         total += len(section.get("rows") or [])
-        problems.extend(_check_task(name, section, target, delta, grid))
+        try:
+            t_target, t_delta = float(section.get("target", target)), float(section.get("delta", delta))
+        except (TypeError, ValueError):
+            problems.append(f"{name}: target/delta malformed")
+            continue
+        if not (0 < t_target < 1 and 0 < t_delta < 1):
+            problems.append(f"{name}: target {t_target} and delta {t_delta} must lie in (0, 1)")
+            continue
+        problems.extend(_check_task(name, section, t_target, t_delta, grid))
     if total > golden_size:
         problems.append(f"tasks cover {total} rows but the golden set has only {golden_size}")
     want = sorted(n for n, s in tasks.items() if isinstance(s, Mapping) and s.get("certified") is True)

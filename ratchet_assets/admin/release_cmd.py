@@ -191,12 +191,12 @@ def promote_cmd(
 
     folder = Path(artifacts) if artifacts else Path(load_settings().artifacts_root)
     signer = _private_key(signing_key_file).public_key()
-    target = ReleasePolicy().target
     details: dict[str, Any] = {}
 
     def change(conn: Any, m: Any) -> dict:
         row = _current_version_row(conn, version, task)
         problems = []
+        target = ReleasePolicy().for_task(task, m).target  # the task's own target when its policy sets one
         if row and row["status"] in ("rejected", "rolled_back", "retired"):
             problems.append(f"{version} is {row['status']} on {task}")
         try:

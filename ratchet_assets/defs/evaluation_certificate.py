@@ -50,6 +50,7 @@ def _metadata(result: step.CertificateResult) -> dict[str, Any]:
     for task, s in sorted(predicate["tasks"].items()):
         thr = s["ltt"]["threshold"]
         meta[f"{task}/precision"] = dg.MetadataValue.float(float(s["precision"]))
+        meta[f"{task}/target"] = dg.MetadataValue.float(float(s.get("target", predicate["target"])))
         meta[f"{task}/lower_bound"] = dg.MetadataValue.float(float(s["lower_bound"]))
         meta[f"{task}/n"] = dg.MetadataValue.int(int(s["n"]))
         if thr is not None:
@@ -84,6 +85,7 @@ def evaluation_certificate(
     from ratchet_assets.night.adapter import AdapterError
     from ratchet_assets.night.commitments import CommitmentMissing
     from ratchet_assets.night.evaluate import EvaluationError
+    from ratchet_core.task_policy import current_policies
 
     target = config.target or night.certify_target
     delta = config.delta or night.certify_delta
@@ -98,6 +100,7 @@ def evaluation_certificate(
             effects=control_db.effects(),
             private_key=signer.private_key(),
             live=step.live_versions(control_db.engine(), signer.public_key()),
+            policies=current_policies(control_db.engine(), signer.public_key()),
             concurrency=config.concurrency,
             max_tokens=config.max_tokens,
             log=context.log.info,

@@ -3,7 +3,7 @@
 import dagster as dg
 
 from ratchet_assets.defs.partitions import daily_partitions
-from ratchet_assets.defs.resources import ControlDB, NightConfig, RatchetPaths
+from ratchet_assets.defs.resources import ControlDB, NightConfig, RatchetPaths, Signer
 from ratchet_assets.night import markdown_table
 from ratchet_assets.night.budget import PeakRSS
 from ratchet_assets.night.erasures import load_erasures
@@ -16,6 +16,14 @@ def certification_floor(night: NightConfig) -> int:
     return rows_to_certify(night.certify_target, night.certify_delta)[0].rows
 
 
+def _task_shares(control_db: ControlDB, signer: Signer) -> dict[str, float]:
+    """task -> golden share set by its signed policy (ratchet_core.task_policy)."""
+    from ratchet_core.task_policy import current_policies
+
+    policies = current_policies(control_db.engine(), signer.public_key())
+    return {t: p.golden_share for t, p in policies.items() if p.golden_share is not None}
+
+
 @dg.asset(
     partitions_def=daily_partitions,
     group_name="night",
@@ -24,7 +32,11 @@ def certification_floor(night: NightConfig) -> int:
     check_specs=[dg.AssetCheckSpec("golden_floor_met", asset="golden_split")],
 )
 def golden_split(
-    context: dg.AssetExecutionContext, paths: RatchetPaths, control_db: ControlDB, night: NightConfig
+    context: dg.AssetExecutionContext,
+    paths: RatchetPaths,
+    control_db: ControlDB,
+    night: NightConfig,
+    signer: Signer,
 ) -> dg.MaterializeResult:
     """Golden (held-out) example keys: once golden, always golden; Merkle root over the sorted keys."""
     day = context.partition_key
@@ -38,6 +50,7 @@ def golden_split(
         floor=floor,
         erasures=load_erasures(control_db.engine()),
         budget=night.budget(),
+        task_shares=_task_shares(control_db, signer),
     )
     context.log.info(
         f"{day}: {r.new_keys} new keys, {r.new_golden} golden; golden to date {r.golden_size}, root {r.golden_root}"

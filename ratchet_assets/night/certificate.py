@@ -64,13 +64,16 @@ def certify_adapter(
     concurrency: int = 1,
     max_tokens: int = 512,
     log: Callable[[str], None] = lambda line: None,
+    policies: Mapping[str, Any] | None = None,
 ) -> CertificateResult:
     """Evaluate night ``day``'s adapter on its golden set and write the signed certificate.
 
     ``live``: task -> the live version to compare with (McNemar on the same rows); ``effects``: the effect ledger
-    (adapter loads); ``log`` gets progress lines.
+    (adapter loads); ``log`` gets progress lines; ``policies``: task -> ``TaskPolicy`` from the signed manifest
+    (``ratchet_core.task_policy``): a task's comparator and its own target/delta (``target``/``delta`` otherwise).
     """
     from ratchet_assets.night.bom_builder import adapter_file_hashes
+    from ratchet_core.task_policy import resolve
     from ratchet_stats import certificate as cert
     from ratchet_stats.canonical import canonical_json
     from ratchet_stats.dsse import make_statement, sign_statement
@@ -116,6 +119,13 @@ def certify_adapter(
         )
         log(f"{task}: compared with live version {live_version} on the same {len(task_rows)} rows")
 
+    levels: dict[str, tuple[float, float]] = {}
+    comparators: dict[str, str] = {}
+    for task in sorted({r.task for r in rows}):
+        p = resolve(task, dict(policies or {}), target=target, delta=delta)
+        levels[task] = (p.target, p.delta)
+        if p.source["comparator"] == "task policy":
+            comparators[task] = p.comparator
     predicate = cert.build_certificate(
         version=version,
         base=record["base"],
@@ -124,8 +134,9 @@ def certify_adapter(
         golden_size=golden.size,
         target=target,
         delta=delta,
-        tasks=ev.task_outcomes(rows, answers, baselines),
+        tasks=ev.task_outcomes(rows, answers, baselines, comparators),
         day=day,
+        task_levels=levels,
     )
     problems = cert.check_certificate(predicate)
     if problems:  # the verifier's own recomputation must agree before anything is signed

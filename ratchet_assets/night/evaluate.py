@@ -275,8 +275,11 @@ def answer_rows(
     return answers
 
 
-def is_correct(task: str, expected: Mapping[str, Any], got: Mapping[str, Any] | None) -> bool:
-    """The task's comparator: a COMPARATORS override, else ratchet_core.workloads.compare (unknown: label)."""
+def is_correct(
+    task: str, expected: Mapping[str, Any], got: Mapping[str, Any] | None, comparator: str | None = None
+) -> bool:
+    """The task's comparator: a COMPARATORS override, else the task policy's `comparator` when given, else
+    ratchet_core.workloads.compare (unknown: label)."""
     if got is None:
         return False
     custom = COMPARATORS.get(task)
@@ -284,12 +287,14 @@ def is_correct(task: str, expected: Mapping[str, Any], got: Mapping[str, Any] | 
         return bool(custom(expected, got))
     from ratchet_core.workloads import compare
 
-    return bool(compare(task, expected, got))
+    return bool(compare(comparator or task, expected, got))
 
 
-def comparator_name(task: str) -> str:
+def comparator_name(task: str, comparator: str | None = None) -> str:
     if task in COMPARATORS:
         return f"custom:{task}"
+    if comparator:
+        return comparator
     from ratchet_core.workloads import comparator_of
 
     return comparator_of(task)
@@ -299,9 +304,11 @@ def task_outcomes(
     rows: Sequence[GoldenRow],
     answers: Sequence[Answer],
     baselines: Mapping[str, tuple[str, Sequence[Answer]]] | None = None,
+    comparators: Mapping[str, str] | None = None,
 ) -> list[TaskOutcomes]:
     """Per task outcomes for the certificate. ``baselines``: task -> (live version, its answers for that task's
-    rows in the order they appear in ``rows``)."""
+    rows in the order they appear in ``rows``); ``comparators``: task -> comparator from its signed policy."""
+    comparators = comparators or {}
     by_task: dict[str, list[int]] = {}
     for i, row in enumerate(rows):
         by_task.setdefault(row.task, []).append(i)
@@ -315,14 +322,17 @@ def task_outcomes(
             if len(base_answers) != len(idx):
                 raise ValueError(f"{task}: {len(base_answers)} baseline answers for {len(idx)} rows")
             base_correct = [
-                is_correct(task, rows[i].expected, a.message) for i, a in zip(idx, base_answers, strict=True)
+                is_correct(task, rows[i].expected, a.message, comparators.get(task))
+                for i, a in zip(idx, base_answers, strict=True)
             ]
         out.append(
             TaskOutcomes(
                 task=task,
-                comparator=comparator_name(task),
+                comparator=comparator_name(task, comparators.get(task)),
                 confidences=[answers[i].confidence for i in idx],
-                correct=[is_correct(task, rows[i].expected, answers[i].message) for i in idx],
+                correct=[
+                    is_correct(task, rows[i].expected, answers[i].message, comparators.get(task)) for i in idx
+                ],
                 baseline_correct=base_correct,
                 baseline_version=baseline[0] if baseline is not None else None,
             )

@@ -88,8 +88,11 @@ def split_golden(
     floor: int = 0,
     erasures: Erasures | None = None,
     budget: Budget | int | None = None,
+    task_shares: dict[str, float] | None = None,
 ) -> SplitResult:
     """Assign the day's new keys, then write the golden set to date for ``day``.
+
+    ``task_shares``: task -> golden share from its signed policy (``ratchet_core.task_policy``), else ``share``.
 
     In bounded memory (`budget`, ``ratchet_assets.night.budget``): DuckDB assigns, sorts and deduplicates out of
     core; the registry, the golden set, its keys and its commitments are written as the rows stream past."""
@@ -113,7 +116,14 @@ def split_golden(
             WHERE example_key NOT IN (SELECT example_key FROM reg)
             """
         )
-        con.execute(f"ALTER TABLE new ADD COLUMN golden BOOLEAN; UPDATE new SET golden = score < {share!r}")
+        share_sql = repr(float(share))
+        for task, task_share in sorted((task_shares or {}).items()):
+            if not 0.0 <= task_share < 1.0:
+                raise ValueError(f"{task}: golden share must be in [0, 1), got {task_share}")
+        if task_shares:
+            cases = " ".join(f"WHEN {sql_str(t)} THEN {float(v)!r}" for t, v in sorted(task_shares.items()))
+            share_sql = f"(CASE task {cases} ELSE {float(share)!r} END)"
+        con.execute(f"ALTER TABLE new ADD COLUMN golden BOOLEAN; UPDATE new SET golden = score < {share_sql}")
         con.execute("ALTER TABLE new ADD COLUMN reason VARCHAR; UPDATE new SET reason = 'hash'")
         topped: dict[str, int] = {}
         if floor > 0:

@@ -202,9 +202,12 @@ def _admit(engine: Engine, private_key: Any, adm: Admission, public_keys: Any, r
     return True
 
 
-def candidates(engine: Engine, public_keys: Any, target: float) -> list[Candidate]:
+def candidates(
+    engine: Engine, public_keys: Any, target: float, targets: dict[str, float] | None = None
+) -> list[Candidate]:
     """Registry candidates in registration order; the newest of each task with its certificate verified again now
-    (``guard.certified_task``: signature under `public_keys`, numbers, the task certified at `target`)."""
+    (``guard.certified_task``: signature under `public_keys`, numbers, the task certified at `target`, or at its
+    own target in `targets`: its signed task policy, ``ratchet_core.task_policy``)."""
     rows = registry.list_versions(engine, status="candidate")
     newest = {row["task"]: row["version"] for row in rows}  # only these can be admitted; older ones retire
     out = []
@@ -216,7 +219,7 @@ def candidates(engine: Engine, public_keys: Any, target: float) -> list[Candidat
             )
             continue
         try:
-            ct = certified_task(path, version, task, public_keys, target)
+            ct = certified_task(path, version, task, public_keys, (targets or {}).get(task, target))
         except NotCertified as exc:
             out.append(Candidate(version, task, row["threshold"], None, Path(path).name, problem=str(exc)))
             continue
@@ -258,7 +261,8 @@ def release_tick(
         result.notes.append(f"{late} segment(s) of settled days ignored")
     pairs = read_pairs(lake, segments, wm)
     try:
-        plan = decide_tick(manifest, candidates(engine, keys, policy.target), old, pairs, policy)
+        targets = {t: policy.for_task(t, manifest).target for t in manifest.policies}
+        plan = decide_tick(manifest, candidates(engine, keys, policy.target, targets), old, pairs, policy)
     finally:
         pairs.close()  # a plan stops reading at its decision: close the lake connection now
     result.holds.extend(plan.waiting)

@@ -71,7 +71,7 @@ def certified_task(
         known = ", ".join(sorted(predicate.get("tasks") or {})) or "none"
         raise NotCertified(f"the certificate of {version} does not evaluate {task} (it evaluates: {known})")
     bound = float(section.get("lower_bound") or 0.0)
-    cert_target = float(predicate.get("target") or 0.0)
+    cert_target = float(section.get("target") or predicate.get("target") or 0.0)  # a task's own level first
     if section.get("certified") is not True:
         raise NotCertified(
             f"{version} is not certified for {task}: lower bound {bound:.4f} < target {cert_target:g} "

@@ -115,6 +115,15 @@ class ReleasePolicy:
                 f"{self.drift_block}, {self.drift_keep}); e.g. 0.05, 50, 6"
             )
 
+    def for_task(self, task: str, manifest: Any) -> ReleasePolicy:
+        """This policy at `task`'s own target when its signed task policy sets one (ratchet_core.task_policy);
+        the floor keeps its distance below the target when the task's target is at or under it."""
+        policy = (getattr(manifest, "policies", None) or {}).get(task)
+        if policy is None or policy.target is None or policy.target == self.target:
+            return self
+        floor = self.floor if self.floor < policy.target else policy.target - (self.target - self.floor)
+        return dataclasses.replace(self, target=policy.target, floor=max(floor, policy.target / 2))
+
     def new_promote(self) -> BettingEProcess:
         return BettingEProcess.promote(1.0 - self.target, self.alpha)
 

@@ -107,7 +107,7 @@ class TickPlan:
             if d is None or key != (d.version, d.task):
                 out[key] = t
             elif d.to_step is not None:
-                out[key] = t.at_step(d.to_step, policy)
+                out[key] = t.at_step(d.to_step, policy.for_task(t.task, self.manifest))
         return out
 
 
@@ -132,7 +132,9 @@ def tracks_for(
         for version, step in serving_tracks(rel):
             prev = previous.get((version, task))
             tracks[(version, task)] = (
-                prev.at_step(step, policy) if prev else Track.start(version, task, step, policy)
+                prev.at_step(step, policy.for_task(task, manifest))
+                if prev
+                else Track.start(version, task, step, policy.for_task(task, manifest))
             )
     return tracks
 
@@ -164,7 +166,7 @@ def decide_tick(
         if current.flags.releases_frozen:
             plan.waiting.append(f"{c.version} on {task} waits: releases are frozen")
             continue
-        why_not = certified_at_target(c, policy)
+        why_not = certified_at_target(c, policy.for_task(task, current))
         if why_not:
             plan.waiting.append(f"{c.version} on {task} is not admitted: {why_not}")
             continue
@@ -188,7 +190,7 @@ def decide_tick(
 
     decision: Decision | None = None
     for t in tracks.values():  # evidence already in hand (e.g. a promotion held while frozen)
-        d = decide(t, policy, frozen, held(t))
+        d = decide(t, policy.for_task(t.task, current), frozen, held(t))
         if d.action != "hold":
             decision = d
             break
@@ -198,7 +200,7 @@ def decide_tick(
                 t = tracks.get((row.version, row.task))
                 if t is None or not t.accepts(row.role):
                     continue
-                d, _ = feed(t, [row.error], policy, frozen, held(t))
+                d, _ = feed(t, [row.error], policy.for_task(t.task, current), frozen, held(t))
                 if d.action != "hold":
                     decision, plan.stop = d, row
                     break
@@ -207,7 +209,7 @@ def decide_tick(
             plan.read.append(name)
     plan.decision = decision
     for t in tracks.values():
-        d = decide(t, policy, frozen, held(t))
+        d = decide(t, policy.for_task(t.task, current), frozen, held(t))
         if d.action == "hold" and not (decision and (t.version, t.task) == (decision.version, decision.task)):
             plan.holds.append(d.message)
     return plan

@@ -8,13 +8,19 @@
   in order (call ids are ignored). When the expected message has no tool calls the contents are compared as labels.
 
 Tasks Ratchet does not know (free text) are compared as exact text (``label``).
+
+Custom comparators: ``register_comparator("sentiment_loose", fn)`` makes ``custom:sentiment_loose`` a comparator a
+task policy (``ratchet_core.task_policy``, ``ratchet admin task set NAME --comparator custom:sentiment_loose``) can
+name; ``fn(expected_message, got_message) -> bool``. Register it in a module every process that judges answers
+imports (the gateway and the night's code location).
+A policy naming a comparator that is not registered in a process is an error there, never a silent fallback.
 """
 
 from __future__ import annotations
 
 import json
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from .base import COMPARATORS
@@ -113,9 +119,39 @@ _BY_COMPARATOR = {"label": label_equal, "json": json_content_equal, "tool_call":
 assert set(_BY_COMPARATOR) == set(COMPARATORS)
 
 
+Comparator = Callable[[Mapping[str, Any], "Mapping[str, Any] | None"], bool]
+CUSTOM: dict[str, Comparator] = {}
+
+
+class UnknownComparator(KeyError):
+    """A policy names ``custom:<name>`` but no comparator of that name is registered in this process."""
+
+
+def register_comparator(name: str, fn: Comparator) -> str:
+    """Register ``fn`` as ``custom:<name>``; returns that comparator name."""
+    name = name.removeprefix("custom:")
+    if not name or name in _BY_COMPARATOR:
+        raise ValueError(f"custom comparator name {name!r} is empty or shadows a built-in one")
+    CUSTOM[name] = fn
+    return f"custom:{name}"
+
+
+def comparator_fn(comparator: str) -> Comparator:
+    """The function of a comparator name (``label`` | ``json`` | ``tool_call`` | ``custom:<name>``)."""
+    if comparator in _BY_COMPARATOR:
+        return _BY_COMPARATOR[comparator]
+    fn = CUSTOM.get(comparator.removeprefix("custom:")) if comparator.startswith("custom:") else None
+    if fn is None:
+        raise UnknownComparator(
+            f"comparator {comparator!r} is not registered here: register it with "
+            "ratchet_core.workloads.compare.register_comparator in a module this process imports"
+        )
+    return fn
+
+
 def comparator_of(task_or_comparator: str) -> str:
     """The comparator name for a task name or comparator name (unknown tasks: ``label``)."""
-    if task_or_comparator in _BY_COMPARATOR:
+    if task_or_comparator in _BY_COMPARATOR or task_or_comparator.startswith("custom:"):
         return task_or_comparator
     from . import TASKS  # the registry imports this module
 
@@ -127,4 +163,4 @@ def compare(
     task_or_comparator: str, expected_message: Mapping[str, Any], got_message: Mapping[str, Any] | None
 ) -> bool:
     """True when `got_message` is a correct answer given the correct `expected_message` (see module doc)."""
-    return _BY_COMPARATOR[comparator_of(task_or_comparator)](expected_message, got_message)
+    return comparator_fn(comparator_of(task_or_comparator))(expected_message, got_message)

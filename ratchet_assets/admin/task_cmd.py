@@ -1,0 +1,168 @@
+"""`ratchet admin task set|show|list`: per-task policy (``ratchet_core.task_policy``), signed into the manifest.
+
+``set NAME`` changes only the options given (``--comparator``, ``--target``, ``--delta``, ``--audit-rate``,
+``--golden-share``, ``--enable/--disable``; ``--clear FIELD`` returns a field to its default), needs ``--reason``
+and is published like every release change: a new signed manifest plus an audit-log row, in one transaction. A task
+needs no other definition: its name and ``ratchet admin task set`` are enough for the gateway, the night, the
+certificate and the release policy to follow it.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import click
+
+from ratchet_assets.admin.common import control_db_option, echo_json, engine_for, json_option
+from ratchet_assets.admin.release_cmd import (
+    _change,
+    _fail,
+    _private_key,
+    actor_option,
+    key_option,
+    reason_option,
+)
+
+FIELDS = ("comparator", "target", "delta", "audit_rate", "golden_share")
+
+
+def _resolved_rows(manifest: Any, names: list[str]) -> list[dict[str, Any]]:
+    from ratchet_core.task_policy import resolve_in
+
+    # globals: the night's defaults (NightConfig: target 0.95, delta 0.05, golden share 0.2), the manifest's audit rate
+    return [resolve_in(manifest, n).as_dict() for n in names]
+
+
+def _current(control_db: str, signing_key_file: str) -> Any:
+    from ratchet_core.manifest import Manifest, ensure_tables, latest_verified
+
+    engine = engine_for(control_db)
+    ensure_tables(engine)
+    manifest, _ = latest_verified(engine, [_private_key(signing_key_file).public_key()])
+    return manifest or Manifest.default()
+
+
+@click.group("task")
+def task_group() -> None:
+    """Per-task policy: comparator, certification target/delta, audit rate, golden share, enabled."""
+
+
+@task_group.command("set")
+@click.argument("name")
+@click.option("--comparator", default=None, help="label | json | tool_call | custom:<registered name>.")
+@click.option("--target", type=float, default=None, help="Certification and release target, in (0, 1).")
+@click.option("--delta", type=float, default=None, help="Certification level delta, in (0, 1).")
+@click.option(
+    "--audit-rate", type=float, default=None, help="Share of student answers re-asked of the teacher."
+)
+@click.option(
+    "--golden-share", type=float, default=None, help="Share of new example keys held out as golden."
+)
+@click.option("--enable/--disable", "enabled", default=None, help="--disable sends the task to the teacher.")
+@click.option("--clear", multiple=True, type=click.Choice(FIELDS), help="Return a field to its default.")
+@reason_option
+@actor_option
+@key_option
+@control_db_option
+@json_option
+def set_cmd(
+    name: str,
+    comparator: str | None,
+    target: float | None,
+    delta: float | None,
+    audit_rate: float | None,
+    golden_share: float | None,
+    enabled: bool | None,
+    clear: tuple[str, ...],
+    reason: str,
+    actor: str,
+    signing_key_file: str,
+    control_db: str,
+    as_json: bool,
+) -> None:
+    """Set TASK's policy (only the options given change); signed into a new release manifest."""
+    from pydantic import ValidationError
+
+    from ratchet_core.task_policy import TaskPolicy
+
+    name = name.strip()
+    if not name:
+        _fail("the task name is empty")
+    given = {
+        k: v
+        for k, v in dict(
+            comparator=comparator,
+            target=target,
+            delta=delta,
+            audit_rate=audit_rate,
+            golden_share=golden_share,
+            enabled=enabled,
+        ).items()
+        if v is not None
+    }
+    if not given and not clear:
+        _fail(
+            "nothing to set: give at least one of --comparator/--target/--delta/--audit-rate/--golden-share/"
+            "--enable/--disable/--clear"
+        )
+    both = set(clear) & set(given)
+    if both:
+        _fail(f"--clear {sorted(both)[0]} and a value for it: choose one")
+
+    def change(conn: Any, m: Any) -> dict:
+        old = m.policies.get(name) or TaskPolicy()
+        data = {**old.model_dump(), **given, **dict.fromkeys(clear)}
+        try:
+            m.policies[name] = TaskPolicy.model_validate(data)
+        except ValidationError as exc:
+            first = exc.errors()[0]
+            raise ValueError(f"{'.'.join(map(str, first['loc'])) or name}: {first['msg']}") from None
+        return {}
+
+    summary = ",".join(f"{k}={v}" for k, v in sorted(given.items())) + "".join(f",{c}=default" for c in clear)
+    _change(
+        control_db, signing_key_file, "task", f"{name}:{summary.strip(',')}", reason, actor, change, as_json
+    )
+
+
+@task_group.command("show")
+@click.argument("name")
+@key_option
+@control_db_option
+@json_option
+def show_cmd(name: str, signing_key_file: str, control_db: str, as_json: bool) -> None:
+    """TASK's effective policy and where each value comes from (task policy, built-in workload, global)."""
+    m = _current(control_db, signing_key_file)
+    [row] = _resolved_rows(m, [name])
+    if as_json:
+        echo_json(row)
+        return
+    for field in ("comparator", "target", "delta", "audit_rate", "golden_share"):
+        click.echo(f"{field:<13} {row[field]!s:<12} ({row['source'][field]})")
+    click.echo(f"{'enabled':<13} {row['enabled']}")
+
+
+@task_group.command("list")
+@key_option
+@control_db_option
+@json_option
+def list_cmd(signing_key_file: str, control_db: str, as_json: bool) -> None:
+    """Every task with a signed policy, plus the built-in workloads, with their effective policies."""
+    from ratchet_core.workloads import TASKS
+
+    m = _current(control_db, signing_key_file)
+    rows = _resolved_rows(m, sorted(set(m.policies) | set(TASKS)))
+    if as_json:
+        echo_json(rows)
+        return
+    click.echo(
+        f"{'task':<20} {'comparator':<16} {'target':<7} {'delta':<6} {'audit':<6} {'golden':<7} enabled"
+    )
+    for r in rows:
+        click.echo(
+            f"{r['task']:<20} {r['comparator']:<16} {r['target']:<7g} {r['delta']:<6g} {r['audit_rate']:<6g} "
+            f"{r['golden_share']:<7g} {r['enabled']}"
+        )
+
+
+COMMANDS = [task_group]

@@ -1,0 +1,147 @@
+"""Per-task policy: how each task is judged, certified, audited and split, signed into the release manifest.
+
+A task is any name a client sends (``x-ratchet-task`` or a recognised system prompt). Its policy says:
+
+- ``comparator``: ``label`` | ``json`` | ``tool_call`` | a custom comparator registered with
+  ``ratchet_core.workloads.compare.register_comparator`` (written ``custom:<name>``).
+- ``target`` / ``delta``: the certification level (a task is certified when the Clopper-Pearson lower bound of its
+  precision at ``delta`` reaches ``target``); the release policy promotes on evidence of precision > ``target``.
+- ``audit_rate``: share of student-served requests re-asked of the teacher.
+- ``golden_share``: share of new example keys the night holds out as golden (evaluation only, never training).
+- ``enabled``: False sends every request of the task to the teacher (as a pin does).
+
+Every field is optional (None = the default). Defaults, in order: the task's built-in workload
+(``ratchet_core.workloads``: its comparator) -> the global settings (``NightConfig.certify_target`` /
+``certify_delta`` / ``golden_share``, the manifest's ``flags.audit_rate``). A task Ratchet does not know and that has
+no policy keeps exact-text comparison (``label``). So a new task needs nothing but its name and
+``ratchet admin task set NAME --target 0.9 ... --reason ...``.
+
+Policies live in the signed release manifest (``Manifest.policies``, only written when non-empty so manifests
+without policies keep their bytes); the gateway (audit rate, comparator, enabled), the night (golden share,
+comparator, target/delta in the certificate), the certificate verifier and the release policy all read them through
+:func:`resolve`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+DEFAULT_TARGET = 0.95
+DEFAULT_DELTA = 0.05
+DEFAULT_GOLDEN_SHARE = 0.2
+BUILTIN_COMPARATORS = ("label", "json", "tool_call")
+
+
+def valid_comparator(name: str) -> str:
+    """``name`` when it is a built-in comparator or ``custom:<registered name>``; ValueError otherwise."""
+    if name in BUILTIN_COMPARATORS:
+        return name
+    if name.startswith("custom:") and len(name) > len("custom:"):
+        return name
+    raise ValueError(
+        f"comparator {name!r} is not one of {', '.join(BUILTIN_COMPARATORS)} or custom:<name> "
+        "(a comparator registered with ratchet_core.workloads.compare.register_comparator)"
+    )
+
+
+class TaskPolicy(BaseModel):
+    """One task's policy as signed in the manifest; None fields fall back to the defaults (module docstring)."""
+
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
+
+    comparator: str | None = None
+    target: float | None = Field(None, gt=0.0, lt=1.0)
+    delta: float | None = Field(None, gt=0.0, lt=1.0)
+    audit_rate: float | None = Field(None, ge=0.0, le=1.0)
+    golden_share: float | None = Field(None, ge=0.0, lt=1.0)
+    enabled: bool = True
+
+    @field_validator("comparator")
+    @classmethod
+    def _comparator(cls, v: str | None) -> str | None:
+        return None if v is None else valid_comparator(v)
+
+
+@dataclass(frozen=True)
+class ResolvedPolicy:
+    """A task's effective policy: every field filled in; ``source`` says where each value came from."""
+
+    task: str
+    comparator: str
+    target: float
+    delta: float
+    audit_rate: float
+    golden_share: float
+    enabled: bool
+    source: dict[str, str]
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def _builtin_comparator(task: str) -> str | None:
+    try:
+        from ratchet_core.workloads import TASKS
+    except ImportError:  # pragma: no cover
+        return None
+    spec = TASKS.get(task)
+    return spec.comparator if spec is not None else None
+
+
+def resolve(
+    task: str,
+    policies: dict[str, TaskPolicy] | None = None,
+    *,
+    target: float = DEFAULT_TARGET,
+    delta: float = DEFAULT_DELTA,
+    audit_rate: float = 0.05,
+    golden_share: float = DEFAULT_GOLDEN_SHARE,
+) -> ResolvedPolicy:
+    """``task``'s effective policy: its signed policy, else the built-in workload, else the given globals."""
+    p = (policies or {}).get(task) or TaskPolicy()
+    source: dict[str, str] = {}
+
+    def pick(name: str, value: Any, default: Any, default_source: str = "global") -> Any:
+        if value is not None:
+            source[name] = "task policy"
+            return value
+        source[name] = default_source
+        return default
+
+    builtin = _builtin_comparator(task)
+    comparator = pick(
+        "comparator",
+        p.comparator,
+        builtin or "label",
+        "built-in workload" if builtin else "unknown task: exact text",
+    )
+    return ResolvedPolicy(
+        task=task,
+        comparator=comparator,
+        target=float(pick("target", p.target, target)),
+        delta=float(pick("delta", p.delta, delta)),
+        audit_rate=float(pick("audit_rate", p.audit_rate, audit_rate)),
+        golden_share=float(pick("golden_share", p.golden_share, golden_share)),
+        enabled=bool(p.enabled),
+        source=source,
+    )
+
+
+def resolve_in(manifest: Any, task: str, **globals_: float) -> ResolvedPolicy:
+    """:func:`resolve` with the manifest's policies and its audit rate as the global audit rate."""
+    if manifest is None:
+        return resolve(task, None, **globals_)
+    globals_.setdefault("audit_rate", manifest.flags.audit_rate)
+    return resolve(task, manifest.policies, **globals_)
+
+
+def current_policies(engine: Any, public_keys: Any) -> dict[str, TaskPolicy]:
+    """The policies of the newest verified manifest ({} when none)."""
+    from ratchet_core.manifest import ensure_tables, latest_verified
+
+    ensure_tables(engine)
+    manifest, _ = latest_verified(engine, public_keys)
+    return dict(manifest.policies) if manifest is not None else {}
