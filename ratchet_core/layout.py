@@ -16,6 +16,7 @@ V = an adapter version such as ``v3-1a2b3c4d``)::
     boms/V/bom.dsse.json, NOTICE.md, certificate.dsse.json, train-keys.txt, golden-keys.txt, disjoint.proof.json
     receipts/D/receipt.dsse.json, rows.parquet, tree.bin the signed daily receipt, its leaves and stored tree
     receipts/D/clients.jsonl, estimates.jsonl            its client lines and per-task estimate lines (v2)
+    imports/<id>/examples.parquet, provenance.json       labelled rows brought in by ``ratchet import``
 
 An adapter export (``ratchet admin export-adapter --out DIR``) is ``DIR/adapter/`` plus the BOM folder's files:
 :class:`AdapterExport`.
@@ -42,6 +43,7 @@ ADAPTERS = "adapters"
 CERTIFICATES = "certificates"
 BOMS = "boms"
 RECEIPTS = "receipts"
+IMPORTS = "imports"
 
 COMMITMENT_FILE = (
     "commitment.json"  # beside golden.parquet and train.jsonl (ratchet_assets.night.commitments)
@@ -243,6 +245,35 @@ class ArtifactLayout:
         if not folder.is_dir():
             return []
         return sorted(p.parent.name for p in folder.glob(f"*/{RECEIPT_ENVELOPE_FILE}"))
+
+    # imports (ratchet_assets.governance.importer) -------------------------------------------------------------
+    def import_dir(self, import_id: str) -> Path:
+        return self.path(f"{IMPORTS}/{_name(import_id, 'import id')}")
+
+    def import_examples(self, import_id: str) -> Path:
+        """The imported rows, with the columns of an examples file plus ``role`` (golden | train)."""
+        return self.import_dir(import_id) / "examples.parquet"
+
+    def import_provenance(self, import_id: str) -> Path:
+        return self.import_dir(import_id) / "provenance.json"
+
+    def import_files(self) -> list[Path]:
+        """Every import's examples file, sorted by import id."""
+        return sorted(self.path(IMPORTS).glob("*/examples.parquet"))
+
+
+@dataclass(frozen=True)
+class DataExport:
+    """The folder ``ratchet export`` fills: one file per kind (``requests.jsonl`` ...) and ``manifest.json``."""
+
+    root: Path
+
+    def file(self, kind: str, fmt: str) -> Path:
+        return Path(self.root) / f"{_name(kind, 'export kind')}.{_name(fmt, 'format')}"
+
+    @property
+    def manifest(self) -> Path:
+        return Path(self.root) / "manifest.json"
 
 
 @dataclass(frozen=True)

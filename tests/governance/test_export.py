@@ -1,0 +1,90 @@
+"""``ratchet export``: a task's and client's rows as JSONL or Parquet whose manifest root verifies offline."""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime
+from pathlib import Path
+
+import pytest
+
+from ratchet_assets.effects import EffectLedger
+from ratchet_assets.governance.export import ExportError, ExportFilters, export_data, verify_export
+from ratchet_assets.night.examples import build_examples
+from ratchet_assets.night.fixtures import write_day
+from ratchet_assets.night.receipts import build_receipt
+from ratchet_assets.night.split import split_golden
+from ratchet_assets.night.traffic import consolidate_traffic
+from ratchet_core.control_db import make_engine
+from ratchet_stats.keys import generate_private_key
+
+DAY1 = "2026-01-01"
+
+
+@pytest.fixture
+def night(tmp_path: Path) -> dict:
+    lake, art = tmp_path / "lake", tmp_path / "art"
+    write_day(lake, DAY1, 60, seed=4)
+    consolidate_traffic(lake, art, DAY1)
+    build_examples(art, DAY1)
+    split_golden(art, DAY1, share=0.3, floor=2)
+    engine = make_engine(f"sqlite:///{(tmp_path / 'c.db').as_posix()}")
+    key = generate_private_key()
+    build_receipt(art, DAY1, key, EffectLedger(engine), teacher_model="openai/demo-teacher")
+    return {"lake": str(lake), "art": str(art), "engine": engine, "key": key, "tmp": tmp_path}
+
+
+@pytest.mark.parametrize("fmt", ["jsonl", "parquet"])
+def test_export_root_verifies_and_a_changed_row_fails(night: dict, fmt: str) -> None:
+    out = night["tmp"] / f"out-{fmt}"
+    filters = ExportFilters(
+        client="acme", since=datetime(2026, 1, 1, tzinfo=UTC), until=datetime(2026, 1, 2, tzinfo=UTC)
+    )
+    manifest = export_data(
+        out,
+        lake_root=night["lake"],
+        artifacts_root=night["art"],
+        filters=filters,
+        fmt=fmt,
+        engine=night["engine"],
+        private_key=night["key"],
+    )
+    files = manifest["files"]
+    assert files["requests"]["rows"] > 0 and files["receipts"]["rows"] == files["requests"]["rows"]
+    assert files["examples"]["rows"] > 0
+    assert verify_export(out, [night["key"].public_key()])["root"] == manifest["root"]
+    if fmt == "jsonl":
+        rows = [json.loads(line) for line in (out / "requests.jsonl").read_text().splitlines()]
+        assert {r["client"] for r in rows} == {"acme"} and all(r["ts"].startswith(DAY1) for r in rows)
+        receipts = [json.loads(line) for line in (out / "receipts.jsonl").read_text().splitlines()]
+        assert {json.loads(r["leaf"])["client"] for r in receipts} == {"acme"}
+        lines = (out / "requests.jsonl").read_bytes().splitlines()
+        lines[0] = lines[0].replace(b'"acme"', b'"evil"')
+        (out / "requests.jsonl").write_bytes(b"".join(line + b"\n" for line in lines))
+    else:
+        import polars as pl
+
+        frame = pl.read_parquet(out / "requests.parquet")
+        frame.with_columns(pl.col("answer").str.replace("^", "x")).write_parquet(out / "requests.parquet")
+    with pytest.raises(ExportError, match="requests"):
+        verify_export(out)
+
+
+def test_export_leaves_out_erased_requests(night: dict) -> None:
+    from ratchet_assets.governance.erase import ErasureScope, erase
+
+    first = export_data(
+        night["tmp"] / "a", lake_root=night["lake"], artifacts_root=night["art"], filters=ExportFilters(),
+        kinds=("requests",), engine=night["engine"],
+    )  # fmt: skip
+    rid = json.loads((night["tmp"] / "a" / "requests.jsonl").read_text().splitlines()[0])["request_id"]
+    erase(
+        ErasureScope(request_ids=(rid,)), lake_root=night["lake"], artifacts_root=night["art"],
+        engine=night["engine"], reason="test erasure", private_key=night["key"],
+    )  # fmt: skip
+    second = export_data(
+        night["tmp"] / "b", lake_root=night["lake"], artifacts_root=night["art"], filters=ExportFilters(),
+        kinds=("requests",), engine=night["engine"],
+    )  # fmt: skip
+    assert second["files"]["requests"]["rows"] == first["files"]["requests"]["rows"] - 1
+    assert rid not in (night["tmp"] / "b" / "requests.jsonl").read_text()
