@@ -16,7 +16,7 @@ import click
 @click.option("--api-key", envvar="OPENAI_API_KEY", required=True, help="Bearer key (or $OPENAI_API_KEY).")
 @click.option(
     "--workload",
-    type=click.Choice(["tickets", "extract", "tools", "mixed"]),
+    type=click.Choice(["tickets", "extract", "tools", "mixed", "research"]),
     default="mixed",
     show_default=True,
     help="Built-in workload to send.",

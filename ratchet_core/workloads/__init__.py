@@ -28,16 +28,18 @@ from .base import (
 from .compare import comparator_of, compare, json_equal
 from .extract import EXTRACT
 from .mixed import MIXED
+from .research import RESEARCH, RESEARCH_TASKS
 from .tickets import TICKETS
 from .tools import TOOLS_TASK
 
-DESCRIPTIONS: dict[str, TaskDescription] = {d.name: d for d in (TICKETS, EXTRACT, TOOLS_TASK)}
+DESCRIPTIONS: dict[str, TaskDescription] = {d.name: d for d in (TICKETS, EXTRACT, TOOLS_TASK, *RESEARCH_TASKS)}
 TASKS: dict[str, TaskSpec] = {name: d.spec for name, d in DESCRIPTIONS.items()}
 WORKLOADS: dict[str, Workload] = {
     "tickets": Workload("tickets", (TICKETS,)),
     "extract": Workload("extract", (EXTRACT,)),
     "tools": Workload("tools", (TOOLS_TASK,)),
     "mixed": MIXED,
+    "research": RESEARCH,
 }
 
 

@@ -21,7 +21,7 @@ from ratchet_core.workloads import (
     validate,
 )
 
-WORKLOADS = ["tickets", "extract", "tools", "mixed"]
+WORKLOADS = ["tickets", "extract", "tools", "mixed", "research"]
 LABELS = {"billing", "shipping", "refund", "technical", "account", "subscription"}
 
 
@@ -139,6 +139,9 @@ def test_task_specs_and_detection():
         "tickets": "label",
         "extract": "json",
         "tools": "tool_call",
+        "research_plan": "json",
+        "research_search": "tool_call",
+        "research_write": "json",
     }
     assert get_workload("mixed").tasks == ["tickets", "extract", "tools"]
     for ex in get_workload("mixed").generate(30, seed=4):
