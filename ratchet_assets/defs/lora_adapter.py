@@ -9,30 +9,21 @@ The config's defaults are the settings the demo certifies with (``night.adapter.
 without run config (the UI's "Materialize all", ``dagster asset materialize --select '*'``) computes the same
 config hash as the night that trained, and reuses its adapter instead of training again.
 
-Scale-out (documented path, not exercised in tests): replace ``PipesSubprocessClient`` with
-``dagster_k8s.PipesK8sClient`` and run ``python -m ratchet_assets.night.train_job`` in the image described by
-``infra/k8s/training-job.yaml`` on a GPU node::
-
-    from dagster_k8s import PipesK8sClient
-    PipesK8sClient().run(context=context, image="ratchet-train:latest",
-                         base_pod_spec=yaml.safe_load(open("infra/k8s/training-job.yaml"))["spec"]["template"]["spec"],
-                         command=["python", "-m", "ratchet_assets.night.train_job"], extras=extras)
-
-The extras carry paths: at scale they are object-store URLs or a shared volume mounted in the pod (the template
-mounts a PVC at /ratchet), and ``RATCHET_STUDENT_BASE_MODEL`` points at a real base (e.g. Qwen2.5-0.5B) there.
+Where training runs is the ``training`` resource (``defs/training_launcher.py``): a Pipes subprocess here, or with
+``RATCHET_TRAINING_LAUNCHER=k8s`` a GPU pod from ``infra/k8s/training-job.yaml`` through
+``dagster_k8s.PipesK8sClient``; the extras are paths on the volume both sides mount, and
+``RATCHET_STUDENT_BASE_MODEL`` points at a real base (e.g. Qwen2.5-0.5B) there.
 """
 
 # No `from __future__ import annotations`: Dagster resolves the Config annotation at definition time.
-import json
-import sys
 from dataclasses import fields
-from pathlib import Path
 from typing import Any
 
 import dagster as dg
 
 from ratchet_assets.defs.partitions import daily_partitions
 from ratchet_assets.defs.resources import ControlDB, ModelEndpoints, RatchetPaths, Signer
+from ratchet_assets.defs.training_launcher import TrainingLauncher
 from ratchet_assets.night import adapter as step
 from ratchet_assets.night.commitments import CommitmentMissing
 from ratchet_core.lora_trainer import LoraTrainConfig  # its fields are the config's training fields
@@ -65,26 +56,6 @@ class LoraAdapterConfig(dg.Config):
         return data
 
 
-def pipes_client() -> dg.PipesSubprocessClient:
-    """The Pipes client that runs training (swap for ``dagster_k8s.PipesK8sClient`` at scale; module docstring)."""
-    return dg.PipesSubprocessClient()
-
-
-def _pipes_launcher(context: dg.AssetExecutionContext) -> step.Launcher:
-    """``night.adapter.Launcher`` running ``python -m ratchet_assets.night.train_job`` through Pipes."""
-
-    def launch(extras: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
-        invocation = pipes_client().run(
-            command=[sys.executable, "-m", "ratchet_assets.night.train_job"], context=context, extras=extras
-        )
-        reported: dict[str, Any] = {}
-        for result in invocation.get_results():
-            reported.update(dict(getattr(result, "metadata", None) or {}))
-        return json.loads(Path(extras["result_path"]).read_text()), reported
-
-    return launch
-
-
 @dg.asset(
     partitions_def=daily_partitions,
     deps=["training_set"],
@@ -99,6 +70,7 @@ def lora_adapter(
     control_db: ControlDB,
     signer: Signer,
     models: ModelEndpoints,
+    training: TrainingLauncher,
 ):
     """The night's LoRA adapter for the student, trained once per training set, config and base."""
     day = context.partition_key
@@ -121,7 +93,7 @@ def lora_adapter(
             base,
             config.train_config(),
             control_db.effects(),
-            _pipes_launcher(context),
+            training.launcher(context),
             log=context.log.info,
         )
     except (step.AdapterError, CommitmentMissing) as exc:
