@@ -170,7 +170,10 @@ def split_golden(
             con.execute("DROP TABLE reg")
             con.execute(f"CREATE TEMP TABLE reg AS SELECT * FROM read_parquet({sql_str(str(reg_path))})")
 
-    files = ArtifactLayout(artifacts_root).examples_files(until=day)
+    from ratchet_assets.governance.importer import imports_until
+
+    # imported rows (``ratchet import``) whose keys the registry holds as golden join the golden set too
+    files = ArtifactLayout(artifacts_root).examples_files(until=day) + imports_until(artifacts_root, day)
     con.register("erased_keys", pa.table({"k": pa.array(sorted(erasures.example_keys), pa.string())}))
     con.register("erased_ids", pa.table({"r": pa.array(sorted(erasures.request_ids), pa.string())}))
     golden = stream_batches(
