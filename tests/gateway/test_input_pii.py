@@ -11,6 +11,7 @@ import json
 
 import openai
 import orjson
+import pytest
 
 from .conftest import API_KEY, STUDENT_VERSION, running_gateway, sealed_rows
 from .test_redact_request import EMAIL, PLANTED, UNI_EMAIL, _body
@@ -64,6 +65,7 @@ def _post(g, body: dict) -> tuple[str, dict]:
     return raw.headers["x-ratchet-served-by"], raw.parse().model_dump()
 
 
+@pytest.mark.slow
 def test_no_pii_from_any_field_reaches_a_sealed_segment_or_the_student(tmp_path):
     with (
         recording_upstream() as (url, seen),

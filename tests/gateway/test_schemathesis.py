@@ -8,6 +8,7 @@ the shared 2-core box)."""
 
 from __future__ import annotations
 
+import pytest
 import schemathesis
 from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis.errors import Unsatisfiable
@@ -26,6 +27,7 @@ def _headers(path: str) -> dict[str, str]:
     return {"Authorization": f"Bearer {key}"}
 
 
+@pytest.mark.slow
 def test_generated_requests_get_no_5xx_and_documented_answers(tmp_path, teacher_url):
     failures: list[str] = []
     calls = 0
