@@ -27,6 +27,8 @@ COMMANDS: dict[str, str] = {
     "demo-teacher": "ratchet_gateway.demo_teacher.cli:demo_teacher",
     "traffic": "ratchet_cli.traffic_cmd:traffic",
     "admin": "ratchet_assets.admin.cli:admin",
+    "import": "ratchet_assets.governance.cli:import_cmd",
+    "export": "ratchet_assets.governance.cli:export_cmd",
     "demo": "ratchet_cli.demo_cmd:demo",
     "sim": "ratchet_assets.sim.cli:sim",
     "effects": "ratchet_cli.effects_cmd:effects",
@@ -68,6 +70,8 @@ class LazyGroup(click.Group):
 
 _SHORT_HELP = {
     "init": "Create $RATCHET_HOME, a signing key and a server pepper.",
+    "import": "Import labelled chat examples for a task as golden or training rows.",
+    "export": "Export requests, examples, golden rows and receipts with a verifiable manifest.",
     "config": "Check the RATCHET_* configuration.",
     "stats": "Exact statistics: plan, bound, mcnemar, ltt.",
     "verify": "Verify signed evidence offline (manifest, certificate, receipt, bom, proof).",

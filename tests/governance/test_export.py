@@ -88,3 +88,33 @@ def test_export_leaves_out_erased_requests(night: dict) -> None:
     )  # fmt: skip
     assert second["files"]["requests"]["rows"] == first["files"]["requests"]["rows"] - 1
     assert rid not in (night["tmp"] / "b" / "requests.jsonl").read_text()
+
+
+def test_cli_export_then_verify_then_tamper(tmp_path: Path) -> None:
+    from click.testing import CliRunner
+
+    from ratchet_assets.governance.cli import export_cmd, import_cmd
+    from ratchet_stats.keys import public_key_pem, save_private_key
+
+    home = tmp_path / "home"
+    key = generate_private_key()
+    save_private_key(key, home / "keys" / "signing.key")
+    (home / "keys" / "signing.pub").write_text(public_key_pem(key.public_key()))
+    write_day(home / "lake", DAY1, 20, seed=6)
+    runner = CliRunner(env={"RATCHET_HOME": str(home)})
+    rows = tmp_path / "rows.jsonl"
+    rows.write_text(
+        json.dumps({"messages": [{"role": "user", "content": "hi there"}], "answer": "hello"}) + "\n"
+    )
+    res = runner.invoke(
+        import_cmd, [str(rows), "--task", "greet", "--as", "golden", "--source", "s", "--license", "MIT"]
+    )
+    assert res.exit_code == 0 and "imported 1 golden rows" in res.output, res.output
+    out = tmp_path / "export"
+    res = runner.invoke(export_cmd, ["--out", str(out), "--client", "globex", "--kind", "requests"])
+    assert res.exit_code == 0 and "manifest root" in res.output, res.output
+    ok = runner.invoke(export_cmd, ["--verify", str(out)])
+    assert ok.exit_code == 0 and "signed" in ok.output, ok.output
+    (out / "requests.jsonl").write_bytes((out / "requests.jsonl").read_bytes()[:-1] + b" \n")
+    bad = runner.invoke(export_cmd, ["--verify", str(out)])
+    assert bad.exit_code == 2 and "requests" in bad.output
