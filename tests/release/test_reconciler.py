@@ -24,19 +24,33 @@ from ratchet_core.serve import free_port, serve_in_thread
 pytestmark = pytest.mark.slow
 
 LIVE, OLD, CANDIDATE = "v2-live", "v1-old", "v3-cand"
+STUDENT_KEY = "sk-student-0123456789abcdef"  # the student server always requires a bearer key
+AUTH = {"Authorization": f"Bearer {STUDENT_KEY}"}
 
 
 def make_adapter(base: Path, out: Path, seed: int) -> Path:
-    """An untrained LoRA adapter on the demo base, saved by peft (the student server loads it like any other)."""
+    """A LoRA adapter on the demo base whose student ends every answer at once (EOS, finish_reason "stop").
+
+    Every token embeds to one vector, so the last hidden state is one vector h whatever the prompt, and the saved
+    lm_head scores EOS highest on h. The gateway's answer guard serves such an (empty) answer, where an untrained
+    adapter would run to max_tokens and be cascaded to the teacher as cut by length.
+    """
     import torch
     from peft import LoraConfig, get_peft_model
-    from transformers import AutoModelForCausalLM
+    from transformers import AutoModelForCausalLM, AutoTokenizer
 
     torch.manual_seed(seed)
-    model = get_peft_model(
-        AutoModelForCausalLM.from_pretrained(base), LoraConfig(r=4, target_modules=["q_proj", "v_proj"])
-    )
-    model.save_pretrained(out)
+    model = AutoModelForCausalLM.from_pretrained(base)
+    eos = AutoTokenizer.from_pretrained(base).eos_token_id
+    with torch.no_grad():
+        emb = model.get_input_embeddings().weight
+        emb.copy_(emb[seed % emb.shape[0]].clone().expand_as(emb))
+        h = model.model(input_ids=torch.tensor([[5, 6, 7]])).last_hidden_state[0, -1]
+        head = model.get_output_embeddings().weight
+        head.zero_()
+        head[eos] = h / h.norm() * 50
+    config = LoraConfig(r=4, target_modules=["q_proj", "v_proj"], modules_to_save=["embed_tokens", "lm_head"])
+    get_peft_model(model, config).save_pretrained(out)
     return out
 
 
@@ -51,6 +65,8 @@ def start_student(base: Path, port: int, log: Path) -> subprocess.Popen:
         str(base),
         "--port",
         str(port),
+        "--api-key",
+        STUDENT_KEY,
     ]
     proc = subprocess.Popen(cmd, env=env, stdout=log.open("ab"), stderr=subprocess.STDOUT)
     deadline = time.monotonic() + 240
@@ -67,7 +83,11 @@ def start_student(base: Path, port: int, log: Path) -> subprocess.Popen:
 
 
 def loaded(url: str) -> set[str]:
-    return {m["id"] for m in httpx.get(f"{url}/models", timeout=10).json()["data"] if m.get("parent")}
+    return {
+        m["id"]
+        for m in httpx.get(f"{url}/models", headers=AUTH, timeout=10).json()["data"]
+        if m.get("parent")
+    }
 
 
 def test_desired_versions_are_what_the_manifest_serves():
@@ -124,6 +144,7 @@ def test_killed_student_server_serves_the_live_version_again_within_60s(tmp_path
             r = httpx.post(
                 f"{student_url}/load_lora_adapter",
                 json={"lora_name": version, "lora_path": str(artifacts / "adapters" / version)},
+                headers=AUTH,
                 timeout=120,
             )
             assert r.status_code == 200, r.text
@@ -131,7 +152,7 @@ def test_killed_student_server_serves_the_live_version_again_within_60s(tmp_path
         code_location = load_defs()
         resources = {
             **night_resources(home=home, signing_key=private_key_b64(key)),
-            "student_endpoints": StudentEndpoints(urls=student_url, api_key="unused"),
+            "student_endpoints": StudentEndpoints(urls=student_url, api_key=STUDENT_KEY),
         }
         sensor = code_location.resolve_sensor_def("adapter_reconciler")
         assert sensor.minimum_interval_seconds == RECONCILE_SECONDS == 30
@@ -158,6 +179,7 @@ def test_killed_student_server_serves_the_live_version_again_within_60s(tmp_path
             teacher_model="openai/demo-teacher",
             teacher_api_key="sk-teacher",
             student_base_url=student_url,
+            student_api_key=STUDENT_KEY,
             segment_seconds=3600,
             manifest_poll_seconds=0.2,
             student_timeout_s=60,
@@ -189,7 +211,10 @@ def test_killed_student_server_serves_the_live_version_again_within_60s(tmp_path
                 down = tick()  # drift is reported while the endpoint is gone
                 assert "unreachable" in down.skip_reason.skip_message
                 assert down.asset_events[0].metadata["adapters_missing"].value == 1
-                assert served_by() == ("teacher", "")  # meanwhile the gateway falls back to the teacher
+                assert served_by() == (
+                    "teacher",
+                    "teacher",
+                )  # meanwhile the gateway falls back to the teacher
 
                 def daemon():  # what `dagster-daemon` does: evaluate the sensor every minimum interval
                     while not stop.wait(RECONCILE_SECONDS):
