@@ -15,6 +15,10 @@ SECRET_FIELDS = {"api_keys", "admin_key", "signing_key", "pepper", "teacher_api_
 def _mask(name: str, value: object) -> object:
     if name in SECRET_FIELDS and value:
         return "***set***"
+    if name == "control_db" and value:  # a database URL may carry a password
+        from ratchet_cli.config_probe import safe_url
+
+        return safe_url(str(value))
     return str(value) if value is not None else None
 
 
@@ -25,8 +29,11 @@ def config() -> None:
 
 @config.command("check")
 @click.option("--json", "as_json", is_flag=True, help="Print machine-readable JSON.")
-def check(as_json: bool) -> None:
-    """List every setting with its value and source; exit 1 naming each unknown or invalid variable."""
+@click.option("--offline", is_flag=True, help="Do not connect to the control DB, lake, student or teacher.")
+@click.option("--strict", is_flag=True, help="Also exit 1 when something configured cannot be reached.")
+def check(as_json: bool, offline: bool, strict: bool) -> None:
+    """List every setting with its value and source, connect to what is configured (control DB, lake, artifacts,
+    student, teacher) and report each; exit 1 naming each unknown or invalid variable (--strict: or unreachable)."""
     problems: list[str] = []
     settings: Settings | None = None
     try:
@@ -47,14 +54,23 @@ def check(as_json: bool) -> None:
         derived = {
             "lake": settings.lake_root,
             "artifacts": settings.artifacts_root,
-            "control_db": settings.control_db_url,
+            "control_db": _mask("control_db", settings.control_db_url),
             "signing_key_file": str(settings.signing_key_path),
         }
+    connections = []
+    if settings is not None and not offline:
+        from ratchet_cli.config_probe import probe_all
+
+        connections = [p.to_dict() for p in probe_all(settings)]
+    unreachable = [f"{c['name']}: {c['detail']}" for c in connections if c["ok"] is False]
+    failed = bool(problems) or (strict and bool(unreachable))
     result = {
-        "ok": not problems,
+        "ok": not failed,
         "problems": problems,
         "settings": rows,
         "derived": derived,
+        "connections": connections,
+        "unreachable": unreachable,
         "unknown": unknown_variables(),
     }
     if as_json:
@@ -65,10 +81,17 @@ def check(as_json: bool) -> None:
             click.echo(f"{r['variable']:<{width}}  {r['value']!s:<40}  ({r['source']})")
         for k, v in derived.items():
             click.echo(f"{'(derived) ' + k:<{width}}  {v}")
+        if connections:
+            click.echo("")
+        for c in connections:
+            mark = {True: "ok", False: "FAILED", None: "skipped"}[c["ok"]]
+            click.echo(f"{'(connect) ' + c['name']:<{width}}  {mark:<8}{c['target']}: {c['detail']}")
         if problems:
             click.echo("\nproblems:", err=True)
             for p in problems:
                 click.echo(f"  {p}", err=True)
+        elif failed:
+            click.echo(f"\nunreachable (--strict): {'; '.join(unreachable)}", err=True)
         else:
             click.echo("\nconfiguration OK")
-    sys.exit(0 if not problems else 1)
+    sys.exit(1 if failed else 0)
