@@ -1,0 +1,70 @@
+"""`ratchet replay` on a home the gateway really served: the real thresholds reproduce the served share request by
+request, then a what-if at another threshold and audit rate (real gateway, real openai client, the demo teacher as
+teacher and as a stand-in student with logprobs, signed manifest, sealed lake)."""
+
+from __future__ import annotations
+
+import json
+
+import openai
+from click.testing import CliRunner
+
+from ratchet_assets.replay import Policy, load_rows, replay
+from ratchet_core.routing import unit_hash
+from tests.gateway.conftest import API_KEY, STUDENT_VERSION, running_gateway, sealed_rows
+from tests.gateway.conftest import student_url as student_url  # noqa: F401 (fixture)
+from tests.gateway.conftest import teacher_url as teacher_url  # noqa: F401 (fixture)
+
+THRESHOLD = 0.93
+
+
+def test_replay_reproduces_the_served_share_then_answers_a_what_if(
+    tmp_path, teacher_url, student_url, monkeypatch
+):
+    from ratchet_core.workloads import get_workload
+
+    with running_gateway(tmp_path, teacher_url, student_url) as g:
+        g.publish(
+            tickets={"stage": "live", "version": STUDENT_VERSION, "threshold": THRESHOLD},
+            _flags={"audit_rate": 0.25},
+        )
+        client = openai.OpenAI(base_url=g.url + "/v1", api_key=API_KEY, max_retries=0)
+        for ex in get_workload("tickets").generate(80, seed=11):
+            client.chat.completions.create(
+                model="ratchet", messages=ex.messages, extra_headers={"X-Ratchet-Task": "tickets"}
+            )
+        g.drain()
+        lake = g.settings.lake_root
+    rows = sealed_rows(lake)
+    requests = [r for r in rows if r["kind"] == "request" and r["task"] == "tickets"]
+    served = {r["request_id"] for r in requests if r["served_by"] == "student"}
+    assert 0 < len(served) < len(requests)  # the threshold cascaded some answers to the teacher
+    day = requests[0]["day"]
+
+    result = replay(load_rows(lake, [day], "tickets"), "tickets", [day])
+    assert result.reproduced and result.mismatches == []
+    assert result.replayed.student_served == result.actual.student_served == len(served)
+    assert result.answerable == len(requests) and result.unanswerable == 0
+    assert abs(result.replayed.cost_usd - result.actual.cost_usd) < 1e-9
+
+    # what-if: a looser threshold serves every answer whose stored confidence reaches it; audits at 0.5 exactly
+    loose = replay(load_rows(lake, [day], "tickets"), "tickets", [day], Policy(threshold=0.8, audit_rate=0.5))
+    want = {r["request_id"] for r in requests if r["confidence"] >= 0.8}
+    assert loose.what_if.student_served == len(want) > len(served)
+    assert loose.what_if.audits == sum(unit_hash("audit", rid) < 0.5 for rid in want)
+    assert loose.what_if.cost_usd < result.actual.cost_usd  # more answers from the cheaper student
+
+    monkeypatch.setenv("RATCHET_HOME", str(tmp_path / "home"))
+    from ratchet_assets.replay.cli import replay_cmd
+
+    out = CliRunner().invoke(
+        replay_cmd, ["--task", "tickets", "--from", day, "--lake", str(lake), "--threshold", "0.8", "--json"]
+    )
+    assert out.exit_code == 0, out.output
+    data = json.loads(out.output)
+    assert data["reproduced"] and data["actual"]["student_served"] == len(served)
+    assert data["what_if"]["student_served"] == len(want)
+    text = CliRunner().invoke(
+        replay_cmd, ["--task", "tickets", "--from", day, "--lake", str(lake), "--audit-rate", "0.1"]
+    )
+    assert text.exit_code == 0 and "reproduced" in text.output and "never answered 0" in text.output
