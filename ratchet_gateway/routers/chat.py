@@ -5,6 +5,7 @@ from __future__ import annotations
 from starlette.requests import Request
 from starlette.responses import Response
 
+from ratchet_core.input_rules import MAX_TASK_NAME_LENGTH, TASK_NAME_PATTERN
 from ratchet_gateway.responses import error_docs
 
 # The body is read by the handler, not by FastAPI (see below), so its schema is given here for /openapi.json;
@@ -20,8 +21,13 @@ _OPENAPI = {
             "name": "X-Ratchet-Task",
             "in": "header",
             "required": False,
-            "schema": {"type": "string"},
-            "description": "The request's task when metadata.ratchet_task is absent (default 'default').",
+            "schema": {
+                "type": "string",
+                "pattern": f"^{TASK_NAME_PATTERN}$",
+                "maxLength": MAX_TASK_NAME_LENGTH,
+            },
+            "description": "The request's task when metadata.ratchet_task is absent (default 'default'): 1-64 "
+            "characters of A-Za-z0-9._- (UTF-8; anything else is a 400).",
         }
     ],
 }

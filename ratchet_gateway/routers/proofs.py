@@ -18,6 +18,7 @@ from fastapi import Path as PathParam
 from starlette.requests import Request
 from starlette.responses import Response
 
+from ratchet_core.input_rules import MAX_TASK_NAME_LENGTH, TASK_NAME_PATTERN
 from ratchet_gateway.deps import ClientDep, GatewayDep
 from ratchet_gateway.errors import GatewayError
 from ratchet_gateway.models import parse_chat_body, read_body, task_of, validate_chat_body
@@ -45,7 +46,16 @@ _BODY_OPENAPI = {
         "content": {"application/json": {"schema": {"$ref": "#/components/schemas/ChatRequest"}}},
     },
     "parameters": [
-        {"name": "X-Ratchet-Task", "in": "header", "required": False, "schema": {"type": "string"}}
+        {
+            "name": "X-Ratchet-Task",
+            "in": "header",
+            "required": False,
+            "schema": {
+                "type": "string",
+                "pattern": f"^{TASK_NAME_PATTERN}$",
+                "maxLength": MAX_TASK_NAME_LENGTH,
+            },
+        }
     ],
 }
 
