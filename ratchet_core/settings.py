@@ -124,6 +124,21 @@ class Settings(BaseSettings):
         ge=256,
         description="Memory budget (MB) of one night step; DuckDB gets half and spills to disk beyond it.",
     )
+    # Retention windows (days) per data class, enforced by the `retention` asset (ratchet_assets.governance
+    # .retention); unset = kept. Receipts, certificates and BOMs are always kept.
+    retention_traffic_days: int | None = Field(
+        None, ge=1, description="Keep raw traffic (lake segments, the night's traffic files) this many days."
+    )
+    retention_examples_days: int | None = Field(None, ge=1, description="Keep examples files this many days.")
+    retention_training_days: int | None = Field(None, ge=1, description="Keep training sets this many days.")
+    retention_golden_days: int | None = Field(
+        None,
+        ge=1,
+        description="Keep golden sets this many days; one that certifies a version not yet retired is kept.",
+    )
+    retention_adapters_days: int | None = Field(
+        None, ge=1, description="Keep adapters this many days; a version not yet retired is kept."
+    )
     day_seconds: float | None = Field(
         None,
         gt=0,

@@ -5,7 +5,8 @@
 - ``signer``: ``Signer`` -- the control plane's Ed25519 key (``ratchet_core.keys.signing_key``: RATCHET_SIGNING_KEY
   or ``$RATCHET_HOME/keys/signing.key``, created with a log line when absent in the embedded default);
 - ``models``: ``ModelEndpoints`` -- the teacher's model name, the student endpoint and the student's base model;
-- ``night``: ``NightConfig`` -- golden share and salt, certification target, training window.
+- ``night``: ``NightConfig`` -- golden share and salt, certification target, training window;
+- ``retention``: ``Retention`` -- retention windows per data class (the ``retention`` asset).
 
 :func:`night_resources` reads the settings once (``ratchet_core.settings.load_settings``) and puts every value that
 is not a secret into the resources' config, so the Dagster UI shows what a run uses; assets take settings from
@@ -156,6 +157,22 @@ class NightConfig(dg.ConfigurableResource):
         return Budget(memory_mb=self.memory_mb, shards=self.key_ranges)
 
 
+class Retention(dg.ConfigurableResource):
+    """Retention windows in days per data class (``RATCHET_RETENTION_*_DAYS``; 0 = kept), for the ``retention``
+    asset (``ratchet_assets.governance.retention``)."""
+
+    traffic_days: int = 0
+    examples_days: int = 0
+    training_days: int = 0
+    golden_days: int = 0
+    adapters_days: int = 0
+
+    @classmethod
+    def from_settings(cls, s: Settings) -> Retention:
+        names = ("traffic", "examples", "training", "golden", "adapters")
+        return cls(**{f"{n}_days": getattr(s, f"retention_{n}_days") or 0 for n in names})
+
+
 def night_resources(
     home: str | Path | None = None,
     control_db_url: str = "",
@@ -188,6 +205,7 @@ def night_resources(
         ),
         "night": NightConfig(**{"memory_mb": s.night_memory_mb, **night}),
         "training": TrainingLauncher.from_settings(s),
+        "retention": Retention.from_settings(s),
     }
 
 
