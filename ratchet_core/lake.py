@@ -25,7 +25,8 @@ step, the segments sensor, release evidence) goes through :class:`Lake` too:
   - any other fsspec filesystem: **write-once object keys**. Object stores have no atomic rename (fsspec's ``mv``
     is copy + delete there), so the whole file is built in memory and written to its final key with one
     ``pipe_file`` (one PUT, or a multipart upload that becomes visible only when completed): readers see the
-    object complete or not at all. A crash before the upload completes leaves no object.
+    object complete or not at all. A crash before the upload completes leaves no object. On S3 the PUT is
+    conditional (``If-None-Match: *``, :func:`write_once`): an existing key is never overwritten.
 
 The night's artifacts (``ratchet_core.layout``) are written with the same :func:`atomic_write_bytes`.
 """
@@ -217,7 +218,7 @@ class Lake:
         if self.local:
             atomic_write_bytes(Path(self.path(rel)), data, durable=True)
         else:
-            self.fs.pipe_file(self.path(rel), data)
+            write_once(self.fs, self.path(rel), data)
 
     def publish_table(self, rel: str, table: Any) -> None:
         """Publish an Arrow table as a Parquet file at ``rel`` (pyarrow's defaults, as sealed segments always were)."""
@@ -234,7 +235,7 @@ class Lake:
 
             sink = pa.BufferOutputStream()
             pq.write_table(table, sink)
-            self.fs.pipe_file(self.path(rel), sink.getvalue().to_pybytes())
+            write_once(self.fs, self.path(rel), sink.getvalue().to_pybytes())
 
     def read_schema(self, rel: str) -> Any:
         import pyarrow.parquet as pq
@@ -264,6 +265,30 @@ class Lake:
         if self.local:
             return str(Path(self.root) / rel)
         return f"{LAKE_PROTOCOL}://{rel.strip('/')}"
+
+
+# Write-once object keys ------------------------------------------------------------------------------------------
+def write_once(fs: Any, path: str, data: bytes) -> None:
+    """Create the object ``path`` with ``data`` in one PUT, only if no object is there yet; FileExistsError if one is.
+
+    S3 (s3fs): a conditional PUT (``If-None-Match: *``), so two writers of one key (say, two gateways given the same
+    replica id) can never overwrite each other: the second gets HTTP 412, raised as FileExistsError. Filesystems
+    without conditional writes get an existence check first (not atomic: a race between two writers of one key
+    is then only caught on S3-compatible stores).
+    """
+    protocols = fs.protocol if isinstance(fs.protocol, tuple | list) else (fs.protocol,)
+    if "s3" in protocols:
+        try:
+            fs.pipe_file(path, data, mode="create")
+        except FileExistsError:
+            raise FileExistsError(
+                f"{fs.unstrip_protocol(path)} already exists: lake objects are written once; is another writer "
+                "using the same name (two gateways with one replica id)?"
+            ) from None
+        return
+    if fs.exists(path):
+        raise FileExistsError(f"{fs.unstrip_protocol(path)} already exists: lake objects are written once")
+    fs.pipe_file(path, data)
 
 
 # Atomic local files ----------------------------------------------------------------------------------------------

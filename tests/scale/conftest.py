@@ -15,7 +15,9 @@ import pwd
 import shutil
 import socket
 import subprocess
+import sys
 import tempfile
+import time
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
@@ -118,6 +120,68 @@ def postgres_server():
                 timeout=60,
             )
         shutil.rmtree(root, ignore_errors=True)
+
+
+@dataclass
+class S3Server:
+    endpoint: str
+    env: dict[str, str]  # what a process needs to reach it (s3fs/botocore read these)
+
+    def new_bucket(self, prefix: str = "ratchet") -> str:
+        import fsspec
+
+        bucket = f"{prefix}-{uuid.uuid4().hex[:12]}"
+        fsspec.filesystem("s3", endpoint_url=self.endpoint, key="test", secret="test").mkdir(bucket)
+        return bucket
+
+
+@pytest.fixture(scope="session")
+def s3_server(tmp_path_factory):
+    """An S3-API server for the session: moto's server mode on a free loopback port (as s3fs's own tests run it)."""
+    port = free_port()
+    log = tmp_path_factory.mktemp("moto") / "moto.log"
+    out = log.open("w")
+    server = subprocess.Popen(
+        [str(Path(sys.executable).with_name("moto_server")), "-H", "127.0.0.1", "-p", str(port)],
+        stdout=out,
+        stderr=subprocess.STDOUT,
+    )
+    endpoint = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 60
+    while True:
+        with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", port), timeout=1):
+            break
+        if server.poll() is not None or time.monotonic() > deadline:
+            server.kill()
+            pytest.fail(f"moto_server did not start: {log.read_text()[-2000:]}")
+        time.sleep(0.2)
+    env = {
+        "AWS_ENDPOINT_URL": endpoint,
+        "AWS_ACCESS_KEY_ID": "test",
+        "AWS_SECRET_ACCESS_KEY": "test",
+        "AWS_DEFAULT_REGION": "us-east-1",
+    }
+    try:
+        yield S3Server(endpoint=endpoint, env=env)
+    finally:
+        server.terminate()
+        try:
+            server.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            server.kill()
+        out.close()
+
+
+@pytest.fixture
+def s3_env(s3_server: S3Server, monkeypatch: pytest.MonkeyPatch) -> S3Server:
+    """This process reaches the S3 server through the standard AWS variables (s3fs clients made from now on)."""
+    import s3fs
+
+    for name, value in s3_server.env.items():
+        monkeypatch.setenv(name, value)
+    s3fs.S3FileSystem.clear_instance_cache()
+    yield s3_server
+    s3fs.S3FileSystem.clear_instance_cache()
 
 
 @pytest.fixture
