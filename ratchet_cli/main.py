@@ -34,6 +34,8 @@ COMMANDS: dict[str, str] = {
     "effects": "ratchet_cli.effects_cmd:effects",
     "scout": "ratchet_agents.scout.cli:scout",
     "liverun": "ratchet_cli.liverun_cmd:liverun",
+    "replay": "ratchet_assets.replay.cli:replay_cmd",
+    "cost": "ratchet_assets.defs.cost_report:cost",
 }
 
 
@@ -87,6 +89,8 @@ _SHORT_HELP = {
     "effects": "Serve the effect gate (approvals, attempts, spend caps) over HTTP.",
     "scout": "Ask Scout, the research agents, a question through the gateway.",
     "liverun": "Plan, smoke-test, run, report and verify a capped live run.",
+    "replay": "What stored traffic would have served and paid at another threshold, audit rate or target.",
+    "cost": "Cost report: teacher spend, student GPU time, training, break-even volume.",
 }
 
 

@@ -1,0 +1,166 @@
+"""The cost report: teacher spend, student GPU time and training cost side by side, per day and task.
+
+- **Teacher** (``teacher_paid_usd``): what the teacher was paid: teacher-served requests, cascades (the student
+  answered first, below its threshold) and audit pairs, priced from litellm's price map
+  (``ratchet_core.pricing.model_prices``, offline) and the teacher's token counts on each row.
+  ``teacher_equivalent_usd``: what every request would have cost on the teacher (the gateway's
+  ``teacher_cost_usd``: the teacher's own usage, or its tokenizer's count of a student-served prompt).
+- **Student** (``student_gpu_seconds``, ``student_cost_usd``): GPU time at a configurable price per GPU-hour. The
+  time is either measured (``upstream_ms`` of student-served rows and shadow pairs: the gateway's wait on the
+  student endpoint; a cascaded request's student time is estimated as the mean of that task's served ones) or, when
+  a ``tokens_per_second`` is configured for the endpoint, tokens / tokens per second.
+- **Training** (``training_seconds``, ``training_cost_usd``): the night's training job duration (the adapter
+  record's ``seconds``: ``adapters/day=D/adapter.json``) at a price per hour, shared between the day's tasks by
+  their request counts (the adapter is one for all tasks).
+- **Break-even** (``break_even_requests_per_day``): the daily volume at which the student pays for itself: the
+  day's training cost over the saving per request (teacher-equivalent - teacher paid - student cost, per request);
+  None when the student saves nothing per request.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import defaultdict
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+COLUMNS = [
+    "request_id",
+    "kind",
+    "task",
+    "served_by",
+    "pair_role",
+    "confidence",
+    "prompt_tokens",
+    "completion_tokens",
+    "teacher_cost_usd",
+    "upstream_ms",
+    "status_code",
+]
+
+
+@dataclass(frozen=True)
+class CostConfig:
+    teacher_model: str = "gpt-4o"
+    gpu_price_per_hour: float = 2.5  # the student endpoint's GPU, USD per hour
+    training_price_per_hour: float = 2.5  # the training job's machine, USD per hour
+    tokens_per_second: float = 0.0  # > 0: student time from tokens instead of the measured wait
+
+
+@dataclass
+class TaskDayCost:
+    day: str
+    task: str
+    requests: int = 0
+    student_served: int = 0
+    teacher_paid_usd: float = 0.0
+    teacher_equivalent_usd: float = 0.0
+    student_gpu_seconds: float = 0.0
+    student_cost_usd: float = 0.0
+    training_seconds: float = 0.0
+    training_cost_usd: float = 0.0
+    total_cost_usd: float = 0.0
+    saved_usd: float = 0.0
+    break_even_requests_per_day: float | None = None
+    student_time_source: str = "measured"
+
+    def as_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        return {k: round(v, 9) if isinstance(v, float) else v for k, v in d.items()}
+
+
+def _rows(lake: str | Path, day: str) -> list[dict[str, Any]]:
+    import pyarrow as pa
+
+    from ratchet_core.lake import Lake
+
+    lk = Lake(lake)
+    tables = []
+    for seg in lk.segments(day):
+        names = set(lk.read_schema(seg.rel).names)
+        t = lk.read_table(seg.rel, columns=[c for c in COLUMNS if c in names])
+        for c in COLUMNS:
+            if c not in t.column_names:
+                t = t.append_column(c, pa.nulls(t.num_rows))
+        tables.append(t.select(COLUMNS))
+    return pa.concat_tables(tables, promote_options="permissive").to_pylist() if tables else []
+
+
+def training_seconds(artifacts: str | Path, day: str) -> float:
+    """Seconds the night of `day` trained (0 when it reused an adapter or did not train)."""
+    from ratchet_core.layout import ArtifactLayout
+
+    path = ArtifactLayout(artifacts).adapter_pointer(day)
+    try:
+        record = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return 0.0
+    if record.get("train_day") not in (None, day):
+        return 0.0  # a pointer to an adapter another night trained: no training today
+    return float(record.get("seconds") or 0.0)
+
+
+def cost_report(
+    lake: str | Path, artifacts: str | Path, day: str, config: CostConfig | None = None
+) -> list[TaskDayCost]:
+    """The day's costs per task (module docstring)."""
+    from ratchet_core.pricing import model_prices
+
+    config = config or CostConfig()
+    prices = model_prices(config.teacher_model)
+    rows = [r for r in _rows(lake, day) if r["status_code"] == 200]
+    out: dict[str, TaskDayCost] = {}
+    served_ms: dict[str, list[float]] = defaultdict(list)
+    cascaded: dict[str, int] = defaultdict(int)
+    student_tokens: dict[str, int] = defaultdict(int)
+    for r in rows:
+        c = out.setdefault(r["task"], TaskDayCost(day, r["task"]))
+        p, k = int(r["prompt_tokens"] or 0), int(r["completion_tokens"] or 0)
+        teacher_price = prices.cost(p, k)
+        if r["kind"] == "request":
+            c.requests += 1
+            c.teacher_equivalent_usd += float(r["teacher_cost_usd"] or 0.0)
+            if r["served_by"] == "student":
+                c.student_served += 1
+                served_ms[r["task"]].append(float(r["upstream_ms"] or 0.0))
+                student_tokens[r["task"]] += p + k
+            else:
+                c.teacher_paid_usd += teacher_price
+                if r["confidence"] is not None:
+                    cascaded[r["task"]] += 1
+        elif r["pair_role"] == "audit":
+            c.teacher_paid_usd += teacher_price
+        elif r["pair_role"] == "shadow":
+            served_ms[r["task"]].append(float(r["upstream_ms"] or 0.0))
+            student_tokens[r["task"]] += p + k
+    day_training = training_seconds(artifacts, day)
+    total_requests = sum(c.requests for c in out.values())
+    for task, c in out.items():
+        ms = served_ms[task]
+        mean = sum(ms) / len(ms) if ms else 0.0
+        if config.tokens_per_second > 0:
+            c.student_time_source = f"tokens at {config.tokens_per_second:g}/s"
+            per_request = student_tokens[task] / config.tokens_per_second / max(len(ms), 1)
+            c.student_gpu_seconds = (
+                student_tokens[task] / config.tokens_per_second + cascaded[task] * per_request
+            )
+        else:
+            c.student_gpu_seconds = (sum(ms) + cascaded[task] * mean) / 1000.0
+        c.student_cost_usd = c.student_gpu_seconds / 3600.0 * config.gpu_price_per_hour
+        c.training_seconds = day_training * c.requests / total_requests if total_requests else 0.0
+        c.training_cost_usd = c.training_seconds / 3600.0 * config.training_price_per_hour
+        c.total_cost_usd = c.teacher_paid_usd + c.student_cost_usd + c.training_cost_usd
+        c.saved_usd = c.teacher_equivalent_usd - c.total_cost_usd
+        per_request_saving = (c.teacher_equivalent_usd - c.teacher_paid_usd - c.student_cost_usd) / max(
+            c.requests, 1
+        )
+        if per_request_saving > 0:
+            c.break_even_requests_per_day = c.training_cost_usd / per_request_saving
+    return [out[t] for t in sorted(out)]
+
+
+def totals(rows: list[TaskDayCost]) -> dict[str, Any]:
+    keys = ("requests", "student_served", "teacher_paid_usd", "teacher_equivalent_usd", "student_gpu_seconds",
+            "student_cost_usd", "training_seconds", "training_cost_usd", "total_cost_usd", "saved_usd")  # fmt: skip
+    return {k: round(sum(getattr(r, k) for r in rows), 9) for k in keys}
