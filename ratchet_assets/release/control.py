@@ -118,6 +118,35 @@ def _set_statuses(conn: Any, changes: list[StatusChange]) -> None:
         registry.set_status(conn, c.version, c.task, c.status, c.stage, c.note)
 
 
+def _approved(ledger: Any, decision: Decision, result: TickResult) -> bool:
+    """A step whose effect type ``release.<target>`` (e.g. ``release.live``) requires approval waits for it.
+
+    The approval is keyed by version/task (not the evidence, which grows every tick), so one grant with
+    `ratchet admin approve release.live <version>/<task>` lets the sensor take that step on its next tick.
+    """
+    approval_type = f"release.{decision.target_label}"
+    if not ledger.rules(approval_type).approval_required:
+        return True
+    gate = ledger.begin(
+        approval_type,
+        f"{decision.version}/{decision.task}",
+        decision.version,
+        summary=f"{decision.action} {decision.version} on {decision.task} to {decision.target_label}: "
+        f"{decision.message}",
+        requested_by="release-sensor",
+    )
+    if gate.outcome == "execute":
+        ledger.report(gate.token, {"approved": True})
+        return True
+    if gate.outcome == "duplicate":
+        return True
+    result.notes.append(
+        f"{decision.action} of {decision.version} on {decision.task} to {decision.target_label} waits: "
+        f"{gate.outcome} ({gate.detail})"
+    )
+    return False
+
+
 def _apply(
     engine: Engine,
     private_key: Any,
@@ -130,6 +159,8 @@ def _apply(
     key = f"{decision.version}/{decision.task}/{decision.target_label}/{decision.evidence['evidence_digest']}"
     fingerprint = decision.evidence["evidence_digest"]
     ledger = _effect_ledger(engine)
+    if not _approved(ledger, decision, result):
+        return
     begin = ledger.begin(EFFECT_TYPE, key, fingerprint, lease_seconds=120, probe=_probe(engine, public_keys))
     if begin.outcome == "duplicate":
         result.decisions.append(decision)
