@@ -91,10 +91,14 @@ class ErasureScope:
             conds.append(f"client IN ({', '.join('?' for _ in self.clients)})")
             params += list(self.clients)
         if self.users:
+            # the gateway stores `user` redacted (an e-mail becomes its placeholder): match either form
+            from ratchet_core.redact import redact_text
+
+            users = sorted({*self.users, *(redact_text(u) for u in self.users)})
             conds.append(
-                f"json_extract_string(NULLIF(params, ''), '$.user') IN ({', '.join('?' for _ in self.users)})"
+                f"json_extract_string(NULLIF(params, ''), '$.user') IN ({', '.join('?' for _ in users)})"
             )
-            params += list(self.users)
+            params += users
         if self.since:
             conds.append("ts >= ?")
             params.append(self.since)

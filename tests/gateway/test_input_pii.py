@@ -106,3 +106,21 @@ def test_no_pii_from_any_field_reaches_a_sealed_segment_or_the_student(tmp_path)
         stored_rf = json.loads(req["response_format"])
         assert stored_rf["json_schema"]["schema"]["required"] == ["to", "card", "items"]  # structure kept
         assert json.loads(req["tools"])["tool_choice"] == sent["tool_choice"]
+
+
+def test_erasure_by_end_user_finds_the_redacted_user():
+    """`user` is stored redacted now; `ratchet erase --user <e-mail>` still finds the rows (either form)."""
+    import duckdb
+
+    from ratchet_assets.governance.erase import ErasureScope
+    from ratchet_core.redact import redact_request
+
+    stored = redact_request({"user": EMAIL, "temperature": 0})
+    params = orjson.dumps({k: v for k, v in stored.body.items()}).decode()
+    assert EMAIL not in params
+    where, args = ErasureScope(users=(EMAIL,)).where_sql()
+    with duckdb.connect() as con:
+        con.execute(
+            "CREATE TABLE t AS SELECT ? AS params UNION ALL SELECT ?", [params, '{"user": "someone"}']
+        )
+        assert con.execute(f"SELECT count(*) FROM t WHERE {where}", args).fetchone() == (1,)
