@@ -277,8 +277,11 @@ def _proof_latency(folder: Path, n: int, root: str, count: int, seed: int = 11) 
     }
 
 
-def run(out_dir: Path, n: int = N_ROWS, proofs: int = 200) -> dict[str, Any]:
+def run(
+    out_dir: Path, n: int = N_ROWS, proofs: int = 200, memory_mb: int = 2048, workers: int = 2
+) -> dict[str, Any]:
     from ratchet_assets.effects import EffectLedger
+    from ratchet_assets.night.budget import Budget
     from ratchet_assets.night.examples import build_examples
     from ratchet_assets.night.receipts import build_receipt
     from ratchet_assets.night.split import split_golden
@@ -293,10 +296,13 @@ def run(out_dir: Path, n: int = N_ROWS, proofs: int = 200) -> dict[str, Any]:
         synth = _synth_in_subprocess(root / "lake", n)
         rss_start = _peak_rss_mb()
         steps = _Steps()
-        tr = steps.run("traffic", consolidate_traffic, root / "lake", root / "art", DAY)
-        ex = steps.run("examples", build_examples, root / "art", DAY)
-        sp = steps.run("golden_split", split_golden, root / "art", DAY, floor=59)
-        ts = steps.run("training_set", build_training_set, root / "art", DAY)
+        # The night's memory budget; a big day's examples are finished by key range in `workers` processes
+        # (their memory is their share of the budget; the peak RSS here is the parent's).
+        b = Budget(memory_mb=memory_mb, workers=workers)
+        tr = steps.run("traffic", consolidate_traffic, root / "lake", root / "art", DAY, budget=b)
+        ex = steps.run("examples", build_examples, root / "art", DAY, budget=b)
+        sp = steps.run("golden_split", split_golden, root / "art", DAY, floor=59, budget=b)
+        ts = steps.run("training_set", build_training_set, root / "art", DAY, budget=b)
         night = ("traffic", "examples", "golden_split", "training_set")
         pipeline_s = sum(steps.wall[k] for k in night)
         pipeline_cpu = sum(steps.cpu[k] for k in night)
@@ -316,6 +322,11 @@ def run(out_dir: Path, n: int = N_ROWS, proofs: int = 200) -> dict[str, Any]:
         "pipeline_seconds": round(pipeline_s, 2),
         "pipeline_cpu_seconds": round(pipeline_cpu, 2),
         "pipeline_target_seconds": 180 if n > N_ROWS else 60,
+        "budget": {
+            "memory_mb": memory_mb,
+            "workers": workers,
+            "key_ranges_examples": b.shards_for(ex.examples),
+        },
         "traffic": {"kept": tr.rows, "duplicates_dropped": tr.duplicates_dropped},
         "examples": ex.examples,
         "golden": sp.golden_size,
@@ -332,6 +343,7 @@ def run(out_dir: Path, n: int = N_ROWS, proofs: int = 200) -> dict[str, Any]:
         },
         "peak_rss_mb": {
             "pipeline": round(max(steps.rss[k] for k in night), 1),
+            "examples_workers": round(ex.worker_peak_rss_mb, 1),  # each worker process's own peak
             "receipt": round(steps.rss["receipt"], 1),
             "at_start": round(rss_start, 1),
         },
@@ -356,8 +368,10 @@ if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--rows", type=int, default=N_ROWS)
     parser.add_argument("--out", default="", help="also write the result to this JSON file")
+    parser.add_argument("--memory-mb", type=int, default=2048)
+    parser.add_argument("--workers", type=int, default=2)
     args = parser.parse_args()
-    res = run(Path("."), args.rows)
+    res = run(Path("."), args.rows, memory_mb=args.memory_mb, workers=args.workers)
     text = json.dumps(res, indent=2, sort_keys=True)
     if args.out:
         Path(args.out).write_text(text)

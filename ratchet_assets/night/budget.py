@@ -126,7 +126,16 @@ def run_shards(fn: Any, plan: Any, budget: Budget) -> list[Any]:
     # spawn: a forked child would inherit DuckDB's threads and locks mid-flight
     ctx = multiprocessing.get_context("spawn")
     with ProcessPoolExecutor(max_workers=budget.workers, mp_context=ctx) as pool:
-        return list(pool.map(fn, [plan] * plan.shards, range(plan.shards), [share] * plan.shards))
+        n = plan.shards
+        return list(pool.map(_measured, [fn] * n, [plan] * n, range(n), [share] * n))
+
+
+def _measured(fn: Any, plan: Any, shard: int, budget: Budget) -> Any:
+    """``fn(plan, shard, budget)`` in a worker process, its peak RSS set on the result (``peak_rss_mb``)."""
+    rss = PeakRSS()
+    out = fn(plan, shard, budget)
+    out.peak_rss_mb = rss.mb()
+    return out
 
 
 class PeakRSS:

@@ -93,6 +93,7 @@ class ExamplesResult:
     erased: int
     by_task: dict[str, int] = field(default_factory=dict)
     by_source: dict[str, int] = field(default_factory=dict)
+    worker_peak_rss_mb: float = 0.0  # the key-range workers' largest peak RSS (0: no worker processes)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -326,8 +327,7 @@ def examples_shard(plan: ExamplesPlan, shard: int, budget: Budget | int | None =
     con = budget_connect(budget, plan.artifacts_root, f"examples-{plan.day}-{shard}")
     rows = stream_batches(
         con,
-        f"SELECT * FROM read_parquet({sql_list(files)}, hive_partitioning = false) "
-        "ORDER BY example_key",
+        f"SELECT * FROM read_parquet({sql_list(files)}, hive_partitioning = false) ORDER BY example_key",
     )
     part = _finish_rows(rows, out, shard, _PartWriter)
     con.close()
@@ -351,7 +351,9 @@ def merge_examples(plan: ExamplesPlan, parts: list[ExamplesPart]) -> ExamplesRes
                 writer.write(batch)
     writer.close()
     shutil.rmtree(plan.work, ignore_errors=True)
-    return _result(plan, str(out), writer.rows, by_task, by_source)
+    result = _result(plan, str(out), writer.rows, by_task, by_source)
+    result.worker_peak_rss_mb = max([0.0, *(p.peak_rss_mb for p in parts)])
+    return result
 
 
 def _result(plan: ExamplesPlan, path: str, n: int, by_task: dict, by_source: dict) -> ExamplesResult:

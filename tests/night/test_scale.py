@@ -122,3 +122,76 @@ def test_split_path_in_a_small_budget_equals_the_unsplit_path(tmp_path: Path) ->
     assert len(plain) >= 18 and split_files == plain
     assert not list((split / "art" / ".spill").iterdir())  # spill folders go with their connections
     assert rss.mb() < 2048
+
+
+@pytest.mark.slow
+def test_dagster_runs_the_key_ranges_as_parallel_steps_of_the_multiprocess_executor(tmp_path: Path) -> None:
+    """`dagster asset materialize` (multiprocess executor) with the day split into 3 key ranges: each range is its
+    own step (``examples_range[range_i]``, a separate process), and the artifacts equal the unsplit run's."""
+    import os
+    import subprocess
+    import sys
+
+    import dagster as dg
+
+    from ratchet_assets.defs.examples import examples
+    from ratchet_assets.defs.golden_split import golden_split
+    from ratchet_assets.defs.resources import night_resources
+    from ratchet_assets.defs.traffic import traffic
+    from ratchet_assets.defs.training_set import training_set
+
+    day = DAYS[0]
+    select = "traffic,examples,golden_split,training_set"
+    homes = {}
+    for name in ("inprocess", "multiprocess"):
+        homes[name] = tmp_path / name
+        write_day(homes[name] / "lake", day, 600, seed=5)
+    # In process, one key range (a small day): examples written directly by examples_prepare.
+    result = dg.materialize(
+        [traffic, examples, golden_split, training_set],
+        partition_key=day,
+        instance=dg.DagsterInstance.ephemeral(),
+        resources=night_resources(homes["inprocess"]),
+    )
+    assert result.success
+    dagster_home = tmp_path / "dagster_home"
+    dagster_home.mkdir()
+    env = {
+        **{k: v for k, v in os.environ.items() if not k.startswith("RATCHET_")},
+        "DAGSTER_HOME": str(dagster_home),
+        "RATCHET_HOME": str(homes["multiprocess"]),
+    }
+    config = {"resources": {"night": {"config": {"key_ranges": 3}}}}
+    cmd = [
+        str(Path(sys.executable).with_name("dagster")),
+        "asset",
+        "materialize",
+        "-m",
+        "ratchet_assets.definitions",
+    ]
+    cmd += ["--select", select, "--partition", day, "--config-json", json.dumps(config)]
+    proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+
+    def artifacts(home: Path) -> dict[str, str]:
+        art = home / "artifacts"
+        return {
+            str(p.relative_to(art)): hashlib.sha256(p.read_bytes()).hexdigest()
+            for sub in ("traffic", "examples", "golden", "train")
+            for p in sorted((art / sub).rglob("*"))
+            if p.is_file() and not p.name.startswith(".")
+        }
+
+    assert artifacts(homes["multiprocess"]) == artifacts(homes["inprocess"])
+    with dg.DagsterInstance.from_config(str(dagster_home)) as instance:
+        [run] = instance.get_runs()
+        starts = {
+            e.dagster_event.step_key: e.dagster_event.pid
+            for e in instance.all_logs(run.run_id)
+            if e.dagster_event and e.dagster_event.event_type_value == "STEP_START"
+        }
+    ranges = {k: pid for k, pid in starts.items() if k.startswith("examples.examples_range[")}
+    assert sorted(ranges) == [f"examples.examples_range[range_{i}]" for i in range(3)], sorted(starts)
+    assert len(set(ranges.values())) == 3  # one process per step: the executor may run them side by side
+    merge = [k for k in starts if k.startswith("examples.examples_merge")]
+    assert merge and starts[merge[0]] not in ranges.values()
