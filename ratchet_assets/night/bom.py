@@ -116,6 +116,7 @@ def write_bom(
         data_sets=[train, golden],
         teacher_model=teacher_model,
     ).encode("utf-8")
+    notice += _governance_notice(artifacts, train_day)
     hyper = record.get("hyperparameters") or {
         k: v for k, v in record["config"].items() if v is not None and k != "num_threads"
     }
@@ -133,6 +134,7 @@ def write_bom(
         notice_sha256=sha256_hex(notice),
         code=BB.code_version(),
     )
+    document["properties"] += _governance_properties(artifacts, train_day)
     envelope = sign_statement(
         make_statement(B.BOM_PREDICATE, document, B.subjects_for_files(record["files"])), private_key
     )
@@ -163,3 +165,40 @@ def write_bom(
         license_id=license_id,
         checks=list(report.checks),
     )
+
+
+# Data governance (ratchet_assets.governance): imported data's provenance and the erasures honoured ---------------
+def _governance_properties(artifacts: str | Path, day: str) -> list[dict[str, str]]:
+    """BOM properties: each import in the night (source, licence, role, input sha256) and the erasures the training
+    set honoured (count and digest, from its commitment)."""
+    from ratchet_assets.governance.importer import provenance_until
+
+    props = [
+        {
+            "name": f"ratchet:import:{p['import_id']}",
+            "value": f"task={p['task']}; role={p['role']}; source={p['source']}; license={p['license']}; "
+            f"rows={p['imported']}; sha256={p['input']['sha256']}",
+        }
+        for p in provenance_until(artifacts, day)
+    ]
+    commitment = json.loads(ArtifactLayout(artifacts).train_commitment(day).read_bytes())
+    erased = commitment.get("erasures")
+    if erased:
+        props.append({"name": "ratchet:erasures:honoured", "value": str(erased["honoured"])})
+        props.append({"name": "ratchet:erasures:sha256", "value": erased["sha256"]})
+    return props
+
+
+def _governance_notice(artifacts: str | Path, day: str) -> bytes:
+    """NOTICE lines for imported data (its source and licence travel with the adapter)."""
+    from ratchet_assets.governance.importer import provenance_until
+
+    imports = provenance_until(artifacts, day)
+    if not imports:
+        return b""
+    lines = ["", "## Imported data", ""]
+    lines += [
+        f"- {p['task']} ({p['role']}, {p['imported']} rows): {p['source']}, licence {p['license']}"
+        for p in imports
+    ]
+    return ("\n".join(lines) + "\n").encode("utf-8")

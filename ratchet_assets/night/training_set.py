@@ -163,6 +163,18 @@ def build_training_set(
         "keys": {"root": keys_c.root, "size": keys_c.size, "leaf": "example key ASCII, sorted ascending"},
         "tree": "RFC 9162 SHA-256",
     }
+    if erasures.example_keys or erasures.request_ids:  # the erasures this set honoured (the BOM records them)
+        from ratchet_stats.canonical import canonical_json, sha256_hex
+
+        erased_ids = {
+            "example_keys": sorted(erasures.example_keys),
+            "request_ids": sorted(erasures.request_ids),
+        }
+        commitment["erasures"] = {
+            "honoured": len(erasures.example_keys) + len(erasures.request_ids),
+            "rows_left_out": int(erased),
+            "sha256": sha256_hex(canonical_json(erased_ids)),
+        }
     atomic_write_bytes(
         layout.train_commitment(day), json.dumps(commitment, indent=2, sort_keys=True).encode()
     )

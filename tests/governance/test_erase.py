@@ -206,6 +206,14 @@ def test_an_end_users_erasure_leaves_no_byte_and_receipts_still_verify(tmp_path:
     t2 = build_training_set(art, DAY2, window_days=2, erasures=erased)
     assert not set(Path(t2.keys_path).read_text().split()) & set(done.example_keys)
     assert done.example_keys and not any(m in Path(t2.path).read_bytes() for m in markers)
+    honoured = json.loads(Path(t2.path).with_name("commitment.json").read_text())[
+        "erasures"
+    ]  # the BOM's source
+    assert (
+        honoured["honoured"]
+        == len(erased.request_ids) + len(erased.example_keys)
+        >= 10 + len(done.example_keys)
+    )
     assert _found(home, markers) == {}
 
 
