@@ -134,7 +134,15 @@ def create_app(settings: Settings | None = None, options: GatewayOptions | None 
 
     @app.exception_handler(GatewayError)
     async def gateway_error(request: Request, exc: GatewayError) -> Response:
-        return error_response(exc)
+        if exc.status < 500:
+            return error_response(exc)
+        rid = new_request_id()  # every 5xx is logged with its request id and cause (the chat route: its own)
+        cause = f" (cause: {type(exc.__cause__).__name__}: {exc.__cause__})" if exc.__cause__ else ""
+        log.warning(
+            "request %s: %d %s: %s", rid, exc.status, exc.code or exc.type, redact_text(exc.message + cause)
+        )
+        exc.message = f"{exc.message} (request id {rid})"
+        return error_response(exc, ratchet_headers(rid))
 
     @app.exception_handler(StarletteHTTPException)
     async def http_error(request: Request, exc: StarletteHTTPException) -> Response:

@@ -129,3 +129,22 @@ def test_every_5xx_logs_its_request_id_with_the_cause(tmp_path, caplog):
     assert rid in r.json()["error"]["message"]
     lines = [rec.getMessage() for rec in caplog.records if rid in rec.getMessage()]
     assert lines and str(r.status_code) in lines[0] and "cause" in lines[0], lines
+
+
+def test_a_5xx_outside_the_chat_route_is_logged_with_its_request_id(gw, caplog):
+    """A proof route 500 (a malformed training key list) carries a request id that its log line holds."""
+    from pathlib import Path
+
+    body = {"model": "ratchet", "messages": [{"role": "user", "content": "Proof me, please."}]}
+    assert _post(gw, body).status_code == 200
+    gw.drain()
+    bom = Path(gw.settings.artifacts_root) / "boms" / "v1-badkeys"
+    bom.mkdir(parents=True)
+    (bom / "bom.dsse.json").write_text("{}")
+    (bom / "train-keys.txt").write_text("not-a-key\n")
+    with caplog.at_level(logging.WARNING, logger="ratchet.gateway"):
+        r = httpx.post(f"{gw.url}/ratchet/proofs/v1-badkeys", json=body, headers=AUTH, timeout=20)
+    assert r.status_code == 500 and r.json()["error"]["code"] == "train_keys_invalid"
+    rid = r.headers["x-ratchet-request-id"]
+    assert rid in r.json()["error"]["message"]
+    assert any(rid in rec.getMessage() and "cause" in rec.getMessage() for rec in caplog.records)
