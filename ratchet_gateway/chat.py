@@ -762,7 +762,7 @@ class _StreamAccumulator:
                 self.content.append(delta["content"])
             for tc in delta.get("tool_calls") or []:
                 slot = self.tool_calls.setdefault(
-                    int(tc.get("index", 0)),
+                    int(tc.get("index") or 0),
                     {"id": "", "type": "function", "function": {"name": "", "arguments": ""}},
                 )
                 if tc.get("id"):

@@ -360,7 +360,8 @@ def _parse_chunk(data: bytes, is_error: bool = False) -> dict:
 
 
 def _is_count(v: Any) -> bool:
-    return v is None or (isinstance(v, int) and not isinstance(v, bool) and v >= 0)
+    # some OpenAI-compatible servers write counts as 12.0: a number, not text or a flag
+    return v is None or (isinstance(v, int | float) and not isinstance(v, bool) and 0 <= v < 2**53)
 
 
 def _check_usage(usage: Any) -> None:

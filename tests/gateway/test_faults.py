@@ -169,3 +169,11 @@ def test_faulted_rows_never_become_examples(gateway, up, tmp_path):
     ids = {e["request_id"] for e in examples}
     assert rids["ok"] in ids
     assert not ids & {rids["sse_error"], rids["early_close"]}
+
+
+def test_counts_written_as_numbers_with_a_fraction_part_are_accepted(gateway, up):
+    up.set("ok", usage={"prompt_tokens": 5.0, "completion_tokens": 2.0, "total_tokens": 7.0})
+    r = httpx.post(gateway.url + "/v1/chat/completions", headers=AUTH, json=ASK, timeout=10)
+    assert r.status_code == 200
+    (row,) = _rows(gateway, r.headers["x-ratchet-request-id"])
+    assert (row["prompt_tokens"], row["completion_tokens"], row["total_tokens"]) == (5, 2, 7)
