@@ -15,8 +15,9 @@ The app is assembled from parts that each have one home:
 
 Hot-path choices (measured, see ``benchmarks/bench_gateway.py``): no ASGI middleware (every response sets its
 own ``x-ratchet-*`` headers; the error handlers do it for framework errors), the chat route takes the raw Request
-(no dependency solving, orjson parse + one pydantic validation), one keep-alive aiohttp session per upstream, the
-durable ledger write is a shared journal group commit. litellm is imported once at startup for provider
+(no dependency solving, orjson parse + one pydantic validation), kept-alive connections of the gateway's own
+HTTP/1.1 client per upstream (``ratchet_gateway.http1``), FastAPI's native telemetry off, the durable ledger write
+is a shared journal group commit. litellm is imported once at startup for provider
 resolution and prices, never per request on OpenAI-compatible upstreams.
 """
 
