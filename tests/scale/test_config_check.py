@@ -10,10 +10,13 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from ratchet_core.serve import free_port, serve_in_thread
 from ratchet_gateway.demo_teacher.app import DemoTeacherConfig, create_app
 
 RATCHET = [sys.executable, "-m", "ratchet_cli.main"]
+pytestmark = pytest.mark.slow  # each `ratchet config check` is a fresh process (~8 s on the shared machine)
 
 
 def _check(env: dict[str, str], *args: str) -> subprocess.CompletedProcess:
