@@ -9,13 +9,15 @@
   ``/ratchet/public-key``;
 - ``proofs``: ``POST /ratchet/proofs/{version}``, ``GET /ratchet/proofs/{version}/{request_id}``,
   ``GET /ratchet/boms/{version}``.
+- ``dashboard``: ``GET /ratchet/dashboard`` (the app owner's page, static files in ``dashboard_static``) and
+  ``GET /ratchet/dashboard/data`` (the caller's tasks, evidence and spend per day).
 
 Every other module has an ``APIRouter`` (``ROUTERS``). Routers are thin: they take the gateway state and the caller from ``ratchet_gateway.deps``, raise
 ``GatewayError`` for every failure (the app answers it in OpenAI's shape) and build responses with
 ``ratchet_gateway.responses``. They never import the app factory.
 """
 
-from ratchet_gateway.routers import admin, chat, health, models, proofs, receipts
+from ratchet_gateway.routers import admin, chat, dashboard, health, models, proofs, receipts
 
 CHAT_ROUTE = chat.ROUTE
-ROUTERS = (models.router, health.router, admin.router, receipts.router, proofs.router)
+ROUTERS = (models.router, health.router, admin.router, receipts.router, proofs.router, dashboard.router)

@@ -34,6 +34,8 @@ EXPECTED = {
     ("post", "/ratchet/proofs/{version}"): "clientKey",
     ("get", "/ratchet/proofs/{version}/{request_id}"): "clientKey",
     ("get", "/ratchet/boms/{version}"): "clientKey",
+    ("get", "/ratchet/dashboard"): None,
+    ("get", "/ratchet/dashboard/data"): "clientKey",
 }
 
 

@@ -1,0 +1,81 @@
+// Ratchet dashboard: fetch /ratchet/dashboard/data with the client's key and draw one card per task.
+// No libraries: the charts are plain SVG built here.
+"use strict";
+
+const fmt = (x) => "$" + Number(x).toFixed(x >= 1 ? 2 : 6);
+const pct = (x) => (100 * x).toFixed(1) + "%";
+
+function keyFromPage() {
+  const m = /(?:^#|&)key=([^&]+)/.exec(location.hash);
+  if (m) { sessionStorage.setItem("ratchet-key", decodeURIComponent(m[1])); history.replaceState(null, "", location.pathname); }
+  return sessionStorage.getItem("ratchet-key");
+}
+
+function el(tag, attrs, ...children) {
+  const ns = ["svg", "rect", "line", "text", "g", "polyline", "circle"].includes(tag) ? "http://www.w3.org/2000/svg" : null;
+  const node = ns ? document.createElementNS(ns, tag) : document.createElement(tag);
+  for (const [k, v] of Object.entries(attrs || {})) node.setAttribute(k, v);
+  for (const c of children) node.append(c instanceof Node ? c : document.createTextNode(String(c)));
+  return node;
+}
+
+// Bars per day: teacher-equivalent (grey) behind actual spend (blue); the gap is the saving.
+function chart(days) {
+  const W = 760, H = 180, pad = 34, n = Math.max(days.length, 1);
+  const max = Math.max(1e-9, ...days.map((d) => Math.max(d.teacher_equivalent_usd, d.actual_usd)));
+  const bw = Math.min(60, (W - 2 * pad) / n - 8);
+  const svg = el("svg", { class: "chart", viewBox: `0 0 ${W} ${H}`, role: "img", "aria-label": "spend per day" });
+  svg.append(el("line", { x1: pad, y1: H - pad, x2: W - 8, y2: H - pad, stroke: "#8a94a8" }));
+  svg.append(el("text", { x: 2, y: 14, "font-size": 11, fill: "#5a6478" }, fmt(max)));
+  days.forEach((d, i) => {
+    const x = pad + 8 + i * ((W - 2 * pad) / n);
+    const h = (v) => ((H - 2 * pad) * v) / max;
+    svg.append(el("rect", { class: "bar te", x, y: H - pad - h(d.teacher_equivalent_usd), width: bw,
+      height: Math.max(1, h(d.teacher_equivalent_usd)), fill: "#c9cfdb" }));
+    svg.append(el("rect", { class: "bar actual", x: x + bw / 4, y: H - pad - h(d.actual_usd), width: bw / 2,
+      height: Math.max(1, h(d.actual_usd)), fill: "#2a6ad8" }));
+    svg.append(el("text", { x, y: H - pad + 14, "font-size": 11, fill: "#5a6478" }, d.day));
+  });
+  return svg;
+}
+
+function card(t) {
+  const bound = t.certified_bound == null ? (t.version ? "unverified" : "—")
+    : t.certified_bound.toFixed(3) + (t.bound_verified ? " ✓" : "");
+  const stat = (label, value) => el("div", { class: "stat" }, label, el("b", {}, value));
+  return el("section", { class: "task", "data-task": t.task },
+    el("h2", {}, t.task, " ", el("span", { class: "stage " + t.stage }, t.stage)),
+    el("div", { class: "stats" },
+      stat("version", t.version || "teacher"),
+      stat("canary", t.stage === "canary" ? t.canary_percent + "%" : "—"),
+      stat("certified bound", bound),
+      stat("student share", pct(t.student_share)),
+      stat("requests", t.requests),
+      stat("spent", fmt(t.actual_usd)),
+      stat("teacher-equivalent", fmt(t.teacher_equivalent_usd)),
+      stat("saved", fmt(t.saved_usd))),
+    el("div", { class: "legend" }, el("span", { class: "te" }, "■ teacher-equivalent"), el("span", { class: "actual" }, "■ spent")),
+    chart(t.days),
+    el("div", { class: "evidence" }, "Evidence: ", ...t.evidence.map((e) => el("a", { href: e.href }, e.label))));
+}
+
+async function load() {
+  const key = keyFromPage();
+  const status = document.getElementById("status");
+  if (!key) { status.textContent = "Enter your API key to see your tasks."; return; }
+  const r = await fetch("/ratchet/dashboard/data", { headers: { Authorization: "Bearer " + key } });
+  if (!r.ok) { status.textContent = (await r.json()).error?.message || r.statusText; return; }
+  const data = await r.json();
+  document.getElementById("who").textContent = `client ${data.client} · manifest #${data.manifest_sequence}`;
+  const main = document.getElementById("tasks");
+  main.replaceChildren(...data.tasks.map(card));
+  status.textContent = data.tasks.length ? "" : "No sealed traffic of yours yet.";
+  document.body.dataset.loaded = "true";
+}
+
+document.getElementById("login").addEventListener("submit", (e) => {
+  e.preventDefault();
+  sessionStorage.setItem("ratchet-key", document.getElementById("key").value);
+  load();
+});
+load();
