@@ -49,6 +49,8 @@ from ratchet_assets.night import (
     sql_str,
     stream_batches,
 )
+from ratchet_assets.night.budget import Budget
+from ratchet_assets.night.budget import connect as budget_connect
 from ratchet_assets.night.traffic import traffic_path
 from ratchet_core import receipt_store
 from ratchet_core.layout import ArtifactLayout
@@ -162,7 +164,7 @@ def _micro(values: list[float | None]) -> list[int]:
     return [micro(v) for v in values]
 
 
-def receipt_leaves(traffic_file: str | Path) -> Iterator[pa.Table]:
+def receipt_leaves(traffic_file: str | Path, con: Any = None) -> Iterator[pa.Table]:
     """The receipt's leaves in batches, set-wise: tables (request_id, client, task, leaf, served, status,
     completion, teacher_prompt, teacher_micro, actual_micro) in leaf order (NULL client/task read "None", as
     ``str()`` of the leaf's null).
@@ -170,8 +172,9 @@ def receipt_leaves(traffic_file: str | Path) -> Iterator[pa.Table]:
     Each leaf is ``canonical_text`` of the row ``leaf_rows`` gives, assembled from per-field JSON texts (keys in
     sorted order); a row with a field that needs escaping, a NULL ``ts`` or a non-finite cost is built by the
     definition itself (``canonical_text(leaf_rows-style dict)``), which also raises what it raised before.
+    `con`: the DuckDB connection to sort with (a budgeted one, ``night.budget.connect``); default a plain one.
     """
-    con = connect()
+    con = con or connect()
     rows = stream_batches(con, _leaf_parts_sql(traffic_file))
     for batch in rows:
         table = pa.Table.from_batches([batch])
@@ -342,6 +345,7 @@ def build_receipt(
     ledger: EffectLedger,
     lease_seconds: float = 300.0,
     teacher_model: str | None = None,
+    budget: Budget | int | None = None,
 ) -> ReceiptResult:
     """Compute, sign (at most once per day) and write the day's receipt; `teacher_model` (default: the settings')
     names the prices the student-served rows are estimated at (``ratchet_core.pricing.model_prices``)."""
@@ -367,7 +371,8 @@ def build_receipt(
     tree = TreeBuilder(layout.receipt_tree(day), base=receipt_store.TREE_BASE)
     day_totals = _DayTotals()
     traffic = traffic_path(artifacts_root, day)
-    for table in receipt_leaves(traffic):
+    # Sorted by request_id out of core, in the memory budget (ratchet_assets.night.budget).
+    for table in receipt_leaves(traffic, budget_connect(budget, artifacts_root, f"receipt-{day}")):
         start = tree.size
         tree.add_hashes(
             b"".join([_sha256(b"\x00" + b).digest() for b in table["leaf"].cast(pa.binary()).to_pylist()])
