@@ -172,6 +172,17 @@ def test_an_end_users_erasure_leaves_no_byte_and_receipts_still_verify(tmp_path:
         ledger.close()
 
     assert _found(home, markers) == {}
+    # The rewritten replica file reopens with its seal mark and its applied erasures (nothing replayed or resealed).
+    again_ledger = Ledger(home / "ledger", str(lake), segment_seconds=3600, replica_base="gw")
+    again_ledger.open()
+    try:
+        assert again_ledger.replica == "gw-0" and again_ledger.wait_erasures(done.request_ids, timeout=0)
+        assert (
+            again_ledger._sealed_seq == len(others) + len(alice) + 2
+        )  # the late rows: sealed blanked at close
+    finally:
+        again_ledger.close()
+    assert _found(home, markers) == {}
     # The log is signed and says who, why, the scope (alice only as a hash) and the counts.
     log = read_log(engine, [key.public_key()])
     assert log[0]["actor"] == "dpo@example.com" and log[0]["counts"]["requests"] == 8
@@ -274,3 +285,15 @@ def test_cli_erase_dry_run_then_signed_log(tmp_path: Path) -> None:
     )  # tombstones stay
     bad = runner.invoke(admin, ["erase", "--reason", "no scope given"])
     assert bad.exit_code == 2 and "at least one" in bad.output
+
+
+def test_adapters_trained_on_erased_examples_are_named(tmp_path: Path) -> None:
+    from ratchet_assets.governance.erase import adapters_trained_on
+
+    layout = ArtifactLayout(tmp_path)
+    for version, keys in (("v1-a", ["k1", "k2"]), ("v2-b", ["k3"])):
+        layout.bom_dir(version).mkdir(parents=True)
+        layout.bom(version).write_text("{}")
+        layout.bom_train_keys(version).write_text("".join(k + "\n" for k in keys))
+    assert adapters_trained_on(layout, {"k2", "k9"}) == ["v1-a"]
+    assert adapters_trained_on(layout, {"k9"}) == []
