@@ -20,6 +20,14 @@ teacher_option = click.option(
 )
 
 
+def _teacher(url: str | None, key: str | None) -> tuple[str, str]:
+    """The control arm's teacher: the options, else the settings (RATCHET_TEACHER_API_BASE / _API_KEY)."""
+    from ratchet_core.settings import load_settings
+
+    settings = load_settings()
+    return url or settings.teacher_api_base or "", key or settings.teacher_api_key
+
+
 def _teacher_model(value: str | None) -> str:
     from ratchet_core.settings import load_settings
 
@@ -56,14 +64,21 @@ def plan_cmd(workload, teacher_model, rounds, requests_per_round, control_share,
 @liverun.command("smoke")
 @click.argument("gateway_url")
 @click.option("--api-key", envvar="OPENAI_API_KEY", required=True, help="Client key for the gateway.")
-@click.option("--teacher-url", required=True, help="The teacher's OpenAI-compatible /v1 URL (control calls).")
-@click.option("--teacher-key", envvar="RATCHET_TEACHER_API_KEY", required=True, help="The teacher's key.")
+@click.option(
+    "--teacher-url",
+    default=None,
+    help="The teacher's /v1 URL for control calls (default RATCHET_TEACHER_API_BASE).",
+)
+@click.option(
+    "--teacher-key", default=None, help="The teacher's key (default RATCHET_TEACHER_API_KEY, via settings)."
+)
 @workload_option
 @teacher_option
 def smoke_cmd(gateway_url, api_key, teacher_url, teacher_key, workload, teacher_model) -> None:
     """A few requests through GATEWAY_URL (/v1) and a few control calls straight to the teacher."""
     from ratchet_cli import liverun as lr
 
+    teacher_url, teacher_key = _teacher(teacher_url, teacher_key)
     out = lr.smoke(gateway_url, api_key, teacher_url, teacher_key, _teacher_model(teacher_model), workload)
     click.echo(json.dumps(out, indent=2))
     sys.exit(0 if out["ok"] else 1)
@@ -74,8 +89,8 @@ def smoke_cmd(gateway_url, api_key, teacher_url, teacher_key, workload, teacher_
 @click.option("--out", "folder", required=True, type=click.Path(path_type=Path), help="The run's folder.")
 @click.option("--max-usd", required=True, type=click.FloatRange(min=0), help="Hard cap (the effect gate's).")
 @click.option("--api-key", envvar="OPENAI_API_KEY", required=True)
-@click.option("--teacher-url", required=True)
-@click.option("--teacher-key", envvar="RATCHET_TEACHER_API_KEY", required=True)
+@click.option("--teacher-url", default=None, help="Default RATCHET_TEACHER_API_BASE.")
+@click.option("--teacher-key", default=None, help="Default RATCHET_TEACHER_API_KEY (via settings).")
 @workload_option
 @teacher_option
 @click.option("--rounds", default=3, show_default=True, type=click.IntRange(min=1))
@@ -106,6 +121,7 @@ def run_cmd(
 
     p = lr.plan(workload, rounds, requests_per_round, _teacher_model(teacher_model), control_share)
     night = lr.night_command(night_command) if night_command else None
+    teacher_url, teacher_key = _teacher(teacher_url, teacher_key)
     totals = lr.run(
         folder, p, gateway_url, api_key, teacher_url, teacher_key, max_usd, engine_for(control_db), night
     )

@@ -83,9 +83,23 @@ def test_plan_smoke_run_capped_report_verify(stack, tmp_path) -> None:
     key = generate_private_key()
     lr.sign(folder, key)
     assert lr.verify(folder, [key.public_key()])["spent_usd"] == pytest.approx(spent)
+    from click.testing import CliRunner
+
+    from ratchet_cli.liverun_cmd import liverun
+    from ratchet_stats.keys import public_key_pem
+
+    (tmp_path / "run.pub").write_text(public_key_pem(key.public_key()))
+    ok = CliRunner().invoke(liverun, ["verify", str(folder), "--key", str(tmp_path / "run.pub")])
+    assert ok.exit_code == 0 and ok.output.startswith("OK: run signed"), ok.output
+    planned = CliRunner().invoke(
+        liverun, ["plan", "--rounds", "2", "--requests", "10", "--teacher-model", teacher_model]
+    )
+    assert json.loads(planned.output)["requests_per_stage"]["total"] == 26
     with (folder / "rows.jsonl").open("a") as fh:
         fh.write(json.dumps({"arm": "control", "cost_usd": 0.0}) + "\n")
     with pytest.raises(ValueError, match="rows.jsonl"):
         lr.verify(folder, [key.public_key()])
+    bad = CliRunner().invoke(liverun, ["verify", str(folder), "--key", str(tmp_path / "run.pub")])
+    assert bad.exit_code == 1 and "rows.jsonl" in bad.output
     with pytest.raises(Exception, match="signature"):
         lr.verify(folder, [generate_private_key().public_key()])
