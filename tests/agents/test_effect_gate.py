@@ -186,3 +186,45 @@ def test_admin_approve_and_rules_commands(tmp_path) -> None:
         admin, ["approve", "training.launch", "nope", "--reason", "why not", "--control-db", url]
     )
     assert nothing.exit_code == 2 and "no approval requested" in nothing.output
+
+
+def test_ratchet_effects_serve_reads_the_settings_and_serves_the_gate(tmp_path) -> None:
+    import os
+    import subprocess
+    import sys
+    import time
+
+    from ratchet_core.serve import free_port
+
+    port = free_port()
+    env = {k: v for k, v in os.environ.items() if not k.startswith("RATCHET_")}
+    env.update(
+        RATCHET_HOME=str(tmp_path / "home"), RATCHET_API_KEYS="scout:sk-scout", RATCHET_ADMIN_KEY=ADMIN_KEY
+    )
+    cmd = [sys.executable, "-m", "ratchet_cli.main", "effects", "serve", "--port", str(port)]
+    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    try:
+        url = f"http://127.0.0.1:{port}"
+        deadline = time.monotonic() + 60
+        while True:
+            assert proc.poll() is None, proc.stdout.read().decode()[-2000:]
+            try:
+                if httpx.get(f"{url}/healthz").status_code == 200:
+                    break
+            except httpx.HTTPError:
+                pass
+            assert time.monotonic() < deadline, "ratchet effects serve did not start in 60 s"
+            time.sleep(0.2)
+        began = httpx.post(
+            f"{url}/effects/begin",
+            headers={"Authorization": "Bearer sk-scout"},
+            json={"effect_type": "report.file", "key": "k", "fingerprint": "f"},
+        )
+        assert began.json()["outcome"] == "execute"
+        # the gate's control DB is the settings' one: the CLI sees the same effect
+        assert EffectLedger(make_engine(f"sqlite:///{tmp_path / 'home' / 'control.db'}")).lookup(
+            "report.file", "scout/k"
+        )
+    finally:
+        proc.terminate()
+        proc.wait(timeout=15)
