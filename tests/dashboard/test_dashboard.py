@@ -37,6 +37,41 @@ def _traffic(url: str) -> None:
             )
 
 
+def _certificate(path: Path, key, version: str, task: str, correct: int, n: int) -> float:
+    """Sign a real evaluation certificate (ratchet_stats.certificate) for one task; returns its lower bound."""
+    import json
+
+    from ratchet_stats.certificate import (
+        PREDICATE_TYPE,
+        TaskOutcomes,
+        build_certificate,
+        certificate_subjects,
+    )
+    from ratchet_stats.dsse import make_statement, sign_statement
+
+    outcomes = TaskOutcomes(
+        task=task, comparator="label", confidences=[0.99] * n, correct=[i < correct for i in range(n)]
+    )
+    predicate = build_certificate(
+        version=version,
+        base={"name": "demo", "sha256": "0" * 64},
+        adapter_sha256="1" * 64,
+        golden_root="2" * 64,
+        golden_size=n,
+        target=0.9,
+        delta=0.05,
+        tasks=[outcomes],
+        day="2026-01-01",
+    )
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(
+        json.dumps(
+            sign_statement(make_statement(PREDICATE_TYPE, predicate, certificate_subjects(predicate)), key)
+        )
+    )
+    return predicate["tasks"][task]["lower_bound"]
+
+
 def test_dashboard_shows_each_task_with_non_empty_charts(tmp_path) -> None:
     from playwright.sync_api import sync_playwright
 
@@ -63,6 +98,11 @@ def test_dashboard_shows_each_task_with_non_empty_charts(tmp_path) -> None:
         )
         key = generate_private_key()
         app = create_app(settings, GatewayOptions(replica="gw", public_keys=[key.public_key()]))
+        from ratchet_core.layout import ArtifactLayout
+
+        bound = _certificate(
+            ArtifactLayout(settings.artifacts_root).certificate(STUDENT), key, STUDENT, "tickets", 290, 300
+        )
         with serve_in_thread(app) as url:
             gw = app.state.gateway
             write_signed_manifest(
@@ -82,6 +122,10 @@ def test_dashboard_shows_each_task_with_non_empty_charts(tmp_path) -> None:
             ).json()
             by_task = {t["task"]: t for t in data["tasks"]}
             assert by_task["tickets"]["stage"] == "live" and by_task["tickets"]["version"] == STUDENT
+            assert (
+                by_task["tickets"]["certified_bound"] == pytest.approx(bound)
+                and by_task["tickets"]["bound_verified"]
+            )
             assert by_task["tickets"]["student_share"] == 1.0 and by_task["extract"]["student_share"] == 0.0
             assert by_task["tickets"]["saved_usd"] > 0 and by_task["extract"]["teacher_equivalent_usd"] > 0
             other = httpx.get(f"{url}/ratchet/dashboard/data", headers={"Authorization": f"Bearer {OTHER}"})
@@ -99,6 +143,7 @@ def test_dashboard_shows_each_task_with_non_empty_charts(tmp_path) -> None:
                     assert page.locator("section.task").count() == 2
                     tickets = page.locator("section.task[data-task=tickets]")
                     assert "live" in tickets.inner_text() and "100.0%" in tickets.inner_text()
+                    assert f"{bound:.3f} ✓" in tickets.inner_text()
                     # Non-empty charts: every card draws its day's bars with a real height.
                     heights = page.eval_on_selector_all(
                         "svg.chart rect.bar.te", "els => els.map(e => e.getBBox().height)"
