@@ -21,6 +21,6 @@ nightly_schedule = dg.build_schedule_from_partitioned_job(nightly, hour_of_day=2
 
 # Retention (ratchet_assets.defs.retention): once a day, after the night's schedule.
 retention_job = dg.define_asset_job(
-    "retention", selection=dg.AssetSelection.assets("retention"), description="Delete what has expired."
+    "retention_job", selection=dg.AssetSelection.assets("retention"), description="Delete what has expired."
 )
 retention_schedule = dg.ScheduleDefinition(job=retention_job, cron_schedule="30 4 * * *")
