@@ -40,6 +40,10 @@ def _metadata(result: step.CertificateResult) -> dict[str, Any]:
         "target": dg.MetadataValue.float(predicate["target"]),
         "delta": dg.MetadataValue.float(predicate["delta"]),
         "golden_root": dg.MetadataValue.text(predicate["golden"]["root"]),
+        # a series the UI plots per partition (issue 16): the best task's certified lower bound
+        "certified_lower_bound": dg.MetadataValue.float(
+            max((float(s["lower_bound"]) for s in predicate["tasks"].values()), default=0.0)
+        ),
         "dagster/row_count": dg.MetadataValue.int(int(predicate["golden"]["size"])),
         "dagster/uri": dg.MetadataValue.path(str(result.path)),
     }

@@ -1,4 +1,5 @@
-"""The night as one partitioned job, and its daily schedule (02:00 UTC, for the day that just ended)."""
+"""The night as one partitioned job, and its daily schedule (02:00 UTC, for the day that just ended; running by
+default)."""
 
 from __future__ import annotations
 
@@ -17,7 +18,12 @@ nightly = dg.define_asset_job(
     "and daily_receipt for one UTC day.",
 )
 
-nightly_schedule = dg.build_schedule_from_partitioned_job(nightly, hour_of_day=2, minute_of_hour=0)
+# Running by default (issue 16): with `dagster dev` or a daemon, each day's night starts at 02:00 UTC without anyone
+# switching it on. The segments sensor (defs/sensors.py, stopped by default) is the faster trigger: start one of the
+# two, not both (`dagster schedule stop nightly_schedule` before `dagster sensor start night_segments_sensor`).
+nightly_schedule = dg.build_schedule_from_partitioned_job(
+    nightly, hour_of_day=2, minute_of_hour=0, default_status=dg.DefaultScheduleStatus.RUNNING
+)
 
 # Retention (ratchet_assets.defs.retention): once a day, after the night's schedule.
 retention_job = dg.define_asset_job(
