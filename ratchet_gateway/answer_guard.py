@@ -29,7 +29,9 @@ def _has_schemas(body: Mapping[str, Any]) -> bool:
     )
 
 
-async def check(body: Mapping[str, Any], message: Mapping[str, Any], finish_reason: str | None) -> Violation | None:
+async def check(
+    body: Mapping[str, Any], message: Mapping[str, Any], finish_reason: str | None
+) -> Violation | None:
     """The first way `message` breaks `body`'s contract, or None (see the module docstring for where it runs)."""
     if not _has_schemas(body):
         return check_answer(body, message, finish_reason)
