@@ -84,6 +84,14 @@ class LoraTrainConfig:
     # None = leave torch's thread count alone (the caller's process may be serving too). On a CPU shared with
     # other busy processes, 1 is far faster than 2 (measured 6x: OpenMP threads spin waiting for each other).
     num_threads: int | None = None
+    # Adaptive schedule (issue 16), off at 0: hold out this share of the training rows (chosen by a hash of the
+    # prompt, never golden rows: those are not in the training set) as a validation split; after each epoch measure
+    # exact-answer accuracy on it (teacher-forced: every target token is the argmax); keep the best epoch's weights
+    # and stop after `patience` epochs without improvement, after `max_epochs`, or when `time_budget_s` is spent.
+    validation_share: float = 0.0
+    patience: int = 2
+    max_epochs: int = 12
+    time_budget_s: float = 0.0  # 0 = no time budget
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -102,6 +110,8 @@ class TrainResult:
     target_tokens: int = 0
     prompt_window: int = 0
     losses: list[float] = field(default_factory=list)
+    # with validation_share > 0: epochs run, best epoch, validation accuracy per epoch, why it stopped
+    validation: dict = field(default_factory=dict)
 
     @property
     def adapter_sha256(self) -> str:
@@ -222,6 +232,15 @@ def train_lora(
         p = cut_prompt(p, prompt_window)
         t = t[: config.max_len - len(p)]
         examples.append((p + t, [-100] * len(p) + t))
+    validation: list[tuple[list[int], list[int]]] = []
+    if config.validation_share > 0:
+        held = [_held_out(prompt, config.validation_share) for prompt, _ in pairs]
+        validation = [e for e, h in zip(examples, held, strict=True) if h]
+        kept = [e for e, h in zip(examples, held, strict=True) if not h]
+        if validation and kept:
+            examples = kept
+        else:
+            validation = []
 
     model = AutoModelForCausalLM.from_pretrained(base_path, dtype=torch.float32)
     lora = LoraConfig(
@@ -238,6 +257,8 @@ def train_lora(
     optimiser = torch.optim.AdamW(params, lr=config.lr, weight_decay=config.weight_decay)
     steps_per_epoch = math.ceil(len(examples) / config.batch_size)
     epochs = epochs_to_run(len(examples), config)
+    if validation:
+        epochs = max(epochs, config.max_epochs)
     total = steps_per_epoch * epochs
     warmup = max(1, int(total * config.warmup_fraction))
 
@@ -249,7 +270,12 @@ def train_lora(
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimiser, lr_factor)
     losses: list[float] = []
     step = 0
+    history: list[float] = []
+    best_state: dict | None = None
+    stopped = "epochs"
+    epochs_run = 0
     for _ in range(epochs):
+        epochs_run += 1
         order = list(range(len(examples)))
         rng.shuffle(order)
         for start in range(0, len(order), config.batch_size):
@@ -272,6 +298,37 @@ def train_lora(
             losses.append(float(loss.detach()))
             if on_progress is not None:
                 on_progress(step, total, losses[-1])
+        if validation:
+            history.append(_accuracy(model, validation, pad, config.batch_size))
+            if history[-1] >= max(history):
+                best_state = {
+                    k: v.detach().clone()
+                    for k, v in model.state_dict().items()
+                    if "lora_" in k or "modules_to_save" in k
+                }
+            since_best = len(history) - 1 - max(range(len(history)), key=lambda i: (history[i], -i))
+            if history[-1] >= 1.0:
+                stopped = "validation accuracy 1.0"
+                break
+            if since_best >= config.patience:
+                stopped = f"no improvement for {config.patience} epochs"
+                break
+            if config.time_budget_s and time.perf_counter() - started > config.time_budget_s:
+                stopped = f"time budget {config.time_budget_s:g} s"
+                break
+    report: dict = {}
+    if validation:
+        if best_state is not None:
+            model.load_state_dict(best_state, strict=False)
+        best = max(range(len(history)), key=lambda i: (history[i], -i))
+        report = {
+            "rows": len(validation),
+            "accuracy_per_epoch": [round(a, 6) for a in history],
+            "best_epoch": best + 1,
+            "final_accuracy": round(history[best], 6),
+            "epochs_run": epochs_run,
+            "stopped": stopped,
+        }
 
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
@@ -286,8 +343,9 @@ def train_lora(
         "max_len": config.max_len,
         "examples": len(examples),
         "steps": step,
-        "epochs_run": epochs,
+        "epochs_run": epochs_run,
         "final_loss": losses[-1],
+        **({"validation": report} if report else {}),
         "base": {k: v for k, v in base_identity(base_path).items() if k not in ("files", "path")},
     }
     (out / TRAIN_META_FILE).write_text(json.dumps(meta, indent=2, sort_keys=True))
@@ -302,4 +360,33 @@ def train_lora(
         target_tokens=sum(len(t) for _, t in encoded),
         prompt_window=prompt_window,
         losses=losses,
+        validation=report,
     )
+
+
+def _held_out(prompt: str, share: float) -> bool:
+    """A training row is in the validation split iff sha256(prompt) falls below `share` (deterministic)."""
+    return int.from_bytes(hashlib.sha256(f"validation:{prompt}".encode()).digest()[:4], "big") / 2**32 < share
+
+
+def _accuracy(model, rows: list[tuple[list[int], list[int]]], pad: int, batch_size: int) -> float:
+    """Share of rows whose every target token is the model's argmax (teacher-forced exact answer)."""
+    import torch
+
+    model.eval()
+    right = 0
+    with torch.no_grad():
+        for start in range(0, len(rows), batch_size):
+            batch = rows[start : start + batch_size]
+            width = max(len(ids) for ids, _ in batch)
+            input_ids = torch.full((len(batch), width), pad, dtype=torch.long)
+            mask = torch.zeros((len(batch), width), dtype=torch.long)
+            for row, (ids, _) in enumerate(batch):
+                input_ids[row, : len(ids)] = torch.tensor(ids)
+                mask[row, : len(ids)] = 1
+            pred = model(input_ids=input_ids, attention_mask=mask).logits.argmax(-1)
+            for row, (_ids, lab) in enumerate(batch):
+                positions = [i for i, t in enumerate(lab) if t != -100]
+                right += all(int(pred[row, i - 1]) == lab[i] for i in positions if i > 0)
+    model.train()
+    return right / len(rows)

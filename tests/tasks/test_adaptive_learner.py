@@ -1,0 +1,56 @@
+"""The adaptive learner: a validation split taken from the training rows (never golden: the training set holds
+none), accuracy measured after each epoch, the best epoch kept, stopping on no improvement / max epochs / time
+budget; its choices are in the result and the adapter's metadata. Real training on the demo base (tiny config)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from .moods import MOODS_WORKLOAD
+
+pytestmark = pytest.mark.slow  # a few tiny epochs on the demo base: ~1-3 min on the shared 2 cores
+
+DAY = "2026-03-09"
+
+
+def test_training_stops_on_its_validation_split_and_reports_its_choices(tmp_path, monkeypatch):
+    from ratchet_assets.night.examples import build_examples
+    from ratchet_assets.night.fixtures import write_day
+    from ratchet_assets.night.split import split_golden
+    from ratchet_assets.night.traffic import consolidate_traffic
+    from ratchet_assets.night.training_set import build_training_set
+    from ratchet_core import workloads
+    from ratchet_core.lora_trainer import (
+        TRAIN_META_FILE,
+        LoraTrainConfig,
+        _held_out,
+        read_train_jsonl,
+        train_lora,
+    )
+    from ratchet_core.student_model import ensure_demo_base
+
+    monkeypatch.setitem(workloads.WORKLOADS, "moods", MOODS_WORKLOAD)
+    write_day(tmp_path / "lake", DAY, 260, seed=9, workload="moods", student_share=0.0)
+    art = tmp_path / "art"
+    consolidate_traffic(tmp_path / "lake", art, DAY)
+    build_examples(art, DAY)
+    split_golden(art, DAY, share=0.2)
+    train = build_training_set(art, DAY)
+    base = ensure_demo_base(tmp_path / "models" / "demo-base")
+    config = LoraTrainConfig(
+        rank=4, alpha=8, max_len=96, epochs=1, min_steps=0, num_threads=1,
+        validation_share=0.2, patience=1, max_epochs=3, time_budget_s=600,
+    )  # fmt: skip
+    result = train_lora(base, train.path, tmp_path / "adapter", config)
+    v = result.validation
+    pairs = read_train_jsonl(train.path)
+    held = sum(_held_out(p, 0.2) for p, _ in pairs)
+    assert v["rows"] == held and 0 < held < len(pairs) and result.examples == len(pairs) - held
+    assert 1 <= v["epochs_run"] <= 3 and len(v["accuracy_per_epoch"]) == v["epochs_run"]
+    assert v["final_accuracy"] == max(v["accuracy_per_epoch"]) and 1 <= v["best_epoch"] <= v["epochs_run"]
+    assert v["stopped"]
+    meta = json.loads((tmp_path / "adapter" / TRAIN_META_FILE).read_text())
+    assert meta["validation"] == v and meta["config"]["validation_share"] == 0.2
+    print(f"validation: {v}")
