@@ -1,0 +1,127 @@
+"""The Dagster UI tells the story: partitions start at the first day with traffic (or the configured start), the
+night's schedule runs by default, and the numeric metadata series plot per partition (screenshot-checked in
+Debian Chromium: the plots' canvases hold drawn pixels)."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+from ratchet_core.settings import Settings
+
+DAYS = ["2026-04-01", "2026-04-02", "2026-04-03"]
+CHROMIUM = Path("/usr/bin/chromium")
+
+
+def test_partitions_start_at_the_first_day_with_traffic_or_the_configured_start(tmp_path: Path) -> None:
+    from ratchet_assets.defs.partitions import DEFAULT_START, partitions_start
+    from ratchet_assets.night.fixtures import write_day
+
+    home = tmp_path / "home"
+    assert partitions_start(Settings(home=home)) == DEFAULT_START  # no traffic yet
+    write_day(home / "lake", DAYS[1], 10, seed=1)
+    write_day(home / "lake", DAYS[0], 10, seed=2)
+    assert partitions_start(Settings(home=home)) == DAYS[0]
+    assert partitions_start(Settings(home=home, partitions_start="2026-03-15")) == "2026-03-15"
+
+
+def test_the_nightly_schedule_runs_by_default() -> None:
+    import dagster as dg
+
+    from ratchet_assets.definitions import defs
+    from ratchet_assets.defs.jobs import nightly_schedule
+
+    assert nightly_schedule.default_status == dg.DefaultScheduleStatus.RUNNING
+    loaded = defs()
+    assert loaded.get_schedule_def("nightly_schedule").default_status == dg.DefaultScheduleStatus.RUNNING
+    assert loaded.resolve_assets_def("cost_report") is not None
+
+
+@pytest.mark.slow
+def test_the_cost_series_plot_per_partition_in_the_ui(tmp_path: Path, monkeypatch) -> None:
+    import os
+
+    import dagster as dg
+    from playwright.sync_api import sync_playwright
+
+    from ratchet_assets.defs.cost_report import cost_report
+    from ratchet_assets.defs.resources import night_resources
+    from ratchet_assets.night.fixtures import write_day
+    from ratchet_cli.demo.runner import write_instance_config
+    from ratchet_cli.demo.supervisor import Service, Supervisor
+    from ratchet_core.serve import free_port
+    from ratchet_stats.keys import generate_private_key, save_private_key
+
+    home = tmp_path / "home"
+    save_private_key(generate_private_key(), home / "keys" / "signing.key")
+    for i, day in enumerate(DAYS):
+        write_day(home / "lake", day, 40 + 40 * i, seed=i, student_share=0.2 + 0.2 * i)
+    dagster_home = tmp_path / "dagster_home"
+    dagster_home.mkdir()
+    write_instance_config(dagster_home)
+    monkeypatch.setenv("DAGSTER_HOME", str(dagster_home))
+    with dg.DagsterInstance.from_config(str(dagster_home)) as instance:
+        for day in DAYS:
+            assert dg.materialize(
+                [cost_report], partition_key=day, instance=instance, resources=night_resources(home)
+            ).success
+
+    port = free_port()
+    env = {k: v for k, v in os.environ.items() if not k.startswith("RATCHET_") and k != "DAGSTER_HOME"}
+    env.update(DAGSTER_HOME=str(dagster_home), RATCHET_HOME=str(home), LITELLM_LOCAL_MODEL_COST_MAP="True")
+    web = Service(
+        "dagster webserver",
+        [str(Path(sys.executable).with_name("dagster-webserver")), "-f", str(Path(__file__).with_name("ui_defs.py")),
+         "-h", "127.0.0.1", "-p", str(port)],
+        env, f"http://127.0.0.1:{port}/server_info", f"http://127.0.0.1:{port}", tmp_path / "webserver.log", port,
+        ready_timeout_s=120, cwd=dagster_home,
+    )  # fmt: skip
+    sup = Supervisor()
+    shot = tmp_path / "cost-plots.png"
+    try:
+        sup.start(web)
+        sup.wait_ready(web)
+        with sync_playwright() as pw:
+            browser = pw.chromium.launch(
+                executable_path=str(CHROMIUM), args=["--no-sandbox", "--disable-gpu"]
+            )
+            try:
+                page = browser.new_page(viewport={"width": 1600, "height": 2400})
+                for _ in range(24):  # until the code location has loaded (the asset shows its tabs)
+                    page.goto(f"{web.url}/assets/cost_report?view=overview")
+                    page.wait_for_timeout(5000)
+                    if "External Asset" not in page.inner_text("body"):
+                        break
+                skip = page.get_by_role("button", name="Skip")  # Dagster's first-visit newsletter prompt
+                if skip.count() and skip.first.is_visible():
+                    skip.first.click()
+                try:
+                    page.get_by_text("Plots", exact=True).first.click(
+                        timeout=60_000
+                    )  # Overview metadata: Table | Plots
+                    page.get_by_role("button", name="Events").first.click(timeout=30_000)  # series over time
+                    page.get_by_text("saved_usd").first.wait_for(timeout=90_000)
+                except Exception:
+                    page.screenshot(path="/tmp/L_ui_fail2.png", full_page=True)
+                    raise AssertionError(page.inner_text("body")[:3000]) from None
+                page.wait_for_timeout(3000)  # chart animation
+                drawn = page.evaluate(
+                    """() => [...document.querySelectorAll('canvas')].map(c => {
+                        const d = c.getContext('2d').getImageData(0, 0, c.width, c.height).data;
+                        let n = 0; for (let i = 3; i < d.length; i += 4) if (d[i] > 0) n++;
+                        return n; })"""
+                )
+                body = page.inner_text("body")
+                page.screenshot(path=str(shot), full_page=True)
+            finally:
+                browser.close()
+    finally:
+        sup.stop_all(timeout_s=20)
+    assert shot.stat().st_size > 20_000
+    for name in ("saved_usd", "student_share", "training_seconds", "total_cost_usd"):
+        assert name in body, body[:3000]
+    assert len(drawn) >= 4 and all(n > 500 for n in drawn), (
+        drawn
+    )  # every plot has drawn pixels, none is empty
