@@ -57,7 +57,7 @@ def write_bom(
     from ratchet_stats import bom as B
     from ratchet_stats import certificate as cert
     from ratchet_stats.canonical import canonical_json, sha256_hex
-    from ratchet_stats.commitment import KeyTree, key_commitment
+    from ratchet_stats.commitment import Commitment, KeyTree
     from ratchet_stats.dsse import make_statement, sign_statement, verify_statement
 
     layout = ArtifactLayout(artifacts)
@@ -88,12 +88,14 @@ def write_bom(
             f"the golden set of {day} is not the one {version} was certified on; rerun the night"
         )
     golden_keys = sorted(_key_list(layout.golden_keys(day)))
-    if key_commitment(golden_keys) != golden_c.keys:
-        raise BomStepError(f"golden/day={day}/keys.txt does not match the golden set's commitment")
     try:
         disjoint = train_tree.prove_disjoint(golden_keys)
     except ValueError as exc:
         raise BomStepError(f"training set and golden set overlap: {exc}") from exc
+    if (
+        Commitment(disjoint["golden"]["root"], disjoint["golden"]["size"]) != golden_c.keys
+    ):  # the proof's tree
+        raise BomStepError(f"golden/day={day}/keys.txt does not match the golden set's commitment")
 
     train = BB.DataSet(
         f"training-set day={train_day}",
