@@ -17,7 +17,8 @@ from click.testing import CliRunner
 
 from .moods import MOODS, MOODS_WORKLOAD
 
-pytestmark = pytest.mark.slow  # one tiny real training and ~100 golden answers from the demo base: ~3-6 min on the shared 2 cores
+# one tiny real training and ~100 golden answers from the demo base: ~3-6 min on the shared 2 cores
+pytestmark = pytest.mark.slow
 
 DAY = "2026-03-02"
 
