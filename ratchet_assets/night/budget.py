@@ -1,13 +1,14 @@
 """The night's memory budget: how much memory one step may use, and how that is enforced and measured.
 
 A step is a Python process driving an in-memory DuckDB connection. The budget (``RATCHET_NIGHT_MEMORY_MB``,
-default 2048) is split between them: DuckDB gets ``duckdb_share`` of it as ``memory_limit`` and spills what does
-not fit (sorts, joins, windows, aggregates) to ``spill_dir`` (``<artifacts>/.spill/<step>`` unless set; emptied
-after the step); the rest is for the interpreter (~300 MB with Dagster loaded), Arrow batches in flight and the
-Parquet writers' row groups. Python never holds a day's rows: results stream from DuckDB in batches
-(``stream_batches``), files are written row group by row group, and wherever a step needs a global view of the
-day (sorting or deduplicating by example key) it works one example-key range at a time (``key_ranges``), so its
-working set is ``1/shards`` of the day's.
+default 2048) is split between them: DuckDB gets ``duckdb_share`` (40%) of it as ``memory_limit`` and spills
+what does not fit (sorts, joins, windows, aggregates) to a folder under ``spill_dir`` (default
+``<artifacts>/.spill``; removed with the connection). The rest is for what DuckDB allocates beyond its limit
+(measured: up to ~0.8 GB at 10M rows), the interpreter (~150-300 MB), Arrow batches in flight and the Parquet
+writers' row groups. Python never holds a day's rows: results stream from DuckDB in batches
+(``stream_batches``), files are written row group by row group, and where a step needs the whole day in key
+order (``examples``) it can work one example-key range at a time (``shard_sql``, ``key_ranges``), each range in
+its own process (``run_shards``, ``workers``), so its working set is ``1/shards`` of the day's.
 
 ``PeakRSS`` measures a step's peak resident memory (Linux ``VmHWM``, reset at the start), which the assets report
 as ``peak_rss_mb`` and the benchmark per step.
@@ -41,7 +42,7 @@ class Budget:
 
     memory_mb: int = DEFAULT_MEMORY_MB
     spill_dir: Path | None = None
-    duckdb_share: float = 0.5
+    duckdb_share: float = 0.4
     shards: int = 0
     threads: int = 0  # 0: DuckDB's default (one per core)
     workers: int = 1  # key ranges finished at once, each in its own process with 1/workers of the budget
