@@ -19,7 +19,7 @@ from ratchet_assets.night.budget import Budget, PeakRSS, key_ranges
 from ratchet_assets.night.evaluate import golden_commitments, load_golden
 from ratchet_assets.night.examples import build_examples
 from ratchet_assets.night.fixtures import write_day
-from ratchet_assets.night.split import split_golden
+from ratchet_assets.night.split import GOLDEN_ROW_GROUP_ROWS, split_golden
 from ratchet_assets.night.traffic import consolidate_traffic
 from ratchet_assets.night.training_set import build_training_set
 from ratchet_core.layout import ArtifactLayout
@@ -63,7 +63,10 @@ def test_streamed_files_and_roots_equal_the_in_memory_definitions(tmp_path: Path
     _night(home, None)
     layout, day = ArtifactLayout(home / "art"), DAYS[-1]
     # Registry and golden set: the bytes pq.write_table gives for the same rows.
-    for path, kw in ((layout.golden_registry(), {}), (layout.golden_file(day), {"row_group_size": 256_000})):
+    for path, kw in (
+        (layout.golden_registry(), {}),
+        (layout.golden_file(day), {"row_group_size": GOLDEN_ROW_GROUP_ROWS}),
+    ):
         table = pq.read_table(path)
         buf = io.BytesIO()
         pq.write_table(table, buf, compression="zstd", **kw)
