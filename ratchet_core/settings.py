@@ -98,7 +98,9 @@ class Settings(BaseSettings):
         5.0, gt=0, description="Teacher and student: seconds to open a connection to the endpoint."
     )
     upstream_idle_timeout_s: float = Field(
-        30.0, gt=0, description="Teacher: longest silence between two chunks of a stream (it is then cut, 504)."
+        30.0,
+        gt=0,
+        description="Teacher: longest silence between two chunks of a stream (it is then cut, 504).",
     )
     upstream_total_timeout_s: float | None = Field(
         None, gt=0, description="Teacher: cap on a whole answer, streams included; unset = no cap."

@@ -148,7 +148,9 @@ class NightConfig(dg.ConfigurableResource):
     window_days: int = 7
     late_grace_minutes: float = 60.0
     memory_mb: int = 2048  # RATCHET_NIGHT_MEMORY_MB: one step's memory budget (ratchet_assets.night.budget)
-    key_ranges: int = 0  # example-key ranges a big step is split into; 0 = by the day's size (~250k rows each)
+    key_ranges: int = (
+        0  # example-key ranges a big step is split into; 0 = by the day's size (~250k rows each)
+    )
 
     def budget(self) -> Any:
         """The steps' ``ratchet_assets.night.budget.Budget``."""

@@ -32,7 +32,9 @@ from .research import RESEARCH, RESEARCH_TASKS
 from .tickets import TICKETS
 from .tools import TOOLS_TASK
 
-DESCRIPTIONS: dict[str, TaskDescription] = {d.name: d for d in (TICKETS, EXTRACT, TOOLS_TASK, *RESEARCH_TASKS)}
+DESCRIPTIONS: dict[str, TaskDescription] = {
+    d.name: d for d in (TICKETS, EXTRACT, TOOLS_TASK, *RESEARCH_TASKS)
+}
 TASKS: dict[str, TaskSpec] = {name: d.spec for name, d in DESCRIPTIONS.items()}
 WORKLOADS: dict[str, Workload] = {
     "tickets": Workload("tickets", (TICKETS,)),

@@ -95,7 +95,9 @@ def _usage(prompt: int, completion: int, reasoning: int) -> dict:
 def create_app(config: DemoTeacherConfig | None = None) -> FastAPI:
     """The demo teacher as a FastAPI app (serve with uvicorn, or `ratchet_core.serve.serve_in_thread`)."""
     config = config or DemoTeacherConfig()
-    pricing.warm_up(config.model)  # usage is counted with the teacher's tokenizer: load it before the first request
+    pricing.warm_up(
+        config.model
+    )  # usage is counted with the teacher's tokenizer: load it before the first request
     app = FastAPI(title="Ratchet demo teacher", docs_url=None, redoc_url=None)
     app.state.config = config
     errors_rng = random.Random(f"demo-teacher-errors:{config.seed}")
