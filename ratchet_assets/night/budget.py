@@ -1,7 +1,7 @@
 """The night's memory budget: how much memory one step may use, and how that is enforced and measured.
 
 A step is a Python process driving an in-memory DuckDB connection. The budget (``RATCHET_NIGHT_MEMORY_MB``,
-default 2048) is split between them: DuckDB gets ``duckdb_share`` (40%) of it as ``memory_limit`` and spills
+default 2048) is split between them: DuckDB gets ``duckdb_share`` (half) of it as ``memory_limit`` and spills
 what does not fit (sorts, joins, windows, aggregates) to a folder under ``spill_dir`` (default
 ``<artifacts>/.spill``; removed with the connection). The rest is for what DuckDB allocates beyond its limit
 (measured: up to ~0.8 GB at 10M rows), the interpreter (~150-300 MB), Arrow batches in flight and the Parquet
@@ -42,7 +42,7 @@ class Budget:
 
     memory_mb: int = DEFAULT_MEMORY_MB
     spill_dir: Path | None = None
-    duckdb_share: float = 0.4
+    duckdb_share: float = 0.5
     shards: int = 0
     threads: int = 0  # 0: DuckDB's default (one per core)
     workers: int = 1  # key ranges finished at once, each in its own process with 1/workers of the budget
