@@ -124,7 +124,7 @@ class Settings(BaseSettings):
     night_memory_mb: int = Field(
         2048,
         ge=256,
-        description="Memory budget (MB) of one night step; DuckDB gets 40% and spills to disk beyond it.",
+        description="Memory budget (MB) of one night step; DuckDB gets half and spills to disk beyond it.",
     )
     # Retention windows (days) per data class, enforced by the `retention` asset (ratchet_assets.governance
     # .retention); unset = kept. Receipts, certificates and BOMs are always kept.
