@@ -7,9 +7,15 @@ UI: ``dagster dev -w workspace.yaml``. CI: ``dagster asset materialize -m ratche
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import dagster as dg
+
+# A Dagster process (webserver, daemon, code server, run worker) that loads this location writes the night's
+# artifacts, the lake's derived files and the control DB under $RATCHET_HOME: make them private to the user
+# (files 0600, folders 0700; ratchet_core.home_files), as `ratchet` itself does, however Dagster was started.
+os.umask(0o077)
 
 
 @dg.definitions

@@ -153,3 +153,17 @@ def test_a_gateway_keeps_its_home_private(tmp_path):
     assert list(home.glob("lake/traffic/day=*/*.parquet")), err.decode()[-2000:]
     assert list(home.glob("ledger/*"))
     assert _loose(home) == []
+
+
+def test_a_dagster_process_loading_the_code_location_writes_private_files(tmp_path: Path) -> None:
+    """`dagster dev`/`dagster-daemon`/a run worker are not started by `ratchet`: loading the code location itself
+    sets umask 077, so what the night writes under the home is born 0600/0700."""
+    probe = (
+        "import os; os.umask(0o022); import ratchet_assets.definitions; "
+        "p = os.path.join(os.environ['PROBE_DIR'], 'f'); open(p, 'w').close(); os.mkdir(p + 'd'); "
+        "print(oct(os.stat(p).st_mode & 0o777), oct(os.stat(p + 'd').st_mode & 0o777))"
+    )
+    env = dict(os.environ, PROBE_DIR=str(tmp_path), LITELLM_LOCAL_MODEL_COST_MAP="True")
+    out = subprocess.run([sys.executable, "-c", probe], env=env, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.split() == ["0o600", "0o700"]
