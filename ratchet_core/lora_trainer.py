@@ -47,7 +47,7 @@ import math
 import random
 import re
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -86,8 +86,9 @@ class LoraTrainConfig:
     num_threads: int | None = None
     # Adaptive schedule (issue 16), off at 0: hold out this share of the training rows (chosen by a hash of the
     # prompt, never golden rows: those are not in the training set) as a validation split; after each epoch measure
-    # exact-answer accuracy on it (teacher-forced: every target token is the argmax); keep the best epoch's weights
-    # and stop after `patience` epochs without improvement, after `max_epochs`, or when `time_budget_s` is spent.
+    # exact-answer accuracy on it (teacher-forced: every target token is the argmax) and, to break ties, its mean
+    # target-token loss; keep the best epoch's weights and stop after `patience` epochs without improvement, after
+    # `max_epochs` (the learning rate decays linearly over them), or when `time_budget_s` is spent.
     validation_share: float = 0.0
     patience: int = 2
     max_epochs: int = 12
@@ -110,6 +111,7 @@ class TrainResult:
     target_tokens: int = 0
     prompt_window: int = 0
     losses: list[float] = field(default_factory=list)
+    epochs_run: int = 0
     # with validation_share > 0: epochs run, best epoch, validation accuracy per epoch, why it stopped
     validation: dict = field(default_factory=dict)
 
@@ -198,10 +200,13 @@ def train_lora(
     out_dir: str | Path,
     config: LoraTrainConfig | None = None,
     on_progress: Callable[[int, int, float], None] | None = None,
+    row_tasks: Sequence[str] | None = None,
 ) -> TrainResult:
     """Train a LoRA adapter on `train_jsonl` over the base at `base_path`; save it in `out_dir`.
 
     `on_progress(step, total_steps, loss)` is called after every optimiser step (loss of that batch).
+    `row_tasks`: the task of each train.jsonl row (same order), for the validation accuracy per task; None = one
+    group ``"all"``.
     """
     import torch
     from peft import LoraConfig, get_peft_model
@@ -232,15 +237,22 @@ def train_lora(
         p = cut_prompt(p, prompt_window)
         t = t[: config.max_len - len(p)]
         examples.append((p + t, [-100] * len(p) + t))
+    tasks = list(row_tasks) if row_tasks is not None else ["all"] * len(examples)
+    if len(tasks) != len(examples):
+        raise ValueError(
+            f"row_tasks has {len(tasks)} entries for {len(examples)} training rows in {train_jsonl}"
+        )
     validation: list[tuple[list[int], list[int]]] = []
+    validation_tasks: list[str] = []
     if config.validation_share > 0:
         held = [_held_out(prompt, config.validation_share) for prompt, _ in pairs]
         validation = [e for e, h in zip(examples, held, strict=True) if h]
+        validation_tasks = [t for t, h in zip(tasks, held, strict=True) if h]
         kept = [e for e, h in zip(examples, held, strict=True) if not h]
         if validation and kept:
             examples = kept
         else:
-            validation = []
+            validation, validation_tasks = [], []
 
     model = AutoModelForCausalLM.from_pretrained(base_path, dtype=torch.float32)
     lora = LoraConfig(
@@ -271,6 +283,9 @@ def train_lora(
     losses: list[float] = []
     step = 0
     history: list[float] = []
+    per_task_history: list[dict[str, float]] = []
+    loss_history: list[float] = []
+    best: int | None = None
     best_state: dict | None = None
     stopped = "epochs"
     epochs_run = 0
@@ -299,33 +314,40 @@ def train_lora(
             if on_progress is not None:
                 on_progress(step, total, losses[-1])
         if validation:
-            history.append(_accuracy(model, validation, pad, config.batch_size))
-            if history[-1] >= max(history):
+            right, val_loss = _validate(model, validation, pad, config.batch_size)
+            history.append(sum(right) / len(right))
+            loss_history.append(val_loss)
+            per_task_history.append(_by_task(right, validation_tasks))
+            # better = higher exact accuracy, then (equal accuracy) lower validation loss: a split that is all
+            # right after a few epochs does not stop the run while the answers are still getting surer
+            if best is None or (history[-1], -val_loss) > (history[best], -loss_history[best]):
+                best = len(history) - 1
                 best_state = {
                     k: v.detach().clone()
                     for k, v in model.state_dict().items()
                     if "lora_" in k or "modules_to_save" in k
                 }
-            since_best = len(history) - 1 - max(range(len(history)), key=lambda i: (history[i], -i))
-            if history[-1] >= 1.0:
-                stopped = "validation accuracy 1.0"
-                break
-            if since_best >= config.patience:
+            if len(history) - 1 - best >= config.patience:
                 stopped = f"no improvement for {config.patience} epochs"
                 break
             if config.time_budget_s and time.perf_counter() - started > config.time_budget_s:
                 stopped = f"time budget {config.time_budget_s:g} s"
                 break
+            stopped = f"all {epochs} epochs"
     report: dict = {}
     if validation:
-        if best_state is not None:
-            model.load_state_dict(best_state, strict=False)
-        best = max(range(len(history)), key=lambda i: (history[i], -i))
+        assert best is not None and best_state is not None
+        model.load_state_dict(best_state, strict=False)
         report = {
             "rows": len(validation),
             "accuracy_per_epoch": [round(a, 6) for a in history],
+            "loss_per_epoch": [round(x, 6) for x in loss_history],
             "best_epoch": best + 1,
             "final_accuracy": round(history[best], 6),
+            "per_task": {
+                task: {"rows": validation_tasks.count(task), "accuracy": round(acc, 6)}
+                for task, acc in sorted(per_task_history[best].items())
+            },
             "epochs_run": epochs_run,
             "stopped": stopped,
         }
@@ -337,8 +359,11 @@ def train_lora(
     (out / "README.md").unlink(missing_ok=True)
     from ratchet_core.student_model import base_identity
 
+    identity = base_identity(base_path)
+    normalise_adapter_config(out / "adapter_config.json", identity["name"])
     meta = {
-        "config": config.to_dict(),
+        # num_threads does not change the adapter (same as night.adapter.config_hash): left out of its bytes
+        "config": {k: v for k, v in config.to_dict().items() if k != "num_threads"},
         "prompt_window": prompt_window,
         "max_len": config.max_len,
         "examples": len(examples),
@@ -346,7 +371,7 @@ def train_lora(
         "epochs_run": epochs_run,
         "final_loss": losses[-1],
         **({"validation": report} if report else {}),
-        "base": {k: v for k, v in base_identity(base_path).items() if k not in ("files", "path")},
+        "base": {k: v for k, v in identity.items() if k not in ("files", "path")},
     }
     (out / TRAIN_META_FILE).write_text(json.dumps(meta, indent=2, sort_keys=True))
     files = {p.name: _sha256_file(p) for p in sorted(out.iterdir()) if p.is_file()}
@@ -360,6 +385,7 @@ def train_lora(
         target_tokens=sum(len(t) for _, t in encoded),
         prompt_window=prompt_window,
         losses=losses,
+        epochs_run=epochs_run,
         validation=report,
     )
 
@@ -369,12 +395,46 @@ def _held_out(prompt: str, share: float) -> bool:
     return int.from_bytes(hashlib.sha256(f"validation:{prompt}".encode()).digest()[:4], "big") / 2**32 < share
 
 
-def _accuracy(model, rows: list[tuple[list[int], list[int]]], pad: int, batch_size: int) -> float:
-    """Share of rows whose every target token is the model's argmax (teacher-forced exact answer)."""
+def normalise_adapter_config(path: Path, base_name: str) -> None:
+    """Rewrite peft's ``adapter_config.json`` so its bytes depend on the adapter only, not on where it was trained.
+
+    peft writes the base's absolute folder (``base_model_name_or_path``: the home folder) and ``target_modules``
+    as a list in set order (``"all-linear"`` expands to a set, whose order changes with PYTHONHASHSEED), so the
+    same data gave a different file, digest and version in another home or process. Written instead: the base's
+    name (``base_identity``; peft only reads it when no base model is passed, and Ratchet always passes one),
+    ``target_modules`` sorted, keys sorted. ``PeftModel.from_pretrained`` and vLLM load it as before."""
+    data = json.loads(path.read_text(encoding="utf-8"))
+    data["base_model_name_or_path"] = base_name
+    if isinstance(data.get("target_modules"), list):
+        data["target_modules"] = sorted(data["target_modules"])
+    if isinstance(data.get("modules_to_save"), list):
+        data["modules_to_save"] = sorted(data["modules_to_save"])
+    path.write_text(json.dumps(data, indent=2, sort_keys=True) + "\n", encoding="utf-8")
+
+
+def _by_task(right: list[bool], tasks: list[str]) -> dict[str, float]:
+    """Accuracy per task of the per-row outcomes `right` (rows tagged by `tasks`)."""
+    out: dict[str, list[int]] = {}
+    for ok, task in zip(right, tasks, strict=True):
+        out.setdefault(task, []).append(int(ok))
+    return {task: sum(v) / len(v) for task, v in out.items()}
+
+
+def _exact_rows(model, rows: list[tuple[list[int], list[int]]], pad: int, batch_size: int) -> list[bool]:
+    """Per row: whether every target token is the model's argmax (teacher-forced exact answer = what greedy
+    decoding would write, EOS included)."""
+    return _validate(model, rows, pad, batch_size)[0]
+
+
+def _validate(
+    model, rows: list[tuple[list[int], list[int]]], pad: int, batch_size: int
+) -> tuple[list[bool], float]:
+    """(per row: exact answer, as ``_exact_rows``; mean cross-entropy over all target tokens) in one pass."""
     import torch
 
     model.eval()
-    right = 0
+    right: list[bool] = []
+    loss_sum, tokens = 0.0, 0
     with torch.no_grad():
         for start in range(0, len(rows), batch_size):
             batch = rows[start : start + batch_size]
@@ -384,9 +444,13 @@ def _accuracy(model, rows: list[tuple[list[int], list[int]]], pad: int, batch_si
             for row, (ids, _) in enumerate(batch):
                 input_ids[row, : len(ids)] = torch.tensor(ids)
                 mask[row, : len(ids)] = 1
-            pred = model(input_ids=input_ids, attention_mask=mask).logits.argmax(-1)
+            logits = model(input_ids=input_ids, attention_mask=mask).logits
+            pred = logits.argmax(-1)
+            logp = torch.log_softmax(logits.float(), dim=-1)
             for row, (_ids, lab) in enumerate(batch):
-                positions = [i for i, t in enumerate(lab) if t != -100]
-                right += all(int(pred[row, i - 1]) == lab[i] for i in positions if i > 0)
+                positions = [i for i, t in enumerate(lab) if t != -100 and i > 0]
+                right.append(all(int(pred[row, i - 1]) == lab[i] for i in positions))
+                loss_sum -= sum(float(logp[row, i - 1, lab[i]]) for i in positions)
+                tokens += len(positions)
     model.train()
-    return right / len(rows)
+    return right, loss_sum / max(1, tokens)

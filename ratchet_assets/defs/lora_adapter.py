@@ -46,6 +46,13 @@ class LoraAdapterConfig(dg.Config):
     min_steps: int = _DEFAULTS.min_steps  # at least this many steps: small training sets run more epochs
     seed: int = _DEFAULTS.seed
     pii_surrogates: float = _DEFAULTS.pii_surrogates  # share of rows trained with made-up e-mails/phones
+    # Early stopping (the learner adapts; defaults and why: ``night.adapter.NIGHT_TRAINING``): the share of training
+    # rows held out as a validation split (0 = off: a fixed schedule of `epochs`/`min_steps`), epochs without a
+    # better validation accuracy before stopping, the most epochs, and a time budget in seconds (0 = none).
+    validation_share: float = _DEFAULTS.validation_share
+    patience: int = _DEFAULTS.patience
+    max_epochs: int = _DEFAULTS.max_epochs
+    time_budget_s: float = _DEFAULTS.time_budget_s
     # 0 = torch's default; does not change the adapter, so not part of the config hash
     num_threads: int = _DEFAULTS.num_threads or 0
 
@@ -106,10 +113,20 @@ def lora_adapter(
         "final_loss": dg.MetadataValue.float(float(record["final_loss"])),
         "steps": dg.MetadataValue.int(int(record["steps"])),
         "train_seconds": dg.MetadataValue.float(float(record["seconds"])),
+        "train_examples": dg.MetadataValue.int(int(record.get("examples") or 0)),
         "reused": result.reused,
         "training_set_root": dg.MetadataValue.text(record["train_rows_root"]),
         "dagster/uri": dg.MetadataValue.path(record["adapter_dir"]),
     }
+    learner = record.get("learner") or {}  # the learner's choices (numeric: the UI plots them per partition)
+    if learner.get("epochs_run") is not None:
+        metadata["epochs_run"] = dg.MetadataValue.int(int(learner["epochs_run"]))
+    if "validation_accuracy" in learner:
+        metadata["validation_accuracy"] = dg.MetadataValue.float(float(learner["validation_accuracy"]))
+        metadata["best_epoch"] = dg.MetadataValue.int(int(learner["best_epoch"]))
+        metadata["stopped"] = dg.MetadataValue.text(str(learner["stopped"]))
+        for task, t in sorted(learner.get("validation_per_task", {}).items()):
+            metadata[f"validation_accuracy/{task}"] = dg.MetadataValue.float(float(t["accuracy"]))
     for name, value in result.reported.items():
         metadata.setdefault(f"pipes/{name}", value)
     yield dg.MaterializeResult(metadata=metadata)

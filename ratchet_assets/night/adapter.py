@@ -41,7 +41,25 @@ LEASE_SECONDS = 6 * 3600
 # (``min_steps`` still gives a small set enough steps); half the rows trained with made-up e-mails/phones in place
 # of placeholders (``pii_surrogates``); one torch thread, measured 3.6x faster than two on the embedded default's
 # shared 2-core machine (10 steps: 6.9 s vs 24.9 s) and not part of the config hash (it does not change the adapter).
-NIGHT_TRAINING = LoraTrainConfig(epochs=1, pii_surrogates=0.5, num_threads=1)
+#
+# The learner adapts (issue 16): the night trains until a validation split held out of the training rows (never
+# golden rows: the training set has none) stops improving, instead of a fixed step count. Defaults:
+# - validation_share 0.1: a tenth of the training rows, chosen by a hash of the prompt (the same rows every run);
+# - patience 2: stop after 2 epochs without a better validation accuracy (the best epoch's weights are kept);
+# - max_epochs 8: at most 8 epochs (the learning rate decays linearly over them); a split all right stops at once;
+# - time_budget_s 1800: stop after the epoch that passes 30 min (a safety net on a busy machine; a run cut by it
+#   is the only one whose bytes depend on the machine's speed: its ``stopped`` says so).
+# ``min_steps`` still sets the schedule's length for a tiny set. The choices (steps, epochs, validation accuracy per
+# task, why it stopped) are in the adapter's ``ratchet_train.json``, its record, the asset's metadata and the BOM.
+NIGHT_TRAINING = LoraTrainConfig(
+    epochs=1,
+    pii_surrogates=0.5,
+    num_threads=1,
+    validation_share=0.1,
+    patience=2,
+    max_epochs=8,
+    time_budget_s=1800.0,
+)
 
 # extras (base_path, train_jsonl, out_dir, result_path, config) -> (the TrainResult as a dict, as the training
 # process wrote it to result_path; metadata it reported for the UI)
@@ -136,6 +154,45 @@ def effective_hyperparameters(adapter_dir: Path, train_config: dict[str, Any]) -
     return {k: v for k, v in data.items() if v is not None and k != "num_threads"}
 
 
+def row_tasks(artifacts: str | Path, day: str) -> list[str]:
+    """The task of each row of ``train/day=D/train.jsonl`` (its ``keys.txt`` is in the same order), read from the
+    examples of the set's window and the imports (``"?"`` for a key found in neither)."""
+    from ratchet_assets.governance.importer import imports_until
+    from ratchet_assets.night import connect, sql_list
+
+    layout = ArtifactLayout(artifacts)
+    keys = layout.train_keys(day).read_text(encoding="ascii").split()
+    days = json.loads(layout.train_commitment(day).read_text()).get("days") or [day]
+    files = [p for d in days if (p := layout.examples_file(d)).exists()] + imports_until(artifacts, day)
+    if not files:
+        return ["?"] * len(keys)
+    con = connect()
+    try:
+        pairs = con.execute(
+            f"SELECT DISTINCT example_key, task FROM read_parquet({sql_list(files)}, union_by_name = true)"
+        ).fetchall()
+    finally:
+        con.close()
+    task_of = dict(pairs)
+    return [task_of.get(k, "?") for k in keys]
+
+
+def learner_numbers(trained: dict[str, Any]) -> dict[str, Any]:
+    """The learner's choices from a TrainResult dict: epochs, stop reason, validation accuracy (all and per task)."""
+    v = trained.get("validation") or {}
+    out: dict[str, Any] = {"epochs_run": v.get("epochs_run", trained.get("epochs_run"))}
+    if v:
+        out.update(
+            validation_rows=v["rows"],
+            validation_accuracy=v["final_accuracy"],
+            validation_accuracy_per_epoch=v["accuracy_per_epoch"],
+            best_epoch=v["best_epoch"],
+            stopped=v["stopped"],
+            validation_per_task=v.get("per_task", {}),
+        )
+    return out
+
+
 def train_in_process(extras: dict[str, Any], log: Callable[[str], None] = print) -> tuple[dict, dict]:
     """A ``Launcher`` that trains in this process (``train_job.run_training``), for callers without Dagster."""
     from ratchet_assets.night.train_job import run_training
@@ -173,7 +230,9 @@ def train_adapter(
             "out_dir": str(staging / "adapter"),
             "result_path": str(staging / "result.json"),
             "config": train_config,
+            "row_tasks_path": str(staging / "row_tasks.json"),
         }
+        (staging / "row_tasks.json").write_text(json.dumps(row_tasks(artifacts, day)), encoding="utf-8")
         try:
             trained, reported = launch(extras)
             version = f"v{launch_rank(effects, key)}-{trained['adapter_sha256'][:8]}"
@@ -201,6 +260,7 @@ def train_adapter(
             "seconds": trained["seconds"],
             "cpu_seconds": trained.get("cpu_seconds"),
             "examples": trained.get("examples", 0),
+            "learner": learner_numbers(trained),
             "effect_key": key,
         }
         effects.report(begin.token, record)

@@ -135,6 +135,7 @@ def write_bom(
         certificate_sha256=sha256_hex(certificate_bytes),
         notice_sha256=sha256_hex(notice),
         code=BB.code_version(),
+        learner={"steps": record.get("steps"), **(record.get("learner") or {})},
     )
     document["properties"] += _governance_properties(artifacts, train_day)
     envelope = sign_statement(

@@ -160,17 +160,20 @@ def build_bom(
     certificate_sha256: str,
     notice_sha256: str,
     code: str,
+    learner: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
     """The CycloneDX 1.6 document for one adapter version (layout documented in ``ratchet_stats.bom``).
 
     ``adapter_files``: {file name: sha256}; ``base``: ``ratchet_core.student_model.base_identity``;
     ``certificate``: the evaluation certificate predicate (its metrics fill the model card).
+    ``learner``: the learner's choices (``learner_properties``), as ``ratchet:learner:<name>`` adapter properties.
     """
     digest = adapter_digest(adapter_files)
     adapter_ref = f"{B.ADAPTER_REF_PREFIX}{version}"
     base_ref = f"{B.BASE_REF_PREFIX}{base['name']}"
     adapter_props = {f"{B.P_FILE}{n}": d for n, d in adapter_files.items()}
     adapter_props.update({f"{B.P_HYPER}{k}": _hyper_text(v) for k, v in hyperparameters.items()})
+    adapter_props.update(learner_properties(learner or {}))
     adapter_props[B.P_CERT] = certificate_sha256
     adapter_props[B.P_VERSION] = version
     certified = list(certificate.get("certified_tasks") or [])
@@ -249,6 +252,24 @@ def build_bom(
         "properties": _props({B.P_CODE: code, B.P_NOTICE: notice_sha256}),
     }
     return bom
+
+
+P_LEARNER = "ratchet:learner:"
+
+
+def learner_properties(learner: Mapping[str, Any]) -> dict[str, str]:
+    """``ratchet:learner:<name>`` properties: what the adaptive learner chose (steps, epochs run, best epoch, why it
+    stopped, validation rows and accuracy, per epoch and per task as ``validation_accuracy:<task>``). Training
+    seconds are left out: they differ from run to run, and the BOM of the same adapter stays the same bytes."""
+    out = {}
+    for k, v in learner.items():
+        if k == "validation_per_task":
+            out.update(
+                {f"{P_LEARNER}validation_accuracy:{t}": str(r["accuracy"]) for t, r in sorted(v.items())}
+            )
+        elif v is not None:
+            out[f"{P_LEARNER}{k}"] = _hyper_text(v)
+    return out
 
 
 def _hyper_text(value: Any) -> str:

@@ -46,7 +46,11 @@ def run_training(extras: dict[str, Any], log: Callable[[str], None]) -> tuple[di
 
     log(f"training LoRA on {extras['train_jsonl']} over base {extras['base_path']} ({config.to_dict()})")
     cpu_before = _cpu_seconds()
-    result = train_lora(extras["base_path"], extras["train_jsonl"], extras["out_dir"], config, on_progress)
+    tasks_path = extras.get("row_tasks_path")
+    tasks = json.loads(Path(tasks_path).read_text()) if tasks_path and Path(tasks_path).exists() else None
+    result = train_lora(
+        extras["base_path"], extras["train_jsonl"], extras["out_dir"], config, on_progress, row_tasks=tasks
+    )
     data = result.to_dict()
     data.pop("losses", None)
     # CPU time says what the run costs on idle cores, whatever else shares the machine (wall time does not).
@@ -60,6 +64,15 @@ def run_training(extras: dict[str, Any], log: Callable[[str], None]) -> tuple[di
         "train_examples": {"raw_value": int(result.examples), "type": "int"},
         "adapter_sha256": {"raw_value": result.adapter_sha256, "type": "text"},
     }
+    v = result.validation
+    if v:  # the learner's choices (early stopping on the validation split), numeric so the UI plots them
+        metadata["epochs_run"] = {"raw_value": int(v["epochs_run"]), "type": "int"}
+        metadata["validation_accuracy"] = {"raw_value": float(v["final_accuracy"]), "type": "float"}
+        for task, t in v.get("per_task", {}).items():
+            metadata[f"validation_accuracy/{task}"] = {"raw_value": float(t["accuracy"]), "type": "float"}
+        log(
+            f"validation accuracy per epoch {v['accuracy_per_epoch']}; best epoch {v['best_epoch']}; {v['stopped']}"
+        )
     log(f"done: {result.steps} steps, final loss {result.final_loss:.4f}, {result.seconds:.1f} s")
     return data, metadata
 

@@ -27,8 +27,8 @@ DAY = "2026-01-05"
 TINY = {"rank": 4, "alpha": 8, "max_len": 96, "epochs": 1, "batch_size": 16, "min_steps": 0, "num_threads": 1}
 
 
-@pytest.fixture(scope="module")
-def night(tmp_path_factory):
+def build_night(home: Path) -> dict:
+    """The upstream steps of one night in `home` (same data whatever the home), and the demo base in it."""
     from ratchet_assets.night.evaluate import golden_commitments, load_golden
     from ratchet_assets.night.examples import build_examples
     from ratchet_assets.night.fixtures import write_day
@@ -37,7 +37,6 @@ def night(tmp_path_factory):
     from ratchet_assets.night.training_set import build_training_set
     from ratchet_core.student_model import ensure_demo_base
 
-    home = tmp_path_factory.mktemp("adapter-step")
     art = home / "artifacts"
     write_day(home / "lake", DAY, 40, seed=4, workload="tickets", student_share=0.0)
     consolidate_traffic(home / "lake", art, DAY)
@@ -52,6 +51,11 @@ def night(tmp_path_factory):
         "train": train,
         "golden_recomputed": golden_commitments(load_golden(art, DAY)),
     }
+
+
+@pytest.fixture(scope="module")
+def night(tmp_path_factory):
+    return build_night(tmp_path_factory.mktemp("adapter-step"))
 
 
 def _effects(home: Path):
@@ -120,3 +124,69 @@ def test_train_adapter_refuses_a_missing_or_empty_training_set(night, tmp_path):
     with pytest.raises(step.AdapterError, match="is empty"):
         step.train_adapter(tmp_path, DAY, night["base"], dict(TINY), effects, step.train_in_process)
     assert effects.list_effects(effect_type=step.EFFECT) == []
+
+
+# The night's early stopping, tiny: a validation split of a quarter of the rows, at most 2 epochs.
+TINY_ADAPTIVE = {**TINY, "validation_share": 0.25, "patience": 1, "max_epochs": 2, "time_budget_s": 0.0}
+
+_TRAIN_IN_A_CHILD = """
+import json, sys
+from pathlib import Path
+from ratchet_assets.effects import EffectLedger
+from ratchet_assets.night import adapter as step
+from ratchet_core.control_db import make_engine
+home, day, config = Path(sys.argv[1]), sys.argv[2], json.loads(sys.argv[3])
+effects = EffectLedger(make_engine(f"sqlite:///{(home / 'control.db').as_posix()}"))
+base = home / "models" / "demo-base"
+result = step.train_adapter(home / "artifacts", day, base, config, effects, step.train_in_process)
+print(json.dumps(result.record))
+"""
+
+
+def test_the_same_data_in_two_homes_gives_the_same_version_and_the_learner_reports_its_choices(tmp_path):
+    """The adapter's digest (so its version) depends on the data, config and base only: not on the home folder
+    (peft writes the base's absolute path into adapter_config.json) nor on the process (``all-linear`` expands
+    to a set, written in PYTHONHASHSEED order). The second home trains in a child process with another hash seed."""
+    import os
+    import subprocess
+    import sys
+
+    one, two = build_night(tmp_path / "a" / "home"), build_night(tmp_path / "b" / "elsewhere")
+    assert one["train"].rows_root == two["train"].rows_root
+    first = step.train_adapter(
+        one["art"], DAY, one["base"], dict(TINY_ADAPTIVE), _effects(one["home"]), step.train_in_process
+    ).record
+    env = {**os.environ, "PYTHONHASHSEED": "12345" if os.environ.get("PYTHONHASHSEED") != "12345" else "7"}
+    child = subprocess.run(
+        [sys.executable, "-c", _TRAIN_IN_A_CHILD, str(two["home"]), DAY, json.dumps(TINY_ADAPTIVE)],
+        capture_output=True, text=True, env=env, timeout=300,
+    )  # fmt: skip
+    assert child.returncode == 0, child.stderr[-2000:]
+    second = json.loads(child.stdout.strip().splitlines()[-1])
+    assert (second["version"], second["files"]) == (first["version"], first["files"])
+    config = json.loads(Path(first["adapter_dir"], "adapter_config.json").read_text())
+    assert config["base_model_name_or_path"] == "ratchet-demo-base"
+    assert config["target_modules"] == sorted(config["target_modules"]) and str(tmp_path) not in json.dumps(
+        config
+    )
+
+    # the learner's choices: in the record (and so the asset's metadata and the BOM), per task
+    learner = first["learner"]
+    assert (
+        1 <= learner["epochs_run"] <= 2
+        and len(learner["validation_accuracy_per_epoch"]) == learner["epochs_run"]
+    )
+    assert learner["validation_accuracy"] == max(learner["validation_accuracy_per_epoch"])
+    per_task = learner["validation_per_task"]
+    assert (
+        set(per_task) <= {"tickets"}
+        and sum(t["rows"] for t in per_task.values()) == learner["validation_rows"]
+    )
+    assert first["examples"] + learner["validation_rows"] == one["train"].rows
+    from ratchet_assets.night.bom_builder import P_LEARNER, learner_properties
+
+    props = learner_properties({"steps": first["steps"], **learner})
+    assert (
+        props[f"{P_LEARNER}steps"] == str(first["steps"])
+        and f"{P_LEARNER}validation_accuracy:tickets" in props
+    )

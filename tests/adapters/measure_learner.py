@@ -1,0 +1,117 @@
+"""Measure the night's learner on a task it has never seen (not a test; run by hand, minutes on 2 CPU cores).
+
+    .venv/bin/python tests/adapters/measure_learner.py [--requests 700] [--nights 2] [--out measure.json]
+
+Two nights of ``moods`` traffic (tests/tasks/moods.py, five labels), each through the night's own steps (traffic,
+examples, golden split at the default share, the 7-day training window) and a training with the night's settings
+(``night.adapter.NIGHT_TRAINING``: early stopping on a validation split of the training rows). Each night's adapter
+is scored on the golden set to date, exact answer (teacher-forced argmax = greedy decoding, EOS included; the
+certificate's label comparator is no stricter), with the certificate's Clopper-Pearson lower bound at delta 0.05.
+Prints one JSON object per night: steps, epochs, validation accuracy per epoch, seconds, golden n/correct/lower.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import importlib.util
+import json
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+
+def _moods():
+    spec = importlib.util.spec_from_file_location(
+        "moods_task", Path(__file__).parents[1] / "tasks" / "moods.py"
+    )
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.MOODS_WORKLOAD
+
+
+def golden_exact(base: Path, adapter: Path, golden) -> list[bool]:
+    """Per golden row: whether the adapter's greedy answer is exactly the teacher's (teacher-forced argmax)."""
+    import torch
+    from peft import PeftModel
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from ratchet_core.chat_format import render_prompt, render_target
+    from ratchet_core.lora_trainer import TRAIN_META_FILE, _exact_rows, cut_prompt, encode
+
+    window = json.loads((adapter / TRAIN_META_FILE).read_text())["prompt_window"]
+    tok = AutoTokenizer.from_pretrained(base)
+    model = PeftModel.from_pretrained(
+        AutoModelForCausalLM.from_pretrained(base, dtype=torch.float32), adapter
+    )
+    rows = []
+    for g in golden:
+        p = cut_prompt(encode(tok, render_prompt(g.messages, g.tools, g.response_format)), window)
+        t = encode(tok, render_target(g.expected)) + [tok.eos_token_id]
+        rows.append((p + t, [-100] * len(p) + t))
+    return _exact_rows(model, rows, tok.pad_token_id, 32)
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--requests", type=int, default=700)
+    ap.add_argument("--nights", type=int, default=2)
+    ap.add_argument("--out", default="")
+    ap.add_argument("--config", default="{}", help="JSON overrides of NIGHT_TRAINING's fields")
+    args = ap.parse_args()
+
+    from ratchet_assets.night.adapter import NIGHT_TRAINING
+    from ratchet_assets.night.evaluate import load_golden
+    from ratchet_assets.night.examples import build_examples
+    from ratchet_assets.night.fixtures import write_day
+    from ratchet_assets.night.split import split_golden
+    from ratchet_assets.night.traffic import consolidate_traffic
+    from ratchet_assets.night.training_set import build_training_set
+    from ratchet_core import workloads
+    from ratchet_core.lora_trainer import train_lora
+    from ratchet_core.student_model import ensure_demo_base
+    from ratchet_stats.bounds import clopper_pearson_lower
+
+    workloads.WORKLOADS["moods"] = _moods()
+    config = dataclasses.replace(NIGHT_TRAINING, **json.loads(args.config))
+    tmp = Path(tempfile.mkdtemp(prefix="measure-learner-"))
+    base = ensure_demo_base(tmp / "demo-base")
+    art, lake = tmp / "art", tmp / "lake"
+    results = []
+    for night in range(1, args.nights + 1):
+        day = f"2026-03-{night + 1:02d}"
+        write_day(lake, day, args.requests, seed=100 + night, workload="moods", student_share=0.0)
+        consolidate_traffic(lake, art, day)
+        build_examples(art, day)
+        split_golden(art, day)
+        train = build_training_set(art, day)
+        started = time.perf_counter()
+        res = train_lora(base, train.path, tmp / f"adapter-{night}", config, row_tasks=["moods"] * train.rows)
+        seconds = time.perf_counter() - started
+        golden = load_golden(art, day)
+        right = golden_exact(base, tmp / f"adapter-{night}", golden)
+        n, correct = len(right), sum(right)
+        out = {
+            "night": night,
+            "train_rows": train.rows,
+            "trained_on": res.examples,
+            "steps": res.steps,
+            "seconds": round(seconds, 1),
+            "validation": res.validation,
+            "golden_n": n,
+            "golden_correct": correct,
+            "golden_precision": round(correct / n, 4),
+            "lower_bound": round(float(clopper_pearson_lower(correct, n, 0.05)), 4),
+            "certified_095": bool(clopper_pearson_lower(correct, n, 0.05) >= 0.95),
+            "adapter_sha256": res.adapter_sha256,
+        }
+        results.append(out)
+        print(json.dumps(out), flush=True)
+    if args.out:
+        Path(args.out).write_text(json.dumps({"config": config.to_dict(), "nights": results}, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
