@@ -130,6 +130,24 @@ def resolve(
     )
 
 
+def certification_floors(
+    policies: dict[str, TaskPolicy] | None, *, target: float = DEFAULT_TARGET, delta: float = DEFAULT_DELTA
+) -> dict[str, int]:
+    """task -> the least golden rows that can certify the task's own target at its own delta with zero errors
+    (``ratchet_stats.bounds.rows_to_certify``, as ``ratchet stats plan``), for every task whose policy sets a
+    target or a delta; the night's golden split tops each task up to its floor (other tasks: the global floor,
+    from ``target``/``delta``). The certificate judges each task by the same resolved target and delta."""
+    from ratchet_stats.bounds import rows_to_certify
+
+    out: dict[str, int] = {}
+    for task, p in sorted((policies or {}).items()):
+        if p.target is None and p.delta is None:
+            continue
+        r = resolve(task, policies, target=target, delta=delta)
+        out[task] = rows_to_certify(r.target, r.delta)[0].rows
+    return out
+
+
 def resolve_in(manifest: Any, task: str, **globals_: float) -> ResolvedPolicy:
     """:func:`resolve` with the manifest's policies and its audit rate as the global audit rate."""
     if manifest is None:

@@ -16,12 +16,13 @@ def certification_floor(night: NightConfig) -> int:
     return rows_to_certify(night.certify_target, night.certify_delta)[0].rows
 
 
-def _task_shares(control_db: ControlDB, signer: Signer) -> dict[str, float]:
-    """task -> golden share set by its signed policy (ratchet_core.task_policy)."""
-    from ratchet_core.task_policy import current_policies
+def _task_policies(control_db: ControlDB, signer: Signer, night: NightConfig) -> tuple[dict, dict]:
+    """(task -> golden share, task -> floor from the task's own target/delta) set by signed policies."""
+    from ratchet_core.task_policy import certification_floors, current_policies
 
     policies = current_policies(control_db.engine(), signer.public_key())
-    return {t: p.golden_share for t, p in policies.items() if p.golden_share is not None}
+    shares = {t: p.golden_share for t, p in policies.items() if p.golden_share is not None}
+    return shares, certification_floors(policies, target=night.certify_target, delta=night.certify_delta)
 
 
 @dg.asset(
@@ -41,6 +42,7 @@ def golden_split(
     """Golden (held-out) example keys: once golden, always golden; Merkle root over the sorted keys."""
     day = context.partition_key
     floor = certification_floor(night)
+    task_shares, task_floors = _task_policies(control_db, signer, night)
     rss = PeakRSS()
     r = split_golden(
         paths.artifacts_root(),
@@ -50,12 +52,13 @@ def golden_split(
         floor=floor,
         erasures=load_erasures(control_db.engine()),
         budget=night.budget(),
-        task_shares=_task_shares(control_db, signer),
+        task_shares=task_shares,
+        task_floors=task_floors,
     )
     context.log.info(
         f"{day}: {r.new_keys} new keys, {r.new_golden} golden; golden to date {r.golden_size}, root {r.golden_root}"
     )
-    short = {t: n for t, n in r.golden_by_task.items() if n < floor}
+    short = {t: n for t, n in r.golden_by_task.items() if n < task_floors.get(t, floor)}
     metadata: dict[str, dg.MetadataValue] = {
         "dagster/row_count": dg.MetadataValue.int(r.golden_size),
         "dagster/uri": dg.MetadataValue.path(r.path),
@@ -74,6 +77,8 @@ def golden_split(
     }
     for task, n in sorted(r.golden_by_task.items()):
         metadata[f"golden/{task}"] = dg.MetadataValue.int(n)
+    for task, n in sorted(task_floors.items()):
+        metadata[f"floor/{task}"] = dg.MetadataValue.int(n)
     return dg.MaterializeResult(
         metadata=metadata,
         check_results=[
@@ -82,7 +87,8 @@ def golden_split(
                 passed=not short,
                 severity=dg.AssetCheckSeverity.WARN,
                 description=f"Every task has at least {floor} golden rows (enough to certify "
-                f"{night.certify_target:.0%} at delta {night.certify_delta}).",
+                f"{night.certify_target:.0%} at delta {night.certify_delta}; a task whose policy sets its own target: "
+                f"its own floor {task_floors or ''}).",
                 metadata={"short": dg.MetadataValue.text(str(short) if short else "none")},
             )
         ],

@@ -90,10 +90,13 @@ def split_golden(
     erasures: Erasures | None = None,
     budget: Budget | int | None = None,
     task_shares: dict[str, float] | None = None,
+    task_floors: dict[str, int] | None = None,
 ) -> SplitResult:
     """Assign the day's new keys, then write the golden set to date for ``day``.
 
-    ``task_shares``: task -> golden share from its signed policy (``ratchet_core.task_policy``), else ``share``.
+    ``task_shares``: task -> golden share from its signed policy (``ratchet_core.task_policy``), else ``share``;
+    ``task_floors``: task -> its floor from its own target/delta (``task_policy.certification_floors``), else
+    ``floor``.
 
     In bounded memory (`budget`, ``ratchet_assets.night.budget``): DuckDB assigns, sorts and deduplicates out of
     core; the registry, the golden set, its keys and its commitments are written as the rows stream past."""
@@ -127,7 +130,8 @@ def split_golden(
         con.execute(f"ALTER TABLE new ADD COLUMN golden BOOLEAN; UPDATE new SET golden = score < {share_sql}")
         con.execute("ALTER TABLE new ADD COLUMN reason VARCHAR; UPDATE new SET reason = 'hash'")
         topped: dict[str, int] = {}
-        if floor > 0:
+        task_floors = task_floors or {}
+        if floor > 0 or any(v > 0 for v in task_floors.values()):
             have = dict(
                 con.execute(
                     """
@@ -138,7 +142,7 @@ def split_golden(
                 ).fetchall()
             )
             for (task,) in con.execute("SELECT DISTINCT task FROM new ORDER BY task").fetchall():
-                deficit = floor - int(have.get(task, 0))
+                deficit = task_floors.get(task, floor) - int(have.get(task, 0))
                 if deficit <= 0:
                     continue
                 picked = con.execute(
