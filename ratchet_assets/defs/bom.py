@@ -16,7 +16,7 @@ from ratchet_assets.night import bom as step
     partitions_def=daily_partitions,
     deps=["evaluation_certificate"],
     kinds={"json"},
-    group_name="evidence",
+    group_name="night",
 )
 def bom(
     context: dg.AssetExecutionContext, paths: RatchetPaths, signer: Signer, models: ModelEndpoints

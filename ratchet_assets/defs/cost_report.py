@@ -44,7 +44,7 @@ def report_path(artifacts: str | Path, day: str) -> Path:
 @dg.asset(
     partitions_def=daily_partitions,
     deps=["traffic"],
-    group_name="evidence",
+    group_name="night",
     kinds={"python", "json"},
 )
 def cost_report(

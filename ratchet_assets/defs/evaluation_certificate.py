@@ -73,7 +73,7 @@ def _metadata(result: step.CertificateResult) -> dict[str, Any]:
     partitions_def=daily_partitions,
     deps=["lora_adapter", "golden_split"],
     kinds={"python", "json"},
-    group_name="night_school",
+    group_name="night",
     check_specs=[dg.AssetCheckSpec(CHECK, asset="evaluation_certificate", blocking=True)],
 )
 def evaluation_certificate(

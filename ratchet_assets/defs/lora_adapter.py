@@ -67,7 +67,7 @@ class LoraAdapterConfig(dg.Config):
     partitions_def=daily_partitions,
     deps=["training_set"],
     kinds={"pytorch", "peft"},
-    group_name="night_school",
+    group_name="night",
     output_required=False,
 )
 def lora_adapter(

@@ -39,6 +39,23 @@ def test_the_nightly_schedule_runs_by_default() -> None:
     assert loaded.resolve_assets_def("cost_report") is not None
 
 
+NIGHT_PATH = [
+    "traffic", "examples", "golden_split", "training_set", "lora_adapter", "evaluation_certificate", "bom",
+    "daily_receipt", "cost_report",
+]  # fmt: skip
+
+
+def test_the_nightly_path_is_one_group_and_the_nightly_job_runs_all_of_it() -> None:
+    from ratchet_assets.definitions import defs
+
+    loaded = defs()
+    graph = loaded.resolve_asset_graph()
+    groups = {k.to_user_string(): graph.get(k).group_name for k in graph.get_all_asset_keys()}
+    assert groups == {**dict.fromkeys(NIGHT_PATH, "night"), "retention": "governance"}
+    nightly = loaded.resolve_job_def("nightly")
+    assert sorted(k.to_user_string() for k in nightly.asset_layer.executable_asset_keys) == sorted(NIGHT_PATH)
+
+
 @pytest.mark.slow
 def test_the_cost_series_plot_per_partition_in_the_ui(tmp_path: Path, monkeypatch) -> None:
     import os
