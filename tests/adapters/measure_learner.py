@@ -27,6 +27,7 @@ def _moods():
         "moods_task", Path(__file__).parents[1] / "tasks" / "moods.py"
     )
     module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # its dataclasses look their module up there
     spec.loader.exec_module(module)
     return module.MOODS_WORKLOAD
 

@@ -1,10 +1,25 @@
 """A five-label classification task the project has never seen (not a built-in workload): ``moods``.
 
-Used by the per-task night test and the learner measurement. Like ``tickets`` the label is decided by keywords,
-but the labels, phrasings and slots are new. Only the tests know it: to Ratchet it is just a task name.
+Used by the per-task night test, the import test and the learner measurement (tests/adapters/measure_learner.py).
+Like ``tickets`` the label is decided by keywords, but the labels, phrasings and slots are new. Only the tests know
+it: to Ratchet it is just a task name.
+
+``moods_night``: the fixture both night tests share (tests/tasks/test_new_task_night.py,
+tests/governance/test_import_certifies.py): a signed test home, ``ratchet admin task set`` for ``moods``, and the real
+night (traffic -> examples -> golden_split -> training_set -> lora_adapter -> evaluation_certificate, Dagster assets,
+a real LoRA training on the demo base with the night's own defaults, the real student server on loopback).
 """
 
 from __future__ import annotations
+
+import base64
+import json
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
 
 from ratchet_core.workloads.base import Intent, TaskDescription, Workload
 
@@ -82,3 +97,84 @@ MOODS = TaskDescription(
 )
 
 MOODS_WORKLOAD = Workload("moods", (MOODS,))
+
+
+@dataclass
+class NightRun:
+    """What one night of ``moods_night`` produced."""
+
+    result: Any  # dagster's ExecuteInProcessResult
+    materialised: set[str]
+    cert_file: Path
+    predicate: dict
+    section: dict  # predicate["tasks"]["moods"]
+
+    def metadata(self, asset: str) -> dict:
+        return {
+            e.asset_key.to_user_string(): e.materialization.metadata
+            for e in self.result.get_asset_materialization_events()
+        }[asset]
+
+
+@pytest.fixture
+def moods_night(tmp_path: Path) -> Callable[..., NightRun]:
+    """``run(day, policy=[...admin task set options], before=callable(home))``: a signed home at
+    ``tmp_path/home`` (``run.home``); ``before(home)`` writes the day's data; the policy is set with ``ratchet admin
+    task set moods``; then the night runs with the ``lora_adapter`` defaults (one torch thread)."""
+    from click.testing import CliRunner
+
+    from ratchet_stats.keys import generate_private_key, public_key_pem, save_private_key
+
+    home = tmp_path / "home"
+    key = generate_private_key()
+    save_private_key(key, home / "keys" / "signing.key")
+    (home / "keys" / "signing.pub").write_text(public_key_pem(key.public_key()))
+
+    def run(day: str, policy: list[str], before: Callable[[Path], None]) -> NightRun:
+        import dagster as dg
+
+        from ratchet_assets.admin.cli import admin
+        from ratchet_assets.defs.evaluation_certificate import evaluation_certificate
+        from ratchet_assets.defs.examples import examples
+        from ratchet_assets.defs.golden_split import golden_split
+        from ratchet_assets.defs.lora_adapter import lora_adapter
+        from ratchet_assets.defs.resources import night_resources
+        from ratchet_assets.defs.traffic import traffic
+        from ratchet_assets.defs.training_set import training_set
+        from ratchet_core.serve import serve_in_thread
+        from ratchet_core.student_model import ensure_demo_base
+        from ratchet_gateway.student_server.app import create_app
+
+        before(home)
+        url = f"sqlite:///{(home / 'control.db').as_posix()}"
+        res = CliRunner().invoke(
+            admin,
+            ["task", "set", "moods", *policy, "--control-db", url,
+             "--signing-key-file", str(home / "keys" / "signing.key")],
+            catch_exceptions=False,
+        )  # fmt: skip
+        assert res.exit_code == 0, res.output
+        base = ensure_demo_base(home / "models" / "demo-base")
+        with serve_in_thread(create_app(base)) as student:
+            run_config = {
+                "ops": {
+                    "lora_adapter": {"config": {"base_model": str(base), "num_threads": 1}},
+                    "evaluation_certificate": {"config": {"student_base_url": f"{student}/v1"}},
+                }
+            }
+            result = dg.materialize(
+                [traffic, examples, golden_split, training_set, lora_adapter, evaluation_certificate],
+                partition_key=day,
+                instance=dg.DagsterInstance.ephemeral(),
+                resources=night_resources(home),
+                run_config=run_config,
+                raise_on_error=False,
+            )
+        done = {e.asset_key.to_user_string() for e in result.get_asset_materialization_events()}
+        assert {"golden_split", "training_set", "lora_adapter", "evaluation_certificate"} <= done, done
+        [cert_file] = (home / "artifacts" / "certificates").glob("*.dsse.json")
+        predicate = json.loads(base64.b64decode(json.loads(cert_file.read_text())["payload"]))["predicate"]
+        return NightRun(result, done, cert_file, predicate, predicate["tasks"]["moods"])
+
+    run.home = home  # type: ignore[attr-defined]
+    return run
