@@ -13,13 +13,14 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
 import aiohttp
 import orjson
 from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
+from starlette.types import Receive, Scope, Send
 
 from ratchet_core.confidence import answer_confidence
 from ratchet_core.redact import redact_request, redact_text, restore_text
@@ -29,7 +30,7 @@ from ratchet_gateway import answer_guard
 from ratchet_gateway.auth import invalid_key_error
 from ratchet_gateway.breaker import STATE_VALUES, Breaker
 from ratchet_gateway.errors import GatewayError
-from ratchet_gateway.models import parse_chat_body, read_body, task_of, validate_chat_body
+from ratchet_gateway.models import parse_chat_body, read_body, receive_body, task_of, validate_chat_body
 from ratchet_gateway.responses import error_event, error_response, new_request_id, ratchet_headers
 from ratchet_gateway.upstream import student_timeouts, teacher_timeouts
 
@@ -144,16 +145,42 @@ class ChatHandler:
 
     # entry point -------------------------------------------------------------------------------------------
     async def __call__(self, request: Request) -> Response:
+        """The answer to a Starlette request (the registered route, ``ratchet_gateway.routers.chat``)."""
+        h = request.headers
+        limit = self.gw.settings.max_body_bytes
+        return await self._handle(
+            h.get("authorization"), h.get("x-ratchet-task"), lambda: read_body(request, limit)
+        )
+
+    async def asgi(self, scope: Scope, receive: Receive, send: Send) -> None:
+        """The same, as a raw ASGI call: the app sends ``POST /v1/chat/completions`` here before Starlette's
+        middleware and router (``ratchet_gateway.app``; measured, about a fifth of the gateway's CPU per request).
+        Reads the three headers it needs in one pass (first occurrence, as ``Request.headers.get``)."""
+        auth = task = length = None
+        for name, value in scope["headers"]:
+            if name == b"authorization":
+                auth = value.decode("latin-1") if auth is None else auth
+            elif name == b"content-length":
+                length = value if length is None else length
+            elif name == b"x-ratchet-task":
+                task = value.decode("latin-1") if task is None else task
+        limit = self.gw.settings.max_body_bytes
+        response = await self._handle(auth, task, lambda: receive_body(receive, length, limit))
+        await response(scope, receive, send)
+
+    async def _handle(
+        self, authorization: str | None, task_header: str | None, read: Callable[[], Awaitable[bytes]]
+    ) -> Response:
         gw = self.gw
         t0 = time.perf_counter()
         rid = new_request_id()
         headers = ratchet_headers(rid)
         try:
             # Authentication is the first thing, before the body is read (an unknown caller costs no parsing).
-            client = gw.keys.authenticate(request.headers.get("authorization"))
+            client = gw.keys.authenticate(authorization)
             if client is None:
                 raise invalid_key_error()
-            raw = await read_body(request, gw.settings.max_body_bytes)
+            raw = await read()
             body = parse_chat_body(raw)
             req = validate_chat_body(body)
             if req.model not in gw.model_names:
@@ -163,7 +190,7 @@ class ChatHandler:
                     "(GET /v1/models lists them)",
                     "model_not_found",
                 )
-            task = task_of(req, request.headers.get("x-ratchet-task"))
+            task = task_of(req, task_header)
             meta = body.get("metadata")
             if isinstance(meta, dict):
                 rest = {k: v for k, v in meta.items() if k != "ratchet_task"}

@@ -14,12 +14,12 @@ never stored, logged or forwarded upstream unvalidated.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any, Literal
 
 import orjson
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
-from starlette.requests import Request
+from starlette.requests import ClientDisconnect, Request
 
 from ratchet_core.input_rules import (
     InputRuleError,
@@ -94,6 +94,29 @@ async def read_body(request: Request, limit: int) -> bytes:
             raise _too_big(limit)
         chunks.append(chunk)
     return b"".join(chunks)
+
+
+async def receive_body(receive: Callable[[], Awaitable[dict]], declared: bytes | None, limit: int) -> bytes:
+    """:func:`read_body` on the raw ASGI ``receive`` (the chat route's fast path, ``ChatHandler.asgi``):
+    `declared` is the raw ``content-length`` header; 413 past `limit`; a client gone mid-body raises
+    ``ClientDisconnect`` as Starlette's ``Request.stream`` does."""
+    if declared is not None and declared.isdigit() and int(declared) > limit:
+        raise _too_big(limit)
+    chunks, size = [], 0
+    while True:
+        message = await receive()
+        kind = message["type"]
+        if kind == "http.request":
+            chunk = message.get("body", b"")
+            if chunk:
+                size += len(chunk)
+                if size > limit:
+                    raise _too_big(limit)
+                chunks.append(chunk)
+            if not message.get("more_body", False):
+                return chunks[0] if len(chunks) == 1 else b"".join(chunks)
+        elif kind == "http.disconnect":
+            raise ClientDisconnect()
 
 
 def _too_big(limit: int) -> GatewayError:
