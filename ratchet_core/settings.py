@@ -121,6 +121,11 @@ class Settings(BaseSettings):
     partitions_start: str = Field(
         "2026-01-01", pattern=r"^\d{4}-\d{2}-\d{2}$", description="First day (UTC) of the nightly partitions."
     )
+    partitions_end: str | None = Field(
+        None,
+        pattern=r"^\d{4}-\d{2}-\d{2}$",
+        description="Last day (UTC) of the nightly partitions; unset = through yesterday (the accelerated demo sets it).",
+    )
     night_memory_mb: int = Field(
         2048,
         ge=256,

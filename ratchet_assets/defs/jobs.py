@@ -3,6 +3,8 @@ default)."""
 
 from __future__ import annotations
 
+from datetime import timedelta
+
 import dagster as dg
 
 from ratchet_assets.defs.partitions import daily_partitions
@@ -21,15 +23,23 @@ nightly = dg.define_asset_job(
     "and daily_receipt for one UTC day.",
 )
 
+
 # Running by default (issue 16): with `dagster dev` or a daemon, each day's night starts at 02:00 UTC without anyone
 # switching it on. The segments sensor (defs/sensors.py, stopped by default) is the faster trigger: start one of the
 # two, not both (`dagster schedule stop nightly_schedule` before `dagster sensor start night_segments_sensor`).
-nightly_schedule = dg.build_schedule_from_partitioned_job(
-    nightly, hour_of_day=2, minute_of_hour=0, default_status=dg.DefaultScheduleStatus.RUNNING
+@dg.schedule(
+    job=nightly,
+    cron_schedule="0 2 * * *",
+    execution_timezone="UTC",
+    default_status=dg.DefaultScheduleStatus.RUNNING,
+    description="At 02:00 UTC, the night of the day that just ended (skipped when that day is not a partition: "
+    "before the start, or after a configured RATCHET_PARTITIONS_END such as the accelerated demo's).",
 )
-
-# Retention (ratchet_assets.defs.retention): once a day, after the night's schedule.
-retention_job = dg.define_asset_job(
-    "retention_job", selection=dg.AssetSelection.assets("retention"), description="Delete what has expired."
-)
-retention_schedule = dg.ScheduleDefinition(job=retention_job, cron_schedule="30 4 * * *")
+def nightly_schedule(context: dg.ScheduleEvaluationContext) -> dg.RunRequest | dg.SkipReason:
+    """Like ``build_schedule_from_partitioned_job``'s (the day before the tick, run_key = the day), except that it
+    never runs the definition's last partition in place of a day that is not one."""
+    now = context.scheduled_execution_time
+    day = (now - timedelta(days=1)).strftime("%Y-%m-%d")
+    if day not in daily_partitions.get_partition_keys(current_time=now):
+        return dg.SkipReason(f"{day} is not a night partition ({daily_partitions})")
+    return dg.RunRequest(run_key=day, partition_key=day)

@@ -16,6 +16,7 @@ import time
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from datetime import date, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -135,7 +136,23 @@ class DemoRunner:
             LITELLM_LOCAL_MODEL_COST_MAP="True",
             PYTHONUNBUFFERED="1",
         )
+        window = self.partitions_window()
+        if window:  # Dagster's partitions span the demo's own days (ratchet_assets.defs.partitions: UI plots)
+            env.update(RATCHET_PARTITIONS_START=window[0], RATCHET_PARTITIONS_END=window[1])
         return env
+
+    def partitions_window(self) -> tuple[str, str] | None:
+        """(first, last) day the accelerated demo runs with --days: its days lie far before the wall clock, and the
+        UI's Partitions plots graph only the definition's newest 120 partitions. None: real days or no --days."""
+        if not self.o.accelerated or self.o.days is None:
+            return None
+        st = self.state
+        known = [*st.days_done, *([st.open_day] if st.open_day else [])]
+        pending = st.open_day if st.open_day and st.open_day not in st.days_done else None
+        first_new = pending or (next_day(max(known)) if known else self.o.clock_start)
+        remaining = max(1, self.o.days - len(st.days_done))
+        last = (date.fromisoformat(first_new) + timedelta(days=remaining - 1)).isoformat()
+        return min([*known, first_new]), max([*known, last])
 
     def gateway_env(self) -> dict[str, str]:
         env = self.base_env()

@@ -56,8 +56,78 @@ def test_the_nightly_path_is_one_group_and_the_nightly_job_runs_all_of_it() -> N
     assert sorted(k.to_user_string() for k in nightly.asset_layer.executable_asset_keys) == sorted(NIGHT_PATH)
 
 
+def test_the_partitions_window_setting_and_the_schedule_skip_days_outside_it(tmp_path: Path) -> None:
+    from datetime import UTC, datetime, timedelta
+
+    import dagster as dg
+
+    from ratchet_assets.definitions import defs
+    from ratchet_assets.defs.partitions import UI_PLOT_PARTITIONS, build_daily_partitions
+
+    window = build_daily_partitions(
+        Settings(home=tmp_path, partitions_start=DAYS[0], partitions_end=DAYS[-1])
+    )
+    assert window.get_partition_keys() == DAYS
+    # Without an end, the newest 120 keys (what the UI's Partitions plots graph) end at yesterday: in this
+    # wall-clock year, far past these days, so the plots would show none of them.
+    open_ended = build_daily_partitions(Settings(home=tmp_path, partitions_start=DAYS[0]))
+    newest = open_ended.get_partition_keys()[-UI_PLOT_PARTITIONS:]
+    assert newest[-1] == (datetime.now(UTC).date() - timedelta(days=1)).isoformat()
+    assert not set(DAYS) & set(newest)
+
+    loaded = defs()
+    sched = loaded.get_schedule_def("nightly_schedule")
+
+    def tick(when: str):
+        ctx = dg.build_schedule_context(
+            scheduled_execution_time=datetime.fromisoformat(when).replace(tzinfo=UTC),
+            repository_def=loaded.get_repository_def(),
+        )
+        return sched.evaluate_tick(ctx)
+
+    ran = tick("2026-04-03T02:00:00")
+    assert [(r.run_key, r.partition_key) for r in ran.run_requests] == [("2026-04-02", "2026-04-02")]
+    before = tick("2025-06-02T02:00:00")  # the day before the tick is before the partitions' start
+    assert not before.run_requests and "not a night partition" in before.skip_message
+
+
+def test_the_accelerated_demo_sets_the_partitions_to_its_own_days(tmp_path: Path) -> None:
+    from ratchet_cli.demo.runner import DemoOptions, DemoRunner
+
+    real = DemoRunner(DemoOptions(home=tmp_path, days=4), echo=print)
+    assert real.partitions_window() is None and "RATCHET_PARTITIONS_END" not in real.base_env()
+    fast = DemoRunner(
+        DemoOptions(home=tmp_path, days=4, day_seconds=60, clock_start="2026-01-01"), echo=print
+    )
+    assert fast.partitions_window() == ("2026-01-01", "2026-01-04")
+    env = fast.base_env()
+    assert (env["RATCHET_PARTITIONS_START"], env["RATCHET_PARTITIONS_END"]) == ("2026-01-01", "2026-01-04")
+    # resumed with --days 6 after two nights and an interrupted third day: the window covers all six
+    fast.o.days = 6
+    fast.state.days_done, fast.state.open_day = ["2026-01-01", "2026-01-02"], "2026-01-03"
+    assert fast.partitions_window() == ("2026-01-01", "2026-01-06")
+
+
+def _drawn_series_pixels(page) -> list[int]:
+    """Per chart canvas, the pixels drawn in the series' blue (points and the lines between them; the axes, grid and
+    labels are grey). A series of one point draws ~30 such pixels; a line between two partitions hundreds."""
+    return page.evaluate(
+        """() => [...document.querySelectorAll('canvas')].map(c => {
+            const d = c.getContext('2d').getImageData(0, 0, c.width, c.height).data;
+            let n = 0;
+            for (let i = 0; i < d.length; i += 4)
+                if (d[i + 3] > 100 && d[i + 2] > 150 && d[i + 2] - d[i] > 60 && d[i + 2] - d[i + 1] > 25) n++;
+            return n; })"""
+    )
+
+
 @pytest.mark.slow
-def test_the_cost_series_plot_per_partition_in_the_ui(tmp_path: Path, monkeypatch) -> None:
+@pytest.mark.skipif(
+    not CHROMIUM.exists(), reason="/usr/bin/chromium is missing (CI installs Debian's chromium)"
+)
+def test_the_numeric_series_plot_per_partition_in_the_ui(tmp_path: Path, monkeypatch) -> None:
+    """The asset's Plots, Partitions view (the default for a partitioned asset): one point per partition, joined by a
+    line, for three nights of 2026-04 (far before the wall clock: the window setting puts them in the view)."""
     import os
 
     import dagster as dg
@@ -87,7 +157,8 @@ def test_the_cost_series_plot_per_partition_in_the_ui(tmp_path: Path, monkeypatc
 
     port = free_port()
     env = {k: v for k, v in os.environ.items() if not k.startswith("RATCHET_") and k != "DAGSTER_HOME"}
-    env.update(DAGSTER_HOME=str(dagster_home), RATCHET_HOME=str(home), LITELLM_LOCAL_MODEL_COST_MAP="True")
+    env.update(DAGSTER_HOME=str(dagster_home), RATCHET_HOME=str(home), LITELLM_LOCAL_MODEL_COST_MAP="True",
+               RATCHET_PARTITIONS_START=DAYS[0], RATCHET_PARTITIONS_END=DAYS[-1])  # fmt: skip
     web = Service(
         "dagster webserver",
         [str(Path(sys.executable).with_name("dagster-webserver")), "-f", str(Path(__file__).with_name("ui_defs.py")),
@@ -96,7 +167,9 @@ def test_the_cost_series_plot_per_partition_in_the_ui(tmp_path: Path, monkeypatc
         ready_timeout_s=120, cwd=dagster_home,
     )  # fmt: skip
     sup = Supervisor()
-    shot = tmp_path / "cost-plots.png"
+    shots = {view: tmp_path / f"cost-plots-{view}.png" for view in ("partitions", "events")}
+    drawn: dict[str, list[int]] = {}
+    bodies: dict[str, str] = {}
     try:
         sup.start(web)
         sup.wait_ready(web)
@@ -117,28 +190,33 @@ def test_the_cost_series_plot_per_partition_in_the_ui(tmp_path: Path, monkeypatc
                 try:
                     page.get_by_text("Plots", exact=True).first.click(
                         timeout=60_000
-                    )  # Overview metadata: Table | Plots
+                    )  # metadata: Table | Plots
+                    # the Partitions view is the default; its footnote only shows when it graphs something
+                    page.get_by_text("When graphing values by partition").first.wait_for(timeout=90_000)
+                    page.get_by_text("saved_usd").first.wait_for(timeout=30_000)
+                    page.wait_for_timeout(2000)
+                    drawn["partitions"] = _drawn_series_pixels(page)
+                    bodies["partitions"] = page.inner_text("body")
+                    page.screenshot(path=str(shots["partitions"]), full_page=True)
                     page.get_by_role("button", name="Events").first.click(timeout=30_000)  # series over time
+                    page.get_by_text("When graphing values by partition").first.wait_for(
+                        state="detached", timeout=30_000
+                    )
                     page.get_by_text("saved_usd").first.wait_for(timeout=90_000)
+                    page.wait_for_timeout(2000)
+                    drawn["events"] = _drawn_series_pixels(page)
+                    bodies["events"] = page.inner_text("body")
+                    page.screenshot(path=str(shots["events"]), full_page=True)
                 except Exception:
-                    page.screenshot(path="/tmp/L_ui_fail2.png", full_page=True)
+                    page.screenshot(path=str(tmp_path / "ui-failure.png"), full_page=True)
                     raise AssertionError(page.inner_text("body")[:3000]) from None
-                page.wait_for_timeout(3000)  # chart animation
-                drawn = page.evaluate(
-                    """() => [...document.querySelectorAll('canvas')].map(c => {
-                        const d = c.getContext('2d').getImageData(0, 0, c.width, c.height).data;
-                        let n = 0; for (let i = 3; i < d.length; i += 4) if (d[i] > 0) n++;
-                        return n; })"""
-                )
-                body = page.inner_text("body")
-                page.screenshot(path=str(shot), full_page=True)
             finally:
                 browser.close()
     finally:
         sup.stop_all(timeout_s=20)
-    assert shot.stat().st_size > 20_000
-    for name in ("saved_usd", "student_share", "training_seconds", "total_cost_usd"):
-        assert name in body, body[:3000]
-    assert len(drawn) >= 4 and all(n > 500 for n in drawn), (
-        drawn
-    )  # every plot has drawn pixels, none is empty
+    for view in ("partitions", "events"):
+        assert shots[view].stat().st_size > 20_000
+        for name in ("saved_usd", "student_share", "training_seconds", "total_cost_usd"):
+            assert name in bodies[view], bodies[view][:3000]
+        # every numeric series is a chart whose points are joined by lines: >= 2 partitions (events) drawn in each
+        assert len(drawn[view]) >= 4 and all(n > 150 for n in drawn[view]), (view, drawn[view])
