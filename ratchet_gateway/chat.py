@@ -54,10 +54,18 @@ def _endpoint_label(base: str) -> str:
     return scheme + sep + rest.rsplit("@", 1)[-1] if sep else base
 
 
+_US_PER_DAY = 86_400_000_000
+_day_cache: list = [-1, ""]  # [UTC day number, its "YYYY-MM-DD"]: strftime once a day, not per request
+
+
 def _now_us_and_day(clock_now) -> tuple[int, str]:
     if clock_now is None:
         us = time.time_ns() // 1000
-        return us, time.strftime("%Y-%m-%d", time.gmtime(us / 1e6))
+        n = us // _US_PER_DAY
+        if n != _day_cache[0]:
+            _day_cache[1] = time.strftime("%Y-%m-%d", time.gmtime(n * 86_400))
+            _day_cache[0] = n
+        return us, _day_cache[1]
     dt = clock_now()
     return int(dt.timestamp() * 1e6), dt.strftime("%Y-%m-%d")
 
@@ -575,12 +583,9 @@ class ChatHandler:
         h["x-ratchet-version"] = ctx.version if ctx.served_by == "student" else "teacher"
         h["x-ratchet-manifest"] = str(ctx.manifest_seq)
         elapsed = (time.perf_counter() - ctx.t0) * 1000
-        overhead = elapsed - ctx.upstream_ms
-        h["x-ratchet-overhead-ms"] = f"{max(0.0, overhead):.3f}"
-        m = self.gw.metrics
-        m.requests.labels(ctx.served_by, "200").inc()
-        m.latency.labels(ctx.served_by).observe(elapsed / 1000)
-        m.overhead.observe(max(0.0, overhead) / 1000)
+        overhead = max(0.0, elapsed - ctx.upstream_ms)
+        h["x-ratchet-overhead-ms"] = f"{overhead:.3f}"
+        self.gw.metrics.served(ctx.served_by, elapsed / 1000, overhead / 1000)
         return h
 
     # off the request path ----------------------------------------------------------------------------------

@@ -56,7 +56,7 @@ import orjson
 
 from ratchet_core.clock import now as clock_now
 from ratchet_core.lake import SEALED_AT, Lake, parse_segment_relpath, segment_relpath
-from ratchet_core.schema import COLUMN_NAMES, CONTENT_COLUMNS, LEDGER_SCHEMA, duckdb_ddl
+from ratchet_core.schema import CONTENT_COLUMNS, LEDGER_SCHEMA, duckdb_ddl
 
 _HEADER = struct.Struct("<II")
 
@@ -86,8 +86,7 @@ def read_journal(path: Path) -> list[dict[str, Any]]:
 def rows_to_arrow(rows: list[dict[str, Any]]):
     import pyarrow as pa
 
-    cols = {name: [r.get(name) for r in rows] for name in COLUMN_NAMES}
-    return pa.Table.from_pydict(cols, schema=LEDGER_SCHEMA)
+    return pa.Table.from_pylist(rows, schema=LEDGER_SCHEMA)  # a missing key is a null, as r.get(name) was
 
 
 class Ledger:

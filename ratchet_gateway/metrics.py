@@ -91,6 +91,19 @@ class Metrics:
         for kind in VIOLATION_KINDS:
             self.contract_violations.labels(kind)
 
+        self._served: dict[str, tuple] = {}
+
+    def served(self, served_by: str, seconds: float, overhead_s: float) -> None:
+        """One answered chat request: ``requests{served_by, 200}``, its latency and the gateway's own time (the hot
+        path: the labelled children are looked up once per ``served_by``, not per request)."""
+        children = self._served.get(served_by)
+        if children is None:
+            children = (self.requests.labels(served_by, "200"), self.latency.labels(served_by))
+            self._served[served_by] = children
+        children[0].inc()
+        children[1].observe(seconds)
+        self.overhead.observe(overhead_s)
+
     def on_commit(self, seconds: float, rows: int) -> None:
         self.ledger_commit.observe(seconds)
         self.ledger_batch.observe(rows)

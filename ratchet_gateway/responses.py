@@ -13,7 +13,7 @@ upstream credentials): it is passed through ``ratchet_core.redact.redact_text`` 
 
 from __future__ import annotations
 
-import secrets
+import os
 from typing import Any
 
 import orjson
@@ -25,7 +25,8 @@ from ratchet_gateway.errors import GatewayError, error_type
 
 
 def new_request_id() -> str:
-    return "req_" + secrets.token_hex(12)
+    """``req_`` + 24 hex digits from the OS's CSPRNG (``secrets.token_hex(12)`` without its two layers)."""
+    return "req_" + os.urandom(12).hex()
 
 
 def ratchet_headers(request_id: str | None = None) -> dict[str, str]:
