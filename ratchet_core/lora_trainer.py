@@ -14,6 +14,17 @@ ceil(rows / batch_size)``: a small training set (an early night: 179 rows are 12
 epochs, measured to leave the demo adapter at loss ~1.8, writing garbage) gets enough steps to learn; a large one
 runs exactly ``epochs``. ``min_steps = 0`` turns this off.
 
+Early stopping (``validation_share > 0``; the night's default, ``night.adapter.NIGHT_TRAINING``): the rows whose
+prompt hashes below ``validation_share`` are held out (never golden rows: the training set has none); the schedule
+is ``max(epochs_run above, max_epochs)`` epochs; after each epoch the held-out rows are scored (exact answer,
+teacher-forced, and mean target-token loss); the best epoch (higher accuracy, then lower loss) is kept, and the run
+stops after ``patience`` epochs without a better one (counted only once the fixed schedule's ``epochs_run`` above
+is done: a small set's split is a handful of rows, too noisy to cut it shorter), at the end of the schedule, or
+past ``time_budget_s``.
+Stopping at the first all-right epoch was measured too early: a five-label task at 68/68 on its validation split
+answered 173/184 golden rows (0.94); trained on while the loss fell, 184/184. ``row_tasks`` gives the accuracy per
+task. Nothing here depends on the clock except the time budget (a run it cuts says so in ``stopped``).
+
 PII surrogates (``pii_surrogates``, default 0 = off): the ledger, and so train.jsonl and the golden set, holds
 redacted text (``<EMAIL_1a2b3c4d>``), but the gateway sends the student the client's real text. A demo adapter
 trained only on placeholders was measured 100 % right on golden yet 29 % wrong on live tickets carrying an e-mail
@@ -268,7 +279,7 @@ def train_lora(
     params = [p for p in model.parameters() if p.requires_grad]
     optimiser = torch.optim.AdamW(params, lr=config.lr, weight_decay=config.weight_decay)
     steps_per_epoch = math.ceil(len(examples) / config.batch_size)
-    epochs = epochs_to_run(len(examples), config)
+    epochs = floor = epochs_to_run(len(examples), config)
     if validation:
         epochs = max(epochs, config.max_epochs)
     total = steps_per_epoch * epochs
@@ -327,7 +338,9 @@ def train_lora(
                     for k, v in model.state_dict().items()
                     if "lora_" in k or "modules_to_save" in k
                 }
-            if len(history) - 1 - best >= config.patience:
+            # patience counts only past the fixed schedule's floor (`epochs`, `min_steps`): a small set's
+            # validation split is a handful of rows, too noisy to cut a run shorter than that
+            if len(history) >= floor and len(history) - 1 - best >= config.patience:
                 stopped = f"no improvement for {config.patience} epochs"
                 break
             if config.time_budget_s and time.perf_counter() - started > config.time_budget_s:

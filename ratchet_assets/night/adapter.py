@@ -49,7 +49,8 @@ LEASE_SECONDS = 6 * 3600
 # - max_epochs 8: at most 8 epochs (the learning rate decays linearly over them); a split all right stops at once;
 # - time_budget_s 1800: stop after the epoch that passes 30 min (a safety net on a busy machine; a run cut by it
 #   is the only one whose bytes depend on the machine's speed: its ``stopped`` says so).
-# ``min_steps`` still sets the schedule's length for a tiny set. The choices (steps, epochs, validation accuracy per
+# Patience counts only once the fixed schedule (``epochs``, ``min_steps``: at least 150 steps) has run, so a small
+# set, whose validation split is a handful of rows, still gets enough steps. The choices (steps, epochs, validation accuracy per
 # task, why it stopped) are in the adapter's ``ratchet_train.json``, its record, the asset's metadata and the BOM.
 NIGHT_TRAINING = LoraTrainConfig(
     epochs=1,

@@ -59,6 +59,7 @@ def main() -> int:
     ap.add_argument("--requests", type=int, default=700)
     ap.add_argument("--nights", type=int, default=2)
     ap.add_argument("--out", default="")
+    ap.add_argument("--golden-share", type=float, default=0.2)
     ap.add_argument("--config", default="{}", help="JSON overrides of NIGHT_TRAINING's fields")
     args = ap.parse_args()
 
@@ -85,7 +86,7 @@ def main() -> int:
         write_day(lake, day, args.requests, seed=100 + night, workload="moods", student_share=0.0)
         consolidate_traffic(lake, art, day)
         build_examples(art, day)
-        split_golden(art, day)
+        split_golden(art, day, share=args.golden_share)
         train = build_training_set(art, day)
         started = time.perf_counter()
         res = train_lora(base, train.path, tmp / f"adapter-{night}", config, row_tasks=["moods"] * train.rows)
