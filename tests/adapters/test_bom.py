@@ -75,7 +75,12 @@ def built(tmp_path, signing_key):
         certificate_sha256="1" * 64,
         notice_sha256=BB.hashlib.sha256(notice).hexdigest(),
         code="0.1.0+gtest",
-    )
+        learner={
+            "steps": 192, "epochs_run": 8, "best_epoch": 8, "stopped": "all 8 epochs", "validation_rows": 40,
+            "validation_accuracy": 1.0, "validation_accuracy_per_epoch": [0.5, 1.0],
+            "validation_per_task": {"moods": {"rows": 40, "accuracy": 1.0}},
+        },
+    )  # fmt: skip
     stmt = make_statement(B.BOM_PREDICATE, bom, B.subjects_for_files(files))
     envelope = sign_statement(stmt, signing_key)
     (tmp_path / "NOTICE.md").write_bytes(notice)
@@ -88,6 +93,15 @@ def built(tmp_path, signing_key):
         "envelope": envelope,
         "notice": notice,
     }
+
+
+def test_bom_carries_the_learners_choices(built):
+    [adapter] = [c for c in built["bom"]["components"] if c["bom-ref"].startswith(B.ADAPTER_REF_PREFIX)]
+    props = B.properties(adapter)
+    assert props["ratchet:learner:steps"] == "192" and props["ratchet:learner:epochs_run"] == "8"
+    assert props["ratchet:learner:validation_accuracy:moods"] == "1.0"
+    assert props["ratchet:learner:validation_accuracy_per_epoch"] == "0.5,1.0"
+    assert props["ratchet:learner:stopped"] == "all 8 epochs"
 
 
 def test_bom_is_valid_cyclonedx_1_6(built):
