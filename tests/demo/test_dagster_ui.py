@@ -1,9 +1,12 @@
-"""Browser check: a night materialised into a DAGSTER_HOME shows in the Dagster UI's asset graph.
+"""Browser check: a night materialised into a DAGSTER_HOME shows in the Dagster UI's global asset lineage, the whole
+nightly path unfolded in one view.
 
 Materialises traffic -> examples -> golden_split -> training_set and daily_receipt for one day of fixture traffic
 into the instance of a temp DAGSTER_HOME, starts `dagster-webserver -w workspace.yaml` on a free loopback port
-over that instance, opens the `night` group's lineage in headless Debian Chromium (playwright, no browser
-download) and asserts every node is drawn with a latest materialisation event, then saves a screenshot.
+over that instance, opens the global lineage (Lineage in the left bar) in headless Debian Chromium (playwright, no
+browser download) with the `night` group expanded, and asserts every asset from traffic to the receipt, the BOM and
+the cost report is drawn as its own node in that one view (the materialised ones with a latest event), then saves a
+screenshot.
 """
 
 from __future__ import annotations
@@ -19,7 +22,8 @@ from ratchet_cli.demo.supervisor import Service, Supervisor
 
 CHROMIUM = Path("/usr/bin/chromium")
 DAY = "2026-01-01"
-NIGHT_ASSETS = ["traffic", "examples", "golden_split", "training_set", "daily_receipt"]
+NIGHT_ASSETS = ["traffic", "examples", "golden_split", "training_set", "daily_receipt"]  # materialised here
+NIGHT_PATH = [*NIGHT_ASSETS, "lora_adapter", "evaluation_certificate", "bom", "cost_report"]  # group `night`
 LAUNCH_ARGS = [
     "--no-sandbox",
     "--disable-gpu",
@@ -59,18 +63,52 @@ def _node_events(body: str) -> dict[str, str]:
     lines = [line.strip() for line in body.splitlines() if line.strip()]
     out = {}
     for i, line in enumerate(lines[:-2]):
-        if line in NIGHT_ASSETS and lines[i + 1] == "Latest event":
+        if line in NIGHT_PATH and lines[i + 1] == "Latest event":
             out[line] = lines[i + 2]
     return out
 
 
+def _skip_newsletter(page) -> None:
+    """Dismiss Dagster's first-visit newsletter prompt (it opens a moment after the first page)."""
+    skip = page.get_by_role("button", name="Skip")
+    try:
+        skip.first.wait_for(state="visible", timeout=5000)
+        skip.first.click()
+    except Exception:  # playwright's TimeoutError: not shown this time
+        pass
+
+
+def _drawn_nodes(body: str) -> set[str]:
+    """Names of the nightly path's nodes drawn in the page's text; zoomed out, the UI shortens a long name in the
+    middle ("evalu…_certificate")."""
+    lines = {line.strip() for line in body.splitlines() if line.strip()}
+    out = set()
+    for name in NIGHT_PATH + ["retention"]:
+        for line in lines:
+            head, sep, tail = line.partition("…")
+            if line == name or (sep and head and name.startswith(head) and name.endswith(tail)):
+                out.add(name)
+    return out
+
+
+def _wait_for_nodes(page, deadline_s: float) -> str:
+    """The page text once every node of the nightly path is drawn."""
+    deadline = time.monotonic() + deadline_s
+    while True:
+        body = page.inner_text("body")
+        if _drawn_nodes(body) >= set(NIGHT_PATH) or time.monotonic() > deadline:
+            return body
+        page.wait_for_timeout(500)
+
+
 def _wait_for_materialised(page, deadline_s: float) -> str:
-    """The page text once every night node shows a latest event time (statuses load after the nodes)."""
+    """The page text once every node of the night is drawn and the materialised ones show a latest event time
+    (statuses load after the nodes)."""
     deadline = time.monotonic() + deadline_s
     while True:
         body = page.inner_text("body")
         events = _node_events(body)
-        if set(events) == set(NIGHT_ASSETS) and all(w.endswith("ago") for w in events.values()):
+        if set(events) == set(NIGHT_PATH) and all(events[n].endswith("ago") for n in NIGHT_ASSETS):
             return body
         if time.monotonic() > deadline:
             return body  # the assertions below say what is missing
@@ -125,28 +163,48 @@ def test_the_nights_assets_show_materialised_in_the_asset_graph(
             browser = pw.chromium.launch(executable_path=str(CHROMIUM), args=LAUNCH_ARGS)
             try:
                 page = browser.new_page(viewport={"width": 1600, "height": 1000})
+                # 1. The global lineage (Lineage in the left bar) draws each group as a box; the nightly path is
+                # one group, expanded here as a click on its box does (the group id is global@global:night, or
+                # repo@location:night with per-location groups). Zoomed to fit, nodes show their names only.
+                expanded = f"global@global:night,__repository__@{location}:night"
+                page.goto(f"{webserver.url}/asset-groups?expanded={expanded}")
+                page.get_by_text("traffic", exact=True).first.wait_for(timeout=120_000)  # the location loaded
+                global_body = _wait_for_nodes(page, deadline_s=60)
+                _skip_newsletter(page)
+                global_shot = tmp_path / "global-lineage.png"
+                page.screenshot(path=str(global_shot))
+                # 2. The group's own lineage, wide enough that every node shows its latest event.
+                page.set_viewport_size({"width": 2400, "height": 1000})
                 page.goto(f"{webserver.url}/locations/{location}/asset-groups/night/lineage")
-                for name in NIGHT_ASSETS:  # nodes are drawn once the code location has loaded
+                for name in NIGHT_PATH:
                     page.get_by_text(name, exact=True).first.wait_for(timeout=120_000)
                 body = _wait_for_materialised(page, deadline_s=90)
-                skip = page.get_by_role("button", name="Skip")  # Dagster's first-visit newsletter prompt
-                if skip.count() and skip.first.is_visible():
-                    skip.first.click()
-                shot = tmp_path / "asset-graph.png"
+                _skip_newsletter(page)
+                shot = tmp_path / "night-lineage.png"
                 page.screenshot(path=str(shot))
             finally:
                 browser.close()
     finally:
         sup.stop_all(timeout_s=20)
 
-    assert shot.stat().st_size > 10_000
+    assert global_shot.stat().st_size > 10_000 and shot.stat().st_size > 10_000
+    # The global lineage: every asset of the nightly path is a node of the one expanded group, retention stays in
+    # the folded governance box.
+    drawn = _drawn_nodes(global_body)
+    assert drawn >= set(NIGHT_PATH), (sorted(set(NIGHT_PATH) - drawn), global_body[:2000])
+    assert "governance" in global_body and "retention" not in drawn
     events = _node_events(body)
-    assert set(events) == set(NIGHT_ASSETS), body[:2000]
+    # Every asset of the nightly path is its own node in the one view, from traffic to receipt, BOM and cost.
+    assert set(events) == set(NIGHT_PATH), body[:2000]
     # A materialised node shows when ("12 seconds ago"); a never-materialised one shows a dash.
     for name, when in events.items():
-        assert when.endswith("ago"), f"{name}: latest event {when!r}"
-    # The downstream assets of the night that did not run here are drawn as links out of the group, unmaterialised.
-    assert "lora_adapter" in body and "lora_adapter" not in events
+        assert when.endswith("ago") == (name in NIGHT_ASSETS), f"{name}: latest event {when!r}"
+    assert "retention" not in events  # governance: not a node of the night
+
+
+def test_node_name_parser_reads_shortened_names() -> None:
+    body = "night\ntraffic\nevalu…_certificate\nbom\nevalu…_x\n"
+    assert _drawn_nodes(body) == {"traffic", "evaluation_certificate", "bom"}
 
 
 def test_node_event_parser_reads_the_lineage_text() -> None:
