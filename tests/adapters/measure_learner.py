@@ -60,10 +60,13 @@ def main() -> int:
     ap.add_argument("--nights", type=int, default=2)
     ap.add_argument("--out", default="")
     ap.add_argument("--golden-share", type=float, default=0.2)
+    ap.add_argument(
+        "--workload", default="moods", help="moods, or a built-in workload of the fixtures (mixed)"
+    )
     ap.add_argument("--config", default="{}", help="JSON overrides of NIGHT_TRAINING's fields")
     args = ap.parse_args()
 
-    from ratchet_assets.night.adapter import NIGHT_TRAINING
+    from ratchet_assets.night.adapter import NIGHT_TRAINING, row_tasks
     from ratchet_assets.night.evaluate import load_golden
     from ratchet_assets.night.examples import build_examples
     from ratchet_assets.night.fixtures import write_day
@@ -83,13 +86,14 @@ def main() -> int:
     results = []
     for night in range(1, args.nights + 1):
         day = f"2026-03-{night + 1:02d}"
-        write_day(lake, day, args.requests, seed=100 + night, workload="moods", student_share=0.0)
+        write_day(lake, day, args.requests, seed=100 + night, workload=args.workload, student_share=0.0)
         consolidate_traffic(lake, art, day)
         build_examples(art, day)
         split_golden(art, day, share=args.golden_share)
         train = build_training_set(art, day)
         started = time.perf_counter()
-        res = train_lora(base, train.path, tmp / f"adapter-{night}", config, row_tasks=["moods"] * train.rows)
+        tasks = row_tasks(art, day)
+        res = train_lora(base, train.path, tmp / f"adapter-{night}", config, row_tasks=tasks)
         seconds = time.perf_counter() - started
         golden = load_golden(art, day)
         right = golden_exact(base, tmp / f"adapter-{night}", golden)
@@ -106,6 +110,11 @@ def main() -> int:
             "golden_precision": round(correct / n, 4),
             "lower_bound": round(float(clopper_pearson_lower(correct, n, 0.05)), 4),
             "certified_095": bool(clopper_pearson_lower(correct, n, 0.05) >= 0.95),
+            "golden_per_task": {
+                t: f"{sum(r for r, g in zip(right, golden, strict=True) if g.task == t)}/"
+                f"{sum(g.task == t for g in golden)}"
+                for t in sorted({g.task for g in golden})
+            },
             "adapter_sha256": res.adapter_sha256,
         }
         results.append(out)
