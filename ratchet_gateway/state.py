@@ -151,7 +151,8 @@ class Gateway:
             log.warning(
                 "RATCHET_API_KEYS is empty: every request gets 401; set it to name:secret,... or @file"
             )
-        await asyncio.to_thread(self.ledger.open)
+        # the loop group-commits the journal itself (ratchet_gateway.ledger, loop mode: no writer thread)
+        await asyncio.to_thread(self.ledger.open, asyncio.get_running_loop())
         self.teacher = Upstream(
             s.teacher_model,
             s.teacher_api_base,
