@@ -32,6 +32,7 @@ from ratchet_gateway.breaker import STATE_VALUES, Breaker
 from ratchet_gateway.errors import GatewayError
 from ratchet_gateway.models import parse_chat_body, read_body, receive_body, task_of, validate_chat_body
 from ratchet_gateway.responses import error_event, error_response, new_request_id, ratchet_headers
+from ratchet_gateway.serve_http import EXTENSION as HOLD_HEAD
 from ratchet_gateway.upstream import student_timeouts, teacher_timeouts
 
 if TYPE_CHECKING:
@@ -39,6 +40,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("ratchet.gateway")
 _SORTED = orjson.OPT_SORT_KEYS
+_NO_EXTENSIONS: dict = {}
 # request fields stored in columns of their own; every other one is stored (redacted) in ``params``
 _OWN_COLUMNS = frozenset({"model", "messages", "tools", "tool_choice", "response_format", "stream"})
 
@@ -174,6 +176,10 @@ class ChatHandler:
                 task = value.decode("latin-1") if task is None else task
         limit = self.gw.settings.max_body_bytes
         response = await self._handle(auth, task, lambda: receive_body(receive, length, limit))
+        if not isinstance(response, StreamingResponse):
+            hold_head = scope.get("extensions", _NO_EXTENSIONS).get(HOLD_HEAD)
+            if hold_head is not None:  # ``ratchet gateway``'s server: head and body in one socket write
+                hold_head()
         await response(scope, receive, send)
 
     async def _handle(
