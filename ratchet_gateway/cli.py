@@ -45,7 +45,7 @@ def gateway(host: str, port: int, workers: int, log_level: str) -> None:
         loop="uvloop",
         http="ratchet_gateway.serve_http:GatewayHttpProtocol",  # httptools, head + body in one write
         access_log=False,
-        proxy_headers=False,  # no X-Forwarded-* rewriting: nothing reads the client address (one ASGI layer less)
+        proxy_headers=False,  # nothing reads the client address: one ASGI layer less per request
         log_level=log_level,
         timeout_graceful_shutdown=30,
     )

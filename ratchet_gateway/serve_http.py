@@ -66,4 +66,5 @@ class GatewayHttpProtocol(HttpToolsProtocol):
 
     def on_message_begin(self) -> None:
         super().on_message_begin()
-        self.scope["extensions"] = {EXTENSION: self.transport.hold_next}  # type: ignore[attr-defined,typeddict-unknown-key]
+        hold_next = self.transport.hold_next  # type: ignore[attr-defined]
+        self.scope["extensions"] = {EXTENSION: hold_next}  # type: ignore[typeddict-unknown-key]
