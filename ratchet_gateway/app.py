@@ -24,6 +24,7 @@ resolution and prices, never per request on OpenAI-compatible upstreams.
 from __future__ import annotations
 
 import logging
+import sys
 from contextlib import asynccontextmanager
 from importlib.metadata import PackageNotFoundError, version
 from typing import Any
@@ -122,6 +123,7 @@ class GatewayApp(FastAPI):
 
 
 _CHAT_PATH = CHAT_ROUTE["path"]
+_GIL_SWITCH_S = 0.001
 
 
 def create_app(settings: Settings | None = None, options: GatewayOptions | None = None) -> FastAPI:
@@ -197,5 +199,9 @@ def create_app(settings: Settings | None = None, options: GatewayOptions | None 
 
 
 def app_from_env() -> FastAPI:
-    """uvicorn factory for ``ratchet gateway --workers N`` (each worker process builds its own app)."""
+    """uvicorn factory for ``ratchet gateway --workers N`` (each worker process builds its own app).
+
+    The served process switches threads every 1 ms instead of Python's 5 ms: the event loop shares the GIL with
+    the ledger's loader thread, and a request waiting on the loop should not wait up to 5 ms for it."""
+    sys.setswitchinterval(_GIL_SWITCH_S)
     return create_app(load_settings())
