@@ -13,9 +13,11 @@ def _make(name: str, short: str) -> click.Command:
     @click.command(name=name, context_settings=_PASS, add_help_option=False, help=short)
     @click.argument("args", nargs=-1, type=click.UNPROCESSED)
     def command(args: tuple[str, ...]) -> None:
+        from ratchet_core.artifact_store import localize_args
         from ratchet_stats.cli import main as stats_main
 
-        sys.exit(stats_main([name, *args], prog="ratchet"))
+        # an s3://... FILE becomes a local copy, with the files beside it (a receipt's rows, a BOM's key lists)
+        sys.exit(stats_main([name, *localize_args(args)], prog="ratchet"))
 
     return command
 

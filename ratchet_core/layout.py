@@ -22,8 +22,9 @@ An adapter export (``ratchet admin export-adapter --out DIR``) is ``DIR/adapter/
 :class:`AdapterExport`.
 
 Nothing else joins these names. Paths are computed from the root as a string (``root`` is kept as given), and every
-join goes through :meth:`ArtifactLayout.path`, so an object-store root (``s3://bucket/artifacts``) changes that one
-method. Today the root is a local folder (a shared volume at scale); an URL is refused with a message saying so.
+join goes through :meth:`ArtifactLayout.path`. The root is always a local folder; at scale it is the working cache
+of an object store (``RATCHET_ARTIFACTS_URL``, ``ratchet_core.artifact_store``): a layout given ``store=`` fetches an
+item (a file, or a folder such as ``receipts/D``) the cache lacks in ``path()``, for readers. An URL root is refused.
 The lake (``ratchet_core.lake``) is the other tree, with its own module; both name days ``day=YYYY-MM-DD``.
 """
 
@@ -32,6 +33,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from ratchet_core.lake import day_folder, is_url
 
@@ -77,12 +79,13 @@ ADAPTER_CONFIG_FILE = "adapter_config.json"  # PEFT's: present in every complete
 class ArtifactLayout:
     """The artifacts tree under ``root`` (module docstring); every method returns a path, creates nothing."""
 
-    def __init__(self, root: str | os.PathLike):
+    def __init__(self, root: str | os.PathLike, store: Any = None):
         self.root = str(root)
+        self.store = store  # an ArtifactStore whose cache is root, or None (a plain folder)
         if is_url(self.root):
             raise ValueError(
-                f"artifacts root {self.root!r} is an URL: artifacts live in a folder for now "
-                "(set RATCHET_ARTIFACTS to a local path or a shared volume; only the lake may be an URL)"
+                f"artifacts root {self.root!r} is an URL: RATCHET_ARTIFACTS is the local folder (or cache); "
+                "put an object store in RATCHET_ARTIFACTS_URL (ratchet_core.artifact_store)"
             )
 
     def __repr__(self) -> str:
@@ -95,8 +98,14 @@ class ArtifactLayout:
         return hash(self.root)
 
     def path(self, rel: str = "") -> Path:
-        """The path of a root-relative, "/"-separated name: the one join under the root."""
-        return Path(self.root) / rel if rel else Path(self.root)
+        """The path of a root-relative, "/"-separated name: the one join under the root.
+
+        With a store, an item (two or more components: a file or a day's/version's folder) the cache lacks is
+        fetched first; kind folders and the root (listings) are not."""
+        path = Path(self.root) / rel if rel else Path(self.root)
+        if self.store is not None and "/" in rel.strip("/") and not path.exists():
+            self.store.fetch(rel)
+        return path
 
     def day_dir(self, kind: str, day: str) -> Path:
         """``<kind>/day=D``."""

@@ -39,6 +39,16 @@ class Settings(BaseSettings):
         None, description="Traffic lake (folder or fsspec URL); default $RATCHET_HOME/lake."
     )
     artifacts: str | None = Field(None, description="Artifacts root; default $RATCHET_HOME/artifacts.")
+    artifacts_url: str | None = Field(
+        None,
+        description="Object store of the artifacts (fsspec URL, e.g. s3://bucket/artifacts); RATCHET_ARTIFACTS "
+        "is then its local cache (ratchet_core.artifact_store).",
+    )
+    student_adapters_from_store: bool = Field(
+        False,
+        description="Give student endpoints an adapter's store URL (Ratchet's student server downloads it); "
+        "default: the local artifacts path (a volume shared with vLLM).",
+    )
     control_db: str | None = Field(
         None,
         description="SQLAlchemy URL of the control DB; default sqlite:///$RATCHET_HOME/control.db (WAL).",

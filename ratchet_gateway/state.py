@@ -18,6 +18,7 @@ from typing import Any
 
 import orjson
 
+from ratchet_core import artifact_store
 from ratchet_core.layout import ArtifactLayout
 from ratchet_core.redact import redact_text, redact_value
 from ratchet_core.routing import SafetyState
@@ -100,7 +101,7 @@ class Gateway:
         self.public_keys: list[Any] = []
         self.key_trees = KeyTreeCache()  # training-key trees behind the proof routes, per BOM file
         # where the night's artifacts (BOMs, receipts) are; no path under the root is built anywhere else
-        self.artifacts = ArtifactLayout(settings.artifacts_root)
+        self.artifacts = ArtifactLayout(settings.artifacts_root, store=artifact_store.from_settings(settings))
         self._poller: asyncio.Task | None = None
         try:
             from ratchet_core.workloads import TASKS, compare

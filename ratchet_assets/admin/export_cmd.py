@@ -42,10 +42,13 @@ def _public_key(key: str | None):
 @json_option
 def export_adapter(version: str, out: str, artifacts: str, key: str | None, as_json: bool) -> None:
     """Copy an adapter with its signed BOM, NOTICE.md and certificate into OUT (verified first)."""
+    from ratchet_core.artifact_store import from_settings
     from ratchet_core.settings import load_settings
     from ratchet_stats.bom import BomError, verify_bom
 
-    layout = ArtifactLayout(artifacts or load_settings().artifacts_root)
+    settings = load_settings()
+    root = artifacts or settings.artifacts_root
+    layout = ArtifactLayout(root, store=from_settings(settings, root))  # fetches what the cache lacks
     try:
         adapter, boms = layout.adapter_dir(version), layout.bom_dir(version)
     except ValueError as exc:

@@ -139,7 +139,12 @@ def adapter_reconciler(
             )
         )
     manifest, reports = reconcile(
-        control_db.engine(), [signer.public_key()], endpoints, paths.artifacts_root()
+        control_db.engine(),
+        [signer.public_key()],
+        endpoints,
+        paths.artifacts_root(),
+        paths.artifact_store(),  # adapters the cache lacks come from RATCHET_ARTIFACTS_URL
+        paths.student_adapters_from_store,
     )
     seen = {
         "sequence": manifest.sequence,

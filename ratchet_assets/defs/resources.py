@@ -41,6 +41,27 @@ class RatchetPaths(dg.ConfigurableResource):
     home: str = ""
     lake: str = ""
     artifacts: str = ""
+    artifacts_url: str = ""  # RATCHET_ARTIFACTS_URL: the artifacts' object store, the folder its cache
+    # RATCHET_STUDENT_ADAPTERS_FROM_STORE: student endpoints get the store URL of an adapter and download it
+    student_adapters_from_store: bool = False
+
+    def artifact_store(self) -> Any:
+        """The ``ratchet_core.artifact_store.ArtifactStore`` (None without ``artifacts_url``)."""
+        from ratchet_core.artifact_store import store_for
+
+        return store_for(self.artifacts_url, self.artifacts_root())
+
+    def setup_for_execution(self, context: dg.InitResourceContext) -> None:
+        if getattr(context, "dagster_run", None) is None:  # a sensor tick, not a step: no sync
+            return
+        if store := self.artifact_store():  # a step on an empty cache: fetch its inputs from the store
+            store.sync_down()
+
+    def teardown_after_execution(self, context: dg.InitResourceContext) -> None:
+        if getattr(context, "dagster_run", None) is None:
+            return
+        if store := self.artifact_store():  # publish what the step wrote (write-once for signed files)
+            store.sync_up()
 
     def home_path(self) -> Path:
         return Path(self.home) if self.home else _settings().home
@@ -190,11 +211,21 @@ def night_resources(
     s = settings or load_settings()
     if home:
         home_s = str(home)
-        paths = RatchetPaths(home=home_s)
+        paths = RatchetPaths(
+            home=home_s,
+            artifacts_url=s.artifacts_url or "",
+            student_adapters_from_store=s.student_adapters_from_store,
+        )
         control_db_url = control_db_url or f"sqlite:///{(Path(home) / 'control.db').as_posix()}"
         key_file = "" if signing_key else str(Path(home) / "keys" / "signing.key")
     else:
-        paths = RatchetPaths(home=str(s.home), lake=s.lake_root, artifacts=s.artifacts_root)
+        paths = RatchetPaths(
+            home=str(s.home),
+            lake=s.lake_root,
+            artifacts=s.artifacts_root,
+            artifacts_url=s.artifacts_url or "",
+            student_adapters_from_store=s.student_adapters_from_store,
+        )
         key_file = ""  # the settings' key, resolved when used (RATCHET_SIGNING_KEY may hold the key itself)
     return {
         "paths": paths,

@@ -109,10 +109,11 @@ class _Endpoint:
             raise RuntimeError(f"GET /models answered HTTP {resp.status_code}: {resp.text[:200]}")
         return {m.get("id", "") for m in resp.json().get("data", []) if m.get("parent")}
 
-    def load(self, name: str, path: str) -> None:
-        resp = self.client.post(
-            f"{self.base_url}/load_lora_adapter", json={"lora_name": name, "lora_path": path}
-        )
+    def load(self, name: str, path: str, digest: str = "") -> None:
+        body = {"lora_name": name, "lora_path": path}
+        if digest:  # Ratchet's student server checks a downloaded adapter against it; vLLM ignores it
+            body["adapter_digest"] = digest
+        resp = self.client.post(f"{self.base_url}/load_lora_adapter", json=body)
         if resp.status_code != 200 and not (resp.status_code == 400 and "already" in resp.text.lower()):
             raise RuntimeError(f"load_lora_adapter answered HTTP {resp.status_code}: {resp.text[:300]}")
 
@@ -138,9 +139,14 @@ def _digest(folder: Path) -> str:
     return adapter_digest(adapter_file_hashes(folder))
 
 
-def _load(ep: _Endpoint, effects: Any, version: str, folder: Path, report: EndpointReport) -> None:
-    """Load `version` through the effect ledger under the next incarnation key (module docstring)."""
+def _load(
+    ep: _Endpoint, effects: Any, version: str, folder: Path, report: EndpointReport, location: str = ""
+) -> None:
+    """Load `version` through the effect ledger under the next incarnation key (module docstring).
+
+    `location`: what the endpoint is told to load (default the local folder; the store URL when it downloads)."""
     digest = _digest(folder)
+    location = location or str(folder)
     base = f"{ep.base_url}|{version}"
     n = 1
     while (rec := effects.lookup(EFFECT_TYPE, f"{base}#{n}")) is not None and rec.status == "done":
@@ -156,12 +162,12 @@ def _load(ep: _Endpoint, effects: Any, version: str, folder: Path, report: Endpo
         report.missing[version] = f"load #{n} is {begin.outcome} ({begin.detail or 'another reconciler'})"
         return
     try:
-        ep.load(version, str(folder))
+        ep.load(version, location, digest)
     except Exception as exc:
         effects.fail(begin.token, str(exc)[:500])
         report.missing[version] = str(exc)[:300]
         return
-    effects.report(begin.token, {"endpoint": ep.base_url, "version": version, "path": str(folder), "load": n})
+    effects.report(begin.token, {"endpoint": ep.base_url, "version": version, "path": location, "load": n})
     (report.loaded if n == 1 else report.reloaded).append(version)
 
 
@@ -172,8 +178,14 @@ def reconcile_endpoint(
     artifacts: str | Path,
     effects: Any,
     statuses: dict[str, set[str]],
+    store: Any = None,
+    from_store: bool = False,
 ) -> EndpointReport:
-    """Converge one endpoint to `desired` (version -> tasks); `statuses`: version -> its registry statuses."""
+    """Converge one endpoint to `desired` (version -> tasks); `statuses`: version -> its registry statuses.
+
+    `store` (``ratchet_core.artifact_store.ArtifactStore``): an adapter the local artifacts cache lacks is fetched
+    from it first (the cache may be a volume shared with vLLM, which loads local paths); with `from_store` the
+    endpoint is given the store URL instead and downloads the adapter itself (Ratchet's student server)."""
     report = EndpointReport(base_url.rstrip("/"), desired=sorted(desired))
     ep = _Endpoint(base_url, api_key)
     try:
@@ -185,10 +197,13 @@ def reconcile_endpoint(
             return report
         for version in sorted(set(desired) - have):
             folder = adapter_dir(artifacts, version)
+            if store is not None and not (folder / "adapter_config.json").is_file():
+                store.fetch(f"adapters/{version}")
             if not (folder / "adapter_config.json").is_file():
                 report.missing[version] = f"no adapter files at {folder}"
                 continue
-            _load(ep, effects, version, folder, report)
+            url = store.uri(f"adapters/{version}") if store is not None and from_store else ""
+            _load(ep, effects, version, folder, report, url)
         for version in sorted(have - set(desired)):
             known = statuses.get(version, set())
             if known and known <= set(RETIRED_STATUSES):
@@ -220,6 +235,8 @@ def reconcile(
     public_keys: Any,
     endpoints: list[tuple[str, str]],
     artifacts: str | Path,
+    store: Any = None,
+    from_store: bool = False,
 ) -> tuple[mf.Manifest, list[EndpointReport]]:
     """Every endpoint (base URL, API key) against the newest verified manifest; returns it and one report each."""
     from ratchet_assets.effects import EffectLedger
@@ -229,5 +246,8 @@ def reconcile(
     desired = desired_versions(manifest)
     statuses = registry_statuses(engine)
     effects = EffectLedger(engine)
-    reports = [reconcile_endpoint(url, key, desired, artifacts, effects, statuses) for url, key in endpoints]
+    reports = [
+        reconcile_endpoint(url, key, desired, artifacts, effects, statuses, store, from_store)
+        for url, key in endpoints
+    ]
     return manifest, reports

@@ -11,7 +11,9 @@ Errors have OpenAI's shape ``{"error": {"message", "type", "param", "code"}}``.
 
 from __future__ import annotations
 
+import asyncio
 import secrets
+import tempfile
 import time
 import uuid
 from collections.abc import AsyncIterator
@@ -98,8 +100,13 @@ def create_app(
     api_key: str | None = None,
     served_model_name: str | None = None,
     adapters: dict[str, str] | None = None,
+    adapter_cache: str | Path | None = None,
 ) -> FastAPI:
     """The student server over the HF base model at `base_path`; `adapters` (name -> path) load at start-up.
+
+    An adapter path may be an object-store URL (``s3://bucket/artifacts/adapters/v3-...``): it is downloaded into
+    `adapter_cache` (default ``<tmp>/ratchet-adapter-cache``), digest-checked against the request's optional
+    ``adapter_digest`` and renamed into place whole, then loaded (``ratchet_core.artifact_store.fetch_adapter``).
 
     `served_model_name` is the name clients use for the base (default: the base's name from
     ratchet_core.student_model.base_identity). With `api_key`, every /v1 route needs ``Bearer <api_key>``.
@@ -111,6 +118,17 @@ def create_app(
     engine = StudentEngine(base_path, max_batch=max_batch)
     created = int(time.time())
 
+    cache = Path(adapter_cache) if adapter_cache else Path(tempfile.gettempdir()) / "ratchet-adapter-cache"
+
+    async def _local_adapter(path: str, digest: str = "") -> str:
+        """A local folder for `path`: itself, or an object-store URL downloaded into the adapter cache."""
+        from ratchet_core.artifact_store import fetch_adapter
+        from ratchet_core.lake import is_url
+
+        if not is_url(path):
+            return path
+        return str(await asyncio.to_thread(fetch_adapter, path, cache, digest))
+
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         import asyncio
@@ -119,7 +137,7 @@ def create_app(
         engine.start()
         try:
             for name, path in (adapters or {}).items():
-                await engine.load_adapter(name, path)
+                await engine.load_adapter(name, await _local_adapter(path))
             yield
         finally:
             engine.stop()
@@ -186,9 +204,12 @@ def create_app(
                 400, f"'{body.lora_name}' is the base model's name; choose another lora_name."
             )
         try:
-            await engine.load_adapter(body.lora_name, body.lora_path)
+            path = await _local_adapter(body.lora_path, getattr(body, "adapter_digest", None) or "")
+            await engine.load_adapter(body.lora_name, path)
         except AdapterError as exc:
             return error_response(exc.status, str(exc))
+        except (OSError, ValueError) as exc:  # the store has no adapter there, or its digest differs
+            return error_response(400, f"cannot fetch adapter {body.lora_path}: {exc}")
         return PlainTextResponse(f"Success: LoRA adapter '{body.lora_name}' added successfully.")
 
     @app.post("/v1/unload_lora_adapter")

@@ -70,7 +70,12 @@ def student_server(
     if base is None:
         base = settings.student_base_model or str(ensure_demo_base(settings.demo_base_path))
     app = create_app(
-        base, max_batch=max_batch, api_key=api_key, served_model_name=served_model_name, adapters=adapters
+        base,
+        max_batch=max_batch,
+        api_key=api_key,
+        served_model_name=served_model_name,
+        adapters=adapters,
+        adapter_cache=settings.home / "adapter-cache",  # adapters loaded from an s3:// path land here
     )
     click.echo(f"student server: base {base} on http://{host}:{port}/v1")
     uvicorn.run(app, host=host, port=port, log_level="info")
