@@ -15,6 +15,8 @@ it from here:
   (``ratchet_assets.effects``);
 - ``erasures``: forgotten examples (``ratchet_assets.night.erasures``); ``erasure_log``: the signed log of
   erasures (``ratchet_assets.governance.erase``);
+- ``erasure_scopes``, ``erasure_applied``: each erasure's predicate and what each replica or night scrubbed
+  for it (``ratchet_core.erasure_scope``);
 - ``gateway_safety_events``: a gateway's narrowing switches (``ratchet_gateway.safety``);
 - ``ratchet_schema``: one row, the schema version (:data:`SCHEMA_VERSION`).
 """
@@ -191,6 +193,27 @@ erasure_log = sa.Table(
     sa.Column("envelope", sa.Text, nullable=False),
 )
 
+# Each erasure's predicate (ratchet_core.erasure_scope.ScopeMatcher as JSON: end users and text only as SHA-256),
+# applied by every replica to its unsealed rows and by each night to rows sealed after the erasure.
+erasure_scopes = sa.Table(
+    "erasure_scopes",
+    metadata,
+    sa.Column("log_id", sa.Integer, primary_key=True, autoincrement=False),  # erasure_log.id
+    sa.Column("at", sa.String(40), nullable=False),  # wall-clock UTC when recorded (segment mtimes compare)
+    sa.Column("matcher", sa.Text, nullable=False),
+)
+
+# What each store (a replica ``replica:<name>``, a night ``lake:<day>``) scrubbed for an erasure, and when.
+erasure_applied = sa.Table(
+    "erasure_applied",
+    metadata,
+    sa.Column("id", sa.Integer, primary_key=True, autoincrement=True),
+    sa.Column("log_id", sa.Integer, nullable=False, index=True),
+    sa.Column("store", sa.String(200), nullable=False),
+    sa.Column("at", sa.String(40), nullable=False),
+    sa.Column("counts", sa.Text, nullable=False),
+)
+
 # The effect gate's rules and decisions (ratchet_assets.effects): per effect type its indeterminate policy,
 # whether it needs approval, max_attempts and a spend cap per window; one approval per effect; spend reserved
 # per execute (state reserved -> spent on report with the actual cost).
@@ -261,7 +284,8 @@ ratchet_schema = sa.Table(
 # Version 2: one schema; `trusted_keys` added.
 # Version 3: `erasure_log` added (create_all adds it; no step).
 # Version 4: `effect_policies`, `effect_approvals`, `effect_spend` added (the effect gate; no step).
-SCHEMA_VERSION = 4
+# Version 5: `erasure_scopes`, `erasure_applied` added (erasure predicates every replica applies; no step).
+SCHEMA_VERSION = 5
 
 # Steps `create_all` cannot do (new columns on existing tables, data moves): MIGRATIONS[v] takes a database at
 # version v - 1 to v, inside the schema transaction. New tables need no step: `create_all` adds them.

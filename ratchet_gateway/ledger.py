@@ -51,12 +51,14 @@ import threading
 import time
 import zlib
 from collections.abc import Callable
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
 import orjson
 
 from ratchet_core.clock import now as clock_now
+from ratchet_core.erasure_scope import SCOPE_COLUMNS
 from ratchet_core.lake import SEALED_AT, Lake, parse_segment_relpath, segment_relpath
 from ratchet_core.schema import CONTENT_COLUMNS, LEDGER_SCHEMA, duckdb_ddl
 
@@ -163,6 +165,10 @@ class Ledger:
         self._last_erasure_poll = 0.0
         self._erased: set[str] = set()
         self._erasure_done = threading.Condition()
+        self._scopes: dict[int, Any] = {}  # erasure log id -> ScopeMatcher, as last polled
+        self._scopes_applied: set[int] = set()
+        self._scope_horizon: Any = None  # rows written before this may match an applied scope
+        self._scoped_late: set[str] = set()  # matched on load, journal records still to scrub
 
     # lifecycle ---------------------------------------------------------------------------------------------
     def open(self, loop: asyncio.AbstractEventLoop | None = None) -> None:
@@ -188,6 +194,8 @@ class Ledger:
         self._sql("CREATE TABLE IF NOT EXISTS seal_state (id INTEGER PRIMARY KEY, sealed_seq BIGINT)")
         self._sql("CREATE TABLE IF NOT EXISTS erased_requests (request_id VARCHAR PRIMARY KEY)")
         self._erased = {r[0] for r in self._sql("SELECT request_id FROM erased_requests")}
+        self._sql("CREATE TABLE IF NOT EXISTS erasure_scopes_applied (log_id BIGINT PRIMARY KEY)")
+        self._scopes_applied = {int(r[0]) for r in self._sql("SELECT log_id FROM erasure_scopes_applied")}
         self._loaded_seq = int(self._sql("SELECT coalesce(max(seq), 0) FROM ledger")[0][0])
         rows = self._sql("SELECT sealed_seq FROM seal_state WHERE id = 1")
         self._sealed_seq = int(rows[0][0]) if rows else 0
@@ -486,6 +494,8 @@ class Ledger:
     def _insert(self, rows: list[dict[str, Any]]) -> None:
         if self._erased:  # a row journaled while its erasure was applied: load it blanked
             rows = [_blank(r) if r.get("request_id") in self._erased else r for r in rows]
+        if self._scope_horizon is not None:
+            rows = self._scope_late_rows(rows)
         table = rows_to_arrow(rows)
         self._con.register("incoming", table)
         try:
@@ -556,24 +566,82 @@ class Ledger:
     # erasures (recorded by ratchet_assets.governance.erase; this replica applies them to its own files) ------------
     def _apply_erasures(self) -> None:
         """Blank the content of newly erased requests' rows in this replica's journal and DuckDB file, and rewrite
-        the DuckDB file so no freed block keeps the old text (loader thread only: it alone uses the connection)."""
+        the DuckDB file so no freed block keeps the old text (loader thread only: it alone uses the connection).
+
+        Erased ids come by id, and by each new erasure scope (``ratchet_core.erasure_scope``) matched here
+        against this replica's rows written before it; what a scope scrubbed is reported to the control DB."""
         self._last_erasure_poll = time.monotonic()
         try:
-            erased = self._erasures()  # type: ignore[misc]
+            snap = self._erasures()  # type: ignore[misc]
         except Exception:  # the control DB unreachable: serving goes on, the next poll retries
             return
-        new = {str(r) for r in erased} - self._erased
+        ids, scopes = (snap.request_ids, snap.scopes) if hasattr(snap, "scopes") else (snap, {})
+        new = ({str(r) for r in ids} | self._scoped_late) - self._erased
+        pending = {k: m for k, m in scopes.items() if k not in self._scopes_applied}
+        by_scope: dict[int, set[str]] = {}
+        if pending:
+            horizon = max(m.before for m in pending.values())
+            cols = ", ".join(SCOPE_COLUMNS)
+            table = self._con.sql(f"SELECT {cols} FROM ledger WHERE ts < $1", params=[horizon]).to_arrow_table()
+            for k, m in pending.items():
+                by_scope[k] = m.matched_request_ids(table) - self._erased
+                new |= by_scope[k]
+        journal = rows = 0
         if new:
-            scrub_journal(self.journal_path, new)
+            journal = scrub_journal(self.journal_path, new)
             path = self.ledger_dir / f"{self.replica}.duckdb"
+            marks = ", ".join("?" for _ in new)
+            rows = int(self._sql(f"SELECT count(*) FROM ledger WHERE request_id IN ({marks})", sorted(new))[0][0])
             self._con = scrub_duckdb(self._con, path, new)
             self._con.executemany(
                 "INSERT OR IGNORE INTO erased_requests VALUES (?)", [[r] for r in sorted(new)]
             )
-            self._sql("CHECKPOINT")
             self._erased |= new
+            self._scoped_late -= new
+        if pending:
+            self._con.executemany(
+                "INSERT OR IGNORE INTO erasure_scopes_applied VALUES (?)", [[k] for k in sorted(pending)]
+            )
+            self._scopes_applied.update(pending)
+        if new or pending:
+            self._sql("CHECKPOINT")
+        for k, found in by_scope.items():
+            with contextlib.suppress(Exception):  # the report is evidence, not a precondition of the scrub
+                counts = {
+                    "requests": len(found),  # matched in this replica's files (sealed copies included)
+                    "requests_not_sealed": len(found - set(ids)),  # found nowhere else: the scope's reach here
+                    "journal_records": journal,
+                    "ledger_rows": rows,
+                }
+                snap.report(k, f"replica:{self.replica}", counts)
+        self._scopes = scopes
+        # A row is written within an hour of its ts (ts is set when the request arrives): past that, no row
+        # still to load can be older than a scope, and loading stops checking.
+        recent = [m.before for m in self._active_scopes(scopes).values() if m.before > clock_now() - _HOUR]
+        self._scope_horizon = max(recent) if recent else None
         with self._erasure_done:
             self._erasure_done.notify_all()
+
+    def _active_scopes(self, scopes: dict[int, Any]) -> dict[int, Any]:
+        return {k: m for k, m in scopes.items() if k in self._scopes_applied}
+
+    def _scope_late_rows(self, rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        """Rows loaded after a scope was applied but written before it (in flight at the erasure): blanked here,
+        their journal records scrubbed at the next poll."""
+        import pyarrow as pa
+        import pyarrow.compute as pc
+
+        table = rows_to_arrow(rows)
+        ts = table.column("ts")
+        if not pc.any(pc.less(ts, pa.scalar(self._scope_horizon, ts.type))).as_py():
+            return rows
+        hit: set[str] = set()
+        for m in self._active_scopes(self._scopes).values():
+            hit |= m.matched_request_ids(table)
+        if not hit:
+            return rows
+        self._scoped_late |= hit
+        return [_blank(r) if r.get("request_id") in hit else r for r in rows]
 
     def wait_erasures(self, request_ids: Any, timeout: float = 30.0) -> bool:
         """Wait until this replica has applied the erasure of every id in ``request_ids`` (True when it has)."""
@@ -599,6 +667,9 @@ class Ledger:
     @property
     def last_seq(self) -> int:
         return self._seq
+
+
+_HOUR = timedelta(hours=1)
 
 
 def _blank(row: dict[str, Any]) -> dict[str, Any]:

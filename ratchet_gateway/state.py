@@ -93,7 +93,7 @@ class Gateway:
             replica_base=options.replica,
             load_interval=options.load_interval,
             on_commit=self.metrics.on_commit,
-            erasures=self.erased_request_ids,  # erasures recorded by `ratchet admin erase` (governance.erase)
+            erasures=self.erasure_snapshot,  # erasures recorded by `ratchet admin erase` (governance.erase)
         )
         self.teacher: Upstream | None = None
         self.student: Upstream | None = None
@@ -109,17 +109,12 @@ class Gateway:
             TASKS, compare = {}, None
         self._tasks, self._compare = TASKS, compare
 
-    def erased_request_ids(self) -> frozenset[str]:
-        """Request ids the control DB says are erased; the ledger's loader applies them to this replica's files."""
-        if self.engine is None:
-            return frozenset()
-        import sqlalchemy as sa
+    def erasure_snapshot(self) -> Any:
+        """Erased request ids and erasure scopes from the control DB; the ledger's loader applies them to this
+        replica's files and reports what it scrubbed (``ratchet_core.erasure_scope``)."""
+        from ratchet_core.erasure_scope import ErasureSnapshot, snapshot
 
-        from ratchet_core.control_db import erasures
-
-        with self.engine.connect() as conn:
-            rows = conn.execute(sa.select(erasures.c.request_id).where(erasures.c.request_id.is_not(None)))
-            return frozenset(r[0] for r in rows)
+        return ErasureSnapshot() if self.engine is None else snapshot(self.engine)
 
     # comparator for pair rows --------------------------------------------------------------------------------
     def compare(self, task: str, teacher_msg: dict | None, student_msg: dict | None) -> bool:

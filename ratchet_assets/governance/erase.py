@@ -38,6 +38,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from ratchet_core.erasure_scope import SCOPE_COLUMNS, ScopeMatcher, record_applied
 from ratchet_core.lake import Lake, atomic_write_bytes
 from ratchet_core.layout import EXAMPLES, GOLDEN, TRAFFIC, TRAIN, ArtifactLayout
 from ratchet_core.schema import CONTENT_COLUMNS
@@ -82,35 +83,17 @@ class ErasureScope:
             "text_sha256": _sha(self.text) if self.text else None,
         }
 
-    def where_sql(self) -> tuple[str, list[Any]]:
-        conds, params = [], []
-        if self.request_ids:
-            conds.append(f"request_id IN ({', '.join('?' for _ in self.request_ids)})")
-            params += list(self.request_ids)
-        if self.clients:
-            conds.append(f"client IN ({', '.join('?' for _ in self.clients)})")
-            params += list(self.clients)
-        if self.users:
-            # the gateway stores `user` redacted (an e-mail becomes its placeholder): match either form
-            from ratchet_core.redact import redact_text
-
-            users = sorted({*self.users, *(redact_text(u) for u in self.users)})
-            conds.append(
-                f"json_extract_string(NULLIF(params, ''), '$.user') IN ({', '.join('?' for _ in users)})"
-            )
-            params += users
-        if self.since:
-            conds.append("ts >= ?")
-            params.append(self.since)
-        if self.until:
-            conds.append("ts < ?")
-            params.append(self.until)
-        if self.text:
-            conds.append(
-                "(contains(lower(messages), ?) OR contains(lower(answer), ?) OR contains(lower(tool_calls), ?))"
-            )
-            params += [self.text.lower()] * 3
-        return " AND ".join(conds), params
+    def matcher(self, ts_before: datetime) -> ScopeMatcher:
+        """The predicate as stored and applied everywhere (``ratchet_core.erasure_scope``): rows before ``ts_before``."""
+        return ScopeMatcher.build(
+            ts_before=ts_before,
+            request_ids=self.request_ids,
+            clients=self.clients,
+            users=self.users,
+            since=self.since,
+            until=self.until,
+            text=self.text,
+        )
 
 
 @dataclass
@@ -123,6 +106,8 @@ class ErasureReport:
     counts: dict[str, int] = field(default_factory=dict)
     files: list[str] = field(default_factory=list)  # every file rewritten (or that would be)
     adapters_trained_on_erased: list[str] = field(default_factory=list)
+    golden_days: list[str] = field(default_factory=list)  # golden sets rewritten (their commitment too)
+    train_days: list[str] = field(default_factory=list)  # training sets rewritten (their commitment too)
     log_id: int | None = None
 
     def to_dict(self) -> dict[str, Any]:
@@ -134,29 +119,15 @@ def _sha(text: str) -> str:
 
 
 # Resolving the scope -------------------------------------------------------------------------------------------
-def _traffic_sources(lake: Lake, layout: ArtifactLayout) -> list[tuple[str, str]]:
-    """(kind, path) of every sealed segment and every consolidated traffic file."""
-    out = [("lake", seg.rel) for day in lake.days() for seg in lake.segments(day)]
-    out += [("traffic", str(p)) for d in layout.days(TRAFFIC) if (p := layout.traffic_file(d)).exists()]
-    return out
-
-
-def resolve(scope: ErasureScope, lake: Lake, layout: ArtifactLayout) -> list[str]:
-    """Request ids with a row matching ``scope`` in the lake or the consolidated traffic, sorted."""
-    import duckdb
-
-    scope.check()
-    where, params = scope.where_sql()
-    con = duckdb.connect()
-    lake.attach(con)
+def resolve(matcher: ScopeMatcher, lake: Lake, layout: ArtifactLayout) -> list[str]:
+    """Request ids with a row matching ``matcher`` in a sealed segment or a day's consolidated traffic, sorted."""
     ids: set[str] = set()
-    for kind, path in _traffic_sources(lake, layout):
-        src = lake.duckdb_path(path) if kind == "lake" else path
-        rows = con.execute(
-            f"SELECT DISTINCT request_id FROM read_parquet(?) WHERE {where}", [src, *params]
-        ).fetchall()
-        ids.update(r[0] for r in rows)
-    con.close()
+    for day in lake.days():
+        for seg in lake.segments(day):
+            ids |= matcher.matched_request_ids(lake.read_table(seg.rel, columns=SCOPE_COLUMNS))
+    for day in layout.days(TRAFFIC):
+        if (path := layout.traffic_file(day)).exists():
+            ids |= matcher.matched_request_ids(pq.read_table(path, columns=SCOPE_COLUMNS))
     return sorted(ids)
 
 
@@ -181,20 +152,24 @@ def _parquet_bytes(table: pa.Table) -> bytes:
     return sink.getvalue().to_pybytes()
 
 
-def _erase_lake(lake: Lake, ids: set[str], dry_run: bool, report: ErasureReport) -> None:
+def _erase_lake(
+    lake: Lake, ids: set[str], dry_run: bool, report: ErasureReport, segments_of: Iterable[Any] | None = None
+) -> None:
     rows = segments = 0
-    for day in lake.days():
-        for seg in lake.segments(day):
-            table = lake.read_table(seg.rel)
-            table, hit = blank_rows(table, ids)
-            if hit:
-                rows += hit
-                segments += 1
-                report.files.append(lake.uri(seg.rel))
-                if not dry_run:
-                    lake.publish_table(seg.rel, table)
+    for seg in segments_of if segments_of is not None else _all_segments(lake):
+        table, hit = blank_rows(lake.read_table(seg.rel), ids)
+        if hit:
+            rows += hit
+            segments += 1
+            report.files.append(lake.uri(seg.rel))
+            if not dry_run:
+                lake.publish_table(seg.rel, table)
     report.counts["lake_rows"] = rows
     report.counts["lake_segments"] = segments
+
+
+def _all_segments(lake: Lake) -> list[Any]:
+    return [seg for day in lake.days() for seg in lake.segments(day)]
 
 
 def _erase_artifacts(layout: ArtifactLayout, ids: set[str], dry_run: bool, report: ErasureReport) -> set[str]:
@@ -211,6 +186,8 @@ def _erase_artifacts(layout: ArtifactLayout, ids: set[str], dry_run: bool, repor
                 if not dry_run:
                     atomic_write_bytes(path, _parquet_bytes(table))
     keys: set[str] = set()
+    golden_days: list[str] = []
+    train_days: list[str] = []
     value_set = pa.array(sorted(ids), pa.string())
     for kind, file_of, count in (
         (EXAMPLES, layout.examples_file, "examples_rows"),
@@ -229,6 +206,8 @@ def _erase_artifacts(layout: ArtifactLayout, ids: set[str], dry_run: bool, repor
                 report.files.append(str(path))
                 if not dry_run:
                     atomic_write_bytes(path, _parquet_bytes(table.filter(pc.invert(mask))))
+                if kind == GOLDEN:
+                    golden_days.append(day)
     for day in layout.days(TRAIN):
         lines_path, keys_path = layout.train_jsonl(day), layout.train_keys(day)
         if not (lines_path.exists() and keys_path.exists()):
@@ -243,8 +222,64 @@ def _erase_artifacts(layout: ArtifactLayout, ids: set[str], dry_run: bool, repor
         if not dry_run:
             atomic_write_bytes(lines_path, b"".join(lines[i] + b"\n" for i in keep))
             atomic_write_bytes(keys_path, "".join(day_keys[i] + "\n" for i in keep).encode("ascii"))
+        train_days.append(day)
     report.counts.update(counts)
+    report.golden_days, report.train_days = golden_days, train_days
     return keys
+
+
+# Commitments of rewritten data sets ------------------------------------------------------------------------------
+def _recommit(path: Path, fresh: dict[str, Any], at: str) -> None:
+    """Rewrite ``commitment.json`` with the roots of the rewritten data set; the roots it had (the ones the signed
+    certificate and BOM of that day commit to) move to ``rewritten_by_erasure`` with the erasure's time."""
+    old = json.loads(path.read_text()) if path.exists() else {}
+    history = [*old.get("rewritten_by_erasure", [])]
+    history.append({"at": at, "previous": {"keys": old.get("keys"), "rows": old.get("rows")}})
+    doc = {
+        **old,
+        "keys": {**old.get("keys", {}), **fresh["keys"]},
+        "rows": {**old.get("rows", {}), **fresh["rows"]},
+    }
+    doc["rewritten_by_erasure"] = history
+    atomic_write_bytes(path, json.dumps(doc, indent=2, sort_keys=True).encode())
+
+
+def recommit(
+    layout: ArtifactLayout, golden_days: Iterable[str], train_days: Iterable[str], at: str
+) -> list[str]:
+    """Recompute the key and row trees of each rewritten golden set (its ``keys.txt`` trimmed to the rows left) and
+    training set, and rewrite their ``commitment.json`` (:func:`_recommit`); return the files written."""
+    import duckdb
+
+    from ratchet_assets.night.streamed import KeyTree, RowTree, stream_golden_commitment
+
+    written = []
+    for day in sorted(set(golden_days)):
+        golden = layout.golden_file(day)
+        left = set(pq.read_table(golden, columns=["example_key"]).column("example_key").to_pylist())
+        keys_path = layout.golden_keys(day)
+        if keys_path.exists():
+            kept = [k for k in keys_path.read_text().split() if k in left]
+            atomic_write_bytes(keys_path, "".join(k + "\n" for k in kept).encode("ascii"))
+        path = layout.golden_commitment(day)
+        before = path.read_bytes() if path.exists() else None
+        con = duckdb.connect()
+        try:
+            kc, rc = stream_golden_commitment(con, golden, path, day)  # writes the fresh document
+        finally:
+            con.close()
+        if before is not None:
+            atomic_write_bytes(path, before)
+        _recommit(path, {"keys": kc.to_dict(), "rows": rc.to_dict()}, at)
+        written.append(str(path))
+    for day in sorted(set(train_days)):
+        keys_tree, row_tree = KeyTree(), RowTree()
+        keys_tree.add(layout.train_keys(day).read_text().split())
+        row_tree.add(layout.train_jsonl(day).read_bytes().splitlines())
+        fresh = {"keys": keys_tree.finish().to_dict(), "rows": row_tree.finish().to_dict()}
+        _recommit(layout.train_commitment(day), fresh, at)
+        written.append(str(layout.train_commitment(day)))
+    return written
 
 
 def adapters_trained_on(layout: ArtifactLayout, keys: set[str]) -> list[str]:
@@ -280,9 +315,14 @@ def erase(
     scope.check()
     if not dry_run and private_key is None:
         raise ErasureError("an erasure is signed: no signing key given (ratchet init makes one)")
+    from ratchet_core.clock import now as clock_now
+
     lake, layout = Lake(lake_root), ArtifactLayout(artifacts_root)
+    # Taken before the lake is read: a segment sealed from now on is the night's sweep's (:func:`sweep`).
+    at = datetime.now(UTC).isoformat(timespec="microseconds")
+    matcher = scope.matcher(clock_now())
     # Ids given explicitly are erased even when no sealed row has them yet (still in a replica's ledger).
-    ids = sorted(set(resolve(scope, lake, layout)) | set(scope.request_ids))
+    ids = sorted(set(resolve(matcher, lake, layout)) | set(scope.request_ids))
     report = ErasureReport(dry_run=dry_run, request_ids=ids, example_keys=[])
     if ids:
         idset = set(ids)
@@ -290,18 +330,29 @@ def erase(
         keys = _erase_artifacts(layout, idset, dry_run, report)
         report.example_keys = sorted(keys)
         report.adapters_trained_on_erased = adapters_trained_on(layout, keys)
+        if not dry_run:
+            report.files += recommit(layout, report.golden_days, report.train_days, at)
     report.counts["requests"] = len(ids)
     report.counts["example_keys"] = len(report.example_keys)
     if dry_run:
         return report
-    report.log_id = _record(engine, scope, report, reason, private_key, actor or getpass.getuser())
+    report.log_id = _record(
+        engine, scope, matcher, report, reason, private_key, actor or getpass.getuser(), at
+    )
     return report
 
 
 def _record(
-    engine: Any, scope: ErasureScope, report: ErasureReport, reason: str, key: Any, actor: str
+    engine: Any,
+    scope: ErasureScope,
+    matcher: ScopeMatcher,
+    report: ErasureReport,
+    reason: str,
+    key: Any,
+    actor: str,
+    scope_at: str,
 ) -> int:
-    from ratchet_core.control_db import ensure_schema, erasure_log, erasures
+    from ratchet_core.control_db import ensure_schema, erasure_log, erasure_scopes, erasures
     from ratchet_stats.canonical import canonical_json, sha256_hex
     from ratchet_stats.dsse import make_statement, sign_statement
 
@@ -331,6 +382,8 @@ def _record(
                 envelope=json.dumps(envelope, sort_keys=True),
             )
         ).inserted_primary_key[0]
+        # the predicate every replica applies to its unsealed rows, and each night to rows sealed after scope_at
+        conn.execute(erasure_scopes.insert().values(log_id=log_id, at=scope_at, matcher=matcher.to_json()))
         rows = [{"request_id": r, "example_key": None} for r in report.request_ids]
         rows += [{"request_id": None, "example_key": k} for k in report.example_keys]
         if rows:
@@ -340,8 +393,78 @@ def _record(
     return int(log_id)
 
 
+def sweep(engine: Any, lake_root: str, artifacts_root: str, day: str) -> dict[str, int]:
+    """Apply every stored scope to the day's segments sealed after its erasure began (a replica sealed them
+    before it applied the scope): blank them in the lake and the artifacts, record their request ids in
+    ``erasures`` (so examples, golden and training sets leave them out) and what was scrubbed in
+    ``erasure_applied`` (store ``lake:<day>``). The night's ``traffic`` step runs it before consolidating."""
+    import sqlalchemy as sa
+
+    from ratchet_assets.night.erasures import load_erasures
+    from ratchet_core.control_db import ensure_schema, erasure_scopes, erasures
+
+    if engine is None:
+        return {}
+    ensure_schema(engine)
+    with engine.connect() as conn:
+        scopes = conn.execute(sa.select(erasure_scopes).order_by(erasure_scopes.c.log_id)).mappings().all()
+    lake, layout = Lake(lake_root), ArtifactLayout(artifacts_root)
+    segments = lake.segments(day) if scopes else []
+    totals: dict[str, int] = {}
+    for row in scopes:
+        matcher = ScopeMatcher.from_json(row["matcher"])
+        since = datetime.fromisoformat(row["at"])
+        if day > matcher.before.date().isoformat():
+            continue  # the day began after the erasure: none of its rows is in scope
+        late = [seg for seg in segments if seg.mtime >= since]
+        if not late:
+            continue
+        already = load_erasures(engine).request_ids
+        ids: set[str] = set()
+        for seg in late:
+            ids |= matcher.matched_request_ids(lake.read_table(seg.rel, columns=SCOPE_COLUMNS))
+        ids -= already
+        if not ids:
+            continue
+        report = ErasureReport(dry_run=False, request_ids=sorted(ids), example_keys=[])
+        _erase_lake(lake, ids, False, report, late)
+        keys = _erase_artifacts(layout, ids, False, report)
+        recommit(layout, report.golden_days, report.train_days, datetime.now(UTC).isoformat())
+        at = datetime.now(UTC).isoformat(timespec="seconds")
+        note = f"#{row['log_id']}: sealed after the erasure ({day})"
+        with engine.begin() as conn:
+            conn.execute(
+                erasures.insert(),
+                [{"request_id": r, "example_key": None, "reason": note, "at": at} for r in sorted(ids)]
+                + [{"request_id": None, "example_key": k, "reason": note, "at": at} for k in sorted(keys)],
+            )
+        counts = {k: v for k, v in report.counts.items() if v} | {"requests": len(ids)}
+        record_applied(engine, row["log_id"], f"lake:{day}", counts)
+        for k, v in counts.items():
+            totals[k] = totals.get(k, 0) + v
+    return totals
+
+
+def read_applied(engine: Any) -> dict[int, list[dict[str, Any]]]:
+    """What each replica and night scrubbed, per erasure log id (``erasure_applied``; not signed: replicas hold
+    no signing key)."""
+    import sqlalchemy as sa
+
+    from ratchet_core.control_db import ensure_schema, erasure_applied
+
+    ensure_schema(engine)
+    out: dict[int, list[dict[str, Any]]] = {}
+    with engine.connect() as conn:
+        for r in conn.execute(sa.select(erasure_applied).order_by(erasure_applied.c.id)).mappings():
+            out.setdefault(int(r["log_id"]), []).append(
+                {"store": r["store"], "at": r["at"], "counts": json.loads(r["counts"])}
+            )
+    return out
+
+
 def read_log(engine: Any, public_keys: Iterable[Any]) -> list[dict[str, Any]]:
-    """Every erasure log row with its signed predicate, verified (a row whose signature fails raises)."""
+    """Every erasure log row with its signed predicate, verified (a row whose signature fails raises), and what
+    each replica and night scrubbed for it since (``applied``, from :func:`read_applied`)."""
     import sqlalchemy as sa
 
     from ratchet_core.control_db import ensure_schema, erasure_log
@@ -349,20 +472,14 @@ def read_log(engine: Any, public_keys: Iterable[Any]) -> list[dict[str, Any]]:
 
     ensure_schema(engine)
     keys = list(public_keys)
+    applied = read_applied(engine)
     with engine.connect() as conn:
         rows = conn.execute(sa.select(erasure_log).order_by(erasure_log.c.id)).mappings().all()
     out = []
     for row in rows:
         statement = verify_statement(json.loads(row["envelope"]), keys, PREDICATE_TYPE)
-        out.append({"id": row["id"], **statement["predicate"]})
+        out.append({"id": row["id"], **statement["predicate"], "applied": applied.get(int(row["id"]), [])})
     return out
-
-
-def erased_request_ids(engine: Any) -> frozenset[str]:
-    """Every erased request id (the gateway ledger's erasure hook polls this)."""
-    from ratchet_assets.night.erasures import load_erasures
-
-    return load_erasures(engine).request_ids
 
 
 def scope_from_options(

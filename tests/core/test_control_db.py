@@ -24,6 +24,8 @@ TABLES = {
     "effect_spend",
     "erasures",
     "erasure_log",
+    "erasure_scopes",
+    "erasure_applied",
     "gateway_safety_events",
     "ratchet_schema",
 }
