@@ -25,7 +25,8 @@ from ratchet_core.layout import (
     RECEIPT_ESTIMATES_FILE,
     RECEIPT_ROWS_FILE,
 )
-from ratchet_stats.receipt import PREDICATE_TYPE, PREDICATE_TYPE_V2
+from ratchet_stats import receipt_v3
+from ratchet_stats.receipt import PREDICATE_TYPE, PREDICATE_TYPE_V2, PREDICATE_TYPE_V3
 from ratchet_stats.receipt_v2 import make_client_view
 
 V1_NOTE = (
@@ -59,11 +60,32 @@ def own_rows(folder: Path, client: str) -> list[dict[str, Any]]:
     return table.to_pylist()
 
 
-def client_view(folder: Path, day: str, client: str) -> dict[str, Any]:
-    """The client's view of the day's receipt (module docstring)."""
+def own_pairs(folder: Path, client: str) -> list[bytes]:
+    """The client's own pair lines (v3 ``pairs.jsonl``), in tree order."""
+    return [b for b in _lines(folder / receipt_v3.PAIRS_FILE) if json.loads(b).get("client") == client]
+
+
+def client_view(folder: Path, day: str, client: str, rows: bool = True) -> dict[str, Any]:
+    """The client's view of the day's receipt (module docstring). A v3 receipt's line names the client's
+    estimated tasks, so its view is read from the small files alone (``clients.jsonl``, ``estimates.jsonl``:
+    milliseconds at any day size); `rows` adds the client's own request leaves and pair lines (a filtered scan
+    of ``rows.parquet``). v1 and v2 views always carry the rows."""
     envelope = json.loads((folder / RECEIPT_ENVELOPE_FILE).read_bytes())
-    rows = own_rows(folder, client)
     kind, predicate = _predicate(envelope)
+    if kind == PREDICATE_TYPE_V3:
+        view = receipt_v3.make_client_view(
+            envelope,
+            day,
+            client,
+            _lines(folder / RECEIPT_CLIENTS_FILE),
+            _lines(folder / RECEIPT_ESTIMATES_FILE),
+            own_rows(folder, client) if rows else None,
+            own_pairs(folder, client) if rows else None,
+        )
+        if view is not None:
+            return view
+        return {"day": day, "client": client, "envelope": None, "line": None, "estimates": [], "rows": []}
+    leaves = own_rows(folder, client)
     if kind == PREDICATE_TYPE_V2:
         view = make_client_view(
             envelope,
@@ -71,11 +93,11 @@ def client_view(folder: Path, day: str, client: str) -> dict[str, Any]:
             client,
             _lines(folder / RECEIPT_CLIENTS_FILE),
             _lines(folder / RECEIPT_ESTIMATES_FILE),
-            rows,
+            leaves,
         )
         if view is not None:
             return view
-        return {"day": day, "client": client, "envelope": None, "line": None, "estimates": [], "rows": rows}
+        return {"day": day, "client": client, "envelope": None, "line": None, "estimates": [], "rows": leaves}
     v1 = kind == PREDICATE_TYPE
     return {
         "day": day,
@@ -84,7 +106,7 @@ def client_view(folder: Path, day: str, client: str) -> dict[str, Any]:
         "version": 1 if v1 else None,
         "totals": (predicate.get("clients") or {}).get(client) if v1 else None,
         "note": V1_NOTE if v1 else "the stored receipt is not one this gateway can read; your rows only",
-        "rows": rows,
+        "rows": leaves,
     }
 
 

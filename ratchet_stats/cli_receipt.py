@@ -1,5 +1,5 @@
 """`verify receipt [FILE] --key PUB [--prev FILE] [--proof FILE] [--rows FILE] [--clients FILE] [--estimates FILE]
-[--client-proof FILE] [--json]`.
+[--pairs FILE] [--client-proof FILE] [--json]`.
 
 The auditor (FILE = a receipt.dsse.json) checks, in order (the first failure is named): the signature; the
 predicate (for a v1 receipt also its totals); the chain to ``--prev`` (its signature, day and digest); an
@@ -9,7 +9,10 @@ adding up), the estimate lines (``--estimates``, default ``estimates.jsonl`` bes
 the estimates carried from the previous receipt (its ``estimates.jsonl``); and ``--rows`` (every canonical leaf
 row in order, as JSON lines or the receipt's rows.parquet): the request root, and every client's totals by the
 signed method (teacher-served rows measured; student-served rows estimated at the teacher's prices from their
-teacher-tokenizer prompt and the task's completion estimate) and each day-source estimate, recomputed.
+teacher-tokenizer prompt and the task's completion estimate) and each day-source estimate, recomputed. A v3
+receipt adds the day's audit and shadow calls (``--pairs``, default ``pairs.jsonl`` beside FILE: the signed pair
+root), whose cost is in each client's paid; with ``--rows`` they are recomputed into every client line and into
+each estimate's ``from_audits``.
 
 A client checks what ``GET /ratchet/receipts/{day}`` gave it with ``--client-proof FILE`` (no FILE argument): the
 signature, its own totals line against the signed client root, the estimate lines it was given, and its own rows
@@ -29,6 +32,7 @@ from ratchet_stats.cli_verify import load_public_keys
 from ratchet_stats.receipt import ReceiptError, verify_client_view, verify_receipt
 
 CLIENTS_FILE, ESTIMATES_FILE = "clients.jsonl", "estimates.jsonl"  # beside receipt.dsse.json
+PAIRS_FILE = "pairs.jsonl"  # v3 (ratchet_stats.receipt_v3.PAIRS_FILE), beside receipt.dsse.json
 
 
 def _read(path: str, what: str) -> bytes:
@@ -80,10 +84,13 @@ def _totals_text(t: dict[str, Any]) -> str:
             f"  teacher-equivalent {_usd(t['teacher_cost_micro_usd'])}, paid {_usd(t['actual_cost_micro_usd'])},"
             f" saved {_usd(t['saved_micro_usd'])}"
         )
+    pairs = ""
+    if "pair_cost_micro_usd" in t:  # v3: paid includes the audit and shadow calls
+        pairs = f" (of which {_usd(t['pair_cost_micro_usd'])} for {t['pairs']} audit/shadow calls)"
     return (
         f"  teacher-equivalent {_usd(t['teacher_cost_micro_usd'])} (measured {_usd(t['teacher_cost_measured_micro_usd'])}"
-        f" + estimated {_usd(t['teacher_cost_estimated_micro_usd'])}), paid {_usd(t['actual_cost_micro_usd'])},"
-        f" saved {_usd(t['saved_micro_usd'])} (an estimate where student-served)"
+        f" + estimated {_usd(t['teacher_cost_estimated_micro_usd'])}), paid {_usd(t['actual_cost_micro_usd'])}"
+        f"{pairs}, saved {_usd(t['saved_micro_usd'])} (an estimate where student-served)"
     )
 
 
@@ -116,6 +123,7 @@ def _run(args: argparse.Namespace) -> int:
     clients = _lines(args.clients, args.file, CLIENTS_FILE, "client lines")
     estimates = _lines(args.estimates, args.file, ESTIMATES_FILE, "estimate lines")
     prev_estimates = _lines(None, args.prev, ESTIMATES_FILE, "previous estimate lines") if args.prev else None
+    pairs = _lines(args.pairs, args.file, PAIRS_FILE, "pair lines")
     try:
         report = verify_receipt(
             envelope,
@@ -126,6 +134,7 @@ def _run(args: argparse.Namespace) -> int:
             clients=clients,
             estimates=estimates,
             prev_estimates=prev_estimates if estimates is not None else None,
+            pairs=pairs,
         )
     except ReceiptError as exc:
         emit(
@@ -187,6 +196,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--clients", metavar="FILE", help=f"v2 client lines (default: {CLIENTS_FILE} beside FILE)")
     p.add_argument(
         "--estimates", metavar="FILE", help=f"v2 estimate lines (default: {ESTIMATES_FILE} beside FILE)"
+    )
+    p.add_argument(
+        "--pairs", metavar="FILE", help=f"v3 audit/shadow pair lines (default: {PAIRS_FILE} beside FILE)"
     )
     p.add_argument(
         "--client-proof",

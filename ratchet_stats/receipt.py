@@ -1,7 +1,8 @@
 """Daily receipts: what the teacher would have cost vs what was paid, per client, committed and signed.
 
-Two formats verify here. **v2** (``PREDICATE_TYPE_V2``, what the night signs now; ``ratchet_stats.receipt_v2``)
-prices student-served requests at the teacher's prices (``ratchet_stats.teacher_equivalent``) and commits
+Three formats verify here. **v3** (``PREDICATE_TYPE_V3``, what the night signs now; ``ratchet_stats.receipt_v3``)
+is v2 plus the day's audit and shadow pair calls, committed in their own tree and counted in what was paid.
+**v2** (``PREDICATE_TYPE_V2``; ``ratchet_stats.receipt_v2``) prices student-served requests at the teacher's prices (``ratchet_stats.teacher_equivalent``) and commits
 per-client totals in their own Merkle tree, signing no client's name or totals; :func:`verify_receipt` and
 :func:`verify_client_view` dispatch to it. **v1**, described below, is kept so old receipts still verify.
 
@@ -38,8 +39,10 @@ from ratchet_stats.dsse import VerificationError, verify_statement
 
 PREDICATE_TYPE = "https://ratchet.dev/receipt/v1"  # v1: this module's format; still verified
 PREDICATE_TYPE_V2 = (
-    "https://ratchet.dev/receipt/v2"  # v2: ratchet_stats.receipt_v2 (what the night signs now)
+    "https://ratchet.dev/receipt/v2"  # v2: ratchet_stats.receipt_v2 (signed before v3; still verified)
 )
+# v3: ratchet_stats.receipt_v3 (what the night signs now): v2 plus the audit and shadow pair calls in what was paid.
+PREDICATE_TYPE_V3 = "https://ratchet.dev/receipt/v3"
 PROOF_TYPE = "https://ratchet.dev/receipt-proof/v1"
 TREE = "RFC 9162 SHA-256"
 LEAF_FIELDS = (
@@ -210,17 +213,18 @@ def signed_predicate(envelope: Any, public_keys: Any, what: str = "receipt") -> 
     except VerificationError as exc:
         raise ReceiptError(exc.check, f"{what}: {exc}") from None
     kind = statement.get("predicateType")
-    if kind not in (PREDICATE_TYPE, PREDICATE_TYPE_V2):
+    if kind not in (PREDICATE_TYPE, PREDICATE_TYPE_V2, PREDICATE_TYPE_V3):
         raise ReceiptError(
-            "predicate-type", f"{what}: predicateType is {kind!r}, not a receipt ({PREDICATE_TYPE_V2})"
+            "predicate-type", f"{what}: predicateType is {kind!r}, not a receipt ({PREDICATE_TYPE_V3})"
         )
     predicate = statement["predicate"]
     if kind == PREDICATE_TYPE:
         _check_shape(predicate, what)
     else:
-        from ratchet_stats import receipt_v2  # v2 builds on this module, so it is imported where it is used
+        # v2 and v3 build on this module, so they are imported where they are used.
+        from ratchet_stats import receipt_v2, receipt_v3
 
-        receipt_v2.check_shape(predicate, what)
+        (receipt_v2 if kind == PREDICATE_TYPE_V2 else receipt_v3).check_shape(predicate, what)
     subjects = statement.get("subject") or []
     if not any(s.get("digest", {}).get("sha256") == predicate["requests"]["root"] for s in subjects):
         raise ReceiptError("predicate", f"{what}: no subject carries the request root")
@@ -366,13 +370,15 @@ def verify_receipt(
     clients: Sequence[bytes] | None = None,
     estimates: Sequence[bytes] | None = None,
     prev_estimates: Sequence[bytes] | None = None,
+    pairs: Sequence[bytes] | None = None,
 ) -> dict[str, Any]:
-    """Verify a v1 or v2 receipt offline (signature first); returns a report. Raises ReceiptError naming the check.
+    """Verify a v1, v2 or v3 receipt offline (signature first); returns a report. Raises ReceiptError naming the check.
 
     v2 (``ratchet_stats.receipt_v2``): `clients` and `estimates` are the client and estimate lines (the
     auditor's files); with them the report has every client's totals and the overall totals. `leaves` (every row)
     then recompute the request root and every line; `prev_estimates` (the previous receipt's estimate lines)
-    check the chained estimates.
+    check the chained estimates. v3 (``ratchet_stats.receipt_v3``): as v2, and `pairs` (the pair lines) are
+    checked against the signed pair root; with `leaves` they take part in recomputing every client line.
     """
     kind, predicate = signed_predicate(envelope, public_keys, "receipt")
     checks = ["signature", "predicate"]
@@ -394,12 +400,14 @@ def verify_receipt(
             check_rows(predicate, leaves)
             checks.append("rows")
     else:
-        from ratchet_stats import receipt_v2
+        from ratchet_stats import receipt_v2, receipt_v3
 
+        v3 = kind == PREDICATE_TYPE_V3
+        fmt: Any = receipt_v3 if v3 else receipt_v2
         lines, est = None, None
         if clients is not None:
-            lines = receipt_v2.check_clients(predicate, clients)
-            totals = receipt_v2.sum_totals(line["totals"] for line in lines.values())
+            lines = fmt.check_clients(predicate, clients)
+            totals = fmt.sum_totals(line["totals"] for line in lines.values())
             names = sorted(lines)
             checks.append("clients")
         if estimates is not None:
@@ -411,22 +419,30 @@ def verify_receipt(
                     "chain", "chained estimates need the estimate lines and the previous receipt"
                 )
             prev_kind, prev = signed_predicate(prev_envelope, public_keys, "previous receipt")
-            if prev_kind != PREDICATE_TYPE_V2:
+            if prev_kind == PREDICATE_TYPE:
                 raise ReceiptError("chain", "the previous receipt is v1: it has no estimate lines to chain")
             receipt_v2.check_chained_estimates(
                 est, receipt_v2.check_estimates(prev, prev_estimates), prev["day"]
             )
             checks.append("chained-estimates")
+        if v3 and pairs is not None:
+            receipt_v3.check_pairs(predicate, pairs)
+            checks.append("pairs")
         if leaves is not None:
-            if lines is None or est is None:
+            if lines is None or est is None or (v3 and pairs is None):
                 raise ReceiptError(
-                    "rows", "a v2 receipt's rows are checked against its client and estimate lines: give both"
+                    "rows",
+                    "a v2 receipt's rows are checked against its client and estimate lines (v3: and its pair "
+                    "lines): give them",
                 )
-            receipt_v2.check_rows(predicate, leaves, lines, est)
+            if v3:
+                receipt_v3.check_rows(predicate, leaves, pairs or [], lines, est)
+            else:
+                receipt_v2.check_rows(predicate, leaves, lines, est)
             checks.append("rows")
     return {
         "ok": True,
-        "version": 1 if kind == PREDICATE_TYPE else 2,
+        "version": _VERSIONS[kind],
         "day": predicate["day"],
         "checks": checks,
         "root": predicate["requests"]["root"],
@@ -442,20 +458,24 @@ def verify_receipt(
     }
 
 
+_VERSIONS = {PREDICATE_TYPE: 1, PREDICATE_TYPE_V2: 2, PREDICATE_TYPE_V3: 3}
+
+
 def verify_client_view(view: Mapping[str, Any], public_keys: Any) -> dict[str, Any]:
     """Verify what a client received for a day (``ratchet_stats.receipt_v2`` client view): the signature, its own
     line against the signed client root, the estimate lines it was given, and its rows against its line."""
     if not isinstance(view, Mapping) or "envelope" not in view:
         raise ReceiptError("client-view", "not a client view: it has no envelope")
     kind, predicate = signed_predicate(view["envelope"], public_keys, "receipt")
-    if kind != PREDICATE_TYPE_V2:
+    if kind == PREDICATE_TYPE:
         raise ReceiptError("client-view", "the receipt is v1, which has no client tree; ask the auditor")
-    from ratchet_stats import receipt_v2
+    from ratchet_stats import receipt_v2, receipt_v3
 
-    line, checks = receipt_v2.check_client_view(predicate, view)
+    fmt: Any = receipt_v3 if kind == PREDICATE_TYPE_V3 else receipt_v2
+    line, checks = fmt.check_client_view(predicate, view)
     return {
         "ok": True,
-        "version": 2,
+        "version": _VERSIONS[kind],
         "day": predicate["day"],
         "client": line["client"],
         "checks": ["signature", "predicate", *checks],

@@ -2,16 +2,19 @@
 
 Files (D = YYYY-MM-DD), under ``<artifacts>/receipts/D/`` (``ratchet_core.layout.ArtifactLayout.receipt_*``):
 
-- ``receipt.dsse.json``: canonical JSON of the DSSE envelope (so the file's SHA-256 is the chain digest); a v2
-  receipt (``ratchet_stats.receipt_v2``) signs the request root, the client root and the estimate root, no
-  client's name or totals;
+- ``receipt.dsse.json``: canonical JSON of the DSSE envelope (so the file's SHA-256 is the chain digest); a v3
+  receipt (``ratchet_stats.receipt_v3``; v2 before it) signs the request root, the client root, the estimate root
+  and the pair root, no client's name or totals;
 - ``rows.parquet``: the leaves in tree order — columns ``index`` (int64), ``request_id``, ``client``, ``leaf``
   (the canonical JSON text that is hashed), in row groups of ``ratchet_core.receipt_store.ROW_GROUP_ROWS``. The
   gateway serves a client its own rows from it and proofs with ``receipt_proof``;
 - ``tree.bin``: the RFC 9162 tree over the leaves, built streaming batch by batch and stored
   (``ratchet_stats.merkle_store``), so a proof reads ``O(log n)`` hashes instead of rebuilding the tree;
 - ``clients.jsonl`` / ``estimates.jsonl``: the client lines and the per-task estimate lines, one canonical JSON
-  leaf a line, in tree order (the auditor's files; the gateway gives each client only its own, proven).
+  leaf a line, in tree order (the auditor's files; the gateway gives each client only its own, proven);
+- ``pairs.jsonl``: the day's audit and shadow pair calls (``receipt_v3.PAIR_LEAF_FIELDS``), in tree order: their
+  cost (``actual_cost_usd``: the teacher's price on audits, the student's on shadows) is in each client's paid
+  (``pair_cost_micro_usd``) and so subtracted from its savings.
 
 Teacher-equivalent cost (``ratchet_stats.teacher_equivalent``): teacher-served rows are measured; a student-served
 row is priced at the teacher's prices with its prompt counted by the teacher's tokenizer (``teacher_prompt_tokens``,
@@ -55,12 +58,12 @@ from ratchet_assets.night.traffic import traffic_path
 from ratchet_core import receipt_store
 from ratchet_core.layout import ArtifactLayout
 from ratchet_core.schema import RECEIPT_LEAF_FIELDS
-from ratchet_stats import receipt_v2
+from ratchet_stats import receipt_v2, receipt_v3
 from ratchet_stats import teacher_equivalent as te
 from ratchet_stats.canonical import canonical_json, digest
 from ratchet_stats.dsse import make_statement, parse_statement, sign_statement, verify_statement
 from ratchet_stats.merkle_store import TreeBuilder
-from ratchet_stats.receipt import PREDICATE_TYPE_V2, envelope_digest, micro
+from ratchet_stats.receipt import PREDICATE_TYPE_V2, PREDICATE_TYPE_V3, envelope_digest, micro
 
 EFFECT_TYPE = "receipt.sign"
 ROWS_SCHEMA = pa.schema(
@@ -277,6 +280,23 @@ class _DayTotals:
     def student_tasks(self) -> set[str]:
         return {task for _, task, _ in self.estimated}
 
+    def tasks(self, client: str) -> list[str]:
+        """The tasks of the client's estimated rows (``receipt_v3`` client line ``tasks``)."""
+        return sorted({task for c, task, _ in self.estimated if c == client})
+
+    def add_pairs(self, pairs: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+        """Per-client v3 TOTALS (sorted by client): the priced request totals plus the client's pair calls in
+        what was paid; a pair's request_id counts towards the client's salt like a request's."""
+        out = {name: {**t, "pairs": 0, "pair_cost_micro_usd": 0} for name, t in self.clients.items()}
+        for p in pairs:
+            name = str(p["client"])
+            receipt_v3.add_pairs(
+                out.setdefault(name, receipt_v3.empty_totals()), 1, micro(p["actual_cost_usd"])
+            )
+            if name not in self.first or p["request_id"] < self.first[name]:
+                self.first[name] = p["request_id"]
+        return dict(sorted(out.items()))
+
     def price(self, estimates: dict[str, dict[str, Any]], prices: dict[str, Any]) -> None:
         """Add the estimated amounts (each distinct prompt length priced once, exactly as per row)."""
         for (client, task, tp), n in sorted(self.estimated.items()):
@@ -287,19 +307,27 @@ class _DayTotals:
             totals["saved_micro_usd"] += n * amount
 
 
-def audit_answers(traffic_file: str | Path) -> dict[str, tuple[int, int]]:
-    """Per task, (answers, completion tokens) of the day's audit pairs: the teacher's own answers to
-    student-served requests, fetched off the request path (status 200, a completion, not an error)."""
-    con = connect()
-    rows = con.sql(
-        f"SELECT coalesce(task, 'None'), count(*), sum(completion_tokens) "
-        f"FROM read_parquet({sql_str(str(traffic_file))}) "
-        "WHERE kind = 'pair' AND pair_role = 'audit' AND coalesce(served_by, 'teacher') <> 'student' "
-        "AND coalesce(status_code, 0) = 200 AND coalesce(completion_tokens, 0) > 0 AND pair_outcome <> 'error' "
-        "GROUP BY 1"
-    ).fetchall()
+_PAIR_INTS = ("prompt_tokens", "completion_tokens", "status_code")
+
+
+def pair_leaves(traffic_file: str | Path, con: Any = None) -> tuple[list[bytes], list[dict[str, Any]]]:
+    """The day's pair lines (``receipt_v3``: audit and shadow calls) in tree order, and their rows."""
+    con = con or connect()
+    cols = ", ".join(receipt_v3.PAIR_LEAF_FIELDS)
+    rows: list[dict[str, Any]] = []
+    for batch in stream_batches(
+        con, f"SELECT {cols} FROM read_parquet({sql_str(str(traffic_file))}) WHERE kind = 'pair'"
+    ):
+        for row in batch.to_pylist():
+            row["ts"] = _ts_text(row["ts"]) if row["ts"] is not None else None
+            for name in _PAIR_INTS:
+                row[name] = int(row[name] or 0)
+            for name in _COST_FIELDS:
+                row[name] = float(row[name] or 0.0)
+            rows.append(row)
     con.close()
-    return {str(task): (int(k), int(c)) for task, k, c in rows}
+    leaves = receipt_v3.pair_order(canonical_text(r).encode("utf-8") for r in rows)
+    return leaves, [json.loads(b) for b in leaves]
 
 
 def previous_estimates(artifacts_root: str | Path, link: dict[str, str] | None) -> dict[str, dict[str, Any]]:
@@ -310,7 +338,7 @@ def previous_estimates(artifacts_root: str | Path, link: dict[str, str] | None) 
     layout = ArtifactLayout(artifacts_root)
     envelope = json.loads(layout.receipt_envelope(link["day"]).read_bytes())
     statement = parse_statement(base64.b64decode(envelope["payload"]))
-    if statement.get("predicateType") != PREDICATE_TYPE_V2:
+    if statement.get("predicateType") not in (PREDICATE_TYPE_V2, PREDICATE_TYPE_V3):
         return {}
     path = layout.receipt_estimates(link["day"])
     leaves = path.read_bytes().splitlines() if path.exists() else []
@@ -393,22 +421,27 @@ def build_receipt(
     root_hex = tree.finish().hex()
     size = tree.size
     link = previous_link(artifacts_root, day)
+    pair_lines, pairs = pair_leaves(traffic, budget_connect(budget, artifacts_root, f"receipt-pairs-{day}"))
     estimate_lines = te.day_estimates(
         day,
         day_totals.answers,
-        audit_answers(traffic),
+        receipt_v3.audit_answers(pairs),
         day_totals.student_tasks(),
         previous_estimates(artifacts_root, link),
     )
     estimates = {line["task"]: line for line in estimate_lines}
     day_totals.price(estimates, prices)
-    clients = dict(sorted(day_totals.clients.items()))
+    clients = day_totals.add_pairs(pairs)
     client_leaves = [
-        receipt_v2.client_leaf(name, receipt_v2.client_salt(day, name, day_totals.first[name]), totals)
+        receipt_v3.client_leaf(
+            name, receipt_v2.client_salt(day, name, day_totals.first[name]), day_totals.tasks(name), totals
+        )
         for name, totals in clients.items()
     ]
     estimate_leaves = [canonical_json(line) for line in estimate_lines]
-    predicate = receipt_v2.make_predicate(day, root_hex, size, client_leaves, estimate_leaves, prices, link)
+    predicate = receipt_v3.make_predicate(
+        day, root_hex, size, client_leaves, estimate_leaves, pair_lines, prices, link
+    )
 
     envelope_path = layout.receipt_envelope(day)
     fingerprint = digest(predicate)
@@ -421,7 +454,7 @@ def build_receipt(
             return None
         try:
             envelope = json.loads(envelope_path.read_bytes())
-            statement = verify_statement(envelope, public_key, PREDICATE_TYPE_V2)
+            statement = verify_statement(envelope, public_key, PREDICATE_TYPE_V3)
         except Exception:
             return None
         if digest(statement["predicate"]) != fingerprint:
@@ -434,9 +467,10 @@ def build_receipt(
         # Only for the predicate being signed (or already signed): a refused rerun leaves the signed day's lines.
         atomic_write_bytes(layout.receipt_clients(day), _jsonl(client_leaves))
         atomic_write_bytes(layout.receipt_estimates(day), _jsonl(estimate_leaves))
+        atomic_write_bytes(out_dir / receipt_v3.PAIRS_FILE, _jsonl(pair_lines))
 
     if begin.outcome == "execute":
-        statement = make_statement(PREDICATE_TYPE_V2, predicate, receipt_v2.subjects(day, predicate))
+        statement = make_statement(PREDICATE_TYPE_V3, predicate, receipt_v3.subjects(day, predicate))
         try:
             write_lines()
             envelope = sign_statement(statement, private_key)
@@ -480,7 +514,7 @@ def build_receipt(
         envelope_digest=envelope_digest(envelope),
         outcome="execute" if begin.outcome == "execute" else "duplicate",
         previous=predicate["previous"],
-        totals=receipt_v2.sum_totals(clients.values()),
+        totals=receipt_v3.sum_totals(clients.values()),
         clients=clients,
         estimates=estimate_lines,
         prices=prices,

@@ -1,7 +1,8 @@
-"""Daily receipts (v2) verify offline: teacher-equivalent totals recomputed from the rows by the signed method,
+"""Daily receipts (v3) verify offline: teacher-equivalent totals recomputed from the rows by the signed method,
+what was paid including the day's audit and shadow pair calls (their lines committed in the pair tree),
 estimates chained from the previous receipt, per-client privacy (a client's view holds only its own line and rows,
 proven against the signed client root); a changed byte, a dropped row, an altered line or a broken chain fail,
-named. Old (v1) receipts still verify."""
+named. Old (v1, v2) receipts still verify."""
 
 from __future__ import annotations
 
@@ -22,7 +23,7 @@ from ratchet_core.control_db import make_engine
 from ratchet_core.layout import ArtifactLayout
 from ratchet_core.pricing import model_prices
 from ratchet_core.receipt_views import auditor_view, client_view
-from ratchet_stats import receipt_v2
+from ratchet_stats import receipt_v2, receipt_v3
 from ratchet_stats.cli import main as stats_main
 from ratchet_stats.keys import generate_private_key, load_private_key_file, load_public_key
 from ratchet_stats.receipt import ReceiptError, verify_client_view, verify_receipt
@@ -55,13 +56,14 @@ def _files(s: dict, day: str, tmp_path: Path) -> dict:
         "envelope": layout.receipt_envelope(day).read_bytes(),
         "clients": layout.receipt_clients(day).read_bytes().splitlines(),
         "estimates": layout.receipt_estimates(day).read_bytes().splitlines(),
+        "pairs": (layout.receipt_dir(day) / receipt_v3.PAIRS_FILE).read_bytes().splitlines(),
         "leaves": export_rows_jsonl(s["art"], day, tmp_path / f"rows-{day}.jsonl").read_bytes().splitlines(),
     }
 
 
 def _oracle(art: Path, day: str, previous: dict[str, Fraction]) -> tuple[dict, dict[str, Fraction]]:
     """Independent oracle from the traffic file, written from the method's text: per-client (measured,
-    estimated, paid) micro-USD and each task's completion estimate."""
+    estimated, paid) micro-USD (paid: request rows and pair calls) and each task's completion estimate."""
     rows = pq.read_table(ArtifactLayout(art).traffic_file(day)).to_pylist()
     answers: dict[str, list[int]] = {}
     for r in rows:
@@ -74,7 +76,8 @@ def _oracle(art: Path, day: str, previous: dict[str, Fraction]) -> tuple[dict, d
     p = model_prices(TEACHER)
     out: dict[str, list[int]] = {}
     for r in rows:
-        if r["kind"] != "request":
+        if r["kind"] == "pair":
+            out.setdefault(r["client"], [0, 0, 0])[2] += round((r["actual_cost_usd"] or 0.0) * 1e6)
             continue
         m, e, a = out.setdefault(r["client"], [0, 0, 0])
         if r["served_by"] == "student":
@@ -102,10 +105,16 @@ def test_totals_are_the_teacher_method_recomputed_from_rows_and_estimates_chain(
                 "prev_estimates": signed["layout"].receipt_estimates(prev).read_bytes().splitlines(),
             }
         report = verify_receipt(
-            f["envelope"], pub, leaves=f["leaves"], clients=f["clients"], estimates=f["estimates"], **kwargs
+            f["envelope"],
+            pub,
+            leaves=f["leaves"],
+            clients=f["clients"],
+            estimates=f["estimates"],
+            pairs=f["pairs"],
+            **kwargs,
         )
         want = ["signature", "predicate"] + (["chain"] if prev else []) + ["clients", "estimates"]
-        want += (["chained-estimates"] if prev else []) + ["rows"]
+        want += (["chained-estimates"] if prev else []) + ["pairs", "rows"]
         assert report["checks"] == want
         per_client, estimates = _oracle(art, day, estimates)
         lines = {json.loads(b)["client"]: json.loads(b)["totals"] for b in f["clients"]}
@@ -118,6 +127,20 @@ def test_totals_are_the_teacher_method_recomputed_from_rows_and_estimates_chain(
             for c, t in lines.items()
         }
         assert got == per_client
+        # Paid counts the day's audit and shadow calls: the pair lines' cost, nothing else.
+        pair_rows = [json.loads(b) for b in f["pairs"]]
+        t = signed[day].totals
+        assert t["pairs"] == len(pair_rows) and t["pairs"] == sum(
+            1 for r in pq.read_table(signed["layout"].traffic_file(day)).to_pylist() if r["kind"] == "pair"
+        )
+        assert t["pair_cost_micro_usd"] == sum(round(r["actual_cost_usd"] * 1e6) for r in pair_rows)
+        assert t["saved_micro_usd"] == t["teacher_cost_micro_usd"] - t["actual_cost_micro_usd"]
+        if day != DAY3:  # days with audits: their teacher calls are in what was paid
+            audits = [r for r in pair_rows if r["pair_role"] == "audit"]
+            assert (
+                audits
+                and t["pair_cost_micro_usd"] >= sum(round(r["teacher_cost_usd"] * 1e6) for r in audits) > 0
+            )
     # Day 3: the student served everything and nobody audited, so its estimates come from day 2's receipt.
     day3 = {e["task"]: e for e in signed[DAY3].estimates}
     assert {e["source"] for e in day3.values()} <= {"previous", "day"}
@@ -189,7 +212,7 @@ def test_tampering_fails_naming_the_check(signed: dict, tmp_path: Path) -> None:
     pub, layout = signed["pub"], signed["layout"]
     f = _files(signed, DAY2, tmp_path)
     day1 = layout.receipt_envelope(DAY1).read_bytes()
-    full = {"clients": f["clients"], "estimates": f["estimates"]}
+    full = {"clients": f["clients"], "estimates": f["estimates"], "pairs": f["pairs"]}
     # One changed byte in the signed payload.
     env = json.loads(f["envelope"])
     payload = bytearray(base64.b64decode(env["payload"]))
@@ -204,7 +227,21 @@ def test_tampering_fails_naming_the_check(signed: dict, tmp_path: Path) -> None:
     line = json.loads(f["clients"][0])
     line["totals"]["actual_cost_micro_usd"] -= 5
     line["totals"]["saved_micro_usd"] += 5
-    forged = receipt_v2.client_leaf(line["client"], line["salt"], line["totals"])
+    forged = receipt_v3.client_leaf(line["client"], line["salt"], line["tasks"], line["totals"])
+    _fails("clients", f["envelope"], pub, clients=[forged, *f["clients"][1:]])
+    # The pair calls: a dropped pair line, a cheaper one, a client line that leaves them out of what was paid.
+    pairs = f["pairs"]
+    assert pairs, "day 2 has audits"
+    assert "dropped?" in _fails("pairs", f["envelope"], pub, **{**full, "pairs": pairs[1:]})
+    cheaper = json.loads(pairs[0])
+    cheaper["actual_cost_usd"] = 0.0
+    _fails("pairs", f["envelope"], pub, **{**full, "pairs": [receipt_v2.canonical_json(cheaper), *pairs[1:]]})
+    line = json.loads(f["clients"][0])
+    t = line["totals"]
+    t["actual_cost_micro_usd"] -= t["pair_cost_micro_usd"]
+    t["saved_micro_usd"] += t["pair_cost_micro_usd"]
+    t["pair_cost_micro_usd"] = 0
+    forged = receipt_v3.client_leaf(line["client"], line["salt"], line["tasks"], t)
     _fails("clients", f["envelope"], pub, clients=[forged, *f["clients"][1:]])
     est = json.loads(f["estimates"][0])
     est["from_audits"]["completion_tokens"] += 100
@@ -231,7 +268,7 @@ def test_tampering_fails_naming_the_check(signed: dict, tmp_path: Path) -> None:
     _fails("keyid", f["envelope"], generate_private_key().public_key())
 
 
-def test_v1_receipts_still_verify_and_chain_into_v2(two_days: Path, tmp_path: Path) -> None:
+def test_v1_receipts_still_verify_and_chain_into_v3(two_days: Path, tmp_path: Path) -> None:
     from ratchet_assets.night import atomic_write_bytes
     from ratchet_stats.canonical import canonical_json
     from ratchet_stats.dsse import make_statement, sign_statement
@@ -270,7 +307,7 @@ def test_v1_receipts_still_verify_and_chain_into_v2(two_days: Path, tmp_path: Pa
     )
     report = verify_receipt(layout.receipt_envelope(DAY1).read_bytes(), pub, leaves=leaves)
     assert report["version"] == 1 and report["checks"] == ["signature", "predicate", "totals", "rows"]
-    # The next receipt (v2) chains to it; a v1 predecessor has no estimates, so nothing is carried.
+    # The next receipt (v3) chains to it; a v1 predecessor has no estimates, so nothing is carried.
     consolidate_traffic(two_days / "lake", art, DAY2)
     ledger = EffectLedger(make_engine(f"sqlite:///{(tmp_path / 'c.db').as_posix()}"))
     r2 = build_receipt(art, DAY2, key, ledger, teacher_model=TEACHER)
@@ -280,11 +317,66 @@ def test_v1_receipts_still_verify_and_chain_into_v2(two_days: Path, tmp_path: Pa
         pub,
         prev_envelope=layout.receipt_envelope(DAY1).read_bytes(),
     )
-    assert v2["version"] == 2 and "chain" in v2["checks"]
+    assert v2["version"] == 3 and "chain" in v2["checks"]
     # A client asking for the v1 day gets its rows and its entry, never the envelope that names everyone.
     view = client_view(layout.receipt_dir(DAY1), DAY1, "acme")
     assert view["envelope"] is None and view["version"] == 1 and view["totals"] == clients["acme"]
     assert {json.loads(r["leaf"])["client"] for r in view["rows"]} == {"acme"}
+
+
+def test_v2_receipts_still_verify_and_chain_into_v3(two_days: Path, tmp_path: Path) -> None:
+    """A v2 receipt (signed before pairs counted) verifies with its rows; the v3 day after carries its estimates."""
+    from ratchet_assets.night import atomic_write_bytes
+    from ratchet_stats.canonical import canonical_json
+    from ratchet_stats.dsse import make_statement, sign_statement
+    from ratchet_stats.receipt import PREDICATE_TYPE_V2
+
+    art = two_days / "artifacts"
+    key = load_private_key_file(two_days / "keys" / "signing.key")
+    pub = key.public_key()
+    layout = ArtifactLayout(art)
+    consolidate_traffic(two_days / "lake", art, DAY1)
+    scratch = EffectLedger(make_engine(f"sqlite:///{(tmp_path / 's.db').as_posix()}"))
+    # A v3 receipt of the day, whose leaves and estimates are then re-signed as v2.
+    r1 = build_receipt(art, DAY1, key, scratch, teacher_model=TEACHER)
+    leaves = [s.encode() for s in pq.read_table(layout.receipt_rows(DAY1))["leaf"].to_pylist()]
+    estimates = layout.receipt_estimates(DAY1).read_bytes().splitlines()
+    lines = {json.loads(b)["task"]: json.loads(b) for b in estimates}
+    totals, first = receipt_v2.totals_from_rows([json.loads(b) for b in leaves], lines, r1.prices)
+    clients = [
+        receipt_v2.client_leaf(c, receipt_v2.client_salt(DAY1, c, first[c]), t) for c, t in totals.items()
+    ]
+    predicate = receipt_v2.make_predicate(DAY1, r1.root, r1.size, clients, estimates, r1.prices, None)
+    statement = make_statement(PREDICATE_TYPE_V2, predicate, receipt_v2.subjects(DAY1, predicate))
+    atomic_write_bytes(layout.receipt_envelope(DAY1), canonical_json(sign_statement(statement, key)))
+    atomic_write_bytes(layout.receipt_clients(DAY1), b"".join(c + b"\n" for c in clients))
+    (layout.receipt_dir(DAY1) / receipt_v3.PAIRS_FILE).unlink()
+    env1 = layout.receipt_envelope(DAY1).read_bytes()
+    report = verify_receipt(env1, pub, leaves=leaves, clients=clients, estimates=estimates)
+    assert report["version"] == 2 and report["checks"][-1] == "rows"
+    # v2's paid leaves the pairs out: the same day's v3 paid is higher by exactly their cost.
+    assert (
+        r1.totals["actual_cost_micro_usd"] - report["totals"]["actual_cost_micro_usd"]
+        == (r1.totals["pair_cost_micro_usd"])
+        > 0
+    )
+    view = client_view(layout.receipt_dir(DAY1), DAY1, "acme")
+    assert verify_client_view(view, pub)["version"] == 2
+    consolidate_traffic(two_days / "lake", art, DAY2)
+    ledger = EffectLedger(make_engine(f"sqlite:///{(tmp_path / 'c.db').as_posix()}"))
+    build_receipt(art, DAY2, key, ledger, teacher_model=TEACHER)
+    f = _files({"art": art, "layout": layout}, DAY2, tmp_path)
+    v3 = verify_receipt(
+        f["envelope"],
+        pub,
+        prev_envelope=env1,
+        prev_estimates=estimates,
+        leaves=f["leaves"],
+        clients=f["clients"],
+        estimates=f["estimates"],
+        pairs=f["pairs"],
+    )
+    assert v3["version"] == 3 and "chained-estimates" in v3["checks"] and v3["checks"][-1] == "rows"
 
 
 def test_cli_verify_receipt_auditor_and_client(signed: dict, tmp_path: Path, capsys) -> None:
@@ -296,8 +388,9 @@ def test_cli_verify_receipt_auditor_and_client(signed: dict, tmp_path: Path, cap
         stats_main(["verify", "receipt", str(f2), "--prev", str(f1), "--rows", str(rows), "--key", key]) == 0
     )
     out = capsys.readouterr().out
-    assert "OK receipt 2026-01-02 (v2)" in out and "estimated $" in out and "method teacher-prices/v1" in out
-    assert "checks: signature, predicate, chain, clients, estimates, chained-estimates, rows" in out
+    assert "OK receipt 2026-01-02 (v3)" in out and "estimated $" in out and "method teacher-prices/v1" in out
+    assert "audit/shadow calls)" in out
+    assert "checks: signature, predicate, chain, clients, estimates, chained-estimates, pairs, rows" in out
     parquet = str(layout.receipt_rows(DAY2))
     assert stats_main(["verify", "receipt", str(f2), "--rows", parquet, "--key", key, "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["checks"][-1] == "rows"
@@ -343,6 +436,7 @@ def test_segments_sealed_before_teacher_prompt_tokens_existed_still_make_a_recei
         leaves=export_rows_jsonl(art, DAY1, tmp_path / "rows.jsonl").read_bytes().splitlines(),
         clients=layout.receipt_clients(DAY1).read_bytes().splitlines(),
         estimates=layout.receipt_estimates(DAY1).read_bytes().splitlines(),
+        pairs=(layout.receipt_dir(DAY1) / receipt_v3.PAIRS_FILE).read_bytes().splitlines(),
     )
     assert report["checks"][-1] == "rows" and report["size"] > 0
 

@@ -119,6 +119,7 @@ def _receipt(home: Path, day: str):
         "envelope": layout.receipt_envelope(day).read_bytes(),
         "clients": layout.receipt_clients(day).read_bytes().splitlines(),
         "estimates": layout.receipt_estimates(day).read_bytes().splitlines(),
+        "pairs": (layout.receipt_dir(day) / "pairs.jsonl").read_bytes().splitlines(),
         "rows": export_rows_jsonl(art, day, home / "rows.jsonl").read_bytes().splitlines(),
     }
     return result, files, key.public_key()
@@ -162,8 +163,13 @@ def test_student_day_costs_what_the_teacher_day_cost_and_verify_recomputes_it(
     assert all(e["from_audits"]["answers"] > 0 for e in s_receipt.estimates)
 
     report = verify_receipt(
-        files["envelope"], pub, leaves=files["rows"], clients=files["clients"], estimates=files["estimates"]
+        files["envelope"],
+        pub,
+        leaves=files["rows"],
+        clients=files["clients"],
+        estimates=files["estimates"],
+        pairs=files["pairs"],
     )
-    assert report["checks"] == ["signature", "predicate", "clients", "estimates", "rows"]
+    assert report["checks"] == ["signature", "predicate", "clients", "estimates", "pairs", "rows"]
     assert report["totals"]["teacher_cost_micro_usd"] == student_day
     assert report["teacher_equivalent"]["prices"]["input_usd_per_token"] == prices.input_per_token

@@ -1,0 +1,391 @@
+"""Receipt v3: v2 (``ratchet_stats.receipt_v2``) plus the day's audit and shadow pair calls in what was paid.
+
+A pair row is the other model's answer to a request, fetched off the request path (``ratchet_core.schema``): the
+teacher's answer to an audited student-served request (``audit``) or the student's answer to a shadowed
+teacher-served one (``shadow``). Both are spend the request leaves do not hold, so a v2 receipt's "paid" left
+them out and its savings were overstated on days with audits. v3 commits them in a fourth tree and counts them::
+
+    predicate = v2 predicate + {"pairs": {"root", "size", "tree", "order": "request_id, leaf",
+                                          "leaf_fields": PAIR_LEAF_FIELDS}}
+
+- pair leaves (``pairs.jsonl`` beside the receipt, ``PAIRS_FILE``): ``canonical_json`` of each pair row's
+  ``PAIR_LEAF_FIELDS`` (``ts`` as ISO 8601 UTC text), sorted by (request_id, leaf bytes);
+- client lines: ``{"client", "salt", "tasks", "totals": TOTALS}``, TOTALS = v2's plus ``pairs`` (count) and
+  ``pair_cost_micro_usd`` (sum of ``micro(actual_cost_usd)`` of the client's pair rows: the teacher's price on
+  audit pairs, the student's on shadow pairs); ``actual_cost_micro_usd`` (paid) = the request rows' actual cost +
+  ``pair_cost_micro_usd``, so ``saved = teacher-equivalent - paid`` subtracts the pairs. ``tasks``: the sorted
+  tasks of the client's estimated (student-served, 200) rows, whose estimate lines its totals used, so a client
+  view can carry them without reading the client's rows. The salt's first request_id is the least over the
+  client's request and pair rows (a client may have only pairs that day);
+- the estimate lines' ``from_audits`` are recomputed from the pair leaves (v2 could not).
+
+``verify_receipt`` (``ratchet_stats.receipt``) dispatches here for ``PREDICATE_TYPE_V3``.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+from ratchet_stats import merkle
+from ratchet_stats import receipt_v2 as v2
+from ratchet_stats import teacher_equivalent as te
+from ratchet_stats.canonical import canonical_json
+from ratchet_stats.receipt import PREDICATE_TYPE_V3 as PREDICATE_TYPE
+from ratchet_stats.receipt import micro
+
+PAIRS_FILE = "pairs.jsonl"
+PAIR_LEAF_FIELDS = (
+    "request_id",
+    "ts",
+    "client",
+    "task",
+    "pair_role",
+    "pair_outcome",
+    "served_by",
+    "version",
+    "prompt_tokens",
+    "completion_tokens",
+    "status_code",
+    "teacher_cost_usd",
+    "actual_cost_usd",
+)
+CLIENT_FIELDS = ("client", "salt", "tasks", "totals")
+PAIR_KEYS = ("pairs", "pair_cost_micro_usd")
+_need = v2._need
+
+
+# Building ------------------------------------------------------------------------------------------------------
+def empty_totals() -> dict[str, Any]:
+    return {**v2.empty_totals(), "pairs": 0, "pair_cost_micro_usd": 0}
+
+
+def add_pairs(totals: dict[str, Any], n: int, cost: int) -> None:
+    """Add `n` pair calls costing `cost` micro-USD to TOTALS in place: paid goes up, saved down."""
+    totals["pairs"] += n
+    totals["pair_cost_micro_usd"] += cost
+    totals["actual_cost_micro_usd"] += cost
+    totals["saved_micro_usd"] -= cost
+
+
+def sum_totals(entries: Iterable[Mapping[str, Any]]) -> dict[str, Any]:
+    entries = list(entries)
+    out = {**v2.sum_totals(entries), "pairs": 0, "pair_cost_micro_usd": 0}
+    for e in entries:
+        for k in PAIR_KEYS:
+            out[k] += int(e.get(k, 0))
+    return out
+
+
+def client_leaf(client: str, salt: str, tasks: Iterable[str], totals: Mapping[str, Any]) -> bytes:
+    return canonical_json(
+        {"client": client, "salt": salt, "tasks": sorted(set(tasks)), "totals": dict(totals)}
+    )
+
+
+def pair_order(leaves: Iterable[bytes]) -> list[bytes]:
+    """Pair leaves in tree order: by request_id, then by the leaf's bytes."""
+    return sorted(leaves, key=lambda b: (json.loads(b)["request_id"], b))
+
+
+def make_predicate(
+    day: str,
+    requests_root: str,
+    size: int,
+    client_leaves: Sequence[bytes],
+    estimate_leaves: Sequence[bytes],
+    pair_leaves: Sequence[bytes],
+    prices: Mapping[str, Any],
+    previous: Mapping[str, str] | None,
+) -> dict[str, Any]:
+    p = v2.make_predicate(day, requests_root, size, client_leaves, estimate_leaves, prices, previous)
+    p["clients"]["leaf_fields"] = list(CLIENT_FIELDS)
+    p["pairs"] = v2._tree_doc(
+        merkle.root(list(pair_leaves)).hex(), len(pair_leaves), "request_id, leaf", PAIR_LEAF_FIELDS
+    )
+    return p
+
+
+def subjects(day: str, predicate: Mapping[str, Any]) -> list[dict[str, Any]]:
+    return [
+        *v2.subjects(day, predicate),
+        {"name": f"receipt-pairs:{day}", "digest": {"sha256": predicate["pairs"]["root"]}},
+    ]
+
+
+def is_audit_answer(pair: Mapping[str, Any]) -> bool:
+    """A pair row that counts towards its task's ``from_audits`` (the teacher answered, 200, not an error)."""
+    return (
+        pair.get("pair_role") == "audit"
+        and (pair.get("served_by") or "teacher") != "student"
+        and int(pair.get("status_code") or 0) == 200
+        and int(pair.get("completion_tokens") or 0) > 0
+        and pair.get("pair_outcome") not in (None, "error")
+    )
+
+
+def audit_answers(pairs: Iterable[Mapping[str, Any]]) -> dict[str, tuple[int, int]]:
+    out: dict[str, tuple[int, int]] = {}
+    for p in pairs:
+        if is_audit_answer(p):
+            k, c = out.get(str(p["task"]), (0, 0))
+            out[str(p["task"])] = (k + 1, c + int(p["completion_tokens"]))
+    return out
+
+
+def totals_from_rows(
+    rows: Iterable[Mapping[str, Any]],
+    pairs: Iterable[Mapping[str, Any]],
+    estimates: Mapping[str, Mapping[str, Any]],
+    prices: Mapping[str, Any],
+) -> tuple[dict[str, dict[str, Any]], dict[str, str], dict[str, list[str]]]:
+    """(per-client TOTALS, per-client least request_id, per-client estimated tasks) by the signed method."""
+    rows = list(rows)
+    base, first = v2.totals_from_rows(rows, estimates, prices)
+    clients = {name: {**t, "pairs": 0, "pair_cost_micro_usd": 0} for name, t in base.items()}
+    tasks: dict[str, set[str]] = {name: set() for name in clients}
+    for row in rows:
+        if te.is_estimated(row):
+            tasks[str(row["client"])].add(str(row["task"]))
+    for p in pairs:
+        name = str(p["client"])
+        add_pairs(clients.setdefault(name, empty_totals()), 1, micro(p.get("actual_cost_usd")))
+        tasks.setdefault(name, set())
+        rid = str(p["request_id"])
+        if name not in first or rid < first[name]:
+            first[name] = rid
+    return dict(sorted(clients.items())), first, {k: sorted(v) for k, v in tasks.items()}
+
+
+# Verification --------------------------------------------------------------------------------------------------
+def check_shape(p: Any, what: str) -> None:
+    v2.check_shape(p, what)
+    _need(v2._tree_ok(p.get("pairs")), "predicate", f"{what}: pairs must be a tree (root, size)")
+
+
+def check_totals_entry(name: str, e: Any, check: str) -> None:
+    """One v3 TOTALS adds up by itself (v2's rules, paid including the pairs)."""
+    _need(
+        isinstance(e, dict) and all(v2._is_count(e.get(k)) for k in PAIR_KEYS),
+        check,
+        f"client {name!r}: pairs and pair_cost_micro_usd must be counts",
+    )
+    v2.check_totals_entry(name, {k: v for k, v in e.items() if k not in PAIR_KEYS}, check)
+    _need(
+        e["pair_cost_micro_usd"] <= e["actual_cost_micro_usd"],
+        check,
+        f"client {name!r}: the pairs cost more than all that was paid",
+    )
+
+
+def parse_client_line(leaf: bytes, check: str = "clients") -> dict[str, Any]:
+    line = v2._parse_line(leaf, check, "a client line")
+    _need(set(line) == set(CLIENT_FIELDS), check, f"a client line must have exactly {list(CLIENT_FIELDS)}")
+    _need(
+        isinstance(line["client"], str) and isinstance(line["salt"], str), check, "client and salt are text"
+    )
+    tasks = line["tasks"]
+    _need(
+        isinstance(tasks, list) and all(isinstance(t, str) for t in tasks) and tasks == sorted(set(tasks)),
+        check,
+        f"client {line['client']!r}: tasks must be sorted distinct names",
+    )
+    check_totals_entry(line["client"], line["totals"], check)
+    return line
+
+
+def check_clients(predicate: Mapping[str, Any], leaves: Sequence[bytes]) -> dict[str, dict[str, Any]]:
+    """Every client line: root and size, canonical and well-formed, sorted; they count every request and pair."""
+    v2._check_tree(predicate["clients"], leaves, "clients", "client lines")
+    lines = [parse_client_line(b) for b in leaves]
+    names = [line["client"] for line in lines]
+    _need(names == sorted(set(names)), "clients", "client lines are not sorted by client (or repeat one)")
+    for key, tree in (("requests", "requests"), ("pairs", "pairs")):
+        total = sum(line["totals"][key] for line in lines)
+        _need(
+            total == predicate[tree]["size"],
+            "clients",
+            f"client lines count {total} {key}, the tree has {predicate[tree]['size']}",
+        )
+    return {line["client"]: line for line in lines}
+
+
+def check_pairs(predicate: Mapping[str, Any], leaves: Sequence[bytes]) -> list[dict[str, Any]]:
+    """The pair leaves give the signed pair root and size, canonical, in tree order."""
+    v2._check_tree(predicate["pairs"], leaves, "pairs", "pair lines")
+    pairs = [v2._parse_line(b, "pairs", "a pair line") for b in leaves]
+    _need(
+        all(set(p) == set(PAIR_LEAF_FIELDS) for p in pairs),
+        "pairs",
+        f"a pair line must have exactly {list(PAIR_LEAF_FIELDS)}",
+    )
+    _need(list(leaves) == pair_order(leaves), "pairs", "pair lines are not sorted by (request_id, line)")
+    return pairs
+
+
+def check_rows(
+    predicate: Mapping[str, Any],
+    leaves: Sequence[bytes],
+    pair_leaves: Sequence[bytes],
+    clients: Mapping[str, Mapping[str, Any]],
+    estimates: Mapping[str, Mapping[str, Any]],
+) -> None:
+    """The request rows and pair lines give both signed roots, every client line (totals, tasks, salt) and both
+    parts of every day-source estimate."""
+    v2._check_tree(predicate["requests"], leaves, "rows", "rows")
+    pairs = check_pairs(predicate, pair_leaves)
+    rows = v2._rows_of(leaves)
+    ids = [r["request_id"] for r in rows]
+    _need(ids == sorted(ids), "rows", "rows are not sorted by request_id")
+    totals, first, tasks = totals_from_rows(rows, pairs, estimates, predicate["teacher_equivalent"]["prices"])
+    _need(
+        set(totals) == set(clients),
+        "rows",
+        f"rows name clients {sorted(totals)}, the lines {sorted(clients)}",
+    )
+    for name, entry in totals.items():
+        line = clients[name]
+        _need(
+            canonical_json(v2._nonzero(entry)) == canonical_json(v2._nonzero(line["totals"])),
+            "rows",
+            f"client {name!r}: rows and pairs give {entry}, the receipt signs {line['totals']}",
+        )
+        _need(line["tasks"] == tasks[name], "rows", f"client {name!r}: rows give tasks {tasks[name]}")
+        _need(
+            line["salt"] == v2.client_salt(predicate["day"], name, first[name]),
+            "rows",
+            f"client {name!r}: salt does not match the client's rows",
+        )
+    parts = (("from_requests", te.request_answers(rows)), ("from_audits", audit_answers(pairs)))
+    for part, answers in parts:
+        for task, line in estimates.items():
+            if line["source"] == "day":
+                got = answers.get(task, (0, 0))
+                want = (line[part]["answers"], line[part]["completion_tokens"])
+                _need(got == want, "estimates", f"task {task!r}: {part} recomputes to {got}, the line {want}")
+        for task in answers:
+            _need(
+                task in estimates and estimates[task]["source"] == "day",
+                "estimates",
+                f"task {task!r} has teacher answers that day but its estimate line is not source 'day'",
+            )
+
+
+# The client view -----------------------------------------------------------------------------------------------
+def make_client_view(
+    envelope: Mapping[str, Any],
+    day: str,
+    client: str,
+    client_leaves: Sequence[bytes],
+    estimate_leaves: Sequence[bytes],
+    rows: Sequence[Mapping[str, Any]] | None = None,
+    pairs: Sequence[bytes] | None = None,
+) -> dict[str, Any] | None:
+    """What `client` receives: the envelope, its own line proven against the client root and the estimate lines
+    of its line's ``tasks`` (each proven), from the small files alone; with `rows` (its ``{index, request_id,
+    leaf}`` entries) and `pairs` (its pair lines) also those, which must recompute the line. None: no line."""
+    index = next((i for i, b in enumerate(client_leaves) if json.loads(b)["client"] == client), None)
+    if index is None:
+        return None
+    tasks = set(json.loads(client_leaves[index])["tasks"])
+    est_tree = merkle.MerkleTree(estimate_leaves)
+    view = {
+        "_type": v2.CLIENT_VIEW_TYPE,
+        "day": day,
+        "client": client,
+        "envelope": dict(envelope),
+        "line": v2._proven(merkle.MerkleTree(client_leaves), client_leaves, index),
+        "estimates": [
+            v2._proven(est_tree, estimate_leaves, i)
+            for i, b in enumerate(estimate_leaves)
+            if json.loads(b)["task"] in tasks
+        ],
+    }
+    if rows is not None:
+        view["rows"] = [dict(r) for r in rows]
+        view["pairs"] = [b.decode("utf-8") for b in pairs or []]
+    return view
+
+
+def check_client_view(
+    predicate: Mapping[str, Any], view: Mapping[str, Any]
+) -> tuple[dict[str, Any], list[str]]:
+    """A client's v3 view against its signed predicate; returns (its line, the checks passed)."""
+    _need(
+        view.get("_type") == v2.CLIENT_VIEW_TYPE, "client-view", f"not a client view ({view.get('_type')!r})"
+    )
+    _need(view.get("day") == predicate["day"], "client-view", "the view's day is not the receipt's")
+    leaf = v2._check_member(predicate["clients"], view.get("line") or {}, "client-line", "the client line")
+    line = parse_client_line(leaf, "client-line")
+    _need(line["client"] == view.get("client"), "client-line", "the line belongs to another client")
+    estimates = {}
+    for item in view.get("estimates") or []:
+        e_leaf = v2._check_member(
+            predicate["teacher_equivalent"]["estimates"], item, "estimates", "an estimate line"
+        )
+        e = v2.parse_estimate_line(e_leaf, predicate["day"])
+        estimates[e["task"]] = e
+    missing = sorted(set(line["tasks"]) - set(estimates))
+    _need(not missing, "estimates", f"the estimate lines of tasks {missing} (named by your line) are missing")
+    checks = ["client-line", "estimates"]
+    rows_in = view.get("rows")
+    if rows_in is not None:
+        rows = []
+        for r in rows_in:
+            row = v2._parse_line(str(r["leaf"]).encode("utf-8"), "client-rows", "a row")
+            _need(
+                row.get("client") == line["client"], "client-rows", "a row of another client is in the view"
+            )
+            rows.append(row)
+        pairs = []
+        for text in view.get("pairs") or []:
+            p = v2._parse_line(str(text).encode("utf-8"), "client-rows", "a pair line")
+            _need(p.get("client") == line["client"], "client-rows", "a pair of another client is in the view")
+            pairs.append(p)
+        indices = [int(r["index"]) for r in rows_in]
+        _need(
+            indices == sorted(set(indices)) and all(0 <= i < predicate["requests"]["size"] for i in indices),
+            "client-rows",
+            "row indices are not increasing within the tree",
+        )
+        totals, first, tasks = totals_from_rows(
+            rows, pairs, estimates, predicate["teacher_equivalent"]["prices"]
+        )
+        mine = totals.get(line["client"], empty_totals())
+        _need(
+            canonical_json(v2._nonzero(mine)) == canonical_json(v2._nonzero(line["totals"])),
+            "client-rows",
+            f"your rows and pairs give {mine}, the signed line {line['totals']} (rows missing or altered?)",
+        )
+        _need(tasks.get(line["client"], []) == line["tasks"], "client-rows", "your rows give other tasks")
+        if line["client"] in first:
+            _need(
+                line["salt"] == v2.client_salt(predicate["day"], line["client"], first[line["client"]]),
+                "client-rows",
+                "the line's salt does not match your first request",
+            )
+        checks.append("client-rows")
+    return line, checks
+
+
+__all__ = [
+    "CLIENT_FIELDS",
+    "PAIRS_FILE",
+    "PAIR_LEAF_FIELDS",
+    "PREDICATE_TYPE",
+    "add_pairs",
+    "audit_answers",
+    "check_client_view",
+    "check_clients",
+    "check_pairs",
+    "check_rows",
+    "client_leaf",
+    "empty_totals",
+    "make_client_view",
+    "make_predicate",
+    "pair_order",
+    "subjects",
+    "sum_totals",
+    "totals_from_rows",
+]
