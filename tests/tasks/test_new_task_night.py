@@ -52,9 +52,14 @@ def test_a_new_task_goes_through_a_night_with_its_own_target(moods_night, monkey
     golden_meta = night.metadata("golden_split")
     share = golden_meta["golden_size"].value / golden_meta["new_keys"].value
     assert 0.25 < share < 0.45, share
-    check = {c.check_name: c for c in night.result.get_asset_check_evaluations()}[
-        "at_least_one_task_certified"
-    ]
+    # the learner's choices, numeric in the adapter's metadata (the UI plots them per partition)
+    learner = night.metadata("lora_adapter")
+    assert (
+        learner["epochs_run"].value >= 1 and learner["steps"].value > 0 and learner["train_seconds"].value > 0
+    )
+    assert learner["validation_accuracy/moods"].value == learner["validation_accuracy"].value > 0.5
+    checks = {c.check_name: c for c in night.result.get_asset_check_evaluations()}
+    check = checks["at_least_one_task_certified"]
     assert check.passed
     print(
         f"moods: n={section['n']} precision={section['precision']:.3f} lower={section['lower_bound']:.3f} "
