@@ -314,3 +314,39 @@ def localize_args(args: list[str] | tuple[str, ...]) -> list[str]:
         else:
             out.append(a)
     return out
+
+
+# The night's one hook ------------------------------------------------------------------------------------------
+def publishes_artifacts(fn: Any) -> Any:
+    """Decorate a night asset or op that takes the ``paths`` resource: when it returns (or raises), what it wrote
+    to the artifacts cache is published to ``RATCHET_ARTIFACTS_URL`` (a no-op without it). The matching fetch is
+    the resource's ``setup_for_execution`` (a Dagster resource with a teardown would become a context manager
+    that every ``build_sensor_context`` caller must enter, hence a decorator for the publish half)."""
+    import functools
+    import inspect
+
+    def _publish(kwargs: dict[str, Any]) -> None:
+        paths = kwargs.get("paths")
+        store = paths.artifact_store() if paths is not None else None
+        if store is not None:
+            store.sync_up()
+
+    if inspect.isgeneratorfunction(fn):
+
+        @functools.wraps(fn)
+        def gen_wrapper(*args: Any, **kwargs: Any) -> Any:
+            try:
+                yield from fn(*args, **kwargs)
+            finally:
+                _publish(kwargs)
+
+        return gen_wrapper
+
+    @functools.wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return fn(*args, **kwargs)
+        finally:
+            _publish(kwargs)
+
+    return wrapper

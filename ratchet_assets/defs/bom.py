@@ -10,6 +10,7 @@ import dagster as dg
 from ratchet_assets.defs.partitions import daily_partitions
 from ratchet_assets.defs.resources import ModelEndpoints, RatchetPaths, Signer
 from ratchet_assets.night import bom as step
+from ratchet_core.artifact_store import publishes_artifacts
 
 
 @dg.asset(
@@ -18,6 +19,7 @@ from ratchet_assets.night import bom as step
     kinds={"json"},
     group_name="night",
 )
+@publishes_artifacts  # what it wrote goes to RATCHET_ARTIFACTS_URL (a no-op without it)
 def bom(
     context: dg.AssetExecutionContext, paths: RatchetPaths, signer: Signer, models: ModelEndpoints
 ) -> dg.MaterializeResult:

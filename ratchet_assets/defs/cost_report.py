@@ -15,6 +15,7 @@ import dagster as dg
 
 from ratchet_assets.defs.partitions import daily_partitions
 from ratchet_assets.defs.resources import ModelEndpoints, RatchetPaths
+from ratchet_core.artifact_store import publishes_artifacts
 
 
 class CostReportConfig(dg.Config):
@@ -47,6 +48,7 @@ def report_path(artifacts: str | Path, day: str) -> Path:
     group_name="night",
     kinds={"python", "json"},
 )
+@publishes_artifacts  # what it wrote goes to RATCHET_ARTIFACTS_URL (a no-op without it)
 def cost_report(
     context: dg.AssetExecutionContext, config: CostReportConfig, paths: RatchetPaths, models: ModelEndpoints
 ) -> dg.MaterializeResult:

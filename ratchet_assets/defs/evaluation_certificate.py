@@ -17,6 +17,7 @@ import dagster as dg
 from ratchet_assets.defs.partitions import daily_partitions
 from ratchet_assets.defs.resources import ControlDB, ModelEndpoints, NightConfig, RatchetPaths, Signer
 from ratchet_assets.night import certificate as step
+from ratchet_core.artifact_store import publishes_artifacts
 
 CHECK = "at_least_one_task_certified"
 
@@ -76,6 +77,7 @@ def _metadata(result: step.CertificateResult) -> dict[str, Any]:
     group_name="night",
     check_specs=[dg.AssetCheckSpec(CHECK, asset="evaluation_certificate", blocking=True)],
 )
+@publishes_artifacts  # what it wrote goes to RATCHET_ARTIFACTS_URL (a no-op without it)
 def evaluation_certificate(
     context: dg.AssetExecutionContext,
     config: EvaluationConfig,

@@ -22,6 +22,7 @@ from ratchet_assets.night.examples import (
     merge_examples,
     prepare_examples,
 )
+from ratchet_core.artifact_store import publishes_artifacts
 
 
 @dg.op(
@@ -63,7 +64,10 @@ def examples_range(
 
 
 @dg.op
-def examples_merge(context: dg.OpExecutionContext, plan: ExamplesPlan, parts: list[ExamplesPart]):
+@publishes_artifacts  # what it wrote goes to RATCHET_ARTIFACTS_URL (a no-op without it)
+def examples_merge(
+    context: dg.OpExecutionContext, plan: ExamplesPlan, parts: list[ExamplesPart], paths: RatchetPaths
+):
     """Concatenate the key ranges in key order; report the day's examples."""
     rss = PeakRSS()
     r = plan.direct if plan.direct is not None else merge_examples(plan, parts)

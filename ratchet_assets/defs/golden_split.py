@@ -8,6 +8,7 @@ from ratchet_assets.night import markdown_table
 from ratchet_assets.night.budget import PeakRSS
 from ratchet_assets.night.erasures import load_erasures
 from ratchet_assets.night.split import split_golden
+from ratchet_core.artifact_store import publishes_artifacts
 from ratchet_stats.bounds import rows_to_certify
 
 
@@ -32,6 +33,7 @@ def _task_policies(control_db: ControlDB, signer: Signer, night: NightConfig) ->
     deps=["examples"],
     check_specs=[dg.AssetCheckSpec("golden_floor_met", asset="golden_split")],
 )
+@publishes_artifacts  # what it wrote goes to RATCHET_ARTIFACTS_URL (a no-op without it)
 def golden_split(
     context: dg.AssetExecutionContext,
     paths: RatchetPaths,

@@ -26,6 +26,7 @@ from ratchet_assets.defs.resources import ControlDB, ModelEndpoints, RatchetPath
 from ratchet_assets.defs.training_launcher import TrainingLauncher
 from ratchet_assets.night import adapter as step
 from ratchet_assets.night.commitments import CommitmentMissing
+from ratchet_core.artifact_store import publishes_artifacts
 from ratchet_core.lora_trainer import LoraTrainConfig  # its fields are the config's training fields
 
 _DEFAULTS = step.NIGHT_TRAINING
@@ -70,6 +71,7 @@ class LoraAdapterConfig(dg.Config):
     group_name="night",
     output_required=False,
 )
+@publishes_artifacts  # what it wrote goes to RATCHET_ARTIFACTS_URL (a no-op without it)
 def lora_adapter(
     context: dg.AssetExecutionContext,
     config: LoraAdapterConfig,

@@ -52,16 +52,14 @@ class RatchetPaths(dg.ConfigurableResource):
         return store_for(self.artifacts_url, self.artifacts_root())
 
     def setup_for_execution(self, context: dg.InitResourceContext) -> None:
-        if getattr(context, "dagster_run", None) is None:  # a sensor tick, not a step: no sync
-            return
-        if store := self.artifact_store():  # a step on an empty cache: fetch its inputs from the store
-            store.sync_down()
-
-    def teardown_after_execution(self, context: dg.InitResourceContext) -> None:
+        """A step starts (not a sensor tick): publish what an earlier step left in this cache unpublished, then
+        fetch what the cache lacks. Each night asset publishes its own outputs when it ends
+        (``ratchet_core.artifact_store.publishes_artifacts``)."""
         if getattr(context, "dagster_run", None) is None:
             return
-        if store := self.artifact_store():  # publish what the step wrote (write-once for signed files)
+        if store := self.artifact_store():
             store.sync_up()
+            store.sync_down()
 
     def home_path(self) -> Path:
         return Path(self.home) if self.home else _settings().home

@@ -9,6 +9,7 @@ from ratchet_assets.defs.resources import NightConfig, RatchetPaths
 from ratchet_assets.night import markdown_table
 from ratchet_assets.night.budget import PeakRSS
 from ratchet_assets.night.traffic import TrafficError, consolidate_traffic
+from ratchet_core.artifact_store import publishes_artifacts
 
 
 @dg.asset(
@@ -17,6 +18,7 @@ from ratchet_assets.night.traffic import TrafficError, consolidate_traffic
     kinds={"duckdb", "parquet"},
     check_specs=[dg.AssetCheckSpec("no_late_segments", asset="traffic")],
 )
+@publishes_artifacts  # what it wrote goes to RATCHET_ARTIFACTS_URL (a no-op without it)
 def traffic(
     context: dg.AssetExecutionContext, paths: RatchetPaths, night: NightConfig
 ) -> dg.MaterializeResult:

@@ -8,6 +8,7 @@ from ratchet_assets.night import markdown_table
 from ratchet_assets.night.budget import PeakRSS
 from ratchet_assets.night.erasures import load_erasures
 from ratchet_assets.night.training_set import TrainingSetError, build_training_set, disjoint_from_golden
+from ratchet_core.artifact_store import publishes_artifacts
 
 DISJOINT_CHECK = "training_set_disjoint_from_golden"
 
@@ -19,6 +20,7 @@ DISJOINT_CHECK = "training_set_disjoint_from_golden"
     deps=["examples", "golden_split"],
     check_specs=[dg.AssetCheckSpec(DISJOINT_CHECK, asset="training_set", blocking=True)],
 )
+@publishes_artifacts  # what it wrote goes to RATCHET_ARTIFACTS_URL (a no-op without it)
 def training_set(
     context: dg.AssetExecutionContext, paths: RatchetPaths, control_db: ControlDB, night: NightConfig
 ) -> dg.MaterializeResult:
