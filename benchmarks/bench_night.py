@@ -18,6 +18,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
+import os
 import resource
 import tempfile
 import time
@@ -217,21 +218,24 @@ def synth_traffic(
 
 
 class _Steps:
-    """Per step: wall seconds, CPU seconds (all threads of this process: DuckDB's too) and peak RSS (VmHWM,
-    reset before the step)."""
+    """Per step: wall seconds, CPU seconds (all threads of this process, DuckDB's too, and its worker processes)
+    and peak RSS (VmHWM, reset before the step)."""
 
     def __init__(self) -> None:
         self.wall: dict[str, float] = {}
         self.cpu: dict[str, float] = {}
         self.rss: dict[str, float] = {}
+        self.load: dict[str, float] = {}  # the machine's 1-minute load average when the step ended
 
     def run(self, name: str, fn: Any, *args: Any, **kwargs: Any) -> Any:
         _reset_hwm()
-        cpu, t = time.process_time(), time.perf_counter()
+        cpu, t, kids = time.process_time(), time.perf_counter(), _children_cpu()
         out = fn(*args, **kwargs)
         self.wall[name] = time.perf_counter() - t
-        self.cpu[name] = time.process_time() - cpu
+        # this process's CPU plus that of the worker processes the step waited for (examples' key ranges)
+        self.cpu[name] = time.process_time() - cpu + _children_cpu() - kids
         self.rss[name] = _hwm_mb()
+        self.load[name] = round(os.getloadavg()[0], 2)
         return out
 
     def table(self) -> dict[str, dict[str, float]]:
@@ -240,9 +244,16 @@ class _Steps:
                 "wall_s": round(self.wall[k], 2),
                 "cpu_s": round(self.cpu[k], 2),
                 "peak_rss_mb": round(self.rss[k], 1),
+                "load_avg_1m": self.load[k],
             }
             for k in self.wall
         }
+
+
+def _children_cpu() -> float:
+    """CPU seconds of this process's finished, waited-for children."""
+    r = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return r.ru_utime + r.ru_stime
 
 
 def _proof_latency(folder: Path, n: int, root: str, count: int, seed: int = 11) -> dict[str, Any]:

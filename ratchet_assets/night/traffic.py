@@ -20,6 +20,7 @@ settings so a rerun over the same segments is byte-identical.
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -32,7 +33,7 @@ from ratchet_assets.night import (
     sql_str,
     stream_batches,
 )
-from ratchet_assets.night.budget import Budget
+from ratchet_assets.night.budget import MAX_SHARDS, Budget, resolve
 from ratchet_assets.night.budget import connect as budget_connect
 from ratchet_core.lake import Lake, Segment
 from ratchet_core.layout import ArtifactLayout
@@ -41,6 +42,12 @@ from ratchet_core.schema import ADDED_COLUMNS, COLUMN_NAMES, LEDGER_SCHEMA, duck
 # Row groups of the traffic file: ~100 MB of wide ledger rows, so the writer's buffers stay a small part of the
 # night's memory budget (ratchet_assets.night.budget).
 ROW_GROUP_ROWS = 65_536
+# A day of more kept rows than this is sorted in time ranges of about this many rows (each sorted in memory, in
+# order) instead of by one out-of-core sort of all its wide rows, which spills and grows faster than the day.
+ROWS_PER_BUCKET = 1_000_000
+ORDER_BY = "ts, replica, seq, request_id, kind"
+# The narrow columns the step's counts are made from (kept with each row's position).
+_STAT_COLUMNS = "ts, kind, client, task, served_by, total_tokens, teacher_cost_usd, actual_cost_usd"
 
 
 class TrafficError(ValueError):
@@ -157,25 +164,30 @@ def consolidate_traffic(
         f"SELECT count(*), count(*) FILTER (WHERE day <> {sql_str(day)}) FROM raw"
     ).fetchall()[0]
     total, wrong_day = int(counts[0]), int(counts[1])
-    # Duplicates are found on narrow columns only; the wide rows are read once, for the kept positions.
+    # Duplicates are found on narrow columns only (with the few the step's counts need, so the wide rows are
+    # read once, for the output); the wide rows are read once, for the kept positions.
     con.execute(
         f"""
         CREATE TEMP TABLE keep AS
-        SELECT _file, _row FROM (
-          SELECT _file, _row,
+        SELECT _file, _row, {_STAT_COLUMNS} FROM (
+          SELECT _file, _row, {_STAT_COLUMNS},
             row_number() OVER (PARTITION BY replica, seq ORDER BY _file, _row) AS _by_seq,
             row_number() OVER (PARTITION BY request_id, kind, pair_role ORDER BY _file, _row) AS _by_id
-          FROM (SELECT _file, _row, replica, seq, request_id, kind, pair_role FROM raw
+          FROM (SELECT _file, _row, replica, seq, request_id, pair_role, {_STAT_COLUMNS} FROM raw
                 WHERE day = {sql_str(day)})
         ) WHERE _by_seq = 1 AND _by_id = 1
         """
     )
-    con.execute(f"CREATE TEMP VIEW kept AS SELECT {cols} FROM raw SEMI JOIN keep USING (_file, _row)")
+    kept_rows = con.execute("SELECT count(*) FROM keep").fetchall()[0][0]
+    if kept_rows == total:  # nothing dropped (the usual day): no join of the wide rows with their positions
+        con.execute(f"CREATE TEMP VIEW kept AS SELECT {cols} FROM raw")
+    else:
+        con.execute(f"CREATE TEMP VIEW kept AS SELECT {cols} FROM raw SEMI JOIN keep USING (_file, _row)")
     # Streamed: DuckDB sorts, Arrow batches go to Parquet in row groups (the day is never held in Python).
     writer = ChunkedParquetWriter(
         out, LEDGER_SCHEMA, row_group_size=ROW_GROUP_ROWS, compression="zstd", write_statistics=True
     )
-    for batch in stream_batches(con, "SELECT * FROM kept ORDER BY ts, replica, seq, request_id, kind"):
+    for batch in _sorted_kept(con, resolve(budget), int(kept_rows)):
         writer.write(batch)
     writer.close()
     segments = [{"name": seg.name, "bytes": seg.size} for seg in files]
@@ -190,17 +202,17 @@ def consolidate_traffic(
                coalesce(sum(total_tokens) FILTER (WHERE kind = 'request'), 0),
                coalesce(sum(teacher_cost_usd) FILTER (WHERE kind = 'request'), 0),
                coalesce(sum(actual_cost_usd) FILTER (WHERE kind = 'request'), 0)
-        FROM kept
+        FROM keep
         """
     ).fetchall()[0]
     tasks = dict(
         con.execute(
-            "SELECT task, count(*) FROM kept WHERE kind = 'request' GROUP BY task ORDER BY task"
+            "SELECT task, count(*) FROM keep WHERE kind = 'request' GROUP BY task ORDER BY task"
         ).fetchall()
     )
     served = dict(
         con.execute(
-            "SELECT served_by, count(*) FROM kept WHERE kind = 'request' GROUP BY served_by ORDER BY served_by"
+            "SELECT served_by, count(*) FROM keep WHERE kind = 'request' GROUP BY served_by ORDER BY served_by"
         ).fetchall()
     )
     con.close()
@@ -222,6 +234,48 @@ def consolidate_traffic(
         teacher_cost_usd=float(stats[5]),
         actual_cost_usd=float(stats[6]),
     )
+
+
+def _sorted_kept(con: Any, budget: Budget, rows: int) -> Iterator[Any]:
+    """The ``kept`` rows as Arrow batches in ``ORDER_BY`` order.
+
+    A big day whose segments each cover a short stretch of it (as the gateway writes them: rows in time order,
+    sealed every few minutes) is sorted in time ranges of ~``ROWS_PER_BUCKET`` rows (bounds: timestamps at
+    quantiles of the kept rows, so rows of one timestamp share a range), one after the other: DuckDB reads only
+    the row groups whose ``ts`` statistics overlap the range and sorts it in memory, instead of one out-of-core
+    sort of all the day's wide rows (which spills and grows faster than the day). ``ORDER_BY`` is a total order
+    (``(replica, seq)`` is unique among kept rows), so the rows and the file are the same either way. Segments
+    that overlap in time so much that the ranges would read the day more than three times take the one sort.
+    ``budget.shards`` > 0 forces that many ranges (tests)."""
+    buckets = budget.shards or min(MAX_SHARDS, -(-rows // ROWS_PER_BUCKET))
+    bounds: list[Any] = []
+    if buckets > 1:
+        quantiles = ", ".join(repr(i / buckets) for i in range(1, buckets))
+        got = con.execute(f"SELECT quantile_disc(ts, [{quantiles}]) FROM keep").fetchall()[0][0] or []
+        bounds = sorted({b for b in got if b is not None})
+    if bounds and not budget.shards:
+        spans = con.execute("SELECT min(ts), max(ts), count(*) FROM raw GROUP BY _file").fetchall()
+        edges = [None, *bounds, None]
+        read = sum(
+            n
+            for lo, hi in zip(edges, edges[1:], strict=False)
+            for first, last, n in spans
+            if first is None or ((hi is None or first < hi) and (lo is None or last >= lo))
+        )
+        if read > 3 * sum(n for _, _, n in spans):
+            bounds = []
+    if not bounds:
+        yield from stream_batches(con, f"SELECT * FROM kept ORDER BY {ORDER_BY}")
+        return
+    edges = [None, *bounds, None]
+    for lo, hi in zip(edges, edges[1:], strict=False):
+        where = " AND ".join(
+            ([f"ts >= {sql_str(lo.isoformat())}::TIMESTAMPTZ"] if lo is not None else [])
+            + ([f"ts < {sql_str(hi.isoformat())}::TIMESTAMPTZ"] if hi is not None else [])
+        )
+        if hi is None:  # the last range also takes rows without a time (sorted last, as one sort puts them)
+            where = f"({where} OR ts IS NULL)"
+        yield from stream_batches(con, f"SELECT * FROM kept WHERE {where} ORDER BY {ORDER_BY}")
 
 
 def traffic_path(artifacts_root: str | Path, day: str) -> Path:
