@@ -6,8 +6,9 @@ the measured/estimated split of the teacher-equivalent, the prices and each task
 import dagster as dg
 
 from ratchet_assets.defs.partitions import daily_partitions
-from ratchet_assets.defs.resources import ControlDB, ModelEndpoints, RatchetPaths, Signer
+from ratchet_assets.defs.resources import ControlDB, ModelEndpoints, NightConfig, RatchetPaths, Signer
 from ratchet_assets.night import markdown_table
+from ratchet_assets.night.budget import PeakRSS
 from ratchet_assets.night.receipts import ReceiptConflict, build_receipt
 from ratchet_core.artifact_store import publishes_artifacts
 from ratchet_stats import teacher_equivalent as te
@@ -29,13 +30,21 @@ def daily_receipt(
     control_db: ControlDB,
     signer: Signer,
     models: ModelEndpoints,
+    night: NightConfig,
 ) -> dg.MaterializeResult:
     """Signed receipt of the day's requests at the teacher's prices: Merkle roots over rows, clients and estimates."""
     day = context.partition_key
     ledger = control_db.effects()
+    rss = PeakRSS()
     try:
+        # The receipt's sort and aggregates run in the night's memory budget (RATCHET_NIGHT_MEMORY_MB).
         r = build_receipt(
-            paths.artifacts_root(), day, signer.private_key(), ledger, teacher_model=models.teacher()
+            paths.artifacts_root(),
+            day,
+            signer.private_key(),
+            ledger,
+            teacher_model=models.teacher(),
+            budget=night.budget(),
         )
     except ReceiptConflict as exc:
         raise dg.Failure(description=str(exc)) from None
@@ -47,6 +56,7 @@ def daily_receipt(
             "dagster/row_count": dg.MetadataValue.int(r.size),
             "dagster/uri": dg.MetadataValue.path(r.path),
             "root": dg.MetadataValue.text(r.root),
+            "peak_rss_mb": dg.MetadataValue.float(round(rss.mb(), 1)),
             "envelope_digest": dg.MetadataValue.text(r.envelope_digest),
             "previous": dg.MetadataValue.text(r.previous["digest"] if r.previous else "none (first receipt)"),
             "signature": dg.MetadataValue.text("new" if r.outcome == "execute" else "reused"),
