@@ -5,7 +5,8 @@ from datetime import timedelta
 import dagster as dg
 
 from ratchet_assets.defs.partitions import daily_partitions
-from ratchet_assets.defs.resources import NightConfig, RatchetPaths
+from ratchet_assets.defs.resources import ControlDB, NightConfig, RatchetPaths
+from ratchet_assets.governance.erase import sweep
 from ratchet_assets.night import markdown_table
 from ratchet_assets.night.budget import PeakRSS
 from ratchet_assets.night.traffic import TrafficError, consolidate_traffic
@@ -20,11 +21,15 @@ from ratchet_core.artifact_store import publishes_artifacts
 )
 @publishes_artifacts  # what it wrote goes to RATCHET_ARTIFACTS_URL (a no-op without it)
 def traffic(
-    context: dg.AssetExecutionContext, paths: RatchetPaths, night: NightConfig
+    context: dg.AssetExecutionContext, paths: RatchetPaths, night: NightConfig, control_db: ControlDB
 ) -> dg.MaterializeResult:
     """The day's gateway traffic: every sealed segment, schema-checked and deduplicated."""
     day = context.partition_key
     rss = PeakRSS()
+    # erasure scopes applied to segments sealed after their erasure began (governance.erase.sweep)
+    swept = sweep(control_db.engine(), paths.lake_root(), paths.artifacts_root(), day)
+    if swept:
+        context.log.info(f"{day}: erasures swept segments sealed after them: {swept}")
     try:
         r = consolidate_traffic(
             paths.lake_root(),
@@ -57,6 +62,7 @@ def traffic(
             "duplicates_dropped": dg.MetadataValue.int(r.duplicates_dropped),
             "wrong_day_dropped": dg.MetadataValue.int(r.wrong_day_dropped),
             "late_segments": dg.MetadataValue.int(len(r.late_segments)),
+            "erasure_swept_requests": dg.MetadataValue.int(swept.get("requests", 0)),
             "tasks": dg.MetadataValue.md(preview),
             "peak_rss_mb": dg.MetadataValue.float(round(rss.mb(), 1)),
         },
