@@ -4,20 +4,19 @@ from __future__ import annotations
 
 import json
 import sys
-from datetime import UTC, datetime
+from datetime import datetime
 from pathlib import Path
 
 import click
 
+from ratchet_assets.governance.when import parse_when
+
 
 def _when(value: str | None, what: str) -> datetime | None:
-    if not value:
-        return None
     try:
-        t = datetime.fromisoformat(value)
-    except ValueError:
-        raise click.BadParameter(f"{value!r} is not an ISO date or time", param_hint=what) from None
-    return t if t.tzinfo else t.replace(tzinfo=UTC)
+        return parse_when(value, what)
+    except ValueError as exc:
+        raise click.BadParameter(str(exc), param_hint=what) from None
 
 
 @click.command("import")

@@ -492,16 +492,13 @@ def scope_from_options(
 ) -> ErasureScope:
     """An :class:`ErasureScope` from CLI text (ISO dates or times; a naive time is UTC)."""
 
+    from ratchet_assets.governance.when import parse_when
+
     def when(value: str | None, what: str) -> datetime | None:
-        if not value:
-            return None
         try:
-            t = datetime.fromisoformat(value)
-        except ValueError:
-            raise ErasureError(
-                f"--{what} {value!r} is not an ISO date or time (2026-01-31 or 2026-01-31T12:00)"
-            ) from None
-        return t if t.tzinfo else t.replace(tzinfo=UTC)
+            return parse_when(value, f"--{what}")
+        except ValueError as exc:
+            raise ErasureError(str(exc)) from None
 
     scope = ErasureScope(
         tuple(request_ids),
