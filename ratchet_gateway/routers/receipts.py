@@ -8,9 +8,12 @@ Files read (written by ``ratchet_assets.night.receipts``; paths from ``ratchet_c
   canonical JSON text that is hashed, RFC 9162 leaf = SHA-256(0x00 || leaf)).
 
 ``GET /ratchet/receipts/{day}`` returns the calling client's view (``ratchet_core.receipt_views.client_view``):
-the signed envelope, its own totals line with an inclusion proof against the signed client root, the estimate
-lines of its tasks and its own leaves, never another client's name or totals (check it with
-``ratchet verify receipt --client-proof FILE``); ``GET /ratchet/receipts/{day}/audit`` (admin key) the whole;
+the signed envelope, its own totals line with an inclusion proof against the signed client root and the estimate
+lines of its tasks, never another client's name or totals (check it with ``ratchet verify receipt --client-proof
+FILE``). For a v3 receipt it is read from the stored client and estimate lines alone (``clients.jsonl``,
+``estimates.jsonl``), as the proof route reads the stored tree: milliseconds on a 1M-row day; ``?rows=true`` adds
+the client's own request leaves and pair lines (a scan of the day's rows, so it grows with the day), which the
+verifier then recomputes the line from. v1/v2 receipts always carry the rows; ``GET /ratchet/receipts/{day}/audit`` (admin key) the whole;
 ``GET /ratchet/receipts/{day}/proof/{request_id}`` returns an RFC 9162 inclusion proof in the shape of
 ``ratchet_stats.receipt`` (``_type`` = its PROOF_TYPE; verify with ``ratchet verify proof``), read from the
 stored tree by ``ratchet_core.receipt_store.receipt_proof`` (the gateway never imports the control plane).
@@ -25,7 +28,7 @@ import re
 from pathlib import Path
 from typing import Annotated
 
-from fastapi import APIRouter
+from fastapi import APIRouter, Query
 from fastapi import Path as PathParam
 from starlette.responses import Response
 
@@ -40,6 +43,12 @@ _DAY = re.compile(r"^\d{4}-\d{2}-\d{2}$")
 _RID = re.compile(r"^[A-Za-z0-9_.-]{1,128}$")
 Day = Annotated[str, PathParam(description="The UTC day, YYYY-MM-DD.")]
 RequestId = Annotated[str, PathParam(description="An x-ratchet-request-id value.")]
+WithRows = Annotated[
+    bool,
+    Query(
+        description="Add your own request leaves and pair lines (a scan of the day's rows; slower on big days)."
+    ),
+]
 
 
 def build_proof(folder: Path, day: str, request_id: str, client: str) -> dict | None:
@@ -62,16 +71,16 @@ def _receipt_folder(gw: Gateway, day: str) -> Path:
 
 @router.get(
     "/receipts/{day}",
-    summary="The caller's view of the day's signed receipt: its own totals line, proven, and its own leaves",
+    summary="The caller's view of the day's signed receipt: its own totals line, proven (and its leaves: ?rows=true)",
     responses=error_docs(400, 401, 404),
 )
-async def receipt(day: Day, gw: GatewayDep, client: ClientDep) -> Response:
+async def receipt(day: Day, gw: GatewayDep, client: ClientDep, rows: WithRows = False) -> Response:
     if not _DAY.match(day):
         raise GatewayError(400, "day must be YYYY-MM-DD")
     folder = _receipt_folder(gw, day)
     from ratchet_core.receipt_views import client_view
 
-    return json_response(await asyncio.to_thread(client_view, folder, day, client))
+    return json_response(await asyncio.to_thread(client_view, folder, day, client, rows))
 
 
 @router.get(

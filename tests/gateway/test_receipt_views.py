@@ -33,7 +33,9 @@ def test_a_client_gets_only_its_own_line_proven_and_the_auditor_gets_the_whole(t
             headers = {"Authorization": f"Bearer {key}"} if key else {}
             return httpx.get(f"{g.url}{path}", headers=headers, timeout=30)
 
-        mine = get(f"/ratchet/receipts/{DAY}", API_KEY)
+        brief = get(f"/ratchet/receipts/{DAY}", API_KEY).json()  # the stored line alone: no rows scanned
+        assert "rows" not in brief and verify_client_view(brief, pub)["checks"][-1] == "estimates"
+        mine = get(f"/ratchet/receipts/{DAY}?rows=true", API_KEY)
         assert mine.status_code == 200
         assert "app2" not in mine.text  # no other client's name, totals or rows
         view = mine.json()

@@ -172,3 +172,65 @@ def test_the_gateway_proof_route_answers_in_milliseconds_on_a_million_row_day(tm
     print(f"1M-row day: proof route median {http_ms:.2f} ms over HTTP, {direct_ms:.2f} ms in process")
     # Rebuilding the tree per call (the previous route) took ~2 s here; the stored tree answers in milliseconds.
     assert direct_ms < 25 and http_ms < 100, (direct_ms, http_ms)
+
+
+@pytest.mark.slow
+def test_the_client_view_route_answers_in_milliseconds_on_a_million_row_day(tmp_path: Path) -> None:
+    """``GET /ratchet/receipts/{day}`` of a v3 receipt reads the stored client line and its proof (clients.jsonl),
+    not the day's rows: milliseconds at 1M rows, and the view verifies against the signed client root."""
+    import statistics
+    import time
+
+    import httpx
+
+    from ratchet_assets.night import atomic_write_bytes
+    from ratchet_core.serve import serve_in_thread
+    from ratchet_core.settings import Settings
+    from ratchet_gateway.app import GatewayOptions, create_app
+    from ratchet_stats import receipt_v3
+    from ratchet_stats import teacher_equivalent as te
+    from ratchet_stats.dsse import make_statement, sign_statement
+    from ratchet_stats.receipt import verify_client_view
+
+    n = 1_000_000
+    key = generate_private_key()
+    settings = Settings(
+        home=tmp_path / "home",
+        api_keys="app1:sk-app1-0123456789abcdef,app2:sk-app2-fedcba9876543210",
+        admin_key="admin-key-for-tests",
+        teacher_model="openai/demo-teacher",
+        teacher_api_base="http://127.0.0.1:9/v1",
+        teacher_api_key="sk-teacher-upstream",
+        student_base_url="http://127.0.0.1:9/v1",
+        segment_seconds=3600,
+    )
+    folder = Path(settings.artifacts_root) / "receipts" / DAY
+    folder.mkdir(parents=True)
+    v1 = _million_row_day(folder, n, key)  # rows.parquet and tree.bin as build_receipt writes them
+    lines = []
+    for i, c in enumerate(("app1", "app2")):
+        totals = receipt_v3.empty_totals()
+        totals["requests"] = totals["served_by"]["teacher"] = (n + 1 - i) // 2
+        lines.append(receipt_v3.client_leaf(c, f"{i:064x}", [], totals))
+    prices = te.prices_doc("openai/demo-teacher", 1e-6, 2e-6)
+    predicate = receipt_v3.make_predicate(DAY, v1["requests"]["root"], n, lines, [], [], prices, None)
+    statement = make_statement(receipt_v3.PREDICATE_TYPE, predicate, receipt_v3.subjects(DAY, predicate))
+    atomic_write_bytes(folder / receipt_store.ENVELOPE_FILE, canonical_json(sign_statement(statement, key)))
+    atomic_write_bytes(folder / "clients.jsonl", b"".join(b + b"\n" for b in lines))
+    atomic_write_bytes(folder / "estimates.jsonl", b"")
+    app = create_app(settings, GatewayOptions(replica="gw", public_keys=[key.public_key()]))
+    auth = {"Authorization": "Bearer sk-app1-0123456789abcdef"}
+    latencies = []
+    with serve_in_thread(app) as url, httpx.Client(base_url=url, headers=auth, timeout=60) as http:
+        for _ in range(15):
+            t0 = time.perf_counter()
+            r = http.get(f"/ratchet/receipts/{DAY}")
+            latencies.append(time.perf_counter() - t0)
+            assert r.status_code == 200, r.text
+        view = r.json()
+        assert "app2" not in r.text and "rows" not in view
+        report = verify_client_view(view, key.public_key())
+        assert report["client"] == "app1" and report["totals"]["requests"] == n // 2
+    http_ms = 1000 * statistics.median(latencies)
+    print(f"1M-row day: client view route median {http_ms:.2f} ms over HTTP")
+    assert http_ms < 100, http_ms
