@@ -1,17 +1,25 @@
 """Erasure that reaches every byte: by request id, client, end user, time range and text (``ratchet erase``).
 
-An erasure first **resolves its scope** to request ids: every sealed lake segment and every day's consolidated
-traffic is searched (DuckDB) for rows matching all the given criteria (request ids, clients, the request's ``user``
-field inside ``params``, ``since <= ts < until``, a case-insensitive text match in the prompt, answer or tool calls).
-Every row of a matched request (its request row and its pair rows) is erased. Then each store is rewritten:
+An erasure's scope (request ids, clients, the request's ``user`` field inside ``params``, ``since <= ts < until``,
+a case-insensitive text match in the prompt, answer or tool calls; all given criteria must hold) becomes a
+``ratchet_core.erasure_scope.ScopeMatcher`` (end user and text only as SHA-256; only rows written before the
+erasure), the one predicate every store applies. It is first **resolved** against every sealed lake segment and
+every day's consolidated traffic; every row of a matched request (its request row and its pair rows) is erased.
+Then each store is rewritten:
 
 - **lake segments** holding such rows: republished under the same name with the content columns
   (``ratchet_core.schema.CONTENT_COLUMNS``) blanked, every other column kept — the rewrite goes through
   ``Lake.publish_table`` (temp file + fsync + atomic rename locally, one write-once PUT on an object store);
 - **artifacts**: each day's ``traffic.parquet`` (blanked the same way), ``examples.parquet`` and ``golden.parquet``
   (rows dropped), ``train.jsonl`` + ``keys.txt`` (lines of the erased examples' keys dropped);
-- **gateway ledgers and journals**: the request ids go to the control DB's ``erasures`` table; each replica applies
-  them to its own DuckDB file and journal (``ratchet_gateway.ledger``: the loader's erasure hook);
+- **gateway ledgers and journals**: the request ids go to the control DB's ``erasures`` table and the matcher to
+  ``erasure_scopes``; each replica applies both to its own DuckDB file and journal on its poll, rows not sealed
+  yet included (``ratchet_gateway.ledger``: the loader's erasure hook), and records what it scrubbed in
+  ``erasure_applied``; a segment sealed after the erasure began is blanked by :func:`sweep` (the night's
+  ``traffic`` step), its ids added to ``erasures``;
+- **commitments**: a rewritten golden or training set gets its ``commitment.json`` recomputed (golden
+  ``keys.txt`` trimmed too), the roots the signed certificate and BOM of that day commit to kept under
+  ``rewritten_by_erasure`` (:func:`recommit`);
 - **every future night**: the same ``erasures`` rows (request ids and the erased examples' keys) keep them out of
   the examples, golden and training sets from now on.
 
