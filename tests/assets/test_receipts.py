@@ -460,3 +460,35 @@ def test_a_refused_rerun_leaves_the_signed_days_lines(signed: dict, two_days: Pa
         clients=before[layout.receipt_clients(DAY1)].splitlines(),
         estimates=before[layout.receipt_estimates(DAY1)].splitlines(),
     )
+
+
+def test_daily_receipt_runs_in_the_configured_night_memory_budget(two_days: Path) -> None:
+    """The asset hands ``NightConfig``'s budget (RATCHET_NIGHT_MEMORY_MB) to the receipt's DuckDB work: a budget
+    below the minimum is refused by the receipt step itself, a small valid one signs and reports its peak RSS."""
+    import dagster as dg
+
+    from ratchet_assets.defs.daily_receipt import daily_receipt
+    from ratchet_assets.defs.resources import NightConfig, night_resources
+    from ratchet_assets.defs.traffic import traffic
+
+    instance = dg.DagsterInstance.ephemeral()
+    resources = night_resources(two_days)
+    dg.materialize([traffic], partition_key=DAY1, instance=instance, resources=resources)
+
+    def receipt(memory_mb: int) -> dg.ExecuteInProcessResult:
+        return dg.materialize(
+            [traffic, daily_receipt],
+            selection=[daily_receipt],
+            partition_key=DAY1,
+            instance=instance,
+            resources={**resources, "night": NightConfig(memory_mb=memory_mb)},
+            raise_on_error=False,
+        )
+
+    refused = receipt(100)
+    assert not refused.success
+    assert "RATCHET_NIGHT_MEMORY_MB" in str(refused.get_step_failure_events()[0].event_specific_data.error)
+    ok = receipt(300)
+    assert ok.success
+    [event] = ok.get_asset_materialization_events()
+    assert event.materialization.metadata["peak_rss_mb"].value > 0
