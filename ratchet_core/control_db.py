@@ -280,16 +280,23 @@ ratchet_schema = sa.Table(
     sa.Column("updated_at", sa.String(40), nullable=False),
 )
 
-# Version 1: the tables as the first release created them (in five modules, no version row).
-# Version 2: one schema; `trusted_keys` added.
-# Version 3: `erasure_log` added (create_all adds it; no step).
-# Version 4: `effect_policies`, `effect_approvals`, `effect_spend` added (the effect gate; no step).
-# Version 5: `erasure_scopes`, `erasure_applied` added (erasure predicates every replica applies; no step).
-SCHEMA_VERSION = 5
-
-# Steps `create_all` cannot do (new columns on existing tables, data moves): MIGRATIONS[v] takes a database at
-# version v - 1 to v, inside the schema transaction. New tables need no step: `create_all` adds them.
-MIGRATIONS: dict[int, Callable[[Connection], None]] = {}
+# The schema's history, one row per version: (version, what changed, step). A step does what `create_all` cannot
+# (new columns on existing tables, data moves): it takes a database at version - 1 to version, inside the schema
+# transaction. New tables need no step (None): `create_all` adds them. Version 1 is the tables as the first
+# release created them (in five modules, no version row).
+SCHEMA_STEPS: tuple[tuple[int, str, Callable[[Connection], None] | None], ...] = (
+    (2, "one schema; `trusted_keys` added", None),
+    (3, "`erasure_log` added", None),
+    (4, "`effect_policies`, `effect_approvals`, `effect_spend` added (the effect gate)", None),
+    (5, "`erasure_scopes`, `erasure_applied` added (erasure predicates every replica applies)", None),
+)
+SCHEMA_VERSION = SCHEMA_STEPS[-1][0]
+MIGRATIONS: dict[int, Callable[[Connection], None]] = {
+    v: step for v, _, step in SCHEMA_STEPS if step is not None
+}
+assert [v for v, _, _ in SCHEMA_STEPS] == list(range(2, SCHEMA_VERSION + 1)), (
+    "SCHEMA_STEPS: one row per version"
+)
 
 
 class SchemaError(RuntimeError):
