@@ -17,6 +17,7 @@ import pytest
 
 from ratchet_core.serve import serve_in_thread
 from ratchet_core.settings import Settings
+from tests.evidence.certificates import lower_bound, sign_certificate
 
 CHROMIUM = Path("/usr/bin/chromium")
 LAUNCH_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--no-first-run"]
@@ -38,38 +39,8 @@ def _traffic(url: str) -> None:
 
 
 def _certificate(path: Path, key, version: str, task: str, correct: int, n: int) -> float:
-    """Sign a real evaluation certificate (ratchet_stats.certificate) for one task; returns its lower bound."""
-    import json
-
-    from ratchet_stats.certificate import (
-        PREDICATE_TYPE,
-        TaskOutcomes,
-        build_certificate,
-        certificate_subjects,
-    )
-    from ratchet_stats.dsse import make_statement, sign_statement
-
-    outcomes = TaskOutcomes(
-        task=task, comparator="label", confidences=[0.99] * n, correct=[i < correct for i in range(n)]
-    )
-    predicate = build_certificate(
-        version=version,
-        base={"name": "demo", "sha256": "0" * 64},
-        adapter_sha256="1" * 64,
-        golden_root="2" * 64,
-        golden_size=n,
-        target=0.9,
-        delta=0.05,
-        tasks=[outcomes],
-        day="2026-01-01",
-    )
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(
-        json.dumps(
-            sign_statement(make_statement(PREDICATE_TYPE, predicate, certificate_subjects(predicate)), key)
-        )
-    )
-    return predicate["tasks"][task]["lower_bound"]
+    """Sign a real evaluation certificate for one task (``tests.evidence.certificates``); returns its lower bound."""
+    return lower_bound(sign_certificate(path.parent, key, version, task, correct, n, path=path), task)
 
 
 def test_dashboard_shows_each_task_with_non_empty_charts(tmp_path) -> None:

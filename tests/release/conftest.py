@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import pytest
@@ -12,6 +11,7 @@ from ratchet_core.control_db import make_engine
 from ratchet_core.lake import segment_relpath
 from ratchet_core.schema import pair_row
 from ratchet_stats.keys import generate_private_key
+from tests.evidence.certificates import sign_certificate
 
 
 @pytest.fixture
@@ -52,31 +52,5 @@ def write_pairs(lake: Path, day: str, seq: int, version: str, task: str, errors:
 
 
 def write_certificate(artifacts: Path, key, version: str, task: str, correct: int, n: int, day="2026-01-01"):
-    """Sign a real evaluation certificate (ratchet_stats.certificate) for one task."""
-    from ratchet_stats.certificate import (
-        PREDICATE_TYPE,
-        TaskOutcomes,
-        build_certificate,
-        certificate_subjects,
-    )
-    from ratchet_stats.dsse import make_statement, sign_statement
-
-    outcomes = TaskOutcomes(
-        task=task, comparator="label", confidences=[0.99] * n, correct=[i < correct for i in range(n)]
-    )
-    predicate = build_certificate(
-        version=version,
-        base={"name": "demo", "sha256": "0" * 64},
-        adapter_sha256="1" * 64,
-        golden_root="2" * 64,
-        golden_size=n,
-        target=0.9,
-        delta=0.05,
-        tasks=[outcomes],
-        day=day,
-    )
-    env = sign_statement(make_statement(PREDICATE_TYPE, predicate, certificate_subjects(predicate)), key)
-    path = Path(artifacts) / "certificates" / f"{version}.dsse.json"
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(env))
-    return path
+    """Sign a real evaluation certificate for one task (``tests.evidence.certificates``)."""
+    return sign_certificate(artifacts, key, version, task, correct, n, day)

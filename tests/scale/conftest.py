@@ -24,6 +24,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.evidence.certificates import sign_certificate as sign_certificate  # the scale tests import it here
+
 
 def free_port() -> int:
     with socket.socket() as s:
@@ -196,36 +198,3 @@ def control_db_url(request, tmp_path: Path) -> str:
     if request.param == "sqlite":
         return f"sqlite:///{(tmp_path / 'control.db').as_posix()}"
     return request.getfixturevalue("pg_url")
-
-
-def sign_certificate(artifacts: Path, key, version: str, task: str, correct: int, n: int, day: str) -> Path:
-    """A real signed evaluation certificate (ratchet_stats.certificate) for one task, as the night writes it."""
-    import json
-
-    from ratchet_stats.certificate import (
-        PREDICATE_TYPE,
-        TaskOutcomes,
-        build_certificate,
-        certificate_subjects,
-    )
-    from ratchet_stats.dsse import make_statement, sign_statement
-
-    outcomes = TaskOutcomes(
-        task=task, comparator="label", confidences=[0.99] * n, correct=[i < correct for i in range(n)]
-    )
-    predicate = build_certificate(
-        version=version,
-        base={"name": "demo", "sha256": "0" * 64},
-        adapter_sha256="1" * 64,
-        golden_root="2" * 64,
-        golden_size=n,
-        target=0.9,
-        delta=0.05,
-        tasks=[outcomes],
-        day=day,
-    )
-    envelope = sign_statement(make_statement(PREDICATE_TYPE, predicate, certificate_subjects(predicate)), key)
-    path = Path(artifacts) / "certificates" / f"{version}.dsse.json"
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(envelope))
-    return path
