@@ -77,8 +77,15 @@ class StaleToken(EffectError):
     """The caller's token is no longer the row's: its lease lapsed and another holder took over."""
 
 
+class _Record:
+    """``to_dict`` for the ledger's dataclasses (what the CLI and the assets' metadata print)."""
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)  # type: ignore[call-overload]
+
+
 @dataclass(frozen=True)
-class Begin:
+class Begin(_Record):
     """What ``begin`` decided. Only ``execute`` may act; ``token`` is then needed to report."""
 
     outcome: Outcome
@@ -89,12 +96,9 @@ class Begin:
     detail: str = ""
     remaining_usd: float | None = None
 
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
-
 
 @dataclass(frozen=True)
-class EffectRecord:
+class EffectRecord(_Record):
     effect_type: str
     key: str
     fingerprint: str
@@ -107,15 +111,12 @@ class EffectRecord:
     created_at: str
     updated_at: str
 
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
-
     def lease_lapsed(self, now: datetime | None = None) -> bool:
         return datetime.fromisoformat(self.lease_until) <= (now or _now())
 
 
 @dataclass(frozen=True)
-class Rules:
+class Rules(_Record):
     """The gate's rules for one effect type (``effect_policies``); ``None`` means no limit."""
 
     effect_type: str
@@ -125,12 +126,9 @@ class Rules:
     cap_usd: float | None = None
     cap_window_seconds: int | None = None
 
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
-
 
 @dataclass(frozen=True)
-class Approval:
+class Approval(_Record):
     effect_type: str
     key: str
     fingerprint: str
@@ -142,8 +140,10 @@ class Approval:
     decided_at: str | None
     reason: str | None
 
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+
+def _execute(token: str, attempts: int, gate: _Gate) -> Begin:
+    """The one ``execute`` answer: the caller holds the lease (`token`) for this attempt."""
+    return Begin("execute", token=token, status="in_flight", attempts=attempts, remaining_usd=gate.remaining)
 
 
 def _now() -> datetime:
@@ -258,7 +258,7 @@ class EffectLedger:
                     updated_at=_iso(now),
                 )
             )
-            return Begin("execute", token=token, status="in_flight", attempts=1, remaining_usd=gate.remaining)
+            return _execute(token, 1, gate)
         record = _record(row)
         if row["fingerprint"] != fingerprint:
             return Begin(
@@ -290,13 +290,7 @@ class EffectLedger:
                     updated_at=_iso(now),
                 )
             )
-            return Begin(
-                "execute",
-                token=token,
-                status="in_flight",
-                attempts=row["attempts"] + 1,
-                remaining_usd=gate.remaining,
-            )
+            return _execute(token, row["attempts"] + 1, gate)
 
         if row["status"] == "failed":
             if policy == "block":
