@@ -3,14 +3,14 @@
 from __future__ import annotations
 
 import time
-from typing import Any, Literal
+from typing import Any
 
 import httpx
 import orjson
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ValidationError
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse
@@ -19,10 +19,6 @@ from starlette.routing import Route
 from ratchet_core.input_rules import (
     MAX_NESTING_DEPTH,
     InputRuleError,
-    Number,
-    StrictBool,
-    StrictInt,
-    StrictStr,
     TaskName,
     check_nesting,
     json_too_deep,
@@ -32,6 +28,7 @@ from ratchet_core.input_rules import (
 )
 from ratchet_core.serve import serve_in_thread
 from ratchet_core.workloads import get_workload
+from ratchet_gateway.models import ChatRequest  # the gateway's strict request model itself
 
 GOOD_NAMES = ["default", "tickets", "support.tickets-v2", "A_b-9.x", "x" * 64, "0day"]
 BAD_NAMES = [
@@ -156,29 +153,6 @@ def test_raw_and_parsed_depth_checks_agree_with_a_recursive_oracle(value, limit)
     assert value_too_deep(value, limit) == expected
 
 
-class _Request(BaseModel):
-    """The gateway's request fields with the strict types (the change proposed for ratchet_gateway/models.py)."""
-
-    model_config = ConfigDict(extra="allow")
-
-    model: StrictStr = Field(min_length=1)
-    messages: list[dict[str, Any]] = Field(min_length=1)
-    stream: StrictBool = False
-    logprobs: StrictBool | None = None
-    top_logprobs: StrictInt | None = Field(None, ge=0, le=20)
-    temperature: Number | None = Field(None, ge=0, le=2)
-    top_p: Number | None = Field(None, ge=0, le=1)
-    max_tokens: StrictInt | None = Field(None, ge=1)
-    max_completion_tokens: StrictInt | None = Field(None, ge=1)
-    stop: StrictStr | list[StrictStr] | None = None
-    seed: StrictInt | None = None
-    user: StrictStr | None = None
-    n: StrictInt | None = Field(None, ge=1, le=1)
-    parallel_tool_calls: StrictBool | None = None
-    metadata: dict[StrictStr, StrictStr] | None = None
-    role: Literal["x"] | None = None
-
-
 @pytest.mark.parametrize(
     "field,value",
     [
@@ -200,14 +174,14 @@ class _Request(BaseModel):
 )
 def test_loose_types_are_rejected(field, value):
     with pytest.raises(ValidationError) as info:
-        _Request(model="m", messages=[{"role": "user", "content": "hi"}], **{field: value})
+        ChatRequest(model="m", messages=[{"role": "user", "content": "hi"}], **{field: value})
     assert info.value.errors()[0]["loc"][0] == field
 
 
 def test_real_bodies_still_pass():
     for ex in get_workload("mixed").generate(30, seed=2):
-        _Request(model="m", **ex.request_body())
-    ok = _Request(
+        ChatRequest(model="m", **ex.request_body())
+    ok = ChatRequest(
         model="m",
         messages=[{"role": "user", "content": "hi"}],
         temperature=1,
