@@ -54,24 +54,33 @@ def _cost_map() -> dict[str, Any]:
     return json.loads(path.read_text(encoding="utf-8"))
 
 
-def model_prices(model: str, fallback_like: str = "gpt-4o") -> Prices:
-    """Prices from litellm's local cost map; a model it does not know is priced like ``fallback_like`` (and, where
-    litellm is loaded — the gateway — registered with those prices so litellm's own accounting agrees)."""
+def known_prices(model: str) -> Prices | None:
+    """Prices of `model` (or of its name without the ``provider/`` prefix) from litellm's local cost map; None when
+    the map has none (the one reader of the map: the gateway, the demo teacher, the night and the simulator)."""
     table = _cost_map()
     name = model.split("/", 1)[1] if "/" in model else model
     info = table.get(model) or table.get(name)
     if not info or info.get("input_cost_per_token") is None:
-        like = table[fallback_like]
-        info = {
-            "input_cost_per_token": like["input_cost_per_token"],
-            "output_cost_per_token": like["output_cost_per_token"],
-        }
-        if "litellm" in sys.modules:
-            litellm = _litellm()
-            if litellm.model_cost.get(name, {}).get("input_cost_per_token") is None:
-                _, provider, _, _ = litellm.get_llm_provider(model)
-                litellm.register_model({name: {**info, "litellm_provider": provider, "mode": "chat"}})
-    return Prices(float(info["input_cost_per_token"]), float(info["output_cost_per_token"] or 0.0))
+        return None
+    return Prices(float(info["input_cost_per_token"]), float(info.get("output_cost_per_token") or 0.0))
+
+
+def model_prices(model: str, fallback_like: str = "gpt-4o") -> Prices:
+    """Prices from litellm's local cost map; a model it does not know is priced like ``fallback_like`` (and, where
+    litellm is loaded — the gateway — registered with those prices so litellm's own accounting agrees)."""
+    known = known_prices(model)
+    if known is not None:
+        return known
+    table = _cost_map()
+    name = model.split("/", 1)[1] if "/" in model else model
+    like = table[fallback_like]
+    if "litellm" in sys.modules:
+        litellm = _litellm()
+        if litellm.model_cost.get(name, {}).get("input_cost_per_token") is None:
+            _, provider, _, _ = litellm.get_llm_provider(model)
+            info = {k: like[k] for k in ("input_cost_per_token", "output_cost_per_token")}
+            litellm.register_model({name: {**info, "litellm_provider": provider, "mode": "chat"}})
+    return Prices(float(like["input_cost_per_token"]), float(like["output_cost_per_token"] or 0.0))
 
 
 def prompt_tokens(

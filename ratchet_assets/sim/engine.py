@@ -29,7 +29,6 @@ ignores answers the cascade would have sent to the teacher. Everything is determ
 from __future__ import annotations
 
 import dataclasses
-import importlib.util
 import json
 import math
 from collections.abc import Callable
@@ -119,16 +118,16 @@ class SimConfig:
 
 @lru_cache(maxsize=8)
 def teacher_prices(model: str) -> tuple[float, float]:
-    """USD per (input, output) token of `model` from litellm's bundled price map (read as JSON: no import)."""
-    spec = importlib.util.find_spec("litellm")
-    if spec is None or not spec.submodule_search_locations:
-        raise SimError("litellm is not installed: cannot price the teacher; `pip install litellm`")
-    path = Path(list(spec.submodule_search_locations)[0]) / "model_prices_and_context_window_backup.json"
-    prices = json.loads(path.read_text(encoding="utf-8"))
-    info = prices.get(model) or prices.get(model.split("/", 1)[-1])
-    if not info or info.get("input_cost_per_token") is None:
+    """USD per (input, output) token of `model` from litellm's bundled price map (``ratchet_core.pricing``)."""
+    from ratchet_core.pricing import known_prices
+
+    try:
+        p = known_prices(model)
+    except RuntimeError as exc:  # litellm is not installed
+        raise SimError(str(exc)) from None
+    if p is None:
         raise SimError(f"litellm's price map has no price for {model!r}; pass --teacher-model, e.g. gpt-4o")
-    return float(info["input_cost_per_token"]), float(info.get("output_cost_per_token") or 0.0)
+    return p.input_per_token, p.output_per_token
 
 
 def tokens_of(text: str) -> int:
