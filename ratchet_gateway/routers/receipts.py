@@ -126,7 +126,7 @@ async def public_key(gw: GatewayDep) -> Response:
         raise GatewayError(
             404, "no public key configured; run `ratchet init` or set RATCHET_SIGNING_KEY", "no_public_key"
         )
-    from ratchet_core.keys import public_key_listing
+    from ratchet_core.key_history import public_key_listing
 
     # The keys trusted now (the control DB's signed key history carries the configured ones through rotations),
     # and the retired ones that still verify older receipts, certificates and BOMs.
