@@ -100,3 +100,27 @@ def test_acknowledged_rows_survive_kill_9_of_gateway_and_sync_process(tmp_path):
     rows = sealed_rows(tmp_path / "lake")
     assert sorted(r["seq"] for r in rows) == list(range(1, 101))
     assert os.path.getsize(tmp_path / "ledger" / "t-0.journal") == 0
+
+
+def test_rows_loaded_from_their_journal_json_equal_the_rows_converted_from_dicts():
+    import orjson
+
+    from ratchet_gateway.ledger import rows_to_arrow
+
+    rows = []
+    for i in range(150):
+        r = request_row(
+            request_id=f"r{i}",
+            ts=1_700_000_000_000_000 + i,
+            day="2026-01-02",
+            messages=orjson.dumps([{"role": "user", "content": 'héllo 😀 "q"\n\\ <EMAIL_1>'}]).decode(),
+            answer="" if i % 3 else "ünï\u2028code",
+            confidence=None if i % 2 else 0.93,
+            latency_ms=i,  # an int in a float column
+            truncated=bool(i % 5 == 0),
+        )
+        r.update(seq=i + 1, replica="t-0")
+        rows.append(r)
+    encoded = [orjson.dumps(r) for r in rows]
+    assert rows_to_arrow(rows, encoded=encoded).equals(rows_to_arrow(rows))
+    assert rows_to_arrow(rows, encoded=[b"{not json"] * 150).equals(rows_to_arrow(rows))  # refused: the dicts
