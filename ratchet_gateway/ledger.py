@@ -29,7 +29,9 @@ Erasures (``ratchet erase``): the control plane records the erased request ids i
 applies them to the files it alone owns (DESIGN §1) from its loader thread, polling ``erasures`` every
 ``erasure_poll_s``: journal records are rewritten in place with the content columns blanked
 (:func:`scrub_journal`), the DuckDB rows blanked and the database copied into a fresh file renamed over the old
-one (:func:`scrub_duckdb`), so no freed block keeps the text. Rows sealed later are sealed blanked.
+one (:func:`scrub_duckdb`), so no freed block keeps the text. Rows sealed later are sealed blanked. A scope
+(``erase --user/--client/--text/--since``: ``ratchet_core.erasure_scope``) is matched against this replica's own
+rows written before the erasure, unsealed ones included, and what it scrubbed is reported to the control DB.
 
 Replica identity must survive a crash so the restarted process replays the right journal: a process takes the
 first free slot ``<base>-<i>`` by ``flock`` on ``<ledger dir>/<base>-<i>.lock`` (the kernel releases it when the
