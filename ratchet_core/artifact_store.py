@@ -9,7 +9,8 @@ works:
   place); a cached copy of a *mutable* file (the golden registry, a day's training set ...) that is still what this
   cache last synced is refreshed when the store's copy changed since.
 - :meth:`ArtifactStore.sync_up`: after a step, every cache file that is new or changed since the last sync is
-  published. Files under :data:`WRITE_ONCE` (adapters, certificates, BOMs, receipts: signed or digest-pinned) are
+  published, and a file this cache had synced and has deleted since (retention, ``ratchet admin erase``) is
+  deleted from the store. Files under :data:`WRITE_ONCE` (adapters, certificates, BOMs, receipts: signed or digest-pinned) are
   **write-once**: a first publish is a conditional PUT (``ratchet_core.lake.write_once``), a second publish with the
   same bytes is a no-op and one with different bytes raises :class:`ArtifactConflict`. Other files are replaced.
 - :meth:`ArtifactStore.fetch`: one file or folder on demand (readers: the gateway's receipt/proof routes, ``ratchet
@@ -173,7 +174,8 @@ class ArtifactStore:
 
     # up --------------------------------------------------------------------------------------------------
     def sync_up(self, prefix: str = "") -> list[str]:
-        """Publish cache files under ``prefix`` that are new or changed since the last sync; the names published.
+        """Publish cache files under ``prefix`` that are new or changed since the last sync, and delete from the
+        store what this cache had synced and has deleted since (retention); the names (``-name`` for a deletion).
 
         Raises :class:`ArtifactConflict` for a write-once name the store holds with other bytes."""
         base = self.cache / prefix if prefix else self.cache
@@ -182,6 +184,12 @@ class ArtifactStore:
         state, published = self._state(), []
         files = [base] if base.is_file() else sorted(p for p in base.rglob("*") if p.is_file())
         try:
+            for rel in sorted(r for r in state if r.startswith(prefix) and not (self.cache / r).exists()):
+                # synced by this cache once, deleted here since (retention): deleted in the store too
+                if self.fs.exists(self.key(rel)):
+                    self.fs.rm_file(self.key(rel))
+                del state[rel]
+                published.append(f"-{rel}")
             for path in files:
                 rel = path.relative_to(self.cache).as_posix()
                 if not _travels(rel):

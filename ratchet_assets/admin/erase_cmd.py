@@ -60,13 +60,18 @@ def erase(
         _erase_key(example_key, reason, control_db, as_json)
         return
     from ratchet_assets.governance.erase import ErasureError, erase, scope_from_options
+    from ratchet_core.artifact_store import from_settings
     from ratchet_core.keys import KeyTrustError, signing_key
     from ratchet_core.settings import load_settings
 
     settings = load_settings()
+    # RATCHET_ARTIFACTS_URL: every day's files come down first, the rewritten ones go back up after
+    store = from_settings(settings)
     try:
         scope = scope_from_options(request_ids, clients, users, since, until, text)
         key = None if dry_run else signing_key(settings)
+        if store is not None:
+            store.sync_down()
         report = erase(
             scope,
             lake_root=settings.lake_root,
@@ -77,6 +82,8 @@ def erase(
             actor=actor,
             dry_run=dry_run,
         )
+        if store is not None and not dry_run:
+            store.sync_up()
     except (ErasureError, KeyTrustError, ValueError) as exc:
         click.echo(f"error: {exc}", err=True)
         sys.exit(2)

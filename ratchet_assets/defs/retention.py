@@ -8,9 +8,11 @@ import dagster as dg
 
 from ratchet_assets.defs.resources import ControlDB, RatchetPaths, Retention
 from ratchet_assets.governance.retention import CLASSES, RetentionWindows, enforce
+from ratchet_core.artifact_store import publishes_artifacts
 
 
 @dg.asset(group_name="governance", kinds={"python"})
+@publishes_artifacts  # deletions reach RATCHET_ARTIFACTS_URL too (a no-op without it)
 def retention(
     context: dg.AssetExecutionContext, paths: RatchetPaths, control_db: ControlDB, retention: Retention
 ) -> dg.MaterializeResult:

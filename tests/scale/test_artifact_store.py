@@ -49,6 +49,12 @@ def test_publish_fetch_and_write_once(s3_env, tmp_path: Path) -> None:
         b.sync_up()
     assert a.fs.cat_file(a.key(f"receipts/{DAY}/receipt.dsse.json")) == b'{"signed": 1}'
 
+    # a file this cache synced and then deleted (retention) is deleted from the store; others' files stay
+    (a.cache / "golden/registry.parquet").unlink()
+    assert a.sync_up() == ["-golden/registry.parquet"]
+    assert not a.fs.exists(a.key("golden/registry.parquet"))
+    assert a.fs.exists(a.key(f"receipts/{DAY}/receipt.dsse.json"))
+
     # readers: a layout with the store fetches an item the cache lacks; a missing one is not an error
     c = ArtifactLayout(tmp_path / "c", store=ArtifactStore(url, tmp_path / "c"))
     assert c.receipt_envelope(DAY).read_bytes() == b'{"signed": 1}'
