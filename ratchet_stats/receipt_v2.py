@@ -379,14 +379,19 @@ def check_rows(
             "rows",
             f"client {name!r}: salt does not match the client's rows",
         )
-    answers = te.request_answers(rows)
+    check_day_estimates(estimates, "from_requests", te.request_answers(rows))
+
+
+def check_day_estimates(
+    estimates: Mapping[str, Mapping[str, Any]], part: str, answers: Mapping[str, tuple[int, int]]
+) -> None:
+    """Each day-source estimate line's `part` equals the answers recomputed from the day's rows, and every task
+    with such answers has a day-source line."""
     for task, line in estimates.items():
         if line["source"] == "day":
             got = answers.get(task, (0, 0))
-            want = (line["from_requests"]["answers"], line["from_requests"]["completion_tokens"])
-            _need(
-                got == want, "estimates", f"task {task!r}: rows give teacher answers {got}, the line {want}"
-            )
+            want = (line[part]["answers"], line[part]["completion_tokens"])
+            _need(got == want, "estimates", f"task {task!r}: {part} recomputes to {got}, the line {want}")
     for task in answers:
         _need(
             task in estimates and estimates[task]["source"] == "day",
@@ -484,10 +489,8 @@ def _check_member(doc: Mapping[str, Any], item: Any, check: str, what: str) -> b
     return leaf
 
 
-def check_client_view(
-    predicate: Mapping[str, Any], view: Mapping[str, Any]
-) -> tuple[dict[str, Any], list[str]]:
-    """A client's view against its signed predicate; returns (its line, the checks passed)."""
+def view_line(predicate: Mapping[str, Any], view: Mapping[str, Any], parse: Any = None) -> dict[str, Any]:
+    """The view's own line, proven against the signed client root and parsed (by `parse`, default v2's)."""
     _need(
         view.get("_type") == CLIENT_VIEW_TYPE,
         "client-view",
@@ -495,9 +498,13 @@ def check_client_view(
     )
     _need(view.get("day") == predicate["day"], "client-view", "the view's day is not the receipt's")
     leaf = _check_member(predicate["clients"], view.get("line") or {}, "client-line", "the client line")
-    line = parse_client_line(leaf, "client-line")
+    line = (parse or parse_client_line)(leaf, "client-line")
     _need(line["client"] == view.get("client"), "client-line", "the line belongs to another client")
-    checks = ["client-line"]
+    return line
+
+
+def view_estimates(predicate: Mapping[str, Any], view: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
+    """The view's estimate lines, each proven against the signed estimate root, by task."""
     estimates = {}
     for item in view.get("estimates") or []:
         e_leaf = _check_member(
@@ -505,30 +512,50 @@ def check_client_view(
         )
         e = parse_estimate_line(e_leaf, predicate["day"])
         estimates[e["task"]] = e
+    return estimates
+
+
+def view_own(texts: Sequence[Any], client: str, what: str) -> list[dict[str, Any]]:
+    """Canonical JSON lines of the view (rows or pair lines), each the client's own."""
+    out = []
+    for text in texts:
+        row = _parse_line(str(text).encode("utf-8"), "client-rows", what)
+        _need(row.get("client") == client, "client-rows", f"{what} of another client is in the view")
+        out.append(row)
+    return out
+
+
+def view_indices_ok(predicate: Mapping[str, Any], rows_in: Sequence[Mapping[str, Any]]) -> None:
+    indices = [int(r["index"]) for r in rows_in]
+    _need(
+        indices == sorted(set(indices)) and all(0 <= i < predicate["requests"]["size"] for i in indices),
+        "client-rows",
+        "row indices are not increasing within the tree",
+    )
+
+
+def view_totals_match(mine: Mapping[str, Any], line: Mapping[str, Any]) -> None:
+    _need(
+        canonical_json(_nonzero(mine)) == canonical_json(_nonzero(line["totals"])),
+        "client-rows",
+        f"your rows give {mine}, the signed line {line['totals']} (rows missing or altered?)",
+    )
+
+
+def check_client_view(
+    predicate: Mapping[str, Any], view: Mapping[str, Any]
+) -> tuple[dict[str, Any], list[str]]:
+    """A client's view against its signed predicate; returns (its line, the checks passed)."""
+    line = view_line(predicate, view)
+    checks = ["client-line"]
+    estimates = view_estimates(predicate, view)
     checks.append("estimates")
     rows_in = view.get("rows")
     if rows_in is not None:
-        leaves = [str(r["leaf"]).encode("utf-8") for r in rows_in]
-        rows = []
-        for b in leaves:
-            row = _parse_line(b, "client-rows", "a row")
-            _need(
-                row.get("client") == line["client"], "client-rows", "a row of another client is in the view"
-            )
-            rows.append(row)
-        indices = [int(r["index"]) for r in rows_in]
-        _need(
-            indices == sorted(set(indices)) and all(0 <= i < predicate["requests"]["size"] for i in indices),
-            "client-rows",
-            "row indices are not increasing within the tree",
-        )
+        rows = view_own([r["leaf"] for r in rows_in], line["client"], "a row")
+        view_indices_ok(predicate, rows_in)
         totals, first = totals_from_rows(rows, estimates, predicate["teacher_equivalent"]["prices"])
-        mine = totals.get(line["client"], empty_totals())
-        _need(
-            canonical_json(_nonzero(mine)) == canonical_json(_nonzero(line["totals"])),
-            "client-rows",
-            f"your rows give {mine}, the signed line {line['totals']} (rows missing or altered?)",
-        )
+        view_totals_match(totals.get(line["client"], empty_totals()), line)
         if rows:
             _need(
                 line["salt"] == client_salt(predicate["day"], line["client"], first[line["client"]]),

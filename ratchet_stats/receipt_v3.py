@@ -257,19 +257,8 @@ def check_rows(
             "rows",
             f"client {name!r}: salt does not match the client's rows",
         )
-    parts = (("from_requests", te.request_answers(rows)), ("from_audits", audit_answers(pairs)))
-    for part, answers in parts:
-        for task, line in estimates.items():
-            if line["source"] == "day":
-                got = answers.get(task, (0, 0))
-                want = (line[part]["answers"], line[part]["completion_tokens"])
-                _need(got == want, "estimates", f"task {task!r}: {part} recomputes to {got}, the line {want}")
-        for task in answers:
-            _need(
-                task in estimates and estimates[task]["source"] == "day",
-                "estimates",
-                f"task {task!r} has teacher answers that day but its estimate line is not source 'day'",
-            )
+    v2.check_day_estimates(estimates, "from_requests", te.request_answers(rows))
+    v2.check_day_estimates(estimates, "from_audits", audit_answers(pairs))
 
 
 # The client view -----------------------------------------------------------------------------------------------
@@ -312,56 +301,25 @@ def check_client_view(
     predicate: Mapping[str, Any], view: Mapping[str, Any]
 ) -> tuple[dict[str, Any], list[str]]:
     """A client's v3 view against its signed predicate; returns (its line, the checks passed)."""
-    _need(
-        view.get("_type") == v2.CLIENT_VIEW_TYPE, "client-view", f"not a client view ({view.get('_type')!r})"
-    )
-    _need(view.get("day") == predicate["day"], "client-view", "the view's day is not the receipt's")
-    leaf = v2._check_member(predicate["clients"], view.get("line") or {}, "client-line", "the client line")
-    line = parse_client_line(leaf, "client-line")
-    _need(line["client"] == view.get("client"), "client-line", "the line belongs to another client")
-    estimates = {}
-    for item in view.get("estimates") or []:
-        e_leaf = v2._check_member(
-            predicate["teacher_equivalent"]["estimates"], item, "estimates", "an estimate line"
-        )
-        e = v2.parse_estimate_line(e_leaf, predicate["day"])
-        estimates[e["task"]] = e
+    line = v2.view_line(predicate, view, parse_client_line)
+    estimates = v2.view_estimates(predicate, view)
     missing = sorted(set(line["tasks"]) - set(estimates))
     _need(not missing, "estimates", f"the estimate lines of tasks {missing} (named by your line) are missing")
     checks = ["client-line", "estimates"]
     rows_in = view.get("rows")
     if rows_in is not None:
-        rows = []
-        for r in rows_in:
-            row = v2._parse_line(str(r["leaf"]).encode("utf-8"), "client-rows", "a row")
-            _need(
-                row.get("client") == line["client"], "client-rows", "a row of another client is in the view"
-            )
-            rows.append(row)
-        pairs = []
-        for text in view.get("pairs") or []:
-            p = v2._parse_line(str(text).encode("utf-8"), "client-rows", "a pair line")
-            _need(p.get("client") == line["client"], "client-rows", "a pair of another client is in the view")
-            pairs.append(p)
-        indices = [int(r["index"]) for r in rows_in]
-        _need(
-            indices == sorted(set(indices)) and all(0 <= i < predicate["requests"]["size"] for i in indices),
-            "client-rows",
-            "row indices are not increasing within the tree",
-        )
+        name = line["client"]
+        rows = v2.view_own([r["leaf"] for r in rows_in], name, "a row")
+        pairs = v2.view_own(view.get("pairs") or [], name, "a pair line")
+        v2.view_indices_ok(predicate, rows_in)
         totals, first, tasks = totals_from_rows(
             rows, pairs, estimates, predicate["teacher_equivalent"]["prices"]
         )
-        mine = totals.get(line["client"], empty_totals())
-        _need(
-            canonical_json(v2._nonzero(mine)) == canonical_json(v2._nonzero(line["totals"])),
-            "client-rows",
-            f"your rows and pairs give {mine}, the signed line {line['totals']} (rows missing or altered?)",
-        )
-        _need(tasks.get(line["client"], []) == line["tasks"], "client-rows", "your rows give other tasks")
-        if line["client"] in first:
+        v2.view_totals_match(totals.get(name, empty_totals()), line)
+        _need(tasks.get(name, []) == line["tasks"], "client-rows", "your rows give other tasks")
+        if name in first:
             _need(
-                line["salt"] == v2.client_salt(predicate["day"], line["client"], first[line["client"]]),
+                line["salt"] == v2.client_salt(predicate["day"], name, first[name]),
                 "client-rows",
                 "the line's salt does not match your first request",
             )

@@ -6,6 +6,7 @@ from __future__ import annotations
 import base64
 import json
 from pathlib import Path
+from typing import Any
 
 import pyarrow.parquet as pq
 import pytest
@@ -122,21 +123,11 @@ def _million_row_day(folder: Path, n: int, key) -> dict:
     return predicate
 
 
-@pytest.mark.slow
-def test_the_gateway_proof_route_answers_in_milliseconds_on_a_million_row_day(tmp_path: Path) -> None:
-    import statistics
-    import time
-
-    import httpx
-
-    from ratchet_core.serve import serve_in_thread
+def _gateway_settings(tmp_path: Path) -> Any:
+    """A gateway with two clients (app1, app2) whose upstreams are never called."""
     from ratchet_core.settings import Settings
-    from ratchet_gateway.app import GatewayOptions, create_app
-    from ratchet_stats.receipt import verify_receipt
 
-    n = 1_000_000
-    key = generate_private_key()
-    settings = Settings(
+    return Settings(
         home=tmp_path / "home",
         api_keys="app1:sk-app1-0123456789abcdef,app2:sk-app2-fedcba9876543210",
         admin_key="admin-key-for-tests",
@@ -146,6 +137,22 @@ def test_the_gateway_proof_route_answers_in_milliseconds_on_a_million_row_day(tm
         student_base_url="http://127.0.0.1:9/v1",
         segment_seconds=3600,
     )
+
+
+@pytest.mark.slow
+def test_the_gateway_proof_route_answers_in_milliseconds_on_a_million_row_day(tmp_path: Path) -> None:
+    import statistics
+    import time
+
+    import httpx
+
+    from ratchet_core.serve import serve_in_thread
+    from ratchet_gateway.app import GatewayOptions, create_app
+    from ratchet_stats.receipt import verify_receipt
+
+    n = 1_000_000
+    key = generate_private_key()
+    settings = _gateway_settings(tmp_path)
     folder = Path(settings.artifacts_root) / "receipts" / DAY
     folder.mkdir(parents=True)
     predicate = _million_row_day(folder, n, key)
@@ -185,7 +192,6 @@ def test_the_client_view_route_answers_in_milliseconds_on_a_million_row_day(tmp_
 
     from ratchet_assets.night import atomic_write_bytes
     from ratchet_core.serve import serve_in_thread
-    from ratchet_core.settings import Settings
     from ratchet_gateway.app import GatewayOptions, create_app
     from ratchet_stats import receipt_v3
     from ratchet_stats import teacher_equivalent as te
@@ -194,16 +200,7 @@ def test_the_client_view_route_answers_in_milliseconds_on_a_million_row_day(tmp_
 
     n = 1_000_000
     key = generate_private_key()
-    settings = Settings(
-        home=tmp_path / "home",
-        api_keys="app1:sk-app1-0123456789abcdef,app2:sk-app2-fedcba9876543210",
-        admin_key="admin-key-for-tests",
-        teacher_model="openai/demo-teacher",
-        teacher_api_base="http://127.0.0.1:9/v1",
-        teacher_api_key="sk-teacher-upstream",
-        student_base_url="http://127.0.0.1:9/v1",
-        segment_seconds=3600,
-    )
+    settings = _gateway_settings(tmp_path)
     folder = Path(settings.artifacts_root) / "receipts" / DAY
     folder.mkdir(parents=True)
     v1 = _million_row_day(folder, n, key)  # rows.parquet and tree.bin as build_receipt writes them
