@@ -110,6 +110,7 @@ def probe_all(settings: Any) -> list[Probe]:
         control_db(settings.control_db_url),
         storage("lake", settings.lake_root),
         storage("artifacts", settings.artifacts_root),
+        *([storage("artifacts store", settings.artifacts_url)] if settings.artifacts_url else []),
         openai_endpoint("student", settings.student_base_url, settings.student_api_key),
         openai_endpoint("teacher", settings.teacher_api_base, settings.teacher_api_key),
     ]

@@ -87,3 +87,17 @@ def test_adapter_download_is_digest_checked_and_whole(s3_env, tmp_path: Path) ->
     assert fetch_adapter(f"{url}/adapters/v1-abc", tmp_path / "cache") == folder  # one copy per content
     with pytest.raises(FileNotFoundError):
         fetch_adapter(f"{url}/adapters/v9-none", tmp_path / "cache")
+
+
+def test_config_check_probes_the_artifacts_store(s3_env, tmp_path: Path) -> None:
+    from ratchet_cli.config_probe import probe_all
+    from ratchet_core.settings import Settings
+
+    url = f"s3://{s3_env.new_bucket()}/artifacts"
+    probes = {p.name: p for p in probe_all(Settings(home=tmp_path, artifacts_url=url))}
+    assert probes["artifacts store"].ok is True and "reachable" in probes["artifacts store"].detail
+    missing = {
+        p.name: p for p in probe_all(Settings(home=tmp_path, artifacts_url="s3://no-such-bucket-x1/a"))
+    }
+    assert missing["artifacts store"].ok is False
+    assert "artifacts store" not in {p.name for p in probe_all(Settings(home=tmp_path))}
