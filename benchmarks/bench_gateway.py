@@ -8,7 +8,10 @@ CPU per request of each process. This module starts it, as a script (never copie
 - ``durable``: the gateway as deployed, durable ledger on disk (every 200 waits for its journal's fdatasync),
   non-streaming, c = 1, 16, 64: the targets are c=1 added p50 <= 2 ms and c=16 added p99 <= 10 ms;
 - ``durable_stream``: the same gateway, ``stream: true`` (latency = time to ``[DONE]``), c = 1, 16;
-- ``journal_on_tmpfs``: the journal on /dev/shm (separates the disk's fdatasync from the gateway's own time).
+- ``journal_on_tmpfs``: the journal on /dev/shm (separates the disk's fdatasync from the gateway's own time);
+- ``durable_workers2``: ``ratchet gateway --workers 2`` (two replicas, each with its own journal and segments),
+  c = 1, 16: what the second core buys when one process is saturated (on a 2-core box the load generator and the
+  mock share the cores with it).
 
 Each variant's full output is ``<out>/gateway_<variant>.json``; the summary keeps the added latencies, the
 gateway's CPU per request, the disk's fdatasync latency and how busy the machine was (on a shared box other
@@ -37,7 +40,7 @@ def _bench_dir() -> Path:
     return Path(env) if env else Path(__file__).resolve().parents[2] / "shared" / "bench"
 
 
-def _gateway_cmd(home: Path) -> str:
+def _gateway_cmd(home: Path, workers: int = 1) -> str:
     """overhead.py's --gateway-cmd: ``ratchet gateway`` of this venv, teacher = the harness's mock."""
     ratchet = Path(sys.executable).with_name("ratchet")
     env = {
@@ -48,11 +51,18 @@ def _gateway_cmd(home: Path) -> str:
         "RATCHET_STUDENT_BASE_URL": "http://127.0.0.1:9/v1",  # no release: the student is never asked
     }
     assigns = " ".join(f"{k}={shlex.quote(v)}" for k, v in env.items())
-    return f"env {assigns} {shlex.quote(str(ratchet))} gateway --host {{host}} --port {{port}}"
+    return f"env {assigns} {shlex.quote(str(ratchet))} gateway --host {{host}} --port {{port}} --workers {workers}"
 
 
 def _overhead(
-    bench: Path, out: Path, name: str, home: Path, levels: str, stream: bool, budget_s: float
+    bench: Path,
+    out: Path,
+    name: str,
+    home: Path,
+    levels: str,
+    stream: bool,
+    budget_s: float,
+    workers: int = 1,
 ) -> dict:
     json_out = out / f"gateway_{name}.json"
     cmd = [
@@ -61,7 +71,7 @@ def _overhead(
         "--name",
         f"ratchet-{name}",
         "--gateway-cmd",
-        _gateway_cmd(home),
+        _gateway_cmd(home, workers),
         "--levels",
         levels,
         "--rounds",
@@ -142,9 +152,13 @@ def run(out_dir: Path) -> dict:
             result["journal_on_tmpfs"] = _overhead(
                 bench, out_dir, "journal_on_tmpfs", Path(tmp), "1,16", False, 200
             )
+    with tempfile.TemporaryDirectory() as tmp:
+        result["durable_workers2"] = _overhead(
+            bench, out_dir, "durable_workers2", Path(tmp), "1,16", False, 200, workers=2
+        )
     result["loadavg_after"] = os.getloadavg()
     summary: dict = {"targets": TARGETS, "disk_fdatasync_p50_ms": result["disk_fdatasync_ms"]["p50"]}
-    for variant in ("durable", "durable_stream", "journal_on_tmpfs"):
+    for variant in ("durable", "durable_stream", "journal_on_tmpfs", "durable_workers2"):
         levels = (result.get(variant) or {}).get("levels") or {}
         for c, row in levels.items():
             summary[f"{variant}_c{c}_added_p50_ms"] = row["added_p50_ms"]
