@@ -86,7 +86,7 @@ def client_leaf(client: str, salt: str, tasks: Iterable[str], totals: Mapping[st
 
 def pair_order(leaves: Iterable[bytes]) -> list[bytes]:
     """Pair leaves in tree order: by request_id, then by the leaf's bytes."""
-    return sorted(leaves, key=lambda b: (json.loads(b)["request_id"], b))
+    return sorted(leaves, key=lambda b: (json.loads(b)["request_id"] or "", b))
 
 
 def make_predicate(

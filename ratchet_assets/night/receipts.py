@@ -326,8 +326,9 @@ def pair_leaves(traffic_file: str | Path, con: Any = None) -> tuple[list[bytes],
                 row[name] = float(row[name] or 0.0)
             rows.append(row)
     con.close()
-    leaves = receipt_v3.pair_order(canonical_text(r).encode("utf-8") for r in rows)
-    return leaves, [json.loads(b) for b in leaves]
+    # Tree order (receipt_v3.pair_order): by request_id, then by the line's bytes (UTF-8 sorts as its text).
+    keyed = sorted((r["request_id"] or "", canonical_text(r), i) for i, r in enumerate(rows))
+    return [text.encode("utf-8") for _, text, _ in keyed], [rows[i] for _, _, i in keyed]
 
 
 def previous_estimates(artifacts_root: str | Path, link: dict[str, str] | None) -> dict[str, dict[str, Any]]:
