@@ -623,7 +623,9 @@ class Ledger:
         if pending:
             horizon = max(m.before for m in pending.values())
             cols = ", ".join(SCOPE_COLUMNS)
-            table = self._con.sql(f"SELECT {cols} FROM ledger WHERE ts < $1", params=[horizon]).to_arrow_table()
+            table = self._con.sql(
+                f"SELECT {cols} FROM ledger WHERE ts < $1", params=[horizon]
+            ).to_arrow_table()
             for k, m in pending.items():
                 by_scope[k] = m.matched_request_ids(table) - self._erased
                 new |= by_scope[k]
@@ -632,7 +634,9 @@ class Ledger:
             journal = scrub_journal(self.journal_path, new)
             path = self.ledger_dir / f"{self.replica}.duckdb"
             marks = ", ".join("?" for _ in new)
-            rows = int(self._sql(f"SELECT count(*) FROM ledger WHERE request_id IN ({marks})", sorted(new))[0][0])
+            rows = int(
+                self._sql(f"SELECT count(*) FROM ledger WHERE request_id IN ({marks})", sorted(new))[0][0]
+            )
             self._con = scrub_duckdb(self._con, path, new)
             self._con.executemany(
                 "INSERT OR IGNORE INTO erased_requests VALUES (?)", [[r] for r in sorted(new)]
@@ -650,7 +654,8 @@ class Ledger:
             with contextlib.suppress(Exception):  # the report is evidence, not a precondition of the scrub
                 counts = {
                     "requests": len(found),  # matched in this replica's files (sealed copies included)
-                    "requests_not_sealed": len(found - set(ids)),  # found nowhere else: the scope's reach here
+                    # found nowhere else (not erased by id): what the scope alone reached here
+                    "requests_not_sealed": len(found - set(ids)),
                     "journal_records": journal,
                     "ledger_rows": rows,
                 }

@@ -206,7 +206,8 @@ def test_an_end_users_erasure_leaves_no_byte_and_receipts_still_verify(tmp_path:
             ("estimates", layout.receipt_estimates(DAY1)),
         )
     }
-    if (pairs := layout.receipt_dir(DAY1) / "pairs.jsonl").exists():  # v3 receipts commit to the pair calls too
+    # v3 receipts commit to the pair calls too
+    if (pairs := layout.receipt_dir(DAY1) / "pairs.jsonl").exists():
         lines["pairs"] = pairs.read_bytes().splitlines()
     assert "rows" in verify_receipt(envelope, key.public_key(), leaves=leaves, **lines)["checks"]
     proof = receipt_proof(DAY1, alice[0]["request_id"], art)

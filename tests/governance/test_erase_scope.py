@@ -162,7 +162,8 @@ def test_erase_by_user_reaches_a_live_gateways_unsealed_rows(tmp_path: Path) -> 
                 msgs = [{"role": "user", "content": f"Please file this note: {text}"}]
                 client.chat.completions.create(model="ratchet", messages=msgs, user=user)
             assert not list((home / "lake").rglob("*.parquet"))  # every row is still the replica's alone
-            journal = (home / "ledger" / "gw-0.journal").read_bytes()  # the DuckDB file is the gateway's alone
+            # the journal, not the DuckDB file: the gateway holds that alone
+            journal = (home / "ledger" / "gw-0.journal").read_bytes()
             assert all(a.encode() in journal for a in alice)
             done = erase(
                 ErasureScope(users=("alice",)),
