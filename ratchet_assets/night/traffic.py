@@ -164,25 +164,34 @@ def consolidate_traffic(
         f"SELECT count(*), count(*) FILTER (WHERE day <> {sql_str(day)}) FROM raw"
     ).fetchall()[0]
     total, wrong_day = int(counts[0]), int(counts[1])
-    # Duplicates are found on narrow columns only (with the few the step's counts need, so the wide rows are
-    # read once, for the output); the wide rows are read once, for the kept positions.
-    con.execute(
-        f"""
-        CREATE TEMP TABLE keep AS
-        SELECT _file, _row, {_STAT_COLUMNS} FROM (
-          SELECT _file, _row, {_STAT_COLUMNS},
-            row_number() OVER (PARTITION BY replica, seq ORDER BY _file, _row) AS _by_seq,
-            row_number() OVER (PARTITION BY request_id, kind, pair_role ORDER BY _file, _row) AS _by_id
-          FROM (SELECT _file, _row, replica, seq, request_id, pair_role, {_STAT_COLUMNS} FROM raw
-                WHERE day = {sql_str(day)})
-        ) WHERE _by_seq = 1 AND _by_id = 1
-        """
-    )
-    kept_rows = con.execute("SELECT count(*) FROM keep").fetchall()[0][0]
-    if kept_rows == total:  # nothing dropped (the usual day): no join of the wide rows with their positions
-        con.execute(f"CREATE TEMP VIEW kept AS SELECT {cols} FROM raw")
+    # Duplicates are looked for on narrow columns only: first whether there are any (distinct 64-bit hashes of
+    # each key: equal rows have equal hashes, so no duplicate goes unseen; a hash collision only sends the day
+    # down the exact path), then, only when there are, which rows to keep (two windows over the day's positions,
+    # which grow faster than the day). The counts are made from ``keep``; the wide rows are read once, in order.
+    on_day = f"day = {sql_str(day)}"
+    distinct = con.execute(
+        f"""SELECT count(*) = count(DISTINCT hash(replica, seq))
+                   AND count(*) = count(DISTINCT hash(request_id, kind, pair_role))
+            FROM raw WHERE {on_day}"""
+    ).fetchall()[0][0]
+    if distinct is not False:  # every row of the day is kept (True; None: no rows)
+        con.execute(f"CREATE TEMP TABLE keep AS SELECT {_STAT_COLUMNS} FROM raw WHERE {on_day}")
+        con.execute(f"CREATE TEMP VIEW kept AS SELECT {cols} FROM raw WHERE {on_day}")
     else:
+        con.execute(
+            f"""
+            CREATE TEMP TABLE keep AS
+            SELECT _file, _row, {_STAT_COLUMNS} FROM (
+              SELECT _file, _row, {_STAT_COLUMNS},
+                row_number() OVER (PARTITION BY replica, seq ORDER BY _file, _row) AS _by_seq,
+                row_number() OVER (PARTITION BY request_id, kind, pair_role ORDER BY _file, _row) AS _by_id
+              FROM (SELECT _file, _row, replica, seq, request_id, pair_role, {_STAT_COLUMNS} FROM raw
+                    WHERE {on_day})
+            ) WHERE _by_seq = 1 AND _by_id = 1
+            """
+        )
         con.execute(f"CREATE TEMP VIEW kept AS SELECT {cols} FROM raw SEMI JOIN keep USING (_file, _row)")
+    kept_rows = con.execute("SELECT count(*) FROM keep").fetchall()[0][0]
     # Streamed: DuckDB sorts, Arrow batches go to Parquet in row groups (the day is never held in Python).
     writer = ChunkedParquetWriter(
         out, LEDGER_SCHEMA, row_group_size=ROW_GROUP_ROWS, compression="zstd", write_statistics=True
