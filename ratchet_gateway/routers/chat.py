@@ -34,6 +34,8 @@ _OPENAPI = {
 
 
 async def chat_completions(request: Request) -> Response:
+    # Served by ``ratchet_gateway.app.GatewayApp`` before routing (``ChatHandler.asgi``, the same pipeline); this
+    # route documents the operation and answers when the app runs under a root_path.
     # A raw Request on purpose (measured, benchmarks/bench_gateway.py): no dependency solving and no FastAPI body
     # model on the hot path. The handler authenticates first, then reads the body (size-limited), parses it with
     # orjson and validates it in one pydantic pass, keeping the dict it forwards upstream.
