@@ -362,6 +362,17 @@ def check_rows(
     _need(ids == sorted(ids), "rows", "rows are not sorted by request_id")
     prices = predicate["teacher_equivalent"]["prices"]
     totals, first = totals_from_rows(rows, estimates, prices)
+    check_client_lines(predicate["day"], totals, first, clients)
+    check_day_estimates(estimates, "from_requests", te.request_answers(rows))
+
+
+def check_client_lines(
+    day: str,
+    totals: Mapping[str, Mapping[str, Any]],
+    first: Mapping[str, str],
+    clients: Mapping[str, Mapping[str, Any]],
+) -> None:
+    """The client lines are exactly the recomputed totals (and salts) of the clients the rows name."""
     _need(
         set(totals) == set(clients),
         "rows",
@@ -375,11 +386,10 @@ def check_rows(
             f"client {name!r}: rows give {entry}, the receipt signs {line['totals']}",
         )
         _need(
-            line["salt"] == client_salt(predicate["day"], name, first[name]),
+            line["salt"] == client_salt(day, name, first[name]),
             "rows",
             f"client {name!r}: salt does not match the client's rows",
         )
-    check_day_estimates(estimates, "from_requests", te.request_answers(rows))
 
 
 def check_day_estimates(
