@@ -104,6 +104,12 @@ def _method_text(teq: dict[str, Any] | None) -> str:
     )
 
 
+def _failed(args: argparse.Namespace, exc: ReceiptError) -> int:
+    """Print the failed check (text or JSON); exit code 1."""
+    emit(args, {"ok": False, "check": exc.check, "error": exc.message}, f"FAILED {exc.check}: {exc.message}")
+    return 1
+
+
 def _run(args: argparse.Namespace) -> int:
     keys = load_public_keys(args.key, None)
     if args.client_proof:
@@ -137,12 +143,7 @@ def _run(args: argparse.Namespace) -> int:
             pairs=pairs,
         )
     except ReceiptError as exc:
-        emit(
-            args,
-            {"ok": False, "check": exc.check, "error": exc.message},
-            f"FAILED {exc.check}: {exc.message}",
-        )
-        return 1
+        return _failed(args, exc)
     t = report["totals"]
     totals = _totals_text(t) if t else "  totals: not checked (give the client lines: --clients)"
     text = (
@@ -159,12 +160,7 @@ def _run_client(args: argparse.Namespace, keys: Any) -> int:
     try:
         report = verify_client_view(view, keys)
     except ReceiptError as exc:
-        emit(
-            args,
-            {"ok": False, "check": exc.check, "error": exc.message},
-            f"FAILED {exc.check}: {exc.message}",
-        )
-        return 1
+        return _failed(args, exc)
     text = (
         f"OK receipt {report['day']}: client {report['client']}, {report['totals']['requests']} requests"
         f" ({report['rows']} rows given)\n"
