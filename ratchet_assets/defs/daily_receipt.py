@@ -82,18 +82,27 @@ def daily_receipt(
                 )
             ),
             "paid_usd": dg.MetadataValue.float(t["actual_cost_micro_usd"] / 1e6),
+            # Of which the day's audit and shadow calls (receipt v3: committed in pairs.jsonl).
+            "pair_calls": dg.MetadataValue.int(t["pairs"]),
+            "pair_calls_usd": dg.MetadataValue.float(t["pair_cost_micro_usd"] / 1e6),
             "saved_usd": dg.MetadataValue.float(t["saved_micro_usd"] / 1e6),
             "student_requests": dg.MetadataValue.int(t["served_by"].get("student", 0)),
             "clients": dg.MetadataValue.md(
                 markdown_table(
-                    ["client", "requests", "teacher-equivalent $ (estimated part)", "paid $", "saved $"],
+                    [
+                        "client",
+                        "requests",
+                        "teacher-equivalent $ (estimated part)",
+                        "paid $ (pair calls)",
+                        "saved $",
+                    ],
                     [
                         [
                             c,
                             e["requests"],
                             f"{e['teacher_cost_micro_usd'] / 1e6:.6f} "
                             f"({e['teacher_cost_estimated_micro_usd'] / 1e6:.6f})",
-                            f"{e['actual_cost_micro_usd'] / 1e6:.6f}",
+                            f"{e['actual_cost_micro_usd'] / 1e6:.6f} ({e['pair_cost_micro_usd'] / 1e6:.6f})",
                             f"{e['saved_micro_usd'] / 1e6:.6f}",
                         ]
                         for c, e in sorted(r.clients.items())[:20]

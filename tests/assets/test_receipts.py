@@ -491,4 +491,9 @@ def test_daily_receipt_runs_in_the_configured_night_memory_budget(two_days: Path
     ok = receipt(300)
     assert ok.success
     [event] = ok.get_asset_materialization_events()
-    assert event.materialization.metadata["peak_rss_mb"].value > 0
+    meta = {k: v.value for k, v in event.materialization.metadata.items()}
+    assert meta["peak_rss_mb"] > 0 and meta["pair_calls"] > 0
+    assert (
+        meta["pair_calls_usd"] > 0
+        and meta["saved_usd"] < meta["teacher_equivalent_usd"] - meta["pair_calls_usd"]
+    )
