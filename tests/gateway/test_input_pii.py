@@ -110,7 +110,9 @@ def test_no_pii_from_any_field_reaches_a_sealed_segment_or_the_student(tmp_path)
 
 def test_erasure_by_end_user_finds_the_redacted_user():
     """`user` is stored redacted now; `ratchet erase --user <e-mail>` still finds the rows (either form)."""
-    import duckdb
+    from datetime import UTC, datetime, timedelta
+
+    import pyarrow as pa
 
     from ratchet_assets.governance.erase import ErasureScope
     from ratchet_core.redact import redact_request
@@ -118,9 +120,17 @@ def test_erasure_by_end_user_finds_the_redacted_user():
     stored = redact_request({"user": EMAIL, "temperature": 0})
     params = orjson.dumps({k: v for k, v in stored.body.items()}).decode()
     assert EMAIL not in params
-    where, args = ErasureScope(users=(EMAIL,)).where_sql()
-    with duckdb.connect() as con:
-        con.execute(
-            "CREATE TABLE t AS SELECT ? AS params UNION ALL SELECT ?", [params, '{"user": "someone"}']
-        )
-        assert con.execute(f"SELECT count(*) FROM t WHERE {where}", args).fetchone() == (1,)
+    now = datetime.now(UTC)
+    rows = pa.table(
+        {
+            "request_id": ["r-alice", "r-someone"],
+            "client": ["app", "app"],
+            "ts": pa.array([now - timedelta(minutes=1)] * 2, pa.timestamp("us", tz="UTC")),
+            "params": [params, '{"user": "someone"}'],
+            "messages": ["[]", "[]"],
+            "answer": ["a", "b"],
+            "tool_calls": [None, None],
+        }
+    )
+    matcher = ErasureScope(users=(EMAIL,)).matcher(now)
+    assert matcher.matched_request_ids(rows) == {"r-alice"}
