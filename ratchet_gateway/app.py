@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import gc
 import logging
+import os
 import sys
 from contextlib import asynccontextmanager
 from importlib.metadata import PackageNotFoundError, version
@@ -208,7 +209,10 @@ def app_from_env() -> FastAPI:
 
     The served process switches threads every 1 ms instead of Python's 5 ms: the event loop shares the GIL with
     the ledger's loader thread, and a request waiting on the loop should not wait up to 5 ms for it. Once started
-    it freezes the objects it has (``gc.freeze``, see the lifespan)."""
+    it freezes the objects it has (``gc.freeze``, see the lifespan). It also sets umask 077, so a gateway started
+    as ``uvicorn ratchet_gateway.app:app_from_env --factory`` (not by ``ratchet``) writes its ledger, journal and
+    segments private to the user, as ``ratchet`` does (``ratchet_core.home_files``)."""
+    os.umask(0o077)
     sys.setswitchinterval(_GIL_SWITCH_S)
     app = create_app(load_settings())
     app.state.freeze_gc = True

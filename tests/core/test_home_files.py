@@ -167,3 +167,22 @@ def test_a_dagster_process_loading_the_code_location_writes_private_files(tmp_pa
     out = subprocess.run([sys.executable, "-c", probe], env=env, capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr[-2000:]
     assert out.stdout.split() == ["0o600", "0o700"]
+
+
+def test_a_gateway_served_by_plain_uvicorn_writes_private_files(tmp_path: Path) -> None:
+    """`uvicorn ratchet_gateway.app:app_from_env --factory` is not started by `ratchet`: the factory sets umask 077."""
+    probe = (
+        "import os; os.umask(0o022); from ratchet_gateway.app import app_from_env; app_from_env(); "
+        "p = os.path.join(os.environ['PROBE_DIR'], 'f'); open(p, 'w').close(); "
+        "print(oct(os.stat(p).st_mode & 0o777))"
+    )
+    env = dict(
+        os.environ,
+        PROBE_DIR=str(tmp_path),
+        LITELLM_LOCAL_MODEL_COST_MAP="True",
+        RATCHET_HOME=str(tmp_path / "home"),
+        RATCHET_API_KEYS="app:sk-app-0123456789",
+    )
+    out = subprocess.run([sys.executable, "-c", probe], env=env, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.split()[-1] == "0o600"
