@@ -46,8 +46,8 @@ def night_run_config(
 ) -> dict[str, Any] | None:
     """The nightly job's run config for what the demo's options override (None: nothing, the usual case).
 
-    ``lora_adapter``'s defaults (``ratchet_assets.night.adapter.NIGHT_TRAINING``: one epoch, at least min_steps
-    steps, PII surrogates, one torch thread) are the settings the demo certifies with, so the demo passes no run
+    ``lora_adapter``'s defaults (``ratchet_assets.night.adapter.NIGHT_TRAINING``: at least min_steps steps, then
+    epochs until the validation split stops improving (early stopping), PII surrogates, one torch thread) are the settings the demo certifies with, so the demo passes no run
     config, and a rerun from the Dagster UI without one reuses the night's adapter. An override (tests pass
     ``min_steps=0`` to keep tiny nights short) is another training config: the UI would train again for it.
     """
