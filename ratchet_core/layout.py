@@ -16,6 +16,7 @@ V = an adapter version such as ``v3-1a2b3c4d``)::
     boms/V/bom.dsse.json, NOTICE.md, certificate.dsse.json, train-keys.txt, golden-keys.txt, disjoint.proof.json
     receipts/D/receipt.dsse.json, rows.parquet, tree.bin the signed daily receipt, its leaves and stored tree
     receipts/D/clients.jsonl, estimates.jsonl            its client lines and per-task estimate lines (v2)
+    receipts/D/pairs.jsonl                               its audit/shadow pair lines (v3)
     imports/<id>/examples.parquet, provenance.json       labelled rows brought in by ``ratchet import``
 
 An adapter export (``ratchet admin export-adapter --out DIR``) is ``DIR/adapter/`` plus the BOM folder's files:
@@ -56,6 +57,7 @@ RECEIPT_ENVELOPE_FILE = "receipt.dsse.json"
 RECEIPT_ROWS_FILE = "rows.parquet"
 RECEIPT_TREE_FILE = "tree.bin"
 RECEIPT_CLIENTS_FILE = "clients.jsonl"
+RECEIPT_PAIRS_FILE = "pairs.jsonl"  # v3: the audit/shadow pair lines (ratchet_stats.receipt_v3.PAIRS_FILE)
 RECEIPT_ESTIMATES_FILE = "estimates.jsonl"
 
 BOM_FILE = "bom.dsse.json"
@@ -247,6 +249,9 @@ class ArtifactLayout:
 
     def receipt_estimates(self, day: str) -> Path:
         return self.receipt_dir(day) / RECEIPT_ESTIMATES_FILE
+
+    def receipt_pairs(self, day: str) -> Path:
+        return self.receipt_dir(day) / RECEIPT_PAIRS_FILE
 
     def receipt_days(self) -> list[str]:
         """Days with a signed receipt, sorted."""

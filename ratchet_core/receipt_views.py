@@ -23,6 +23,7 @@ from ratchet_core.layout import (
     RECEIPT_CLIENTS_FILE,
     RECEIPT_ENVELOPE_FILE,
     RECEIPT_ESTIMATES_FILE,
+    RECEIPT_PAIRS_FILE,
     RECEIPT_ROWS_FILE,
 )
 from ratchet_stats import receipt_v3
@@ -62,7 +63,7 @@ def own_rows(folder: Path, client: str) -> list[dict[str, Any]]:
 
 def own_pairs(folder: Path, client: str) -> list[bytes]:
     """The client's own pair lines (v3 ``pairs.jsonl``), in tree order."""
-    return [b for b in _lines(folder / receipt_v3.PAIRS_FILE) if json.loads(b).get("client") == client]
+    return [b for b in _lines(folder / RECEIPT_PAIRS_FILE) if json.loads(b).get("client") == client]
 
 
 def client_view(folder: Path, day: str, client: str, rows: bool = True) -> dict[str, Any]:

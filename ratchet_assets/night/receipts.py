@@ -468,7 +468,7 @@ def build_receipt(
         # Only for the predicate being signed (or already signed): a refused rerun leaves the signed day's lines.
         atomic_write_bytes(layout.receipt_clients(day), _jsonl(client_leaves))
         atomic_write_bytes(layout.receipt_estimates(day), _jsonl(estimate_leaves))
-        atomic_write_bytes(out_dir / receipt_v3.PAIRS_FILE, _jsonl(pair_lines))
+        atomic_write_bytes(layout.receipt_pairs(day), _jsonl(pair_lines))
 
     if begin.outcome == "execute":
         statement = make_statement(PREDICATE_TYPE_V3, predicate, receipt_v3.subjects(day, predicate))
