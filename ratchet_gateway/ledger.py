@@ -330,6 +330,16 @@ class Ledger:
     def _records(batch: list) -> bytes:
         return b"".join(_HEADER.pack(len(data), zlib.crc32(data)) + data for data, _, _, _ in batch)
 
+    def _append(self, batch: list) -> None:
+        """Write a batch's records to the journal (both modes; the caller fdatasyncs), first emptying the journal
+        when it is over its size and every record in it is in DuckDB already."""
+        if self._journal_bytes > self.journal_max_bytes and self._loaded_seq >= self._written_seq:
+            os.ftruncate(self._fd, 0)
+            self._journal_bytes = 0
+        buf = self._records(batch)
+        os.write(self._fd, buf)
+        self._journal_bytes += len(buf)
+
     def _writer(self) -> None:
         while True:
             with self._cv:
@@ -338,35 +348,15 @@ class Ledger:
                 if not self._pending and self._stopping:
                     return
                 batch, self._pending = self._pending, []
-            started = time.perf_counter()
+            self._sync_started = time.perf_counter()
             err: BaseException | None = None
             try:
-                if self._journal_bytes > self.journal_max_bytes and self._loaded_seq >= self._written_seq:
-                    os.ftruncate(self._fd, 0)  # every record in it is in DuckDB already
-                    self._journal_bytes = 0
-                buf = self._records(batch)
-                os.write(self._fd, buf)
+                self._append(batch)
                 os.fdatasync(self._fd)
-                self._journal_bytes += len(buf)
-                self._written_seq = batch[-1][1]["seq"]
             except OSError as exc:  # disk full, I/O error: fail these requests, report not ready
                 err = exc
                 self.error = f"{type(exc).__name__}: {exc}"
-            if self.on_commit and err is None:
-                self.on_commit(time.perf_counter() - started, len(batch))
-            if err is None:
-                with self._load_lock:
-                    self._to_load.extend(row for _, row, _, _ in batch)
-                    self._to_load_json.extend(data for data, _, _, _ in batch)
-            with self._flushed:
-                self._flushed.notify_all()
-            by_loop: dict[asyncio.AbstractEventLoop, list[asyncio.Future]] = {}
-            for _, _, fut, loop in batch:
-                if fut is not None:
-                    by_loop.setdefault(loop, []).append(fut)
-            for loop, futs in by_loop.items():
-                with contextlib.suppress(RuntimeError):  # loop closed
-                    loop.call_soon_threadsafe(_resolve, futs, err)
+            self._done(batch, err)
 
     # loop mode: the event loop writes, a sync process fdatasyncs -----------------------------------------------
     # Why: a writer thread needs the GIL twice per group commit (woken, and back from fdatasync), and a busy event
@@ -406,12 +396,7 @@ class Ledger:
                 return  # the batch in flight flushes the next one when its sync comes back
             batch, self._pending = self._pending, []
             try:
-                if self._journal_bytes > self.journal_max_bytes and self._loaded_seq >= self._written_seq:
-                    os.ftruncate(self._fd, 0)  # every record in it is in DuckDB already
-                    self._journal_bytes = 0
-                buf = self._records(batch)
-                os.write(self._fd, buf)
-                self._journal_bytes += len(buf)
+                self._append(batch)
                 self._sync_started = time.perf_counter()
                 os.write(self._sync_req, b"S")
                 self._inflight = batch
