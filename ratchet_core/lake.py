@@ -255,6 +255,21 @@ class Lake:
 
         return pq.read_table(self.path(rel), columns=columns, filesystem=self.fs)
 
+    def day_tables(self, day: str, columns: list[str]) -> list[Any]:
+        """Each sealed segment of ``day`` as a table of exactly ``columns``, in that order: a column an older
+        segment lacks is all nulls (readers of old and new segments alike, e.g. the cost report and replay)."""
+        import pyarrow as pa
+
+        tables = []
+        for seg in self.segments(day):
+            names = set(self.read_schema(seg.rel).names)
+            t = self.read_table(seg.rel, columns=[c for c in columns if c in names])
+            for c in columns:
+                if c not in t.column_names:
+                    t = t.append_column(c, pa.nulls(t.num_rows))
+            tables.append(t.select(columns))
+        return tables
+
     def attach(self, con: Any) -> None:
         """Let DuckDB connection ``con`` read ``duckdb_path(...)`` (a no-op for a local lake)."""
         if not self.local:

@@ -75,15 +75,7 @@ def _rows(lake: str | Path, day: str) -> list[dict[str, Any]]:
 
     from ratchet_core.lake import Lake
 
-    lk = Lake(lake)
-    tables = []
-    for seg in lk.segments(day):
-        names = set(lk.read_schema(seg.rel).names)
-        t = lk.read_table(seg.rel, columns=[c for c in COLUMNS if c in names])
-        for c in COLUMNS:
-            if c not in t.column_names:
-                t = t.append_column(c, pa.nulls(t.num_rows))
-        tables.append(t.select(COLUMNS))
+    tables = Lake(lake).day_tables(day, COLUMNS)
     return pa.concat_tables(tables, promote_options="permissive").to_pylist() if tables else []
 
 

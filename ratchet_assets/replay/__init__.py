@@ -146,15 +146,7 @@ def load_rows(lake: str | Path, days: Iterable[str], task: str) -> list[dict[str
     from ratchet_core.lake import Lake
 
     lk = Lake(lake)
-    tables = []
-    for day in days:
-        for seg in lk.segments(day):
-            names = set(lk.read_schema(seg.rel).names)
-            t = lk.read_table(seg.rel, columns=[c for c in COLUMNS if c in names])
-            for c in COLUMNS:
-                if c not in t.column_names:
-                    t = t.append_column(c, pa.nulls(t.num_rows))
-            tables.append(t.select(COLUMNS))
+    tables = [t for day in days for t in lk.day_tables(day, COLUMNS)]
     if not tables:
         return []
     rows = pa.concat_tables(tables, promote_options="permissive").to_pylist()
