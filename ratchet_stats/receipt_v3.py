@@ -99,11 +99,36 @@ def make_predicate(
     prices: Mapping[str, Any],
     previous: Mapping[str, str] | None,
 ) -> dict[str, Any]:
+    leaves = list(pair_leaves)
+    return make_predicate_from_root(
+        day,
+        requests_root,
+        size,
+        client_leaves,
+        estimate_leaves,
+        merkle.root(leaves).hex(),
+        len(leaves),
+        prices,
+        previous,
+    )
+
+
+def make_predicate_from_root(
+    day: str,
+    requests_root: str,
+    size: int,
+    client_leaves: Sequence[bytes],
+    estimate_leaves: Sequence[bytes],
+    pairs_root: str,
+    pairs_size: int,
+    prices: Mapping[str, Any],
+    previous: Mapping[str, str] | None,
+) -> dict[str, Any]:
+    """``make_predicate`` with the pair tree given as its (root hex, size), computed while the pair lines
+    streamed past (``ratchet_assets.night.receipts``), so a day's million pair lines need not be held."""
     p = v2.make_predicate(day, requests_root, size, client_leaves, estimate_leaves, prices, previous)
     p["clients"]["leaf_fields"] = list(CLIENT_FIELDS)
-    p["pairs"] = v2._tree_doc(
-        merkle.root(list(pair_leaves)).hex(), len(pair_leaves), "request_id, leaf", PAIR_LEAF_FIELDS
-    )
+    p["pairs"] = v2._tree_doc(pairs_root, pairs_size, "request_id, leaf", PAIR_LEAF_FIELDS)
     return p
 
 
@@ -329,6 +354,7 @@ __all__ = [
     "empty_totals",
     "make_client_view",
     "make_predicate",
+    "make_predicate_from_root",
     "pair_order",
     "subjects",
     "sum_totals",

@@ -14,7 +14,9 @@ Files (D = YYYY-MM-DD), under ``<artifacts>/receipts/D/`` (``ratchet_core.layout
   leaf a line, in tree order (the auditor's files; the gateway gives each client only its own, proven);
 - ``pairs.jsonl``: the day's audit and shadow pair calls (``receipt_v3.PAIR_LEAF_FIELDS``), in tree order: their
   cost (``actual_cost_usd``: the teacher's price on audits, the student's on shadows) is in each client's paid
-  (``pair_cost_micro_usd``) and so subtracted from its savings.
+  (``pair_cost_micro_usd``) and so subtracted from its savings. Streamed like the rows (``pair_batches``: DuckDB
+  sorts the pair rows by request_id, the lines are built and tie-sorted per batch, hashed into the pair root and
+  written under a temporary name that becomes ``pairs.jsonl`` only for the predicate signed), never held whole.
 
 Teacher-equivalent cost (``ratchet_stats.teacher_equivalent``): teacher-served rows are measured; a student-served
 row is priced at the teacher's prices with its prompt counted by the teacher's tokenizer (``teacher_prompt_tokens``,
@@ -32,6 +34,8 @@ from __future__ import annotations
 import base64
 import json
 import math
+import os
+import tempfile
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
 from datetime import UTC
@@ -284,17 +288,15 @@ class _DayTotals:
         """The tasks of the client's estimated rows (``receipt_v3`` client line ``tasks``)."""
         return sorted({task for c, task, _ in self.estimated if c == client})
 
-    def add_pairs(self, pairs: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    def add_pairs(self, pairs: _DayPairs) -> dict[str, dict[str, Any]]:
         """Per-client v3 TOTALS (sorted by client): the priced request totals plus the client's pair calls in
         what was paid; a pair's request_id counts towards the client's salt like a request's."""
         out = {name: {**t, "pairs": 0, "pair_cost_micro_usd": 0} for name, t in self.clients.items()}
-        for p in pairs:
-            name = str(p["client"])
-            receipt_v3.add_pairs(
-                out.setdefault(name, receipt_v3.empty_totals()), 1, micro(p["actual_cost_usd"])
-            )
-            if name not in self.first or p["request_id"] < self.first[name]:
-                self.first[name] = p["request_id"]
+        for name, (n, cost) in pairs.clients.items():
+            receipt_v3.add_pairs(out.setdefault(name, receipt_v3.empty_totals()), n, cost)
+        for name, rid in pairs.first.items():
+            if name not in self.first or rid < self.first[name]:
+                self.first[name] = rid
         return dict(sorted(out.items()))
 
     def price(self, estimates: dict[str, dict[str, Any]], prices: dict[str, Any]) -> None:
@@ -308,27 +310,164 @@ class _DayTotals:
 
 
 _PAIR_INTS = ("prompt_tokens", "completion_tokens", "status_code")
+_PAIR_STRS = ("request_id", "client", "task", "pair_role", "pair_outcome", "served_by", "version")
+
+
+def _pair_row(raw: dict[str, Any]) -> dict[str, Any]:
+    """One pair row as ``pair_leaves`` builds it from the traffic file's values."""
+    row = dict(raw)
+    row["ts"] = _ts_text(row["ts"]) if row["ts"] is not None else None
+    for name in _PAIR_INTS:
+        row[name] = int(row[name] or 0)
+    for name in _COST_FIELDS:
+        row[name] = float(row[name] or 0.0)
+    return row
 
 
 def pair_leaves(traffic_file: str | Path, con: Any = None) -> tuple[list[bytes], list[dict[str, Any]]]:
-    """The day's pair lines (``receipt_v3``: audit and shadow calls) in tree order, and their rows."""
+    """The day's pair lines (``receipt_v3``: audit and shadow calls) in tree order, and their rows, in memory:
+    the definition ``pair_batches`` streams (kept for tests and small days)."""
     con = con or connect()
     cols = ", ".join(receipt_v3.PAIR_LEAF_FIELDS)
     rows: list[dict[str, Any]] = []
     for batch in stream_batches(
         con, f"SELECT {cols} FROM read_parquet({sql_str(str(traffic_file))}) WHERE kind = 'pair'"
     ):
-        for row in batch.to_pylist():
-            row["ts"] = _ts_text(row["ts"]) if row["ts"] is not None else None
-            for name in _PAIR_INTS:
-                row[name] = int(row[name] or 0)
-            for name in _COST_FIELDS:
-                row[name] = float(row[name] or 0.0)
-            rows.append(row)
+        rows += [_pair_row(row) for row in batch.to_pylist()]
     con.close()
     # Tree order (receipt_v3.pair_order): by request_id, then by the line's bytes (UTF-8 sorts as its text).
     keyed = sorted((r["request_id"] or "", canonical_text(r), i) for i, r in enumerate(rows))
     return [text.encode("utf-8") for _, text, _ in keyed], [rows[i] for _, _, i in keyed]
+
+
+def _pair_parts_sql(traffic_file: str | Path) -> str:
+    """Pair rows sorted by request_id (NULL as ''), each field's canonical JSON text (NULL where Python must
+    decide) and whether the row is an audit answer (``receipt_v3.is_audit_answer``)."""
+    ts = "timezone('UTC', ts)"
+    parts = [f"{_json_str_sql(c)} AS j_{c}" for c in _PAIR_STRS]
+    parts += [f"coalesce({c}, 0)::BIGINT::VARCHAR AS j_{c}" for c in _PAIR_INTS]
+    parts.append(
+        f"CASE WHEN ts IS NULL THEN 'null' WHEN year({ts}) BETWEEN 1000 AND 9999 "
+        f"THEN '\"' || strftime({ts}, '%Y-%m-%dT%H:%M:%S.%fZ') || '\"' END AS j_ts"
+    )
+    audit = (
+        "coalesce(pair_role = 'audit' AND coalesce(served_by, '') <> 'student' AND coalesce(status_code, 0) = 200 "
+        "AND coalesce(completion_tokens, 0) > 0 AND pair_outcome IS NOT NULL AND pair_outcome <> 'error', false)"
+    )
+    cols = ", ".join(receipt_v3.PAIR_LEAF_FIELDS)
+    return (
+        f"SELECT coalesce(request_id, '') AS sort_key, {cols}, {', '.join(parts)}, {audit} AS audit_answer "
+        f"FROM read_parquet({sql_str(str(traffic_file))}) WHERE kind = 'pair' ORDER BY sort_key"
+    )
+
+
+def _pair_lines(table: pa.Table) -> pa.Table:
+    """One batch of ``_pair_parts_sql`` rows as (sort_key, line, request_id, client, task, audit_answer,
+    completion, actual_micro); each line is ``canonical_text`` of the row ``pair_leaves`` gives."""
+    floats = {c: table[c].to_pylist() for c in _COST_FIELDS}
+    j = {c: table[f"j_{c}"] for c in receipt_v3.PAIR_LEAF_FIELDS if c not in _COST_FIELDS}
+    j.update({c: pa.array(_float_texts(floats[c]), pa.string()) for c in _COST_FIELDS})
+    pieces: list[Any] = []
+    for i, name in enumerate(sorted(receipt_v3.PAIR_LEAF_FIELDS)):
+        pieces += [("{" if i == 0 else ",") + f'"{name}":', j[name]]
+    pieces.append("}")
+    line = pc.binary_join_element_wise(*pieces, "")
+    if line.null_count:
+        slow = pc.is_null(line).to_pylist()
+        fields = {c: table[c].to_pylist() for c in receipt_v3.PAIR_LEAF_FIELDS}
+        fixed = line.to_pylist()
+        for i, is_slow in enumerate(slow):
+            if is_slow:
+                fixed[i] = canonical_text(_pair_row({c: fields[c][i] for c in receipt_v3.PAIR_LEAF_FIELDS}))
+        line = pa.array(fixed, pa.string())
+    return pa.table(
+        {
+            "sort_key": table["sort_key"],
+            "line": pc.cast(line, pa.binary()),
+            "request_id": table["request_id"],
+            "client": pc.cast(table["client"], pa.string()).fill_null("None"),
+            "task": pc.cast(table["task"], pa.string()).fill_null("None"),
+            "audit_answer": table["audit_answer"],
+            "completion": pc.cast(table["completion_tokens"], pa.int64()).fill_null(0),
+            "actual_micro": pa.array(_micro(floats["actual_cost_usd"]), pa.int64()),
+        }
+    )
+
+
+def pair_batches(traffic_file: str | Path, con: Any = None, rows: int = 65_536) -> Iterator[pa.Table]:
+    """The day's pair lines in tree order (``pair_leaves``'s), batch by batch, in bounded memory: DuckDB sorts
+    the pair rows by request_id (out of core with a budgeted `con`), each batch's lines are sorted by (request_id,
+    line bytes), and the rows of a batch's last request_id are held back until the next batch, since its ties may
+    continue there. Tables as ``_pair_lines`` gives them."""
+    con = con or connect()
+    held: pa.Table | None = None
+    order = [("sort_key", "ascending"), ("line", "ascending")]
+    for batch in stream_batches(con, _pair_parts_sql(traffic_file), rows):
+        if not batch.num_rows:
+            continue
+        table = _pair_lines(pa.Table.from_batches([batch]))
+        if held is not None:
+            table = pa.concat_tables([held, table])
+        table = table.take(pc.sort_indices(table, sort_keys=order))
+        keys = table["sort_key"]
+        n_last = pc.sum(pc.equal(keys, keys[-1])).as_py()
+        held = table.slice(table.num_rows - n_last)
+        if table.num_rows > n_last:
+            yield table.slice(0, table.num_rows - n_last)
+    if held is not None:
+        yield held
+    con.close()
+
+
+class _DayPairs:
+    """The day's pair lines streamed into ``pairs.jsonl`` under a temporary name beside it (renamed by
+    ``publish`` once the ledger says the predicate is the one signed), their RFC 9162 root, and per batch what
+    the predicate needs from them: per-client count and cost, per-client least request_id, audit answers."""
+
+    def __init__(self, final: Path) -> None:
+        self.final = final
+        fd, tmp = tempfile.mkstemp(dir=final.parent, prefix=f".{final.name}.", suffix=".tmp")
+        self.tmp = Path(tmp)
+        self._file = os.fdopen(fd, "wb")
+        self.tree = TreeBuilder()
+        self.clients: dict[str, tuple[int, int]] = {}
+        self.first: dict[str, str] = {}
+        self.audits: dict[str, tuple[int, int]] = {}
+        self.root, self.size = "", 0
+
+    def add(self, table: pa.Table) -> None:
+        lines = table["line"].to_pylist()
+        self._file.write(b"".join([b + b"\n" for b in lines]))
+        self.tree.add_hashes(b"".join([_sha256(b"\x00" + b).digest() for b in lines]))
+        by_client = (
+            pa.table({"client": table["client"], "a": table["actual_micro"], "r": table["request_id"]})
+            .group_by(["client"])
+            .aggregate([("a", "count"), ("a", "sum"), ("r", "min")])
+        )
+        for g in by_client.to_pylist():
+            n, cost = self.clients.get(g["client"], (0, 0))
+            self.clients[g["client"]] = (n + int(g["a_count"]), cost + int(g["a_sum"]))
+            r = g["r_min"]
+            if r is not None and (g["client"] not in self.first or r < self.first[g["client"]]):
+                self.first[g["client"]] = r
+        ans = pa.table({"task": table["task"], "c": table["completion"]}).filter(table["audit_answer"])
+        for g in ans.group_by(["task"]).aggregate([("c", "count"), ("c", "sum")]).to_pylist():
+            k, c = self.audits.get(g["task"], (0, 0))
+            self.audits[g["task"]] = (k + int(g["c_count"]), c + int(g["c_sum"]))
+
+    def finish(self) -> None:
+        """Close the temporary file and the pair tree (``root``: hex, ``size``)."""
+        self._file.close()
+        self.root, self.size = self.tree.finish().hex(), self.tree.size
+
+    def publish(self) -> None:
+        """The temporary file becomes ``pairs.jsonl`` (the same bytes when the day was signed already)."""
+        os.replace(self.tmp, self.final)
+
+    def discard(self) -> None:
+        if not self._file.closed:
+            self._file.close()
+        self.tmp.unlink(missing_ok=True)
 
 
 def previous_estimates(artifacts_root: str | Path, link: dict[str, str] | None) -> dict[str, dict[str, Any]]:
@@ -421,14 +560,40 @@ def build_receipt(
     writer.close()
     root_hex = tree.finish().hex()
     size = tree.size
-    link = previous_link(artifacts_root, day)
-    pair_lines, pairs = pair_leaves(traffic, budget_connect(budget, artifacts_root, f"receipt-pairs-{day}"))
+    pairs = _DayPairs(layout.receipt_pairs(day))
+    try:
+        for table in pair_batches(traffic, budget_connect(budget, artifacts_root, f"receipt-pairs-{day}")):
+            pairs.add(table)
+        pairs.finish()
+        return _sign(
+            layout, day, private_key, ledger, lease_seconds, prices, day_totals, pairs, root_hex, size
+        )
+    finally:
+        pairs.discard()
+
+
+def _sign(
+    layout: ArtifactLayout,
+    day: str,
+    private_key: Any,
+    ledger: EffectLedger,
+    lease_seconds: float,
+    prices: dict[str, Any],
+    day_totals: _DayTotals,
+    pairs: _DayPairs,
+    root_hex: str,
+    size: int,
+) -> ReceiptResult:
+    """The day's client and estimate lines from the request totals and the pairs, the predicate, and its
+    signature through the effect ledger (at most once per day); the line files are written only for the
+    predicate being signed (or already signed)."""
+    link = previous_link(layout.root, day)
     estimate_lines = te.day_estimates(
         day,
         day_totals.answers,
-        receipt_v3.audit_answers(pairs),
+        pairs.audits,
         day_totals.student_tasks(),
-        previous_estimates(artifacts_root, link),
+        previous_estimates(layout.root, link),
     )
     estimates = {line["task"]: line for line in estimate_lines}
     day_totals.price(estimates, prices)
@@ -440,8 +605,8 @@ def build_receipt(
         for name, totals in clients.items()
     ]
     estimate_leaves = [canonical_json(line) for line in estimate_lines]
-    predicate = receipt_v3.make_predicate(
-        day, root_hex, size, client_leaves, estimate_leaves, pair_lines, prices, link
+    predicate = receipt_v3.make_predicate_from_root(
+        day, root_hex, size, client_leaves, estimate_leaves, pairs.root, pairs.size, prices, link
     )
 
     envelope_path = layout.receipt_envelope(day)
@@ -468,7 +633,7 @@ def build_receipt(
         # Only for the predicate being signed (or already signed): a refused rerun leaves the signed day's lines.
         atomic_write_bytes(layout.receipt_clients(day), _jsonl(client_leaves))
         atomic_write_bytes(layout.receipt_estimates(day), _jsonl(estimate_leaves))
-        atomic_write_bytes(layout.receipt_pairs(day), _jsonl(pair_lines))
+        pairs.publish()  # streamed under a temporary name beside it
 
     if begin.outcome == "execute":
         statement = make_statement(PREDICATE_TYPE_V3, predicate, receipt_v3.subjects(day, predicate))
@@ -509,7 +674,7 @@ def build_receipt(
     return ReceiptResult(
         day=day,
         path=str(envelope_path),
-        rows_path=str(rows_path),
+        rows_path=str(layout.receipt_rows(day)),
         root=root_hex,
         size=size,
         envelope_digest=envelope_digest(envelope),

@@ -446,7 +446,9 @@ def test_a_refused_rerun_leaves_the_signed_days_lines(signed: dict, two_days: Pa
     from ratchet_assets.night.receipts import ReceiptConflict
 
     layout, art = signed["layout"], signed["art"]
-    before = {p: p.read_bytes() for p in (layout.receipt_clients(DAY1), layout.receipt_estimates(DAY1))}
+    files = (layout.receipt_clients(DAY1), layout.receipt_estimates(DAY1), layout.receipt_pairs(DAY1))
+    before = {p: p.read_bytes() for p in files}
+    assert before[layout.receipt_pairs(DAY1)], "day 1 has pair calls"
     late = request_rows(DAY1, 5, seed=99, replicas=("late",))
     write_segments(two_days / "lake", late)
     consolidate_traffic(two_days / "lake", art, DAY1)
@@ -454,6 +456,8 @@ def test_a_refused_rerun_leaves_the_signed_days_lines(signed: dict, two_days: Pa
     with pytest.raises(ReceiptConflict):
         build_receipt(art, DAY1, signed["key"], ledger, teacher_model=TEACHER)
     assert {p: p.read_bytes() for p in before} == before
+    # the refused run's pair lines, streamed under a temporary name, are gone
+    assert sorted(p.name for p in layout.receipt_dir(DAY1).iterdir() if p.name.startswith(".")) == []
     verify_receipt(
         layout.receipt_envelope(DAY1).read_bytes(),
         signed["pub"],
