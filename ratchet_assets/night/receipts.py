@@ -158,17 +158,31 @@ def _leaf_parts_sql(traffic_file: str | Path) -> str:
     )
 
 
-def _float_texts(values: list[float | None]) -> list[str | None]:
+def _per_value(column: pa.Array | pa.ChunkedArray, fn: Any, type_: pa.DataType) -> pa.Array:
+    """``[fn(v) for v in column]`` (a float column, NULL as None) as an Arrow array, `fn` called once per distinct
+    value: the day's costs repeat (prices times token counts), so this is a few thousand calls, not millions.
+    Values are told apart by their bits (-0.0 is not 0.0), so the result is exactly the per-row one."""
+    arr = pc.cast(column, pa.float64())
+    arr = arr.combine_chunks() if isinstance(arr, pa.ChunkedArray) else arr
+    bits = arr.view(pa.int64())
+    distinct = pc.unique(bits)
+    mapped = pa.array([fn(v) for v in distinct.view(pa.float64()).to_pylist()], type_)
+    return mapped.take(pc.index_in(bits, value_set=distinct))
+
+
+def _float_text(v: float | None) -> str | None:
     """``float(v or 0.0)`` as canonical JSON text; None for a value canonical JSON refuses (NaN, infinity)."""
-    out: list[str | None] = []
-    for v in values:
-        f = float(v or 0.0)
-        out.append(repr(f) if math.isfinite(f) else None)
-    return out
+    f = float(v or 0.0)
+    return repr(f) if math.isfinite(f) else None
 
 
-def _micro(values: list[float | None]) -> list[int]:
-    return [micro(v) for v in values]
+def _float_texts(column: pa.Array | pa.ChunkedArray) -> pa.Array:
+    return _per_value(column, _float_text, pa.string())
+
+
+def _micro(column: pa.Array | pa.ChunkedArray) -> pa.Array:
+    """``micro(v)`` of each value (call it once the leaves are built: a non-finite cost raises there first)."""
+    return _per_value(column, micro, pa.int64())
 
 
 def receipt_leaves(traffic_file: str | Path, con: Any = None) -> Iterator[pa.Table]:
@@ -185,8 +199,7 @@ def receipt_leaves(traffic_file: str | Path, con: Any = None) -> Iterator[pa.Tab
     rows = stream_batches(con, _leaf_parts_sql(traffic_file))
     for batch in rows:
         table = pa.Table.from_batches([batch])
-        floats = {c: table[c].to_pylist() for c in _COST_FIELDS}
-        texts = {c: pa.array(_float_texts(floats[c]), pa.string()) for c in _COST_FIELDS}
+        texts = {c: _float_texts(table[c]) for c in _COST_FIELDS}
         j = {c: table[f"j_{c}"] for c in RECEIPT_LEAF_FIELDS if c not in _COST_FIELDS}
         j.update(texts)
         pieces: list[Any] = []
@@ -216,8 +229,8 @@ def receipt_leaves(traffic_file: str | Path, con: Any = None) -> Iterator[pa.Tab
                 "status": pc.cast(table["status_code"], pa.int64()).fill_null(0),
                 "completion": pc.cast(table["completion_tokens"], pa.int64()).fill_null(0),
                 "teacher_prompt": pc.cast(table["teacher_prompt_tokens"], pa.int64()).fill_null(0),
-                "teacher_micro": pa.array(_micro(floats["teacher_cost_usd"]), pa.int64()),
-                "actual_micro": pa.array(_micro(floats["actual_cost_usd"]), pa.int64()),
+                "teacher_micro": _micro(table["teacher_cost_usd"]),
+                "actual_micro": _micro(table["actual_cost_usd"]),
             }
         )
     con.close()
@@ -364,9 +377,8 @@ def _pair_parts_sql(traffic_file: str | Path) -> str:
 def _pair_lines(table: pa.Table) -> pa.Table:
     """One batch of ``_pair_parts_sql`` rows as (sort_key, line, request_id, client, task, audit_answer,
     completion, actual_micro); each line is ``canonical_text`` of the row ``pair_leaves`` gives."""
-    floats = {c: table[c].to_pylist() for c in _COST_FIELDS}
     j = {c: table[f"j_{c}"] for c in receipt_v3.PAIR_LEAF_FIELDS if c not in _COST_FIELDS}
-    j.update({c: pa.array(_float_texts(floats[c]), pa.string()) for c in _COST_FIELDS})
+    j.update({c: _float_texts(table[c]) for c in _COST_FIELDS})
     pieces: list[Any] = []
     for i, name in enumerate(sorted(receipt_v3.PAIR_LEAF_FIELDS)):
         pieces += [("{" if i == 0 else ",") + f'"{name}":', j[name]]
@@ -389,7 +401,7 @@ def _pair_lines(table: pa.Table) -> pa.Table:
             "task": pc.cast(table["task"], pa.string()).fill_null("None"),
             "audit_answer": table["audit_answer"],
             "completion": pc.cast(table["completion_tokens"], pa.int64()).fill_null(0),
-            "actual_micro": pa.array(_micro(floats["actual_cost_usd"]), pa.int64()),
+            "actual_micro": _micro(table["actual_cost_usd"]),
         }
     )
 

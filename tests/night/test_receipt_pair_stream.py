@@ -50,7 +50,9 @@ def _traffic(path: Path) -> Path:
                 "completion_tokens": [0, 17, None, 40][i % 4],
                 "status_code": [200, 200, 500, None][(i // 3) % 4],
                 "teacher_cost_usd": None if i % 6 == 0 else 0.000125 * (i % 4),
-                "actual_cost_usd": [0.0003, None, 1e-07, 0.1 + 0.2][i % 4],
+                "actual_cost_usd": [0.0003, None, 1e-07, 0.1 + 0.2, -0.0, 0.0, 2.5e-06][
+                    i % 7
+                ],  # -0.0 reads 0.0
             }
         )
     rows += [dict(rows[5])] * 3  # exact duplicates of one pair line
