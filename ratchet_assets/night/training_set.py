@@ -20,13 +20,23 @@ from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
+import pyarrow.compute as pc
 
-from ratchet_assets.night import atomic_write_bytes, connect, sql_list, sql_str, stream_batches
-from ratchet_assets.night.budget import Budget
+from ratchet_assets.night import atomic_write_bytes, connect, sql_list, sql_str
+from ratchet_assets.night.budget import Budget, resolve
 from ratchet_assets.night.budget import connect as budget_connect
 from ratchet_assets.night.erasures import Erasures
-from ratchet_assets.night.streamed import KeyTree, RowTree
+from ratchet_assets.night.ranges import (
+    Values,
+    in_key_order,
+    kept_runs,
+    plan_ranges,
+    prefetched,
+    range_sql,
+)
 from ratchet_core.layout import ArtifactLayout
+from ratchet_stats.commitment import Commitment
+from ratchet_stats.merkle_store import TreeBuilder
 
 
 class TrainingSetError(RuntimeError):
@@ -73,8 +83,11 @@ def build_training_set(
 ) -> TrainingResult:
     """Write ``train/day=D/{train.jsonl, keys.txt, commitment.json}``; return counts, roots and the overlap.
 
-    In bounded memory (`budget`, ``ratchet_assets.night.budget``): lines, keys and both Merkle trees are written
-    and hashed as the rows stream from DuckDB (``night.streamed``)."""
+    In bounded memory (`budget`, ``ratchet_assets.night.budget``), one example-key range at a time
+    (``night.ranges``): a range's rows are the window's rows in it (row-group pruned), deduplicated over only
+    them (a key's rows all fall in its range) and ordered by key, so the ranges concatenate into the file one
+    pass over the window writes. DuckDB assembles each line and both Merkle leaf hashes; Python appends the
+    lines and keys as bytes and folds the hashes into the trees (``ratchet_stats.merkle_store.TreeBuilder``)."""
     if window_days < 1:
         raise ValueError(f"window_days must be >= 1, got {window_days}")
     erasures = erasures or Erasures()
@@ -90,70 +103,108 @@ def build_training_set(
     reg = layout.golden_registry()
     if not reg.exists():
         raise TrainingSetError(f"no golden registry at {reg}: materialise `golden_split` for {day} first")
-    con = budget_connect(budget, artifacts_root, f"training_set-{day}")
-    con.execute(f"CREATE TEMP TABLE reg AS SELECT example_key, golden FROM read_parquet({sql_str(str(reg))})")
-    con.register("erased_keys", pa.table({"k": pa.array(sorted(erasures.example_keys), pa.string())}))
-    con.register("erased_ids", pa.table({"r": pa.array(sorted(erasures.request_ids), pa.string())}))
-    con.execute(
-        f"CREATE TEMP VIEW ex AS SELECT * FROM read_parquet({sql_list(files)}, filename = true, "
-        "file_row_number = true)"
-    )
-    unassigned = con.execute(
-        "SELECT count(*) FROM ex WHERE example_key NOT IN (SELECT example_key FROM reg)"
-    ).fetchall()[0][0]
-    if unassigned:
-        raise TrainingSetError(
-            f"{unassigned} example keys in the window have no golden/train assignment: materialise "
-            f"`golden_split` for every day of {days[0]}..{day} first"
+    b = resolve(budget)
+    con = budget_connect(b, artifacts_root, f"training_set-{day}")
+    # plain (not TEMP) tables: the range queries run on a cursor, another connection to this database
+    con.register("_ek", pa.table({"k": pa.array(sorted(erasures.example_keys), pa.string())}))
+    con.register("_ei", pa.table({"r": pa.array(sorted(erasures.request_ids), pa.string())}))
+    con.execute("CREATE TABLE erased_keys AS SELECT * FROM _ek; CREATE TABLE erased_ids AS SELECT * FROM _ei")
+    src = f"read_parquet({sql_list(files)})"
+    reg_src = f"read_parquet({sql_str(str(reg))})"
+    erasing = bool(erasures.example_keys or erasures.request_ids)
+    erased = 0
+    if erasing:
+        erased = con.execute(
+            f"""SELECT count(*) FROM {src} e WHERE e.example_key IN (SELECT k FROM erased_keys)
+               OR e.request_id IN (SELECT r FROM erased_ids)"""
+        ).fetchall()[0][0]
+    # A key's earliest row (day, ts, request_id) among its rows not erased. One examples file and no imports: a
+    # key has one row (``examples`` writes one per key), so the range is a plain scan in file order (key order),
+    # erasures applied in Python; ``in_key_order`` refuses a repeated key rather than write it twice.
+    dedup = len(files) > 1
+    if dedup:
+        not_erased = (
+            "e.example_key NOT IN (SELECT k FROM erased_keys) AND e.request_id NOT IN (SELECT r FROM erased_ids)"
+            if erasing
+            else "TRUE"
         )
-    erased = con.execute(
-        """SELECT count(*) FROM ex WHERE example_key IN (SELECT k FROM erased_keys)
-           OR request_id IN (SELECT r FROM erased_ids)"""
-    ).fetchall()[0][0]
-    # Narrow pass: which file row is each training key's earliest occurrence (the wide row is read once, below).
-    con.execute(
-        """
-        CREATE TEMP TABLE train AS
-        SELECT example_key, task, filename, file_row_number FROM (
-          SELECT e.example_key, e.task, e.filename, e.file_row_number,
-                 row_number() OVER (PARTITION BY e.example_key ORDER BY e.day, e.ts, e.request_id) AS rn
-          FROM ex e JOIN reg r USING (example_key)
-          WHERE NOT r.golden
-            AND e.example_key NOT IN (SELECT k FROM erased_keys)
-            AND e.request_id NOT IN (SELECT r FROM erased_ids)
-        ) WHERE rn = 1
-        """
-    )
-    overlap = con.execute(
-        "SELECT count(*) FROM train WHERE example_key IN (SELECT example_key FROM reg WHERE golden)"
-    ).fetchall()[0][0]
-    by_task = dict(con.execute("SELECT task, count(*) FROM train GROUP BY task ORDER BY task").fetchall())
+        tail = (
+            f"AND {not_erased} QUALIFY row_number() OVER (PARTITION BY e.example_key ORDER BY e.day, e.ts, "
+            "e.request_id) = 1 ORDER BY e.example_key"
+        )
+    else:
+        tail = ""
+    ek = pa.array(sorted(erasures.example_keys), pa.string())
+    ei = pa.array(sorted(erasures.request_ids), pa.string())
+    cur = con.cursor()
+
+    def fetch(bounds: tuple[str, str | None]) -> tuple[pa.Table, pa.Table]:
+        in_range = range_sql("example_key", *bounds)
+        reg_part = cur.sql(f"SELECT example_key, golden FROM {reg_src} WHERE {in_range}").to_arrow_table()
+        part = cur.sql(
+            f"""SELECT e.example_key, e.task, e.request_id, {ROW_SQL} || chr(10) AS line
+                FROM {src} e WHERE {in_range.replace("example_key", "e.example_key")} {tail}"""
+        ).to_arrow_table()
+        return part, reg_part
+
     out = layout.train_jsonl(day)
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = out.with_name(f".{out.name}.tmp")
     keys_path = layout.train_keys(day)
     keys_tmp = keys_path.with_name(f".{keys_path.name}.tmp")
-    key_tree, row_tree = KeyTree(), RowTree()
-    rows = stream_batches(
-        con,
-        f"""
-        SELECT t.example_key, encode({ROW_SQL}) AS line
-        FROM train t JOIN ex e ON e.filename = t.filename AND e.file_row_number = t.file_row_number
-        ORDER BY t.example_key
-        """,
-    )
-    with open(tmp, "wb") as fh, open(keys_tmp, "wb") as keys_file:
-        for batch in rows:
-            keys = batch.column(0).to_pylist()
-            lines = batch.column(1).to_pylist()
-            fh.write(b"".join(line + b"\n" for line in lines))
-            keys_file.write("".join(k + "\n" for k in keys).encode("ascii"))
-            key_tree.add(keys)
-            row_tree.add(lines)
+    key_tree, row_tree = TreeBuilder(), TreeBuilder()
+    by_task: dict[str, int] = {}
+    last, unassigned, overlap = "", 0, 0
+    ranges = plan_ranges(b, files, layout.examples_file(day))
+    with open(tmp, "wb", buffering=1 << 20) as fh, open(keys_tmp, "wb", buffering=1 << 20) as keys_file:
+        for part, reg_part in prefetched(ranges, fetch):
+            part = in_key_order(part, last)
+            if not part.num_rows:
+                continue
+            last = part.column("example_key")[-1].as_py()
+            keys = part.column("example_key")
+            unassigned += (
+                part.num_rows - pc.sum(pc.is_in(keys, value_set=reg_part.column("example_key"))).as_py()
+            )
+            if unassigned:
+                continue  # counted over every range, then refused below
+            golden = reg_part.filter(reg_part.column("golden")).column("example_key")
+            for batch in part.to_batches():
+                keys = batch.column("example_key")
+                keep = pc.invert(pc.is_in(keys, value_set=golden))
+                # erased here as SQL's NOT IN would: a NULL request id is not kept once ids are erased
+                if erasing and not dedup:
+                    rid = batch.column("request_id")
+                    gone = pc.is_in(rid, value_set=ei)
+                    gone = pc.or_(gone, pc.is_null(rid)) if len(ei) else gone
+                    keep = pc.and_(pc.and_(keep, pc.invert(pc.is_in(keys, value_set=ek))), pc.invert(gone))
+                runs = kept_runs(keep)
+                kept = pc.filter(keys, keep)
+                overlap += pc.sum(pc.is_in(kept, value_set=golden)).as_py() or 0
+                lines = Values(batch.column("line"))
+                key_lines = Values(pc.binary_join_element_wise(keys, "", "\n"))
+                for a, b in runs:
+                    fh.write(lines.span(a, b))
+                    keys_file.write(key_lines.span(a, b))
+                key_tree.add_hashes(key_lines.leaf_hashes(runs, strip=1))
+                row_tree.add_hashes(lines.leaf_hashes(runs, strip=1))
+                for item in pc.value_counts(pc.filter(batch.column("task"), keep)).to_pylist():
+                    by_task[item["values"]] = by_task.get(item["values"], 0) + int(item["counts"])
+    cur.close()
+    if unassigned:
+        tmp.unlink(missing_ok=True)
+        keys_tmp.unlink(missing_ok=True)
+        con.close()
+        raise TrainingSetError(
+            f"{unassigned} example keys in the window have no golden/train assignment: materialise "
+            f"`golden_split` for every day of {days[0]}..{day} first"
+        )
     tmp.replace(out)
     keys_tmp.replace(keys_path)
     con.close()
-    rows_c, keys_c = row_tree.finish(), key_tree.finish()
+    by_task = dict(sorted(by_task.items(), key=lambda kv: (kv[0] is None, kv[0] or "")))
+    rows_c = Commitment(row_tree.finish().hex(), row_tree.size)
+    keys_c = Commitment(key_tree.finish().hex(), key_tree.size)
     rows_root = rows_c.root
     commitment = {
         "day": day,
