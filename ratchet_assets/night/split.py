@@ -26,13 +26,16 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from ratchet_assets.night import ChunkedParquetWriter, sql_list, sql_str, stream_batches
-from ratchet_assets.night.budget import Budget
+from ratchet_assets.night import ChunkedParquetWriter, sql_list, sql_str
+from ratchet_assets.night.budget import Budget, resolve
 from ratchet_assets.night.budget import connect as budget_connect
 from ratchet_assets.night.erasures import Erasures
 from ratchet_assets.night.examples import EXAMPLES_SCHEMA, examples_path
-from ratchet_assets.night.streamed import stream_golden_commitment
+from ratchet_assets.night.ranges import Values, in_key_order, plan_ranges, prefetched, range_sql
+from ratchet_assets.night.streamed import golden_row_leaf_sql, write_golden_commitment
 from ratchet_core.layout import ArtifactLayout
+from ratchet_stats.commitment import Commitment
+from ratchet_stats.merkle_store import TreeBuilder
 
 REGISTRY_SCHEMA = pa.schema(
     [
@@ -102,43 +105,39 @@ def split_golden(
     core; the registry, the golden set, its keys and its commitments are written as the rows stream past."""
     if not 0.0 <= share < 1.0:
         raise ValueError(f"golden share must be in [0, 1), got {share}")
+    for task, task_share in sorted((task_shares or {}).items()):
+        if not 0.0 <= task_share < 1.0:
+            raise ValueError(f"{task}: golden share must be in [0, 1), got {task_share}")
     erasures = erasures or Erasures()
+    b = resolve(budget)
     today = examples_path(artifacts_root, day)
-    reg_path = ArtifactLayout(artifacts_root).golden_registry()
-    con = budget_connect(budget, artifacts_root, f"golden_split-{day}")
+    layout = ArtifactLayout(artifacts_root)
+    reg_path = layout.golden_registry()
+    reg_src = f"read_parquet({sql_str(str(reg_path))})"
+    con = budget_connect(b, artifacts_root, f"golden_split-{day}")
     with registry_lock(artifacts_root):
-        if reg_path.exists():
-            con.execute(f"CREATE TEMP TABLE reg AS SELECT * FROM read_parquet({sql_str(str(reg_path))})")
-        else:
-            con.register("_reg0", REGISTRY_SCHEMA.empty_table())
-            con.execute("CREATE TEMP TABLE reg AS SELECT * FROM _reg0")
-        con.execute(
-            f"""
-            CREATE TEMP TABLE new AS
-            SELECT example_key, task, {_score_sql(salt)} AS score
-            FROM read_parquet({sql_str(str(today))})
-            WHERE example_key NOT IN (SELECT example_key FROM reg)
-            """
-        )
+        had_reg = reg_path.exists()
         share_sql = repr(float(share))
-        for task, task_share in sorted((task_shares or {}).items()):
-            if not 0.0 <= task_share < 1.0:
-                raise ValueError(f"{task}: golden share must be in [0, 1), got {task_share}")
         if task_shares:
             cases = " ".join(f"WHEN {sql_str(t)} THEN {float(v)!r}" for t, v in sorted(task_shares.items()))
             share_sql = f"(CASE task {cases} ELSE {float(share)!r} END)"
-        con.execute(f"ALTER TABLE new ADD COLUMN golden BOOLEAN; UPDATE new SET golden = score < {share_sql}")
-        con.execute("ALTER TABLE new ADD COLUMN reason VARCHAR; UPDATE new SET reason = 'hash'")
+        # The day's new keys, scored and assigned in one pass (the registry file read, never copied).
+        new_only = f"WHERE example_key NOT IN (SELECT example_key FROM {reg_src})" if had_reg else ""
+        con.execute(
+            f"""
+            CREATE TABLE new AS
+            SELECT example_key, task, score, score < {share_sql} AS golden, 'hash' AS reason FROM (
+              SELECT example_key, task, {_score_sql(salt)} AS score
+              FROM read_parquet({sql_str(str(today))}) {new_only})
+            """
+        )
         topped: dict[str, int] = {}
         task_floors = task_floors or {}
         if floor > 0 or any(v > 0 for v in task_floors.values()):
+            old_golden = f"SELECT task FROM {reg_src} WHERE golden UNION ALL " if had_reg else ""
             have = dict(
                 con.execute(
-                    """
-                    SELECT task, count(*) FROM (
-                      SELECT task FROM reg WHERE golden UNION ALL SELECT task FROM new WHERE golden
-                    ) GROUP BY task
-                    """
+                    f"SELECT task, count(*) FROM ({old_golden}SELECT task FROM new WHERE golden) GROUP BY task"
                 ).fetchall()
             )
             for (task,) in con.execute("SELECT DISTINCT task FROM new ORDER BY task").fetchall():
@@ -159,41 +158,77 @@ def split_golden(
             "SELECT count(*), count(*) FILTER (WHERE golden) FROM new"
         ).fetchall()[0]
         if new_keys:
-            # Streamed; row groups as pq.write_table makes them (1Mi rows), so the file is the same bytes.
+            # Streamed range by range (registry and new keys merged in key order); row groups as pq.write_table
+            # makes them (1Mi rows), so the file is the same bytes.
             writer = ChunkedParquetWriter(
-                reg_path, REGISTRY_SCHEMA, row_group_size=1 << 20, compression="zstd"
+                reg_path,
+                REGISTRY_SCHEMA,
+                row_group_size=1 << 20,
+                compression="zstd",
             )
-            merged = f"""
-                SELECT example_key, task, golden, reason, first_day FROM reg
-                UNION ALL
-                SELECT example_key, task, golden, reason, {sql_str(day)} FROM new
-                ORDER BY example_key
-                """
-            for batch in stream_batches(con, merged):
-                writer.write(batch)
-            writer.close()
-            con.execute("DROP TABLE reg")
-            con.execute(f"CREATE TEMP TABLE reg AS SELECT * FROM read_parquet({sql_str(str(reg_path))})")
+            cur = con.cursor()
+
+            def registry_range(bounds: tuple[str, str | None]) -> pa.Table:
+                in_range = range_sql("example_key", *bounds)
+                old = (
+                    f"SELECT example_key, task, golden, reason, first_day FROM {reg_src} WHERE {in_range} UNION ALL "
+                    if had_reg
+                    else ""
+                )
+                return cur.sql(
+                    f"""{old}SELECT example_key, task, golden, reason, {sql_str(day)} AS first_day FROM new
+                        WHERE {in_range} ORDER BY example_key"""
+                ).to_arrow_table()
+
+            last = ""
+            for part in prefetched(plan_ranges(b, [today], today), registry_range):
+                part = in_key_order(part, last)
+                if part.num_rows:
+                    last = part.column("example_key")[-1].as_py()
+                    writer.write(part)
+            cur.close()
+            writer.close()  # renamed over the registry only now, after the last range read it
+        con.execute("DROP TABLE new")
 
     from ratchet_assets.governance.importer import imports_until
 
     # imported rows (``ratchet import``) whose keys the registry holds as golden join the golden set too
-    files = ArtifactLayout(artifacts_root).examples_files(until=day) + imports_until(artifacts_root, day)
-    con.register("erased_keys", pa.table({"k": pa.array(sorted(erasures.example_keys), pa.string())}))
-    con.register("erased_ids", pa.table({"r": pa.array(sorted(erasures.request_ids), pa.string())}))
-    golden = stream_batches(
-        con,
-        f"""
-        SELECT * EXCLUDE (rn) FROM (
-          SELECT e.*, row_number() OVER (PARTITION BY e.example_key ORDER BY e.day, e.ts, e.request_id) AS rn
-          FROM read_parquet({sql_list(files)}) e
-          JOIN (SELECT example_key FROM reg WHERE golden) g USING (example_key)
-          WHERE e.example_key NOT IN (SELECT k FROM erased_keys)
-            AND e.request_id NOT IN (SELECT r FROM erased_ids)
-        ) WHERE rn = 1 ORDER BY example_key
-        """,
+    files = layout.examples_files(until=day) + imports_until(artifacts_root, day)
+    src = f"read_parquet({sql_list(files)})"
+    con.register("_ek", pa.table({"k": pa.array(sorted(erasures.example_keys), pa.string())}))
+    con.register("_ei", pa.table({"r": pa.array(sorted(erasures.request_ids), pa.string())}))
+    con.execute("CREATE TABLE erased_keys AS SELECT * FROM _ek; CREATE TABLE erased_ids AS SELECT * FROM _ei")
+    not_erased = "TRUE"
+    if erasures.example_keys or erasures.request_ids:
+        not_erased = "e.example_key NOT IN (SELECT k FROM erased_keys) AND e.request_id NOT IN (SELECT r FROM erased_ids)"
+    # A key's earliest row; one file (no earlier day, no import) has one row per key, nothing to deduplicate.
+    dedup = (
+        "QUALIFY row_number() OVER (PARTITION BY e.example_key ORDER BY e.day, e.ts, e.request_id) = 1"
+        if len(files) > 1
+        else ""
     )
-    layout = ArtifactLayout(artifacts_root)
+    tasks = [
+        r[0]
+        for r in con.execute(f"SELECT DISTINCT task FROM {src} WHERE task IS NOT NULL ORDER BY 1").fetchall()
+    ]
+    leaf_sql = golden_row_leaf_sql(tasks)
+    cur = con.cursor()
+
+    def golden_range(bounds: tuple[str, str | None]) -> pa.Table:
+        in_range = range_sql("example_key", *bounds)
+        return cur.sql(
+            f"""
+            SELECT e.*, {leaf_sql} AS _leaf,
+                   e.example_key || chr(10) AS _key_line
+            FROM {src} e
+            WHERE {in_range.replace("example_key", "e.example_key")}
+              AND e.example_key IN (SELECT example_key FROM {reg_src} WHERE golden AND {in_range})
+              AND {not_erased}
+            {dedup}
+            ORDER BY e.example_key
+            """
+        ).to_arrow_table()
+
     out, keys_path = layout.golden_file(day), layout.golden_keys(day)
     # Row groups of 65,536 rows (the writer's buffers stay small in the memory budget; 256,000 before this, at
     # 10M requests a day that took golden_split past 2 GB); the rows and their commitments do not change.
@@ -202,18 +237,31 @@ def split_golden(
     )
     by_task: dict[str, int] = {}
     keys_tmp = keys_path.with_name(f".{keys_path.name}.tmp")
-    with open(keys_tmp, "wb") as keys_file:
-        for batch in golden:
-            writer.write(batch)
-            keys_file.write(
-                "".join(k + "\n" for k in batch.column("example_key").to_pylist()).encode("ascii")
-            )
-            for item in pc.value_counts(batch.column("task")).to_pylist():
+    key_tree, row_tree = TreeBuilder(), TreeBuilder()
+    last = ""
+    with open(keys_tmp, "wb", buffering=1 << 20) as keys_file:
+        for part in prefetched(plan_ranges(b, files, today), golden_range):
+            part = in_key_order(part, last)
+            if not part.num_rows:
+                continue
+            last = part.column("example_key")[-1].as_py()
+            if part.column("_leaf").null_count:  # a NULL part: the row is not what the examples step writes
+                raise ValueError(f"{out}: a golden row has an empty column; rebuild it with golden_split")
+            writer.write(part)
+            every = [(0, part.num_rows)]
+            key_lines = Values(part.column("_key_line").combine_chunks())
+            keys_file.write(key_lines.span(0, part.num_rows))
+            key_tree.add_hashes(key_lines.leaf_hashes(every, strip=1))
+            row_tree.add_hashes(Values(part.column("_leaf").combine_chunks()).leaf_hashes(every))
+            for item in pc.value_counts(part.column("task")).to_pylist():
                 by_task[item["values"]] = by_task.get(item["values"], 0) + int(item["counts"])
+    cur.close()
     writer.close()
     keys_tmp.replace(keys_path)
     by_task = dict(sorted(by_task.items(), key=lambda kv: (kv[0] is None, kv[0] or "")))
-    commitment, _ = stream_golden_commitment(con, out, layout.golden_commitment(day), day)
+    commitment = Commitment(key_tree.finish().hex(), key_tree.size)
+    rows_c = Commitment(row_tree.finish().hex(), row_tree.size)
+    write_golden_commitment(layout.golden_commitment(day), day, commitment, rows_c)
     con.close()
     return SplitResult(
         day=day,

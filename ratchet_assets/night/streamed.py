@@ -90,7 +90,7 @@ def golden_row_leaf_sql(tasks: list[str]) -> str:
 def stream_golden_commitment(con, golden_file: Path, out: Path, day: str) -> tuple[Commitment, Commitment]:
     """Key and row commitments of the golden set in `golden_file` (sorted by key), streamed through `con`;
     writes them to `out` (the file ``night.commitments.golden_commitment`` reads) and returns (keys, rows)."""
-    from ratchet_assets.night import atomic_write_bytes, sql_str, stream_batches
+    from ratchet_assets.night import sql_str, stream_batches
 
     src = f"read_parquet({sql_str(str(golden_file))})"
     tasks = [r[0] for r in con.execute(f"SELECT DISTINCT task FROM {src} ORDER BY 1").fetchall()]
@@ -103,11 +103,18 @@ def stream_golden_commitment(con, golden_file: Path, out: Path, day: str) -> tup
             raise ValueError(f"{golden_file}: a golden row has an empty column; rebuild it with golden_split")
         rows.add(pa.array(leaves).to_pylist())
     kc, rc = keys.finish(), rows.finish()
+    write_golden_commitment(out, day, kc, rc)
+    return kc, rc
+
+
+def write_golden_commitment(out: Path, day: str, keys: Commitment, rows: Commitment) -> None:
+    """Write ``golden/day=D/commitment.json`` (read by ``night.commitments.golden_commitment``)."""
+    from ratchet_assets.night import atomic_write_bytes
+
     document = {
         "day": day,
-        "keys": {**kc.to_dict(), "leaf": "example key ASCII, sorted ascending"},
-        "rows": {**rc.to_dict(), "leaf": "GoldenRow.leaf(): canonical_json of the row, key order"},
+        "keys": {**keys.to_dict(), "leaf": "example key ASCII, sorted ascending"},
+        "rows": {**rows.to_dict(), "leaf": "GoldenRow.leaf(): canonical_json of the row, key order"},
         "tree": "RFC 9162 SHA-256",
     }
     atomic_write_bytes(out, json.dumps(document, indent=2, sort_keys=True).encode())
-    return kc, rc
