@@ -122,13 +122,31 @@ def leaf_rows(traffic_file: str | Path) -> list[dict[str, Any]]:
     ]
 
 
-def _json_str_sql(column: str) -> str:
-    """SQL: the column as a JSON string when no character needs escaping, 'null' for NULL, else NULL (slow)."""
-    return (
-        f"CASE WHEN {column} IS NULL THEN 'null' "
-        f"WHEN regexp_matches({column}, '[\"\\\\\\x00-\\x1f]') THEN NULL "
-        f"ELSE '\"' || {column} || '\"' END"
-    )
+_NEEDS_ESCAPE = r'["\\\x00-\x1f]'  # RE2: a character JSON escapes (a quote, a backslash, a control character)
+
+
+def _json_strs(column: pa.Array | pa.ChunkedArray) -> pa.Array | pa.ChunkedArray:
+    """A text column as canonical JSON texts where no character needs escaping, 'null' for NULL, else NULL
+    (the row is built by the definition). Computed on the sorted batches, so DuckDB sorts only the raw columns."""
+    col = pc.cast(column, pa.string())
+    escape = pc.fill_null(pc.match_substring_regex(col, _NEEDS_ESCAPE), False)
+    quoted = pc.if_else(escape, pa.scalar(None, pa.string()), pc.binary_join_element_wise('"', col, '"', ""))
+    return pc.if_else(pc.is_null(col), "null", quoted)
+
+
+def _json_ints(column: pa.Array | pa.ChunkedArray) -> pa.Array | pa.ChunkedArray:
+    """An integer column as ``int(v or 0)``'s JSON text."""
+    return pc.cast(pc.fill_null(pc.cast(column, pa.int64()), 0), pa.string())
+
+
+def _field_texts(table: pa.Table, strs: tuple[str, ...], ints: tuple[str, ...]) -> dict[str, Any]:
+    """Each field's canonical JSON text (NULL where Python must decide): text and integer columns here, the
+    costs per distinct value (``_float_texts``), ``ts`` from DuckDB's ``j_ts``."""
+    texts: dict[str, Any] = {c: _json_strs(table[c]) for c in strs}
+    texts.update({c: _json_ints(table[c]) for c in ints})
+    texts.update({c: _float_texts(table[c]) for c in _COST_FIELDS})
+    texts["ts"] = table["j_ts"]
+    return texts
 
 
 _INT_FIELDS = (
@@ -143,17 +161,16 @@ _STR_FIELDS = ("request_id", "client", "task", "served_by", "version")
 
 
 def _leaf_parts_sql(traffic_file: str | Path) -> str:
-    """Request rows in leaf order with each field's canonical JSON text (NULL where Python must decide)."""
+    """Request rows in leaf order with ``ts``'s canonical JSON text (NULL where Python must decide); the other
+    fields' texts are made from the sorted batches (``_field_texts``): half the payload DuckDB sorts."""
     ts = "timezone('UTC', ts)"
-    parts = [f"{_json_str_sql(c)} AS j_{c}" for c in _STR_FIELDS]
-    parts += [f"coalesce({c}, 0)::BIGINT::VARCHAR AS j_{c}" for c in _INT_FIELDS]
-    parts.append(
+    j_ts = (
         f"CASE WHEN year({ts}) BETWEEN 1000 AND 9999 "
         f"THEN '\"' || strftime({ts}, '%Y-%m-%dT%H:%M:%S.%fZ') || '\"' END AS j_ts"
     )
     cols = ", ".join(RECEIPT_LEAF_FIELDS)
     return (
-        f"SELECT {cols}, {', '.join(parts)} FROM read_parquet({sql_str(str(traffic_file))}) "
+        f"SELECT {cols}, {j_ts} FROM read_parquet({sql_str(str(traffic_file))}) "
         "WHERE kind = 'request' ORDER BY request_id"
     )
 
@@ -199,9 +216,7 @@ def receipt_leaves(traffic_file: str | Path, con: Any = None) -> Iterator[pa.Tab
     rows = stream_batches(con, _leaf_parts_sql(traffic_file))
     for batch in rows:
         table = pa.Table.from_batches([batch])
-        texts = {c: _float_texts(table[c]) for c in _COST_FIELDS}
-        j = {c: table[f"j_{c}"] for c in RECEIPT_LEAF_FIELDS if c not in _COST_FIELDS}
-        j.update(texts)
+        j = _field_texts(table, _STR_FIELDS, _INT_FIELDS)
         pieces: list[Any] = []
         for i, name in enumerate(sorted(RECEIPT_LEAF_FIELDS)):
             pieces += [("{" if i == 0 else ",") + f'"{name}":', j[name]]
@@ -354,12 +369,10 @@ def pair_leaves(traffic_file: str | Path, con: Any = None) -> tuple[list[bytes],
 
 
 def _pair_parts_sql(traffic_file: str | Path) -> str:
-    """Pair rows sorted by request_id (NULL as ''), each field's canonical JSON text (NULL where Python must
+    """Pair rows sorted by request_id (NULL as ''), ``ts``'s canonical JSON text (NULL where Python must
     decide) and whether the row is an audit answer (``receipt_v3.is_audit_answer``)."""
     ts = "timezone('UTC', ts)"
-    parts = [f"{_json_str_sql(c)} AS j_{c}" for c in _PAIR_STRS]
-    parts += [f"coalesce({c}, 0)::BIGINT::VARCHAR AS j_{c}" for c in _PAIR_INTS]
-    parts.append(
+    j_ts = (
         f"CASE WHEN ts IS NULL THEN 'null' WHEN year({ts}) BETWEEN 1000 AND 9999 "
         f"THEN '\"' || strftime({ts}, '%Y-%m-%dT%H:%M:%S.%fZ') || '\"' END AS j_ts"
     )
@@ -369,7 +382,7 @@ def _pair_parts_sql(traffic_file: str | Path) -> str:
     )
     cols = ", ".join(receipt_v3.PAIR_LEAF_FIELDS)
     return (
-        f"SELECT coalesce(request_id, '') AS sort_key, {cols}, {', '.join(parts)}, {audit} AS audit_answer "
+        f"SELECT coalesce(request_id, '') AS sort_key, {cols}, {j_ts}, {audit} AS audit_answer "
         f"FROM read_parquet({sql_str(str(traffic_file))}) WHERE kind = 'pair' ORDER BY sort_key"
     )
 
@@ -377,8 +390,7 @@ def _pair_parts_sql(traffic_file: str | Path) -> str:
 def _pair_lines(table: pa.Table) -> pa.Table:
     """One batch of ``_pair_parts_sql`` rows as (sort_key, line, request_id, client, task, audit_answer,
     completion, actual_micro); each line is ``canonical_text`` of the row ``pair_leaves`` gives."""
-    j = {c: table[f"j_{c}"] for c in receipt_v3.PAIR_LEAF_FIELDS if c not in _COST_FIELDS}
-    j.update({c: _float_texts(table[c]) for c in _COST_FIELDS})
+    j = _field_texts(table, _PAIR_STRS, _PAIR_INTS)
     pieces: list[Any] = []
     for i, name in enumerate(sorted(receipt_v3.PAIR_LEAF_FIELDS)):
         pieces += [("{" if i == 0 else ",") + f'"{name}":', j[name]]
