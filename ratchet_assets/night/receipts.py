@@ -177,8 +177,8 @@ def _leaf_parts_sql(traffic_file: str | Path) -> str:
 
 def _per_value(column: pa.Array | pa.ChunkedArray, fn: Any, type_: pa.DataType) -> pa.Array:
     """``[fn(v) for v in column]`` (a float column, NULL as None) as an Arrow array, `fn` called once per distinct
-    value: the day's costs repeat (prices times token counts), so this is a few thousand calls, not millions.
-    Values are told apart by their bits (-0.0 is not 0.0), so the result is exactly the per-row one."""
+    value: the day's costs repeat (prices times token counts), so a batch needs far fewer calls than rows (at
+    worst one a row, as before). Values are told apart by their bits, so the result is exactly the per-row one."""
     arr = pc.cast(column, pa.float64())
     arr = arr.combine_chunks() if isinstance(arr, pa.ChunkedArray) else arr
     bits = arr.view(pa.int64())
