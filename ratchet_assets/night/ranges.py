@@ -33,6 +33,7 @@ from ratchet_assets.night.budget import Budget, key_ranges
 # twice (being written, being computed): ~0.25 GB each for the training set's lines.
 RANGE_ROWS = 262_144
 T = TypeVar("T")
+R = TypeVar("R")
 _sha256 = hashlib.sha256
 
 
@@ -144,7 +145,7 @@ def in_key_order(table: pa.Table, after: str, column: str = "example_key") -> pa
     return table
 
 
-def prefetched(items: list[T], fetch: Callable[[T], pa.Table], ahead: int = 1) -> Iterator[pa.Table]:
+def prefetched(items: list[T], fetch: Callable[[T], R], ahead: int = 1) -> Iterator[R]:
     """``fetch(item)`` for each item, in order, computed `ahead` items ahead in a background thread."""
     if len(items) <= 1 or ahead < 1:
         for item in items:

@@ -101,8 +101,12 @@ def split_golden(
     ``task_floors``: task -> its floor from its own target/delta (``task_policy.certification_floors``), else
     ``floor``.
 
-    In bounded memory (`budget`, ``ratchet_assets.night.budget``): DuckDB assigns, sorts and deduplicates out of
-    core; the registry, the golden set, its keys and its commitments are written as the rows stream past."""
+    In bounded memory (`budget`, ``ratchet_assets.night.budget``): DuckDB scores and assigns the day's new keys
+    in one pass; the merged registry and the golden set to date are then produced one example-key range at a
+    time (``night.ranges``: the files are sorted by key, so a range reads only its row groups, deduplicates over
+    only its rows, and the ranges concatenate into the same bytes), the next range's query running while this
+    one is written; each golden row's leaf text comes from the same query and is hashed, with its key, in
+    Python (``hashlib``) into the key and row trees, so the golden file is not read back."""
     if not 0.0 <= share < 1.0:
         raise ValueError(f"golden share must be in [0, 1), got {share}")
     for task, task_share in sorted((task_shares or {}).items()):

@@ -84,10 +84,12 @@ def build_training_set(
     """Write ``train/day=D/{train.jsonl, keys.txt, commitment.json}``; return counts, roots and the overlap.
 
     In bounded memory (`budget`, ``ratchet_assets.night.budget``), one example-key range at a time
-    (``night.ranges``): a range's rows are the window's rows in it (row-group pruned), deduplicated over only
-    them (a key's rows all fall in its range) and ordered by key, so the ranges concatenate into the file one
-    pass over the window writes. DuckDB assembles each line and both Merkle leaf hashes; Python appends the
-    lines and keys as bytes and folds the hashes into the trees (``ratchet_stats.merkle_store.TreeBuilder``)."""
+    (``night.ranges``; the next range's query runs while this one is written): a range's rows are the window's
+    rows in it (row-group pruned), deduplicated over only them (a key's rows all fall in its range) and in key
+    order, so the ranges concatenate into the file one pass over the window writes. DuckDB assembles each line;
+    golden and erased keys are left out in Arrow (``is_in`` against the registry's keys of the range), and the
+    kept lines and keys are written as runs of the Arrow buffers and hashed into the trees from there
+    (``ratchet_stats.merkle_store.TreeBuilder``)."""
     if window_days < 1:
         raise ValueError(f"window_days must be >= 1, got {window_days}")
     erasures = erasures or Erasures()
