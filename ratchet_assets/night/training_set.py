@@ -138,13 +138,14 @@ def build_training_set(
         tail = ""
     ek = pa.array(sorted(erasures.example_keys), pa.string())
     ei = pa.array(sorted(erasures.request_ids), pa.string())
+    rid_col = "e.request_id," if erasing and not dedup else ""  # read only where Python erases by it
     cur = con.cursor()
 
     def fetch(bounds: tuple[str, str | None]) -> tuple[pa.Table, pa.Table]:
         in_range = range_sql("example_key", *bounds)
         reg_part = cur.sql(f"SELECT example_key, golden FROM {reg_src} WHERE {in_range}").to_arrow_table()
         part = cur.sql(
-            f"""SELECT e.example_key, e.task, e.request_id, {ROW_SQL} || chr(10) AS line
+            f"""SELECT e.example_key, e.task, {rid_col} {ROW_SQL} || chr(10) AS line
                 FROM {src} e WHERE {in_range.replace("example_key", "e.example_key")} {tail}"""
         ).to_arrow_table()
         return part, reg_part

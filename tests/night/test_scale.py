@@ -198,3 +198,64 @@ def test_dagster_runs_the_key_ranges_as_parallel_steps_of_the_multiprocess_execu
     assert len(set(ranges.values())) == 3  # one process per step: the executor may run them side by side
     merge = [k for k in starts if k.startswith("examples.examples_merge")]
     assert merge and starts[merge[0]] not in ranges.values()
+
+
+def test_golden_and_training_sets_by_key_range_equal_one_pass_with_erasures(
+    tmp_path: Path, lake: Path
+) -> None:
+    """golden_split and training_set in 4 forced key ranges write the bytes one range writes: day 1 (one examples
+    file: the plain scan, erasures applied in Arrow) and day 2 (two files: deduplicated per range), with a key and
+    a request id erased."""
+    import duckdb
+
+    from ratchet_assets.night.erasures import Erasures
+
+    home = _home(tmp_path, lake, "base")
+    art = home / "art"
+    for day in DAYS:
+        consolidate_traffic(home / "lake", art, day)
+        build_examples(art, day)
+    first = ArtifactLayout(art).examples_file(DAYS[0])
+    rows = duckdb.connect().execute(f"SELECT example_key, request_id FROM '{first}' ORDER BY 1").fetchall()
+    erasures = Erasures(example_keys=frozenset({rows[3][0]}), request_ids=frozenset({rows[7][1]}))
+    sums = {}
+    for name, budget in (("one", Budget()), ("four", Budget(shards=4))):
+        copy = tmp_path / name
+        shutil.copytree(art, copy)
+        for day in DAYS:
+            split_golden(copy, day, floor=20, erasures=erasures, budget=budget)
+            t = build_training_set(copy, day, erasures=erasures, budget=budget)
+            assert t.erased >= 2 and t.golden_overlap == 0
+        sums[name] = {
+            str(p.relative_to(copy)): hashlib.sha256(p.read_bytes()).hexdigest()
+            for sub in ("golden", "train")
+            for p in sorted((copy / sub).rglob("*"))
+            if p.is_file() and not p.name.startswith(".")
+        }
+    assert len(sums["one"]) == 13 and sums["four"] == sums["one"]
+    train_keys = set(ArtifactLayout(tmp_path / "one").train_keys(DAYS[0]).read_text().split())
+    assert rows[3][0] not in train_keys and rows[7][0] not in train_keys
+
+
+def test_planned_key_ranges_start_at_row_groups_of_the_days_file(tmp_path: Path, monkeypatch) -> None:
+    """Without a forced number of ranges, each range starts at a row group's first key, so every row group of the
+    day's examples file is read by exactly one range; the ranges cover every key once."""
+    import pyarrow as pa
+
+    from ratchet_assets.night import ranges
+
+    keys = sorted(hashlib.sha256(str(i).encode()).hexdigest() for i in range(1000))
+    path = tmp_path / "examples.parquet"
+    pq.write_table(pa.table({"example_key": keys}), path, row_group_size=100)
+    monkeypatch.setattr(ranges, "RANGE_ROWS", 250)
+    planned = ranges.plan_ranges(Budget(), [path], path)
+    assert len(planned) == 4 and planned[0][0] == "" and planned[-1][1] is None
+    assert {lo for lo, _ in planned[1:]} <= {keys[i] for i in range(0, 1000, 100)}
+    for g in range(10):
+        group = keys[g * 100 : (g + 1) * 100]
+        inside = [
+            i for i, (lo, hi) in enumerate(planned) if lo <= group[0] and (hi is None or group[-1] < hi)
+        ]
+        assert len(inside) == 1, g
+    assert ranges.plan_ranges(Budget(shards=3), [path], path) == key_ranges(3)
+    assert ranges.range_sql("k", "", None) == "TRUE" and ranges.range_sql("k", "00000000", "8") == "k < '8'"
