@@ -1,8 +1,8 @@
 """Asset ``examples``: the day's complete teacher answers, one per example key, erasures honoured.
 
 A graph of plain night functions (``ratchet_assets.night.examples``), so a big day runs in parallel:
-``examples_prepare`` keys every candidate and writes the winners' rows per example-key range, one
-``examples_shard`` per range (dynamic outputs: the multiprocess executor runs them in parallel processes, the
+``examples_prepare`` keys every candidate in one pass and writes its row into its example-key range, one
+``examples_shard`` per range (checks, deduplicates, sorts; dynamic outputs: the multiprocess executor runs them in parallel processes, the
 Kubernetes executor in parallel pods), ``examples_merge`` concatenates them in key order and reports. A day that
 fits one key range is written by ``examples_prepare`` alone (one shard op, a no-op). Each op runs in the memory
 budget ``NightConfig.memory_mb`` and reports its peak RSS.
@@ -32,7 +32,7 @@ from ratchet_core.artifact_store import publishes_artifacts
 def examples_prepare(
     context: dg.OpExecutionContext, paths: RatchetPaths, control_db: ControlDB, night: NightConfig
 ):
-    """Key every candidate, pick each key's winner, split the winners' rows by example-key range."""
+    """Key every candidate in one pass; write each candidate's row into its example-key range."""
     rss = PeakRSS()
     plan = prepare_examples(
         paths.artifacts_root(),
@@ -40,7 +40,7 @@ def examples_prepare(
         load_erasures(control_db.engine()),
         night.budget(),
     )
-    context.log.info(f"{plan.day}: {plan.candidates} teacher answers in {plan.shards} key range(s)")
+    context.log.info(f"{plan.day}: {plan.rows} traffic rows keyed into {plan.shards} key range(s)")
     plan.peak_rss_mb = rss.mb()
     yield dg.Output(plan, "plan")
     for shard in range(plan.shards if plan.direct is None else 1):

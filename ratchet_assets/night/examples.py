@@ -16,13 +16,17 @@ Output ``examples/day=D/examples.parquet`` sorted by key, with canonical JSON te
 
 from __future__ import annotations
 
+import dataclasses
+import hashlib
 import shutil
+from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
 from json.encoder import encode_basestring
 from pathlib import Path
 from typing import Any
 
 import duckdb
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
@@ -32,11 +36,9 @@ from ratchet_assets.night import (
     canonical_json_text,
     canonical_text,
     loads_strict,
-    sql_list,
     sql_str,
-    stream_batches,
 )
-from ratchet_assets.night.budget import Budget, resolve, run_shards, shard_sql
+from ratchet_assets.night.budget import Budget, resolve, run_shards
 from ratchet_assets.night.budget import connect as budget_connect
 from ratchet_assets.night.erasures import Erasures
 from ratchet_assets.night.traffic import traffic_path
@@ -62,24 +64,41 @@ EXAMPLES_SCHEMA = pa.schema(
 _COMPLETE = """status_code = 200 AND NOT coalesce(truncated, false) AND coalesce(error, '') = ''
   AND finish_reason NOT IN ('length', 'error', 'content_filter')"""
 
+_AUDIT_PAIR = """kind = 'pair' AND pair_role = 'audit' AND pair_outcome <> 'error'
+  AND NOT coalesce(truncated, false) AND coalesce(error, '') = ''
+  AND finish_reason NOT IN ('length', 'error', 'content_filter') AND status_code IN (0, 200)"""
+
+# Narrow: each qualifying audit pair (file row) with its request row(s) (LEFT JOIN: none gives one NULL row), the
+# request's task, and whether the pair left its messages empty (then its request fields come from the request).
+LINK_SQL = f"""
+SELECT p._row, p.empty, r._row AS _row2, r.task AS r_task
+FROM (SELECT request_id, file_row_number AS _row, coalesce(messages, '') = '' AS empty FROM t WHERE {_AUDIT_PAIR}) p
+LEFT JOIN (SELECT request_id, file_row_number AS _row, task FROM t WHERE kind = 'request') r USING (request_id)
+"""
+
+# Every teacher answer: complete teacher-served requests, and audit pairs (through the narrow link, so the wide
+# request rows are never joined unless a pair left its messages empty: ``_FROM_REQUEST``).
 CANDIDATES_SQL = f"""
 SELECT request_id, ts, task, messages, tools, response_format, answer, tool_calls, 'request' AS source,
        file_row_number AS _row, NULL::BIGINT AS _row2
 FROM t WHERE kind = 'request' AND served_by = 'teacher' AND messages <> '' AND {_COMPLETE}
 UNION ALL
-SELECT p.request_id, p.ts,
-       coalesce(nullif(p.task, ''), r.task) AS task,
-       coalesce(nullif(p.messages, ''), r.messages) AS messages,
-       CASE WHEN p.messages <> '' THEN p.tools ELSE coalesce(r.tools, '') END AS tools,
-       CASE WHEN p.messages <> '' THEN p.response_format ELSE coalesce(r.response_format, '') END
-         AS response_format,
-       p.answer, p.tool_calls, 'audit' AS source, p.file_row_number AS _row, r.file_row_number AS _row2
-FROM (SELECT * FROM t WHERE kind = 'pair' AND pair_role = 'audit' AND pair_outcome <> 'error'
-        AND NOT coalesce(truncated, false) AND coalesce(error, '') = ''
-        AND finish_reason NOT IN ('length', 'error', 'content_filter')
-        AND status_code IN (0, 200)) p
-LEFT JOIN (SELECT * FROM t WHERE kind = 'request') r USING (request_id)
-WHERE coalesce(nullif(p.messages, ''), r.messages, '') <> ''
+SELECT p.request_id, p.ts, coalesce(nullif(p.task, ''), l.r_task) AS task, p.messages, p.tools,
+       p.response_format, p.answer, p.tool_calls, 'audit' AS source, p.file_row_number AS _row, l._row2
+FROM (SELECT * FROM t WHERE {_AUDIT_PAIR} AND messages <> '') p
+JOIN plink l ON l._row = p.file_row_number
+"""
+
+_FROM_REQUEST = f"""
+UNION ALL
+SELECT p.request_id, p.ts, coalesce(nullif(p.task, ''), l.r_task) AS task, r.messages,
+       coalesce(r.tools, '') AS tools, coalesce(r.response_format, '') AS response_format,
+       p.answer, p.tool_calls, 'audit' AS source, p.file_row_number AS _row, l._row2
+FROM (SELECT * FROM t WHERE {_AUDIT_PAIR} AND coalesce(messages, '') = '') p
+JOIN plink l ON l._row = p.file_row_number
+JOIN (SELECT file_row_number AS _row2, messages, tools, response_format FROM t
+      WHERE kind = 'request' AND messages <> '' AND file_row_number IN (SELECT _row2 FROM plink WHERE empty)) r
+  USING (_row2)
 """
 
 
@@ -142,16 +161,33 @@ def assistant_message(answer: str, tool_calls: str) -> str:
     return canonical_text({"role": "assistant", "content": answer or None, "tool_calls": calls or None})
 
 
-def _register_small_columns(con: duckdb.DuckDBPyConnection, keyer: _Keyer) -> None:
-    """Register ``tools_c``, ``rf_c``, ``task_c`` (raw, c): the canonical part of each distinct value (few)."""
+def _register_small_columns(con: duckdb.DuckDBPyConnection, keyer: _Keyer) -> list[bytes]:
+    """Register ``small_c``: each distinct (task, tools, response_format) of the candidates (few), numbered
+    (``combo``), with its canonical key parts ``c_task``, ``c_tools``, ``c_rf``; return each combo's key document
+    after the messages (``_key_batch``)."""
     combos = con.execute("SELECT DISTINCT task, tools, response_format FROM cand").fetchall()
-    for name, i, fn in (
-        ("task_c", 0, canonical_text),
-        ("tools_c", 1, lambda v: keyer.tools(v or "")),
-        ("rf_c", 2, lambda v: keyer.rf(v or "")),
-    ):
-        values = sorted({c[i] for c in combos}, key=lambda v: (v is None, v or ""))
-        con.register(name, pa.table({"raw": pa.array(values, pa.string()), "c": [fn(v) for v in values]}))
+    combos.sort(key=lambda c: tuple((v is None, v or "") for v in c))
+    c_task = [canonical_text(c[0]) for c in combos]
+    c_tools = [keyer.tools(c[1] or "") for c in combos]
+    c_rf = [keyer.rf(c[2] or "") for c in combos]
+    con.register(
+        "small_c",
+        pa.table(
+            {
+                "combo": pa.array(range(len(combos)), pa.int32()),
+                "task": pa.array([c[0] for c in combos], pa.string()),
+                "tools": pa.array([c[1] for c in combos], pa.string()),
+                "response_format": pa.array([c[2] for c in combos], pa.string()),
+                "c_task": pa.array(c_task, pa.string()),
+                "c_tools": pa.array(c_tools, pa.string()),
+                "c_rf": pa.array(c_rf, pa.string()),
+            }
+        ),
+    )
+    return [
+        f',"response_format":{rf},"task":{task},"tools":{tools}}}'.encode()
+        for task, tools, rf in zip(c_task, c_tools, c_rf, strict=True)
+    ]
 
 
 def _answers(answer: list[str | None], tool_calls: list[str | None]) -> list[str]:
@@ -175,10 +211,6 @@ def _sorted_counts(counts: dict[Any, int]) -> dict[Any, int]:
     return dict(sorted(counts.items(), key=lambda kv: (kv[0] is None, kv[0] or "")))
 
 
-KEY_DOC_SQL = """'{"messages":' || c_messages || ',"response_format":' || c_rf || ',"task":' || c_task
-  || ',"tools":' || c_tools || '}'"""
-
-
 def build_examples(
     artifacts_root: str | Path,
     day: str,
@@ -187,16 +219,20 @@ def build_examples(
 ) -> ExamplesResult:
     """Extract the day's examples from ``traffic/day=D/traffic.parquet`` into ``examples/day=D``.
 
-    Set-wise: DuckDB assembles each candidate's key document from canonical parts and hashes it (the bytes of
-    ``ratchet_core.example_key.key_document``: the ledger's texts are checked to be canonical JSON, and the few
-    that are not are replaced by their canonical form, computed by the Python definition), deduplicates and
-    sorts; rows stream to Parquet in row groups.
+    Set-wise, one pass over the wide rows: DuckDB assembles each candidate's key document from canonical parts
+    and hashes it (the bytes of ``ratchet_core.example_key.key_document``). The small columns (task, tools,
+    response_format: few distinct values) are canonicalised by the Python definition first. The messages are
+    taken to be canonical JSON already (the gateway writes them so) and that is CHECKED afterwards, text by text,
+    where each key range deduplicates (``canonical_fixups``); if any text is not its own canonical form the day
+    is keyed again with every such text replaced by its canonical form (the result is the same either way: a
+    key is only ever computed over canonical text).
 
-    In a memory budget (`budget`, ``ratchet_assets.night.budget``): a day with more winners than one key range
-    holds (``Budget.shards_for``) is split by example-key range: ``prepare_examples`` writes the winners' rows
-    into one file set per range, ``examples_shard`` sorts and finishes one range (in ``Budget.workers``
-    processes at once; the Dagster asset maps them as dynamic outputs), ``merge_examples`` concatenates the ranges
-    in key order. The file is the same bytes either way (the writer's row groups do not depend on its input).
+    In a memory budget (`budget`, ``ratchet_assets.night.budget``): a day with more candidate rows than one key
+    range holds (``Budget.shards_for``) is split by example-key range: ``prepare_examples`` keys every
+    candidate and writes its row into its range's files, ``examples_shard`` checks, deduplicates (earliest
+    answer wins), sorts and finishes one range (``Budget.workers`` processes at once; the Dagster asset maps
+    them as dynamic outputs), ``merge_examples`` concatenates the ranges in key order. The file is the same
+    bytes either way (the writer's row groups do not depend on its input).
     """
     b = resolve(budget)
     plan = prepare_examples(artifacts_root, day, erasures, b)
@@ -214,15 +250,19 @@ class ExamplesPlan:
     day: str
     shards: int
     work: str
-    candidates: int
-    erased: int
+    rows: int  # the traffic rows read (an upper bound of the candidates, which the shards count)
+    erasures: Erasures = field(default_factory=Erasures)
+    budget: Budget = field(default_factory=Budget)
+    canonicalised: bool = False  # keyed with non-canonical messages replaced (the second attempt)
     direct: ExamplesResult | None = None  # set when the day fitted one range and was written directly
     peak_rss_mb: float = 0.0  # set by whoever measures it (the Dagster op)
 
 
 @dataclass
 class ExamplesPart:
-    """One key range's finished rows (``path``) and their counts."""
+    """One key range's finished rows (``path``) and their counts; ``noncanonical``: the range holds a message
+    text that is not canonical JSON, so its keys are not final and the day is keyed again
+    (``merge_examples``)."""
 
     shard: int
     path: str
@@ -230,140 +270,219 @@ class ExamplesPart:
     by_task: dict[str, int] = field(default_factory=dict)
     by_source: dict[str, int] = field(default_factory=dict)
     peak_rss_mb: float = 0.0
+    candidates: int = 0
+    erased: int = 0
+    noncanonical: bool = False
 
 
-_WINNER_ROWS_SQL = """
-SELECT w.example_key, c.task, {day} AS day, c.request_id, c.ts, c.source,
-       coalesce(f.canonical, c.messages) AS messages, tl.c AS tools, rf.c AS response_format,
-       c.answer, c.tool_calls{extra}
-FROM winners w JOIN cand c
-  ON c.source = w.source AND c._row = w._row AND c._row2 IS NOT DISTINCT FROM w._row2
-LEFT JOIN msg_fix f ON f.raw = c.messages
-LEFT JOIN tools_c tl ON tl.raw IS NOT DISTINCT FROM c.tools
-LEFT JOIN rf_c rf ON rf.raw IS NOT DISTINCT FROM c.response_format
+_KEYED_SQL = """
+SELECT c.request_id, c.ts, c.source, c.task, {messages} AS messages, s.c_tools AS tools, s.c_rf AS response_format,
+       c.answer, c.tool_calls, c._row, c._row2, s.combo
+FROM cand c
+JOIN small_c s ON s.task IS NOT DISTINCT FROM c.task AND s.tools IS NOT DISTINCT FROM c.tools
+  AND s.response_format IS NOT DISTINCT FROM c.response_format{fix}
 """
+_DOC_HEAD = b'{"messages":'
+
+
+def _keyed_batches(
+    con: duckdb.DuckDBPyConnection, suffixes: list[bytes], canonicalise: bool, shards: int
+) -> Iterator[tuple[pa.RecordBatch, np.ndarray]]:
+    """Every candidate with its example key (first column) and canonical parts, and its key range.
+
+    The key is SHA-256 of the key document ``{"messages":M,"response_format":R,"task":T,"tools":X}`` (sorted
+    keys, canonical parts: ``ratchet_core.example_key.key_document``), hashed here (OpenSSL) from the messages
+    and the combo's tail; the range is ``shard_sql``'s (the key's first 32 bits scaled to `shards`).
+    ``canonicalise``: the messages through ``msg_fix`` (raw -> canonical for the texts that are not canonical)."""
+    fix = "\nLEFT JOIN msg_fix f ON f.raw = c.messages" if canonicalise else ""
+    messages = "coalesce(f.canonical, c.messages)" if canonicalise else "c.messages"
+    sql = _KEYED_SQL.replace("{fix}", fix).replace("{messages}", messages)
+    reader = con.sql(sql).to_arrow_reader(131_072)
+    seen = False
+    for batch in reader:
+        seen = True
+        yield _key_batch(batch, suffixes, shards)
+    if not seen:  # the schema, for a day without candidates
+        yield _key_batch(pa.RecordBatch.from_pylist([], schema=reader.schema), suffixes, shards)
+
+
+def _key_batch(
+    batch: pa.RecordBatch, suffixes: list[bytes], shards: int
+) -> tuple[pa.RecordBatch, np.ndarray]:
+    sha = hashlib.sha256
+    texts = batch.column("messages").cast(pa.binary()).to_pylist()
+    tails = [suffixes[c] for c in batch.column("combo").to_pylist()]
+    digests = [sha(_DOC_HEAD + m + t).digest() for m, t in zip(texts, tails, strict=True)]
+    raw = np.frombuffer(b"".join(digests), dtype=np.uint8).reshape(-1, 32)[:, :4].astype(np.uint64)
+    prefix = (raw[:, 0] << 24) | (raw[:, 1] << 16) | (raw[:, 2] << 8) | raw[:, 3]
+    keys = pa.array([d.hex() for d in digests], pa.string())
+    batch = batch.drop_columns(["combo"])
+    keyed = pa.RecordBatch.from_arrays([keys, *batch.columns], ["example_key", *batch.schema.names])
+    return keyed, (prefix * np.uint64(shards)) >> np.uint64(32)
 
 
 def prepare_examples(
-    artifacts_root: str | Path, day: str, erasures: Erasures | None = None, budget: Budget | int | None = None
+    artifacts_root: str | Path,
+    day: str,
+    erasures: Erasures | None = None,
+    budget: Budget | int | None = None,
+    canonicalise: bool = False,
 ) -> ExamplesPlan:
-    """Key every candidate and pick each key's winner (out of core); then either write the examples directly (one
-    key range) or write the winners' rows into ``shards`` key-range file sets for ``examples_shard``."""
+    """Key every candidate in one pass over the wide rows; then either finish the day directly (one key range)
+    or write each candidate's row into its key range's files for ``examples_shard``.
+
+    ``canonicalise``: replace every message text that is not its own canonical form first (a full pass over
+    the distinct texts); the default keys the texts as they are and leaves the check to the ranges."""
     b = resolve(budget)
     erasures = erasures or Erasures()
     con = budget_connect(b, artifacts_root, f"examples-{day}")
-    con.execute(
-        f"CREATE TEMP VIEW t AS SELECT * FROM read_parquet({sql_str(str(traffic_path(artifacts_root, day)))}, file_row_number = true)"
-    )
-    con.execute(f"CREATE TEMP VIEW cand AS {CANDIDATES_SQL}")
-    keyer = _Keyer()
-    _register_small_columns(con, keyer)
-    con.register("msg_fix", canonical_fixups(con, "SELECT messages AS text FROM cand"))
-    con.register("erased_keys", pa.table({"k": pa.array(sorted(erasures.example_keys), pa.string())}))
-    con.register("erased_ids", pa.table({"r": pa.array(sorted(erasures.request_ids), pa.string())}))
-    # Narrow pass: every candidate's key and erasure flag (the wide columns are read again only for winners).
-    con.execute(
-        f"""
-        CREATE TEMP TABLE keyed AS
-        SELECT sha256({KEY_DOC_SQL}) AS example_key, request_id, ts, source, _row, _row2
-        FROM (
-          SELECT c.request_id, c.ts, c.source, c._row, c._row2,
-                 coalesce(f.canonical, c.messages) AS c_messages, tl.c AS c_tools, rf.c AS c_rf, tk.c AS c_task
-          FROM cand c
-          LEFT JOIN msg_fix f ON f.raw = c.messages
-          LEFT JOIN tools_c tl ON tl.raw IS NOT DISTINCT FROM c.tools
-          LEFT JOIN rf_c rf ON rf.raw IS NOT DISTINCT FROM c.response_format
-          LEFT JOIN task_c tk ON tk.raw IS NOT DISTINCT FROM c.task
-        )
-        """
-    )
-    candidates, erased = con.execute(
-        """
-        SELECT count(*), count(*) FILTER (WHERE example_key IN (SELECT k FROM erased_keys)
-                                          OR request_id IN (SELECT r FROM erased_ids))
-        FROM keyed
-        """
-    ).fetchall()[0]
-    con.execute(
-        """
-        CREATE TEMP TABLE winners AS
-        SELECT example_key, source, _row, _row2 FROM (
-          SELECT *, row_number() OVER (PARTITION BY example_key ORDER BY ts, request_id, source) AS rn
-          FROM keyed
-          WHERE example_key NOT IN (SELECT k FROM erased_keys) AND request_id NOT IN (SELECT r FROM erased_ids)
-        ) WHERE rn = 1
-        """
-    )
-    con.execute("DROP TABLE keyed")
-    shards = b.shards_for(con.execute("SELECT count(*) FROM winners").fetchall()[0][0])
+    traffic = sql_str(str(traffic_path(artifacts_root, day)))
+    con.execute(f"CREATE TEMP VIEW t AS SELECT * FROM read_parquet({traffic}, file_row_number = true)")
+    con.execute(f"CREATE TEMP TABLE plink AS {LINK_SQL}")
+    from_request = con.execute("SELECT count(*) FROM plink WHERE empty").fetchall()[0][0] > 0
+    con.execute(f"CREATE TEMP VIEW cand AS {CANDIDATES_SQL}{_FROM_REQUEST if from_request else ''}")
+    suffixes = _register_small_columns(con, _Keyer())
+    if canonicalise:
+        con.register("msg_fix", canonical_fixups(con, "SELECT messages AS text FROM cand"))
+    rows = con.execute(f"SELECT count(*) FROM read_parquet({traffic})").fetchall()[0][0]
+    shards = b.shards_for(rows)
     work = ArtifactLayout(artifacts_root).examples_file(day).parent / ".shards"
-    plan = ExamplesPlan(str(artifacts_root), day, shards, str(work), int(candidates), int(erased))
+    plan = ExamplesPlan(str(artifacts_root), day, shards, str(work), int(rows), erasures, b, canonicalise)
     if shards == 1:
-        rows = stream_batches(
-            con, _WINNER_ROWS_SQL.format(day=sql_str(day), extra="") + " ORDER BY w.example_key"
-        )
-        part = _finish_rows(rows, ArtifactLayout(artifacts_root).examples_file(day), 0, ChunkedParquetWriter)
+        batches = [b for b, _ in _keyed_batches(con, suffixes, canonicalise, 1)]  # <= ROWS_PER_SHARD rows
+        src = pa.Table.from_batches(batches)
+        con.register("src", src)
+        out = ArtifactLayout(artifacts_root).examples_file(day)
+        part = _finish_range(con, plan, src, out, 0, ChunkedParquetWriter)
         con.close()
-        plan.direct = _result(plan, part.path, part.rows, part.by_task, part.by_source)
+        if part.noncanonical:
+            return prepare_examples(artifacts_root, day, erasures, b, canonicalise=True)
+        plan.direct = _result(plan, [part])
         return plan
     shutil.rmtree(work, ignore_errors=True)
     work.mkdir(parents=True)
-    # One pass over the wide rows, each to its key range's files (small row groups: one open writer per range).
-    con.execute(
-        f"""COPY ({_WINNER_ROWS_SQL.format(day=sql_str(day), extra=", " + shard_sql("w.example_key", shards))})
-        TO {sql_str(str(work / "rows"))} (FORMAT parquet, PARTITION_BY (shard), ROW_GROUP_SIZE 8192)"""
-    )
+    # One pass over the wide rows, each to its key range's file (Arrow IPC: written as they come, in no
+    # particular order; each range sorts its own).
+    writers: dict[int, pa.ipc.RecordBatchStreamWriter] = {}
+    options = pa.ipc.IpcWriteOptions()  # uncompressed: a range is read back by memory map
+    for batch, shard_of in _keyed_batches(con, suffixes, canonicalise, shards):
+        order = np.argsort(shard_of, kind="stable")
+        ordered = batch.take(pa.array(order))
+        counts = np.bincount(shard_of.astype(np.int64), minlength=shards)
+        offset = 0
+        for shard in np.flatnonzero(counts):
+            n = int(counts[shard])
+            if shard not in writers:
+                writers[shard] = pa.ipc.new_stream(
+                    _range_file(work, int(shard)), ordered.schema, options=options
+                )
+            writers[shard].write_batch(ordered.slice(offset, n))
+            offset += n
+    for w in writers.values():
+        w.close()
     con.close()
     return plan
 
 
+def _range_file(work: Path, shard: int) -> Path:
+    return work / f"range-{shard:04d}.arrows"
+
+
 def examples_shard(plan: ExamplesPlan, shard: int, budget: Budget | int | None = None) -> ExamplesPart:
-    """Sort one key range's rows by key and finish them (the assistant message); write them to a part file."""
+    """Check, deduplicate, sort and finish one key range's candidates; write them to a part file."""
     work = Path(plan.work)
-    out = work / f"part-{shard:04d}.parquet"
-    files = sorted((work / "rows" / f"shard={shard}").glob("*.parquet"))
-    if not files:
+    path = _range_file(work, shard)
+    if not path.exists():
         return ExamplesPart(shard, "", 0)
+    rows = pa.ipc.open_stream(pa.memory_map(str(path))).read_all()  # zero-copy: the map lives with `rows`
     con = budget_connect(budget, plan.artifacts_root, f"examples-{plan.day}-{shard}")
-    rows = stream_batches(
-        con,
-        f"SELECT * FROM read_parquet({sql_list(files)}, hive_partitioning = false) ORDER BY example_key",
-    )
-    part = _finish_rows(rows, out, shard, _PartWriter)
+    con.register("src", rows)
+    part = _finish_range(con, plan, rows, work / f"part-{shard:04d}.parquet", shard, _PartWriter)
     con.close()
     return part
 
 
+_EARLIEST_FIRST = [
+    (c, "ascending", "at_end") for c in ("example_key", "ts", "request_id", "source", "_row", "_row2")
+]  # a key's winner is its earliest answer; the file rows (_row, _row2) break every remaining tie
+
+
+def _finish_range(
+    con: duckdb.DuckDBPyConnection, plan: ExamplesPlan, src: pa.Table, out: Path, shard: int, writer_cls: Any
+) -> ExamplesPart:
+    """The keyed candidates `src` (registered as ``src`` in `con`): check their messages are canonical JSON (else
+    stop: flagged), count them, keep each key's earliest answer (erasures left out) and write the winners in key
+    order. The dedup is one sort of the range (Arrow): by key, then earliest first; the first row of each key
+    wins (the order SQL's ``row_number() OVER (PARTITION BY key ORDER BY ts, request_id, source)`` gives)."""
+    if not plan.canonicalised and canonical_fixups(con, "SELECT messages AS text FROM src").num_rows:
+        return ExamplesPart(shard, "", 0, noncanonical=True)
+    candidates = src.num_rows
+    erased = pa.array([False] * candidates, pa.bool_())
+    for column, values in (
+        ("example_key", plan.erasures.example_keys),
+        ("request_id", plan.erasures.request_ids),
+    ):
+        if values:
+            hit = pc.is_in(src[column], value_set=pa.array(sorted(values), pa.string())).fill_null(False)
+            erased = pc.or_(erased, hit)
+    kept = src.filter(pc.invert(erased)) if candidates else src
+    order = pc.sort_indices(kept, sort_keys=_EARLIEST_FIRST)  # NULLs last, as SQL's ORDER BY
+    keys = kept["example_key"].take(order)
+    first = pc.not_equal(keys.slice(1), keys.slice(0, max(len(keys) - 1, 0))).combine_chunks()
+    first = pa.concat_arrays([pa.array([True] * min(len(keys), 1), pa.bool_()), first.fill_null(True)])
+    winners = kept.take(order.filter(first))
+    winners = winners.append_column("day", pa.repeat(pa.scalar(plan.day, pa.string()), winners.num_rows))
+    part = _finish_rows(winners.to_batches(max_chunksize=65_536), out, shard, writer_cls)
+    part.candidates, part.erased = int(candidates), int(pc.sum(erased).as_py() or 0)
+    return part
+
+
 def merge_examples(plan: ExamplesPlan, parts: list[ExamplesPart]) -> ExamplesResult:
-    """Concatenate the key ranges' parts, in key order, into the day's examples file; remove the work files."""
+    """Concatenate the key ranges' parts, in key order, into the day's examples file; remove the work files.
+
+    If a range found a message text that is not canonical JSON, the day is keyed again with such texts
+    canonicalised (``build_examples`` with ``canonicalise``, in this process) and that result is returned."""
     import pyarrow.parquet as pq
 
+    if any(p.noncanonical for p in parts):
+        shutil.rmtree(plan.work, ignore_errors=True)
+        b = dataclasses.replace(plan.budget, workers=1)
+        again = prepare_examples(plan.artifacts_root, plan.day, plan.erasures, b, canonicalise=True)
+        if again.direct is not None:
+            return again.direct
+        return merge_examples(again, [examples_shard(again, i, b) for i in range(again.shards)])
     out = ArtifactLayout(plan.artifacts_root).examples_file(plan.day)
     writer = ChunkedParquetWriter(out, EXAMPLES_SCHEMA, compression="zstd")
-    by_task: dict[str, int] = {}
-    by_source: dict[str, int] = {}
     for part in sorted(parts, key=lambda p: p.shard):
-        for counts, add in ((by_task, part.by_task), (by_source, part.by_source)):
-            for k, v in add.items():
-                counts[k] = counts.get(k, 0) + v
         if part.path:
             for batch in pq.ParquetFile(part.path).iter_batches(batch_size=65_536):
                 writer.write(batch)
     writer.close()
     shutil.rmtree(plan.work, ignore_errors=True)
-    result = _result(plan, str(out), writer.rows, by_task, by_source)
+    result = _result(plan, parts, str(out), writer.rows)
     result.worker_peak_rss_mb = max([0.0, *(p.peak_rss_mb for p in parts)])
     return result
 
 
-def _result(plan: ExamplesPlan, path: str, n: int, by_task: dict, by_source: dict) -> ExamplesResult:
+def _result(
+    plan: ExamplesPlan, parts: list[ExamplesPart], path: str | None = None, n: int | None = None
+) -> ExamplesResult:
+    by_task: dict[str, int] = {}
+    by_source: dict[str, int] = {}
+    for part in parts:
+        for counts, add in ((by_task, part.by_task), (by_source, part.by_source)):
+            for k, v in add.items():
+                counts[k] = counts.get(k, 0) + v
+    candidates = sum(p.candidates for p in parts)
+    erased = sum(p.erased for p in parts)
+    n = sum(p.rows for p in parts) if n is None else n
     return ExamplesResult(
         day=plan.day,
-        path=str(path),
+        path=str(path if path is not None else parts[0].path),
         examples=n,
-        candidates=plan.candidates,
-        duplicates=plan.candidates - plan.erased - n,
-        erased=plan.erased,
+        candidates=candidates,
+        duplicates=candidates - erased - n,
+        erased=erased,
         by_task=_sorted_counts(by_task),
         by_source=_sorted_counts(by_source),
     )

@@ -15,7 +15,9 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 import orjson
+import pyarrow as pa
 import pyarrow.parquet as pq
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -171,3 +173,56 @@ def test_receipt_leaves_and_totals_match_the_definition(tmp_path: Path) -> None:
     clients, first = totals_from_rows(want, estimates, prices)
     assert canonical_json(dict(sorted(day.clients.items()))) == canonical_json(clients)
     assert day.first == first
+
+
+def test_non_canonical_texts_in_key_ranges_rekey_the_day_to_the_same_bytes(tmp_path: Path) -> None:
+    """The key ranges key the messages as written and check them afterwards: a range holding a non-canonical
+    text sends the day through a second, canonicalising pass, so the split file equals the one-range file
+    (in which respelled repeats of one request share one key)."""
+    from ratchet_assets.night.budget import Budget
+    from ratchet_assets.night.examples import ExamplesPart, merge_examples, prepare_examples
+
+    rng = random.Random(5)
+    rows = request_rows(DAY1, 160, seed=9, student_share=0.3, audit_share=0.6, repeat_share=0.4)
+    for r in rows:
+        r["messages"] = _respell(r["messages"], rng)
+    write_segments(tmp_path / "lake", rows)
+    files = {}
+    for name, budget in (
+        ("one", None),
+        ("split", Budget(shards=3)),
+        ("workers", Budget(shards=3, workers=2)),
+    ):
+        art = tmp_path / name
+        consolidate_traffic(tmp_path / "lake", art, DAY1)
+        result = build_examples(art, DAY1, budget=budget)
+        files[name] = Path(result.path).read_bytes()
+        assert result.candidates - result.erased - result.duplicates == result.examples > 0
+    assert files["split"] == files["one"] == files["workers"]
+    keys = pq.read_table(tmp_path / "one" / "examples" / f"day={DAY1}" / "examples.parquet")["example_key"]
+    assert len(set(keys.to_pylist())) == len(keys)
+    # The first pass over the ranges is what flags them (the Dagster merge step re-keys the day).
+    art = tmp_path / "split"
+    plan = prepare_examples(art, DAY1, budget=Budget(shards=3))
+    from ratchet_assets.night.examples import examples_shard
+
+    parts = [examples_shard(plan, i) for i in range(plan.shards)]
+    assert any(p.noncanonical for p in parts) and all(isinstance(p, ExamplesPart) for p in parts)
+    assert Path(merge_examples(plan, parts).path).read_bytes() == files["one"]
+
+
+def test_canonical_fixups_checks_texts_in_bulk_only_when_each_is_one_document() -> None:
+    """The bulk round trip of ``[t1,t2,...]`` would accept ``1,2`` / ``[3`` / ``4]`` as a whole (it spells the
+    canonical array ``[1,2,[3,4]]``); each text is checked alone instead, so the invalid ones raise as before."""
+    con = connect()
+    con.register("texts", pa.table({"text": ["1,2", "[3", "4]", '{"a":1}']}))
+    with pytest.raises(ValueError):
+        canonical_fixups(con, "SELECT text FROM texts")
+    con.register("ok", pa.table({"text": ['{"a":1}', "[1,2]", '"x"', '{"b":[true,null]}'] * 3}))
+    assert canonical_fixups(con, "SELECT text FROM ok").num_rows == 0
+    con.register("mixed", pa.table({"text": ['{"a":1}', '{"b":1,"a":2}', "[1, 2]"]}))
+    got = canonical_fixups(con, "SELECT text FROM mixed").to_pylist()
+    assert sorted((r["raw"], r["canonical"]) for r in got) == [
+        ("[1, 2]", "[1,2]"),
+        ('{"b":1,"a":2}', '{"a":2,"b":1}'),
+    ]
