@@ -19,7 +19,7 @@ import contextlib
 import hashlib
 import queue
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import TypeVar
 
@@ -143,6 +143,55 @@ def in_key_order(table: pa.Table, after: str, column: str = "example_key") -> pa
     if keys[0].as_py() <= after:
         raise ValueError(f"example keys must ascend across ranges; {keys[0].as_py()!r} follows {after!r}")
     return table
+
+
+def check_key_order(keys: pa.Array | pa.ChunkedArray, after: str) -> pa.Array | pa.ChunkedArray:
+    """`keys` checked (not sorted): 64-hex example keys, ascending, no repeats, all greater than `after`."""
+    if len(keys) == 0:
+        return keys
+    if len(keys) > 1 and not pc.all(pc.less(keys[:-1], keys[1:])).as_py():
+        raise ValueError(f"example keys of a range are not ascending and unique ({len(keys)} rows)")
+    if keys.null_count or not pc.all(pc.match_substring_regex(keys, r"^[0-9a-f]{64}$")).as_py():
+        raise ValueError("not an example key in the rows; expected 64 lowercase hex characters")
+    if keys[0].as_py() <= after:
+        raise ValueError(f"example keys must ascend across ranges; {keys[0].as_py()!r} follows {after!r}")
+    return keys
+
+
+def prefetched_chunks(items: list[T], produce: Callable[[T], Iterable[R]], ahead: int = 8) -> Iterator[R]:
+    """Every chunk ``produce(item)`` yields, item after item, produced up to `ahead` chunks ahead in a thread."""
+
+    out: queue.Queue = queue.Queue(maxsize=ahead)
+    stop = threading.Event()
+    done = object()
+
+    def work() -> None:
+        try:
+            for item in items:
+                for chunk in produce(item):
+                    if stop.is_set():
+                        return
+                    out.put((True, chunk))
+            out.put((True, done))
+        except BaseException as exc:  # handed to the consumer, raised there
+            out.put((False, exc))
+
+    thread = threading.Thread(target=work, name="night-range-chunks", daemon=True)
+    thread.start()
+    try:
+        while True:
+            ok, value = out.get()
+            if not ok:
+                raise value
+            if value is done:
+                return
+            yield value
+    finally:
+        stop.set()
+        while thread.is_alive():  # unblock a producer waiting on a full queue, then let it finish
+            with contextlib.suppress(queue.Empty):
+                out.get(timeout=0.1)
+        thread.join()
 
 
 def prefetched(items: list[T], fetch: Callable[[T], R], ahead: int = 1) -> Iterator[R]:

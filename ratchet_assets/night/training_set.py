@@ -14,6 +14,7 @@ Keys assigned golden in the registry are excluded, and the result is checked aga
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
 from datetime import date, timedelta
 from pathlib import Path
@@ -28,10 +29,10 @@ from ratchet_assets.night.budget import connect as budget_connect
 from ratchet_assets.night.erasures import Erasures
 from ratchet_assets.night.ranges import (
     Values,
-    in_key_order,
+    check_key_order,
     kept_runs,
     plan_ranges,
-    prefetched,
+    prefetched_chunks,
     range_sql,
 )
 from ratchet_core.layout import ArtifactLayout
@@ -65,6 +66,8 @@ def window(day: str, window_days: int) -> list[str]:
     d = date.fromisoformat(day)
     return [(d - timedelta(days=i)).isoformat() for i in range(window_days - 1, -1, -1)]
 
+
+BATCH_ROWS = 16_384  # small batches: their buffers are reused, not faulted in afresh (1/3 of the system time)
 
 ROW_SQL = """
 '{"messages":' ||
@@ -141,14 +144,25 @@ def build_training_set(
     rid_col = "e.request_id," if erasing and not dedup else ""  # read only where Python erases by it
     cur = con.cursor()
 
-    def fetch(bounds: tuple[str, str | None]) -> tuple[pa.Table, pa.Table]:
+    def produce(bounds: tuple[str, str | None]) -> Iterator[tuple[pa.Table, pa.Table | None]]:
+        """A range: first (its registry rows, its narrow rows: key and request id), then (None, wide batch)s of
+        the same rows in the same order (the plain scan twice, or the deduplicated range cut in batches)."""
         in_range = range_sql("example_key", *bounds)
+        in_range_e = in_range.replace("example_key", "e.example_key")
         reg_part = cur.sql(f"SELECT example_key, golden FROM {reg_src} WHERE {in_range}").to_arrow_table()
-        part = cur.sql(
-            f"""SELECT e.example_key, e.task, {rid_col} {ROW_SQL} || chr(10) AS line
-                FROM {src} e WHERE {in_range.replace("example_key", "e.example_key")} {tail}"""
-        ).to_arrow_table()
-        return part, reg_part
+        wide = f"""SELECT e.example_key, e.task, {rid_col} {ROW_SQL} || chr(10) AS line
+                   FROM {src} e WHERE {in_range_e} {tail}"""
+        if dedup:
+            part = cur.sql(wide).to_arrow_table()
+            yield reg_part, part.select(["example_key"])
+            for batch in part.to_batches(max_chunksize=BATCH_ROWS):
+                yield None, batch
+            return
+        yield (
+            reg_part,
+            cur.sql(f"SELECT e.example_key, {rid_col} FROM {src} e WHERE {in_range_e}").to_arrow_table(),
+        )
+        yield from ((None, batch) for batch in cur.sql(wide).to_arrow_reader(BATCH_ROWS))
 
     out = layout.train_jsonl(day)
     out.parent.mkdir(parents=True, exist_ok=True)
@@ -159,40 +173,45 @@ def build_training_set(
     by_task: dict[str, int] = {}
     last, unassigned, overlap = "", 0, 0
     ranges = plan_ranges(b, files, layout.examples_file(day))
+    keep_all, golden, at = pa.array([], pa.bool_()), pa.array([], pa.string()), 0
     with open(tmp, "wb", buffering=1 << 20) as fh, open(keys_tmp, "wb", buffering=1 << 20) as keys_file:
-        for part, reg_part in prefetched(ranges, fetch):
-            part = in_key_order(part, last)
-            if not part.num_rows:
-                continue
-            last = part.column("example_key")[-1].as_py()
-            keys = part.column("example_key")
-            unassigned += (
-                part.num_rows - pc.sum(pc.is_in(keys, value_set=reg_part.column("example_key"))).as_py()
-            )
-            if unassigned:
-                continue  # counted over every range, then refused below
-            golden = reg_part.filter(reg_part.column("golden")).column("example_key")
-            for batch in part.to_batches():
-                keys = batch.column("example_key")
-                keep = pc.invert(pc.is_in(keys, value_set=golden))
+        for reg_part, rows in prefetched_chunks(ranges, produce):
+            if reg_part is not None:  # a range starts: which of its rows are kept, decided on its narrow rows
+                keys = check_key_order(rows.column("example_key"), last)
+                last = keys[-1].as_py() if len(keys) else last
+                unassigned += len(keys) - (
+                    pc.sum(pc.is_in(keys, value_set=reg_part.column("example_key"))).as_py() or 0
+                )
+                golden = reg_part.filter(reg_part.column("golden")).column("example_key")
+                keep_all = pc.invert(pc.is_in(keys, value_set=golden))
                 # erased here as SQL's NOT IN would: a NULL request id is not kept once ids are erased
                 if erasing and not dedup:
-                    rid = batch.column("request_id")
+                    rid = rows.column("request_id")
                     gone = pc.is_in(rid, value_set=ei)
                     gone = pc.or_(gone, pc.is_null(rid)) if len(ei) else gone
-                    keep = pc.and_(pc.and_(keep, pc.invert(pc.is_in(keys, value_set=ek))), pc.invert(gone))
-                runs = kept_runs(keep)
-                kept = pc.filter(keys, keep)
-                overlap += pc.sum(pc.is_in(kept, value_set=golden)).as_py() or 0
-                lines = Values(batch.column("line"))
-                key_lines = Values(pc.binary_join_element_wise(keys, "", "\n"))
-                for a, b in runs:
-                    fh.write(lines.span(a, b))
-                    keys_file.write(key_lines.span(a, b))
-                key_tree.add_hashes(key_lines.leaf_hashes(runs, strip=1))
-                row_tree.add_hashes(lines.leaf_hashes(runs, strip=1))
-                for item in pc.value_counts(pc.filter(batch.column("task"), keep)).to_pylist():
-                    by_task[item["values"]] = by_task.get(item["values"], 0) + int(item["counts"])
+                    keep_all = pc.and_(
+                        pc.and_(keep_all, pc.invert(pc.is_in(keys, value_set=ek))), pc.invert(gone)
+                    )
+                keep_keys, at = keys, 0
+                continue
+            if unassigned or not rows.num_rows:
+                continue  # counted over every range, then refused below
+            keys = rows.column("example_key")
+            if not pa.chunked_array([keys]).equals(keep_keys.slice(at, len(keys))):
+                raise RuntimeError("the range's rows came in another order on the second read")
+            keep = keep_all.slice(at, len(keys)).combine_chunks()
+            at += len(keys)
+            runs = kept_runs(keep)
+            overlap += pc.sum(pc.is_in(pc.filter(keys, keep), value_set=golden)).as_py() or 0
+            lines = Values(rows.column("line"))
+            key_lines = Values(pc.binary_join_element_wise(keys, "", "\n"))
+            for i, j in runs:
+                fh.write(lines.span(i, j))
+                keys_file.write(key_lines.span(i, j))
+            key_tree.add_hashes(key_lines.leaf_hashes(runs, strip=1))
+            row_tree.add_hashes(lines.leaf_hashes(runs, strip=1))
+            for item in pc.value_counts(pc.filter(rows.column("task"), keep)).to_pylist():
+                by_task[item["values"]] = by_task.get(item["values"], 0) + int(item["counts"])
     cur.close()
     if unassigned:
         tmp.unlink(missing_ok=True)
