@@ -31,7 +31,15 @@ from ratchet_assets.night.budget import Budget, resolve
 from ratchet_assets.night.budget import connect as budget_connect
 from ratchet_assets.night.erasures import Erasures
 from ratchet_assets.night.examples import EXAMPLES_SCHEMA, examples_path
-from ratchet_assets.night.ranges import Values, in_key_order, plan_ranges, prefetched, range_sql
+from ratchet_assets.night.ranges import (
+    Values,
+    check_key_order,
+    in_key_order,
+    plan_ranges,
+    prefetched,
+    prefetched_chunks,
+    range_sql,
+)
 from ratchet_assets.night.streamed import golden_row_leaf_sql, write_golden_commitment
 from ratchet_core.layout import ArtifactLayout
 from ratchet_stats.commitment import Commitment
@@ -218,9 +226,9 @@ def split_golden(
     leaf_sql = golden_row_leaf_sql(tasks)
     cur = con.cursor()
 
-    def golden_range(bounds: tuple[str, str | None]) -> pa.Table:
+    def golden_range(bounds: tuple[str, str | None]) -> Iterator[pa.RecordBatch]:
         in_range = range_sql("example_key", *bounds)
-        return cur.sql(
+        yield from cur.sql(
             f"""
             SELECT e.*, {leaf_sql} AS _leaf,
                    e.example_key || chr(10) AS _key_line
@@ -231,7 +239,7 @@ def split_golden(
             {dedup}
             ORDER BY e.example_key
             """
-        ).to_arrow_table()
+        ).to_arrow_reader(16_384)  # small batches: buffers reused, fewer pages faulted in
 
     out, keys_path = layout.golden_file(day), layout.golden_keys(day)
     # Row groups of 65,536 rows (the writer's buffers stay small in the memory budget; 256,000 before this, at
@@ -244,19 +252,18 @@ def split_golden(
     key_tree, row_tree = TreeBuilder(), TreeBuilder()
     last = ""
     with open(keys_tmp, "wb", buffering=1 << 20) as keys_file:
-        for part in prefetched(plan_ranges(b, files, today), golden_range):
-            part = in_key_order(part, last)
+        for part in prefetched_chunks(plan_ranges(b, files, today), golden_range):
             if not part.num_rows:
                 continue
-            last = part.column("example_key")[-1].as_py()
+            last = check_key_order(part.column("example_key"), last)[-1].as_py()
             if part.column("_leaf").null_count:  # a NULL part: the row is not what the examples step writes
                 raise ValueError(f"{out}: a golden row has an empty column; rebuild it with golden_split")
             writer.write(part)
             every = [(0, part.num_rows)]
-            key_lines = Values(part.column("_key_line").combine_chunks())
+            key_lines = Values(part.column("_key_line"))
             keys_file.write(key_lines.span(0, part.num_rows))
             key_tree.add_hashes(key_lines.leaf_hashes(every, strip=1))
-            row_tree.add_hashes(Values(part.column("_leaf").combine_chunks()).leaf_hashes(every))
+            row_tree.add_hashes(Values(part.column("_leaf")).leaf_hashes(every))
             for item in pc.value_counts(part.column("task")).to_pylist():
                 by_task[item["values"]] = by_task.get(item["values"], 0) + int(item["counts"])
     cur.close()
