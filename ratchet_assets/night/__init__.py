@@ -127,7 +127,7 @@ def canonical_fixups(con: duckdb.DuckDBPyConnection, texts_sql: str) -> pa.Table
     """(raw, canonical) for every distinct non-empty text of query `texts_sql` (column ``text``) that is not its
     own canonical form. Ledger texts are canonical already, so the result is usually empty; errors (not JSON,
     NaN) propagate from ``loads_strict`` as before. DuckDB screens the texts; Python round-trips them, a batch of
-    screened texts at once (``_all_canonical``), one by one only in a batch where that fails.
+    screened texts at once (``all_canonical``), one by one only in a batch where that fails.
     """
     raw: list[bytes] = []
     fixed: list[str] = []
@@ -138,7 +138,7 @@ def canonical_fixups(con: duckdb.DuckDBPyConnection, texts_sql: str) -> pa.Table
     for batch in stream_batches(con, sql):
         texts, fast = batch.column(0).to_pylist(), batch.column(1).to_pylist()
         bulk = [f and s for f, s in zip(fast, batch.column(2).to_pylist(), strict=True)]
-        if _all_canonical([t for t, b in zip(texts, bulk, strict=True) if b]):
+        if all_canonical([t for t, b in zip(texts, bulk, strict=True) if b]):
             keep = [i for i, b in enumerate(bulk) if not b]
             texts, fast = [texts[i] for i in keep], [fast[i] for i in keep]
         for data, ok in zip(texts, fast, strict=True):
@@ -150,7 +150,7 @@ def canonical_fixups(con: duckdb.DuckDBPyConnection, texts_sql: str) -> pa.Table
     )
 
 
-def _all_canonical(texts: list[bytes]) -> bool:
+def all_canonical(texts: list[bytes]) -> bool:
     """Is every one of these texts its own canonical form? Each is screened (``fast_check_sql``) and one whole
     JSON document (DuckDB's ``json_valid``: ``1,2`` or ``[3`` is not). One orjson round trip of the array
     ``[t1,t2,...]``: compact output is ``[`` + the items' outputs joined by ``,`` + ``]``, each text is exactly

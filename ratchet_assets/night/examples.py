@@ -32,9 +32,11 @@ import pyarrow.compute as pc
 
 from ratchet_assets.night import (
     ChunkedParquetWriter,
+    all_canonical,
     canonical_fixups,
     canonical_json_text,
     canonical_text,
+    fast_check_sql,
     loads_strict,
     sql_str,
 )
@@ -161,10 +163,11 @@ def assistant_message(answer: str, tool_calls: str) -> str:
     return canonical_text({"role": "assistant", "content": answer or None, "tool_calls": calls or None})
 
 
-def _register_small_columns(con: duckdb.DuckDBPyConnection, keyer: _Keyer) -> list[bytes]:
+def _register_small_columns(con: duckdb.DuckDBPyConnection, keyer: _Keyer) -> tuple[list[bytes], pa.Table]:
     """Register ``small_c``: each distinct (task, tools, response_format) of the candidates (few), numbered
-    (``combo``), with its canonical key parts ``c_task``, ``c_tools``, ``c_rf``; return each combo's key document
-    after the messages (``_key_batch``)."""
+    (``combo``). Return each combo's key document after the messages (``_key_batch``) and the columns an
+    example row takes from its combo: ``task`` (as written), ``tools`` and ``response_format`` (canonical key
+    parts). Candidate rows carry only the combo number until they are written."""
     combos = con.execute("SELECT DISTINCT task, tools, response_format FROM cand").fetchall()
     combos.sort(key=lambda c: tuple((v is None, v or "") for v in c))
     c_task = [canonical_text(c[0]) for c in combos]
@@ -178,26 +181,44 @@ def _register_small_columns(con: duckdb.DuckDBPyConnection, keyer: _Keyer) -> li
                 "task": pa.array([c[0] for c in combos], pa.string()),
                 "tools": pa.array([c[1] for c in combos], pa.string()),
                 "response_format": pa.array([c[2] for c in combos], pa.string()),
-                "c_task": pa.array(c_task, pa.string()),
-                "c_tools": pa.array(c_tools, pa.string()),
-                "c_rf": pa.array(c_rf, pa.string()),
             }
         ),
     )
-    return [
+    suffixes = [
         f',"response_format":{rf},"task":{task},"tools":{tools}}}'.encode()
         for task, tools, rf in zip(c_task, c_tools, c_rf, strict=True)
     ]
+    parts = pa.table(
+        {
+            "task": pa.array([c[0] for c in combos], pa.string()),
+            "tools": pa.array(c_tools, pa.string()),
+            "response_format": pa.array(c_rf, pa.string()),
+        }
+    )
+    return suffixes, parts
 
 
-def _answers(answer: list[str | None], tool_calls: list[str | None]) -> list[str]:
-    """``assistant_message`` per row, with tool calls taken through the fast canonical check."""
+def _answers(
+    answer: list[str | None], tool_calls: list[str | None], screened: list[bool] | None = None
+) -> list[str]:
+    """``assistant_message`` per row, with tool calls taken through the fast canonical check: all at once
+    (``all_canonical``) for the texts DuckDB screened (``tc_screened``: one JSON document, fast-path safe),
+    else one by one."""
+    canonical = [False] * len(tool_calls)
+    if screened is not None:
+        bulk = [i for i, ok in enumerate(screened) if ok and tool_calls[i]]
+        if all_canonical([tool_calls[i].encode("utf-8") for i in bulk]):  # type: ignore[union-attr]
+            for i in bulk:
+                canonical[i] = True
     out = []
-    for a, tc in zip(answer, tool_calls, strict=True):
+    for a, tc, known in zip(answer, tool_calls, canonical, strict=True):
         calls = "null"
         if tc:
-            fixed = canonical_json_text(tc.encode("utf-8"))
-            calls = tc if fixed is None else fixed
+            if known:
+                calls = tc
+            else:
+                fixed = canonical_json_text(tc.encode("utf-8"))
+                calls = tc if fixed is None else fixed
             if not calls.startswith("[") or calls == "[]":  # falsy or not a list: the definition decides
                 out.append(assistant_message(a, tc))
                 continue
@@ -254,6 +275,9 @@ class ExamplesPlan:
     erasures: Erasures = field(default_factory=Erasures)
     budget: Budget = field(default_factory=Budget)
     canonicalised: bool = False  # keyed with non-canonical messages replaced (the second attempt)
+    combos: pa.Table | None = (
+        None  # combo number -> task, tools, response_format (``_register_small_columns``)
+    )
     direct: ExamplesResult | None = None  # set when the day fitted one range and was written directly
     peak_rss_mb: float = 0.0  # set by whoever measures it (the Dagster op)
 
@@ -275,12 +299,13 @@ class ExamplesPart:
     noncanonical: bool = False
 
 
-_KEYED_SQL = """
-SELECT c.request_id, c.ts, c.source, c.task, {messages} AS messages, s.c_tools AS tools, s.c_rf AS response_format,
-       c.answer, c.tool_calls, c._row, c._row2, s.combo
+_KEYED_SQL = f"""
+SELECT c.request_id, c.ts, c.source, {{messages}} AS messages, c.answer, c.tool_calls, c._row, c._row2, s.combo,
+       coalesce(c.tool_calls <> '' AND json_valid(c.tool_calls) AND {fast_check_sql("c.tool_calls")}, false)
+         AS tc_screened
 FROM cand c
 JOIN small_c s ON s.task IS NOT DISTINCT FROM c.task AND s.tools IS NOT DISTINCT FROM c.tools
-  AND s.response_format IS NOT DISTINCT FROM c.response_format{fix}
+  AND s.response_format IS NOT DISTINCT FROM c.response_format{{fix}}
 """
 _DOC_HEAD = b'{"messages":'
 
@@ -316,7 +341,6 @@ def _key_batch(
     raw = np.frombuffer(b"".join(digests), dtype=np.uint8).reshape(-1, 32)[:, :4].astype(np.uint64)
     prefix = (raw[:, 0] << 24) | (raw[:, 1] << 16) | (raw[:, 2] << 8) | raw[:, 3]
     keys = pa.array([d.hex() for d in digests], pa.string())
-    batch = batch.drop_columns(["combo"])
     keyed = pa.RecordBatch.from_arrays([keys, *batch.columns], ["example_key", *batch.schema.names])
     return keyed, (prefix * np.uint64(shards)) >> np.uint64(32)
 
@@ -341,13 +365,15 @@ def prepare_examples(
     con.execute(f"CREATE TEMP TABLE plink AS {LINK_SQL}")
     from_request = con.execute("SELECT count(*) FROM plink WHERE empty").fetchall()[0][0] > 0
     con.execute(f"CREATE TEMP VIEW cand AS {CANDIDATES_SQL}{_FROM_REQUEST if from_request else ''}")
-    suffixes = _register_small_columns(con, _Keyer())
+    suffixes, combos = _register_small_columns(con, _Keyer())
     if canonicalise:
         con.register("msg_fix", canonical_fixups(con, "SELECT messages AS text FROM cand"))
     rows = con.execute(f"SELECT count(*) FROM read_parquet({traffic})").fetchall()[0][0]
     shards = b.shards_for(rows)
     work = ArtifactLayout(artifacts_root).examples_file(day).parent / ".shards"
-    plan = ExamplesPlan(str(artifacts_root), day, shards, str(work), int(rows), erasures, b, canonicalise)
+    plan = ExamplesPlan(
+        str(artifacts_root), day, shards, str(work), int(rows), erasures, b, canonicalise, combos
+    )
     if shards == 1:
         batches = [b for b, _ in _keyed_batches(con, suffixes, canonicalise, 1)]  # <= ROWS_PER_SHARD rows
         src = pa.Table.from_batches(batches)
@@ -402,9 +428,8 @@ def examples_shard(plan: ExamplesPlan, shard: int, budget: Budget | int | None =
     return part
 
 
-_EARLIEST_FIRST = [
-    (c, "ascending", "at_end") for c in ("example_key", "ts", "request_id", "source", "_row", "_row2")
-]  # a key's winner is its earliest answer; the file rows (_row, _row2) break every remaining tie
+# A key's winner is its earliest answer; the file rows (_row, _row2) break every remaining tie.
+_EARLIEST_FIRST = ("example_key", "ts", "request_id", "source", "_row", "_row2")
 
 
 def _finish_range(
@@ -412,8 +437,9 @@ def _finish_range(
 ) -> ExamplesPart:
     """The keyed candidates `src` (registered as ``src`` in `con`): check their messages are canonical JSON (else
     stop: flagged), count them, keep each key's earliest answer (erasures left out) and write the winners in key
-    order. The dedup is one sort of the range (Arrow): by key, then earliest first; the first row of each key
-    wins (the order SQL's ``row_number() OVER (PARTITION BY key ORDER BY ts, request_id, source)`` gives)."""
+    order. The dedup is one aggregate over the narrow columns: per key, the row with the least (ts, request_id,
+    source, _row, _row2) (what ``row_number() OVER (PARTITION BY key ORDER BY ts, request_id, source)`` picks,
+    every tie broken), taken from the wide rows in key order."""
     if not plan.canonicalised and canonical_fixups(con, "SELECT messages AS text FROM src").num_rows:
         return ExamplesPart(shard, "", 0, noncanonical=True)
     candidates = src.num_rows
@@ -426,11 +452,21 @@ def _finish_range(
             hit = pc.is_in(src[column], value_set=pa.array(sorted(values), pa.string())).fill_null(False)
             erased = pc.or_(erased, hit)
     kept = src.filter(pc.invert(erased)) if candidates else src
-    order = pc.sort_indices(kept, sort_keys=_EARLIEST_FIRST)  # NULLs last, as SQL's ORDER BY
-    keys = kept["example_key"].take(order)
-    first = pc.not_equal(keys.slice(1), keys.slice(0, max(len(keys) - 1, 0))).combine_chunks()
-    first = pa.concat_arrays([pa.array([True] * min(len(keys), 1), pa.bool_()), first.fill_null(True)])
-    winners = kept.take(order.filter(first))
+    con.register(
+        "kept",
+        pa.table({c: kept[c] for c in _EARLIEST_FIRST}).append_column(
+            "_i", pa.array(np.arange(kept.num_rows, dtype=np.int64))
+        ),
+    )
+    order = con.sql(
+        f"SELECT arg_min(_i, ({', '.join(_EARLIEST_FIRST[1:])})) AS i FROM kept GROUP BY example_key ORDER BY example_key"
+    ).to_arrow_table()["i"]
+    winners = kept.take(order)
+    assert plan.combos is not None
+    for name, column in zip(
+        plan.combos.column_names, plan.combos.take(winners["combo"]).columns, strict=True
+    ):
+        winners = winners.append_column(name, column)
     winners = winners.append_column("day", pa.repeat(pa.scalar(plan.day, pa.string()), winners.num_rows))
     part = _finish_rows(winners.to_batches(max_chunksize=65_536), out, shard, writer_cls)
     part.candidates, part.erased = int(candidates), int(pc.sum(erased).as_py() or 0)
@@ -511,7 +547,10 @@ def _finish_rows(rows: Any, out: Path, shard: int, writer_cls: Any) -> ExamplesP
     by_task: dict[str, int] = {}
     by_source: dict[str, int] = {}
     for batch in rows:
-        answers = _answers(batch.column("answer").to_pylist(), batch.column("tool_calls").to_pylist())
+        screened = batch.column("tc_screened").to_pylist() if "tc_screened" in batch.schema.names else None
+        answers = _answers(
+            batch.column("answer").to_pylist(), batch.column("tool_calls").to_pylist(), screened
+        )
         table = pa.Table.from_batches([batch]).drop_columns(["answer", "tool_calls"])
         table = table.append_column("answer", pa.array(answers, pa.string()))
         for counts, column in ((by_task, "task"), (by_source, "source")):
