@@ -212,3 +212,8 @@ class ChunkedParquetWriter:
             self._flush(self._pending_rows)
         self._writer.close()
         self._tmp.replace(self.path)
+
+    def abort(self) -> None:
+        """Drop what was written (the file at ``path`` is left as it was)."""
+        self._writer.close()
+        self._tmp.unlink(missing_ok=True)

@@ -22,6 +22,7 @@ import resource
 import shutil
 import tempfile
 import weakref
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -118,8 +119,16 @@ def key_ranges(shards: int) -> list[tuple[str, str | None]]:
 def run_shards(fn: Any, plan: Any, budget: Budget) -> list[Any]:
     """``[fn(plan, shard, budget) for shard in range(plan.shards)]``, in ``budget.workers`` processes at once
     (each with its share of the budget and one DuckDB thread); results in shard order."""
+    return list(iter_shards(fn, plan, budget))
+
+
+def iter_shards(fn: Any, plan: Any, budget: Budget) -> Iterator[Any]:
+    """``run_shards``, each result yielded as soon as it and every range before it are done (so the caller can
+    consume range i while the workers finish the later ones)."""
     if budget.workers <= 1 or plan.shards <= 1:
-        return [fn(plan, i, budget) for i in range(plan.shards)]
+        for shard in range(plan.shards):
+            yield fn(plan, shard, budget)
+        return
     import multiprocessing
     from concurrent.futures import ProcessPoolExecutor
 
@@ -128,7 +137,7 @@ def run_shards(fn: Any, plan: Any, budget: Budget) -> list[Any]:
     ctx = multiprocessing.get_context("spawn")
     with ProcessPoolExecutor(max_workers=budget.workers, mp_context=ctx) as pool:
         n = plan.shards
-        return list(pool.map(_measured, [fn] * n, [plan] * n, range(n), [share] * n))
+        yield from pool.map(_measured, [fn] * n, [plan] * n, range(n), [share] * n)
 
 
 def _measured(fn: Any, plan: Any, shard: int, budget: Budget) -> Any:

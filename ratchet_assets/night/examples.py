@@ -19,7 +19,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import shutil
-from collections.abc import Iterator
+from collections.abc import Generator, Iterable, Iterator
 from dataclasses import asdict, dataclass, field
 from json.encoder import encode_basestring
 from pathlib import Path
@@ -40,7 +40,7 @@ from ratchet_assets.night import (
     loads_strict,
     sql_str,
 )
-from ratchet_assets.night.budget import Budget, resolve, run_shards
+from ratchet_assets.night.budget import Budget, iter_shards, resolve
 from ratchet_assets.night.budget import connect as budget_connect
 from ratchet_assets.night.erasures import Erasures
 from ratchet_assets.night.traffic import traffic_path
@@ -259,8 +259,7 @@ def build_examples(
     plan = prepare_examples(artifacts_root, day, erasures, b)
     if plan.direct is not None:
         return plan.direct
-    parts = run_shards(examples_shard, plan, b)
-    return merge_examples(plan, parts)
+    return merge_examples(plan, iter_shards(examples_shard, plan, b))
 
 
 @dataclass
@@ -473,31 +472,45 @@ def _finish_range(
     return part
 
 
-def merge_examples(plan: ExamplesPlan, parts: list[ExamplesPart]) -> ExamplesResult:
+def merge_examples(plan: ExamplesPlan, parts: Iterable[ExamplesPart]) -> ExamplesResult:
     """Concatenate the key ranges' parts, in key order, into the day's examples file; remove the work files.
+    `parts` may be a list (any order) or an iterator in range order (``iter_shards``: each range is written
+    while the workers finish the later ones).
 
     If a range found a message text that is not canonical JSON, the day is keyed again with such texts
     canonicalised (``build_examples`` with ``canonicalise``, in this process) and that result is returned."""
     import pyarrow.parquet as pq
 
-    if any(p.noncanonical for p in parts):
-        shutil.rmtree(plan.work, ignore_errors=True)
-        b = dataclasses.replace(plan.budget, workers=1)
-        again = prepare_examples(plan.artifacts_root, plan.day, plan.erasures, b, canonicalise=True)
-        if again.direct is not None:
-            return again.direct
-        return merge_examples(again, [examples_shard(again, i, b) for i in range(again.shards)])
+    if isinstance(parts, list):
+        parts = sorted(parts, key=lambda p: p.shard)
     out = ArtifactLayout(plan.artifacts_root).examples_file(plan.day)
     writer = ChunkedParquetWriter(out, EXAMPLES_SCHEMA, compression="zstd")
-    for part in sorted(parts, key=lambda p: p.shard):
+    done: list[ExamplesPart] = []
+    for part in parts:
+        if part.noncanonical:
+            writer.abort()
+            if isinstance(parts, Generator):
+                parts.close()
+            return _rekey(plan)
+        done.append(part)
         if part.path:
             for batch in pq.ParquetFile(part.path).iter_batches(batch_size=65_536):
                 writer.write(batch)
     writer.close()
     shutil.rmtree(plan.work, ignore_errors=True)
-    result = _result(plan, parts, str(out), writer.rows)
-    result.worker_peak_rss_mb = max([0.0, *(p.peak_rss_mb for p in parts)])
+    result = _result(plan, done, str(out), writer.rows)
+    result.worker_peak_rss_mb = max([0.0, *(p.peak_rss_mb for p in done)])
     return result
+
+
+def _rekey(plan: ExamplesPlan) -> ExamplesResult:
+    """The day again, its non-canonical message texts canonicalised first (in this process)."""
+    shutil.rmtree(plan.work, ignore_errors=True)
+    b = dataclasses.replace(plan.budget, workers=1)
+    again = prepare_examples(plan.artifacts_root, plan.day, plan.erasures, b, canonicalise=True)
+    if again.direct is not None:
+        return again.direct
+    return merge_examples(again, [examples_shard(again, i, b) for i in range(again.shards)])
 
 
 def _result(
