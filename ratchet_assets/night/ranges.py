@@ -17,11 +17,13 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import os
 import queue
+import shutil
 import threading
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -143,6 +145,20 @@ def in_key_order(table: pa.Table, after: str, column: str = "example_key") -> pa
     if keys[0].as_py() <= after:
         raise ValueError(f"example keys must ascend across ranges; {keys[0].as_py()!r} follows {after!r}")
     return table
+
+
+def snapshot(con: Any, path: Path) -> Path:
+    """`path` as it is now, for reads spread over many range queries while another process may rename a new
+    version over it (the golden registry): a hard link (a copy across file systems) in the connection's spill
+    folder (``budget.connect``), which goes with the connection."""
+    folder = Path(con.execute("SELECT current_setting('temp_directory')").fetchall()[0][0])
+    snap = folder / f"snapshot-{path.name}"
+    snap.unlink(missing_ok=True)
+    try:
+        os.link(path, snap)
+    except OSError:
+        shutil.copyfile(path, snap)
+    return snap
 
 
 def check_key_order(keys: pa.Array | pa.ChunkedArray, after: str) -> pa.Array | pa.ChunkedArray:

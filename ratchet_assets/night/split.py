@@ -39,6 +39,7 @@ from ratchet_assets.night.ranges import (
     prefetched,
     prefetched_chunks,
     range_sql,
+    snapshot,
 )
 from ratchet_assets.night.streamed import golden_row_leaf_sql, write_golden_commitment
 from ratchet_core.layout import ArtifactLayout
@@ -201,6 +202,14 @@ def split_golden(
             cur.close()
             writer.close()  # renamed over the registry only now, after the last range read it
         con.execute("DROP TABLE new")
+        # The golden set below reads this version of the registry, whatever other partitions rename over it
+        # meanwhile (a hard link in this connection's spill folder, removed with it); none yet: an empty one.
+        if reg_path.exists():
+            reg_src = f"read_parquet({sql_str(str(snapshot(con, reg_path)))})"
+        else:
+            con.register("_reg0", REGISTRY_SCHEMA.empty_table())
+            con.execute("CREATE TABLE reg0 AS SELECT * FROM _reg0")
+            reg_src = "reg0"
 
     from ratchet_assets.governance.importer import imports_until
 

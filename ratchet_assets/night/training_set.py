@@ -34,6 +34,7 @@ from ratchet_assets.night.ranges import (
     plan_ranges,
     prefetched_chunks,
     range_sql,
+    snapshot,
 )
 from ratchet_core.layout import ArtifactLayout
 from ratchet_stats.commitment import Commitment
@@ -115,7 +116,7 @@ def build_training_set(
     con.register("_ei", pa.table({"r": pa.array(sorted(erasures.request_ids), pa.string())}))
     con.execute("CREATE TABLE erased_keys AS SELECT * FROM _ek; CREATE TABLE erased_ids AS SELECT * FROM _ei")
     src = f"read_parquet({sql_list(files)})"
-    reg_src = f"read_parquet({sql_str(str(reg))})"
+    reg_src = f"read_parquet({sql_str(str(snapshot(con, reg)))})"  # one version for every range
     erasing = bool(erasures.example_keys or erasures.request_ids)
     erased = 0
     if erasing:
