@@ -336,7 +336,7 @@ def run(
         "budget": {
             "memory_mb": memory_mb,
             "workers": workers,
-            "key_ranges_examples": b.shards_for(ex.examples),
+            "key_ranges_examples": ex.key_ranges,
         },
         "traffic": {"kept": tr.rows, "duplicates_dropped": tr.duplicates_dropped},
         "examples": ex.examples,

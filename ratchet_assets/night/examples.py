@@ -115,6 +115,7 @@ class ExamplesResult:
     by_task: dict[str, int] = field(default_factory=dict)
     by_source: dict[str, int] = field(default_factory=dict)
     worker_peak_rss_mb: float = 0.0  # the key-range workers' largest peak RSS (0: no worker processes)
+    key_ranges: int = 1
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -534,6 +535,7 @@ def _result(
         erased=erased,
         by_task=_sorted_counts(by_task),
         by_source=_sorted_counts(by_source),
+        key_ranges=plan.shards,
     )
 
 
