@@ -43,6 +43,7 @@ from ratchet_assets.night import (
 from ratchet_assets.night.budget import Budget, iter_shards, resolve
 from ratchet_assets.night.budget import connect as budget_connect
 from ratchet_assets.night.erasures import Erasures
+from ratchet_assets.night.ranges import prefetched_chunks
 from ratchet_assets.night.traffic import traffic_path
 from ratchet_core.example_key import split_tools_column
 from ratchet_core.layout import ArtifactLayout
@@ -391,7 +392,10 @@ def prepare_examples(
     # particular order; each range sorts its own).
     writers: dict[int, pa.ipc.RecordBatchStreamWriter] = {}
     options = pa.ipc.IpcWriteOptions()  # uncompressed: a range is read back by memory map
-    for batch, shard_of in _keyed_batches(con, suffixes, canonicalise, shards):
+    # Keyed (DuckDB scan + hashlib, holding the GIL) in a thread while this one reorders and writes the batch
+    # before (Arrow's take and IPC writes release it).
+    keyed = prefetched_chunks([None], lambda _: _keyed_batches(con, suffixes, canonicalise, shards), ahead=2)
+    for batch, shard_of in keyed:
         order = np.argsort(shard_of, kind="stable")
         ordered = batch.take(pa.array(order))
         counts = np.bincount(shard_of.astype(np.int64), minlength=shards)
@@ -480,6 +484,7 @@ def merge_examples(plan: ExamplesPlan, parts: Iterable[ExamplesPart]) -> Example
 
     If a range found a message text that is not canonical JSON, the day is keyed again with such texts
     canonicalised (``build_examples`` with ``canonicalise``, in this process) and that result is returned."""
+
     import pyarrow.parquet as pq
 
     if isinstance(parts, list):
@@ -540,7 +545,8 @@ def _result(
 
 
 class _PartWriter:
-    """A part file: plain Parquet, row groups as they come (the merge re-chunks them)."""
+    """A part file: plain Parquet (LZ4), row groups as they come (the merge re-chunks them). Measured against an
+    uncompressed Arrow IPC part at 10M: IPC saved the merge ~3.6 CPU-s and cost the ranges ~5 (more to write)."""
 
     def __init__(self, path: Path, schema: pa.Schema, **_: Any) -> None:
         import pyarrow.parquet as pq
