@@ -216,29 +216,4 @@ def prefetched(items: list[T], fetch: Callable[[T], R], ahead: int = 1) -> Itera
         for item in items:
             yield fetch(item)
         return
-    out: queue.Queue = queue.Queue(maxsize=ahead)
-    stop = threading.Event()
-
-    def work() -> None:
-        try:
-            for item in items:
-                if stop.is_set():
-                    return
-                out.put((True, fetch(item)))
-        except BaseException as exc:  # handed to the consumer, raised there
-            out.put((False, exc))
-
-    thread = threading.Thread(target=work, name="night-range-prefetch", daemon=True)
-    thread.start()
-    try:
-        for _ in items:
-            ok, value = out.get()
-            if not ok:
-                raise value
-            yield value
-    finally:
-        stop.set()
-        while thread.is_alive():  # unblock a producer waiting on a full queue, then let it finish
-            with contextlib.suppress(queue.Empty):
-                out.get(timeout=0.1)
-        thread.join()
+    yield from prefetched_chunks(items, lambda item: (fetch(item),), ahead)
