@@ -7,7 +7,7 @@ what does not fit (sorts, joins, windows, aggregates) to a folder under ``spill_
 (measured: up to ~0.8 GB at 10M rows), the interpreter (~150-300 MB), Arrow batches in flight and the Parquet
 writers' row groups. Python never holds a day's rows: results stream from DuckDB in batches
 (``stream_batches``), files are written row group by row group, and where a step needs the whole day in key
-order (``examples``) it can work one example-key range at a time (``shard_sql``, ``key_ranges``), each range in
+order (``examples``) it can work one example-key range at a time (``shard_of``, ``key_ranges``), each range in
 its own process (``run_shards``, ``workers``), so its working set is ``1/shards`` of the day's.
 
 ``PeakRSS`` measures a step's peak resident memory (Linux ``VmHWM``, reset at the start), which the assets report
@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 import duckdb
+import numpy as np
 
 DEFAULT_MEMORY_MB = 2048
 MIN_MEMORY_MB = 256
@@ -101,14 +102,15 @@ def connect(budget: Budget | int | None, artifacts_root: str | Path, step: str) 
     return con
 
 
-def shard_sql(column: str, shards: int) -> str:
-    """SQL: the key range (0 .. shards-1) of a hex example key: ``floor(int(key[:8], 16) * shards / 2**32)``,
-    so ranges are contiguous in key order and, keys being SHA-256 hex, of equal expected size."""
-    return f"((('0x' || substr({column}, 1, 8))::UBIGINT * {int(shards)}) // 4294967296)::INTEGER AS shard"
+def shard_of(prefix: np.ndarray, shards: int) -> np.ndarray:
+    """The key range (0 .. shards-1) of example keys given their first 32 bits (``int(key[:8], 16)``, uint64):
+    ``floor(prefix * shards / 2**32)``, so ranges are contiguous in key order and, keys being SHA-256 hex, of
+    equal expected size."""
+    return (prefix.astype(np.uint64) * np.uint64(shards)) >> np.uint64(32)
 
 
 def key_ranges(shards: int) -> list[tuple[str, str | None]]:
-    """The key ranges ``shard_sql`` assigns, as half-open text bounds ``[lo, hi)`` of 8-hex-digit prefixes (the
+    """The key ranges ``shard_of`` assigns, as half-open text bounds ``[lo, hi)`` of 8-hex-digit prefixes (the
     last one open, ``hi`` None): ``lo <= key < hi`` compares as text."""
     if shards < 1:
         raise ValueError("shards must be >= 1")

@@ -40,7 +40,7 @@ from ratchet_assets.night import (
     loads_strict,
     sql_str,
 )
-from ratchet_assets.night.budget import Budget, iter_shards, resolve
+from ratchet_assets.night.budget import Budget, iter_shards, resolve, shard_of
 from ratchet_assets.night.budget import connect as budget_connect
 from ratchet_assets.night.erasures import Erasures
 from ratchet_assets.night.ranges import prefetched_chunks
@@ -172,6 +172,7 @@ def _register_small_columns(con: duckdb.DuckDBPyConnection, keyer: _Keyer) -> tu
     parts). Candidate rows carry only the combo number until they are written."""
     combos = con.execute("SELECT DISTINCT task, tools, response_format FROM cand").fetchall()
     combos.sort(key=lambda c: tuple((v is None, v or "") for v in c))
+    task = pa.array([c[0] for c in combos], pa.string())
     c_task = [canonical_text(c[0]) for c in combos]
     c_tools = [keyer.tools(c[1] or "") for c in combos]
     c_rf = [keyer.rf(c[2] or "") for c in combos]
@@ -180,7 +181,7 @@ def _register_small_columns(con: duckdb.DuckDBPyConnection, keyer: _Keyer) -> tu
         pa.table(
             {
                 "combo": pa.array(range(len(combos)), pa.int32()),
-                "task": pa.array([c[0] for c in combos], pa.string()),
+                "task": task,
                 "tools": pa.array([c[1] for c in combos], pa.string()),
                 "response_format": pa.array([c[2] for c in combos], pa.string()),
             }
@@ -192,7 +193,7 @@ def _register_small_columns(con: duckdb.DuckDBPyConnection, keyer: _Keyer) -> tu
     ]
     parts = pa.table(
         {
-            "task": pa.array([c[0] for c in combos], pa.string()),
+            "task": task,
             "tools": pa.array(c_tools, pa.string()),
             "response_format": pa.array(c_rf, pa.string()),
         }
@@ -242,9 +243,10 @@ def build_examples(
 ) -> ExamplesResult:
     """Extract the day's examples from ``traffic/day=D/traffic.parquet`` into ``examples/day=D``.
 
-    Set-wise, one pass over the wide rows: DuckDB assembles each candidate's key document from canonical parts
-    and hashes it (the bytes of ``ratchet_core.example_key.key_document``). The small columns (task, tools,
-    response_format: few distinct values) are canonicalised by the Python definition first. The messages are
+    One pass over the wide rows: DuckDB reads the candidates and each one's key document is hashed with
+    ``hashlib`` from its messages and the canonical tail of its (task, tools, response_format) combo (the bytes
+    of ``ratchet_core.example_key.key_document``; the few distinct combos are canonicalised by the Python
+    definition first). The messages are
     taken to be canonical JSON already (the gateway writes them so) and that is CHECKED afterwards, text by text,
     where each key range deduplicates (``canonical_fixups``); if any text is not its own canonical form the day
     is keyed again with every such text replaced by its canonical form (the result is the same either way: a
@@ -318,7 +320,7 @@ def _keyed_batches(
 
     The key is SHA-256 of the key document ``{"messages":M,"response_format":R,"task":T,"tools":X}`` (sorted
     keys, canonical parts: ``ratchet_core.example_key.key_document``), hashed here (OpenSSL) from the messages
-    and the combo's tail; the range is ``shard_sql``'s (the key's first 32 bits scaled to `shards`).
+    and the combo's tail; the range is ``budget.shard_of`` of the key's first 32 bits.
     ``canonicalise``: the messages through ``msg_fix`` (raw -> canonical for the texts that are not canonical)."""
     fix = "\nLEFT JOIN msg_fix f ON f.raw = c.messages" if canonicalise else ""
     messages = "coalesce(f.canonical, c.messages)" if canonicalise else "c.messages"
@@ -343,7 +345,7 @@ def _key_batch(
     prefix = (raw[:, 0] << 24) | (raw[:, 1] << 16) | (raw[:, 2] << 8) | raw[:, 3]
     keys = pa.array([d.hex() for d in digests], pa.string())
     keyed = pa.RecordBatch.from_arrays([keys, *batch.columns], ["example_key", *batch.schema.names])
-    return keyed, (prefix * np.uint64(shards)) >> np.uint64(32)
+    return keyed, shard_of(prefix, shards)
 
 
 def prepare_examples(
@@ -395,10 +397,10 @@ def prepare_examples(
     # Keyed (DuckDB scan + hashlib, holding the GIL) in a thread while this one reorders and writes the batch
     # before (Arrow's take and IPC writes release it).
     keyed = prefetched_chunks([None], lambda _: _keyed_batches(con, suffixes, canonicalise, shards), ahead=2)
-    for batch, shard_of in keyed:
-        order = np.argsort(shard_of, kind="stable")
+    for batch, ranges in keyed:
+        order = np.argsort(ranges, kind="stable")
         ordered = batch.take(pa.array(order))
-        counts = np.bincount(shard_of.astype(np.int64), minlength=shards)
+        counts = np.bincount(ranges.astype(np.int64), minlength=shards)
         offset = 0
         for shard in np.flatnonzero(counts):
             n = int(counts[shard])
@@ -483,7 +485,7 @@ def merge_examples(plan: ExamplesPlan, parts: Iterable[ExamplesPart]) -> Example
     while the workers finish the later ones).
 
     If a range found a message text that is not canonical JSON, the day is keyed again with such texts
-    canonicalised (``build_examples`` with ``canonicalise``, in this process) and that result is returned."""
+    canonicalised (``prepare_examples`` with ``canonicalise``, in this process) and that result is returned."""
 
     import pyarrow.parquet as pq
 
