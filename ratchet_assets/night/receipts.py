@@ -253,9 +253,15 @@ def receipt_leaves(traffic_file: str | Path, con: Any = None) -> Iterator[pa.Tab
 
 def _leaf_row(raw: dict[str, Any]) -> dict[str, Any]:
     """One leaf row as ``leaf_rows`` builds it from the traffic file's values."""
+    return _typed_row(raw, _INT_FIELDS, null_ts=False)
+
+
+def _typed_row(raw: dict[str, Any], ints: tuple[str, ...], null_ts: bool) -> dict[str, Any]:
+    """A leaf or pair row's values typed as the definitions type them: ``ts`` as ISO 8601 UTC text (``null_ts``:
+    a missing ts stays None), `ints` as int, the costs as float (NULL as 0)."""
     row = dict(raw)
-    row["ts"] = _ts_text(row["ts"])
-    for name in _INT_FIELDS:
+    row["ts"] = None if null_ts and row["ts"] is None else _ts_text(row["ts"])
+    for name in ints:
         row[name] = int(row[name] or 0)
     for name in _COST_FIELDS:
         row[name] = float(row[name] or 0.0)
@@ -343,13 +349,7 @@ _PAIR_STRS = ("request_id", "client", "task", "pair_role", "pair_outcome", "serv
 
 def _pair_row(raw: dict[str, Any]) -> dict[str, Any]:
     """One pair row as ``pair_leaves`` builds it from the traffic file's values."""
-    row = dict(raw)
-    row["ts"] = _ts_text(row["ts"]) if row["ts"] is not None else None
-    for name in _PAIR_INTS:
-        row[name] = int(row[name] or 0)
-    for name in _COST_FIELDS:
-        row[name] = float(row[name] or 0.0)
-    return row
+    return _typed_row(raw, _PAIR_INTS, null_ts=True)
 
 
 def pair_leaves(traffic_file: str | Path, con: Any = None) -> tuple[list[bytes], list[dict[str, Any]]]:
