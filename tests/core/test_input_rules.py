@@ -127,6 +127,23 @@ def test_hostile_depth_costs_little_and_never_recurses():
     assert time.perf_counter() - t < 3.0
 
 
+@pytest.mark.parametrize(
+    "raw,deep",
+    [
+        # an unterminated string full of escaped quotes: quadratic for the old regex (40 KB: seconds)
+        (b"[" * 65 + b'"' + b'\\"' * 200_000, True),
+        (b"[" * 64 + b'"' + b'\\"' * 200_000, False),
+        (b"[" * 65 + b'"\\' * 200_000, True),
+        (b"[" * 65 + b'""' * 200_000, True),
+        # brackets after an even run of backslashes are outside the string; after an odd run, inside it
+        (b'["\\\\"' + b"[" * 64 + b"]" * 64 + b"]", True),
+        (b'["\\\\\\"' + b"[" * 64 + b'"]', False),
+    ],
+)
+def test_pathological_strings_are_read_exactly(raw, deep):
+    assert json_too_deep(raw) is deep
+
+
 def _depth(v: Any) -> int:
     if isinstance(v, dict):
         return 1 + max((_depth(x) for x in v.values()), default=0)
