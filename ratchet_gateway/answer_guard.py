@@ -1,4 +1,4 @@
-"""The answer-contract guard on the request path: :func:`ratchet_core.contract.check_answer`, never a stall.
+"""The answer-contract guard on the request path: :func:`ratchet_gateway.contract.check_answer`, never a stall.
 
 A request without schemas (no ``json_schema`` response format, no tools or functions) is checked inline: a
 finish-reason test and at most one JSON parse, a few microseconds. A request with schemas is checked on a small
@@ -16,7 +16,7 @@ from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from ratchet_core.contract import SCHEMA_UNUSABLE, Violation, check_answer
+from ratchet_gateway.contract import SCHEMA_UNUSABLE, Violation, check_answer
 
 CHECK_TIMEOUT_S = 1.0
 _POOL = ThreadPoolExecutor(max_workers=2, thread_name_prefix="ratchet-contract")
