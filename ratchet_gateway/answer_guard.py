@@ -3,7 +3,7 @@
 A request without schemas (no ``json_schema`` response format, no tools or functions) is checked inline: a
 finish-reason test and at most one JSON parse, a few microseconds. A request with schemas is checked on a small
 dedicated thread pool, within :data:`CHECK_TIMEOUT_S`: the schemas are the client's own (their regular
-expressions are time-limited, ``ratchet_core.schema_regex``, but a schema can still ask for much work), and a check
+expressions are time-limited, ``ratchet_gateway.schema_regex``, but a schema can still ask for much work), and a check
 that does not finish in time is a violation (``schema_unusable``: the guard cannot vouch for the answer, so the
 teacher answers). The pool is the guard's own, so a slow check never takes a thread the ledger or the event loop's
 default executor needs.

@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 from jsonschema import Draft202012Validator
 
 from ratchet_gateway.contract import SCHEMA_MISMATCH, SCHEMA_UNUSABLE, check_answer
-from ratchet_core.schema_regex import bounded
+from ratchet_gateway.schema_regex import bounded
 
 SCHEMA = {
     "type": "object",
