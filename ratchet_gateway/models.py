@@ -3,7 +3,7 @@ chat body is read (size-limited), parsed and validated -- the same for the chat 
 
 Unknown top-level fields are passed through to the upstream unchanged (``extra="allow"``): OpenAI adds
 parameters often and a gateway that rejects them breaks clients. Types of the fields Ratchet reads are checked
-strictly, as OpenAI checks them (``ratchet_core.input_rules``: ``max_tokens: true``, ``stream: "yes"``,
+strictly, as OpenAI checks them (``ratchet_gateway.input_rules``: ``max_tokens: true``, ``stream: "yes"``,
 ``seed: false``, ``temperature: "0.5"`` are rejected), and a wrong one is a 400 that names the field.
 
 Before parsing, a body nested deeper than ``input_rules.MAX_NESTING_DEPTH`` is a 400; the task
@@ -21,7 +21,8 @@ import orjson
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from starlette.requests import ClientDisconnect, Request
 
-from ratchet_core.input_rules import (
+from ratchet_gateway.errors import GatewayError
+from ratchet_gateway.input_rules import (
     InputRuleError,
     Number,
     StrictBool,
@@ -30,7 +31,6 @@ from ratchet_core.input_rules import (
     check_nesting,
     resolve_task,
 )
-from ratchet_gateway.errors import GatewayError
 
 
 class ChatMessage(BaseModel):
@@ -166,7 +166,7 @@ def input_rule_error(exc: InputRuleError) -> GatewayError:
 
 def task_of(req: ChatRequest, header: str | None) -> str:
     """The request's task: ``metadata.ratchet_task``, else the ``X-Ratchet-Task`` header (UTF-8), else
-    ``default``; a 400 when the one used is not a valid task name (``ratchet_core.input_rules``)."""
+    ``default``; a 400 when the one used is not a valid task name (``ratchet_gateway.input_rules``)."""
     try:
         return resolve_task(req.metadata, header)
     except InputRuleError as exc:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from starlette.requests import Request
 from starlette.responses import Response
 
-from ratchet_core.input_rules import MAX_TASK_NAME_LENGTH, TASK_NAME_PATTERN
+from ratchet_gateway.input_rules import MAX_TASK_NAME_LENGTH, TASK_NAME_PATTERN
 from ratchet_gateway.responses import error_docs
 
 # The body is read by the handler, not by FastAPI (see below), so its schema is given here for /openapi.json;

@@ -18,9 +18,9 @@ from fastapi import Path as PathParam
 from starlette.requests import Request
 from starlette.responses import Response
 
-from ratchet_core.input_rules import MAX_TASK_NAME_LENGTH, TASK_NAME_PATTERN
 from ratchet_gateway.deps import ClientDep, GatewayDep
 from ratchet_gateway.errors import GatewayError
+from ratchet_gateway.input_rules import MAX_TASK_NAME_LENGTH, TASK_NAME_PATTERN
 from ratchet_gateway.models import parse_chat_body, read_body, task_of, validate_chat_body
 from ratchet_gateway.proofs import (
     client_sent,
