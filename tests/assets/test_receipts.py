@@ -22,7 +22,7 @@ from ratchet_assets.night.traffic import consolidate_traffic
 from ratchet_core.control_db import make_engine
 from ratchet_core.layout import ArtifactLayout
 from ratchet_core.pricing import model_prices
-from ratchet_core.receipt_views import auditor_view, client_view
+from ratchet_gateway.receipt_views import auditor_view, client_view
 from ratchet_stats import receipt_v2, receipt_v3
 from ratchet_stats.cli import main as stats_main
 from ratchet_stats.keys import generate_private_key, load_private_key_file, load_public_key
