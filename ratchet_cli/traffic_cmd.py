@@ -60,7 +60,7 @@ def traffic(
     from rich.console import Console
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-    from ratchet_core.loadgen import normalise_base_url, run_traffic
+    from ratchet_cli.loadgen import normalise_base_url, run_traffic
 
     try:
         base_url = normalise_base_url(base_url)
