@@ -87,10 +87,10 @@ def _effects(home: Path, effect_type: str) -> list:
 @pytest.fixture(scope="module")
 def env(tmp_path_factory):
     from ratchet_assets.night.fixtures import write_day
-    from ratchet_core.serve import serve_in_thread
     from ratchet_core.student_model import ensure_demo_base
     from ratchet_gateway.student_server.app import create_app
     from ratchet_stats.keys import generate_private_key, public_key_b64, save_private_key
+    from tests.serve import serve_in_thread
 
     home = tmp_path_factory.mktemp("night") / "home"
     key = generate_private_key()

@@ -15,9 +15,9 @@ import httpx
 import openai
 import pytest
 
-from ratchet_core.serve import serve_in_thread
 from ratchet_core.settings import Settings
 from tests.evidence.certificates import lower_bound, sign_certificate
+from tests.serve import serve_in_thread
 
 CHROMIUM = Path("/usr/bin/chromium")
 LAUNCH_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--no-first-run"]

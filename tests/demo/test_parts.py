@@ -13,7 +13,7 @@ import pytest
 
 from ratchet_cli.demo.state import DemoState, set_accelerated_clock
 from ratchet_cli.demo.supervisor import Service, ServiceError, Supervisor, port_is_free
-from ratchet_core.serve import free_port
+from tests.serve import free_port
 
 
 def test_the_clock_file_the_demo_writes_is_the_day_ratchet_core_clock_reports(tmp_path, monkeypatch) -> None:

@@ -13,8 +13,8 @@ from typing import Any
 import pyarrow.parquet as pq
 import pytest
 
-from ratchet_core.serve import serve_in_thread
 from ratchet_core.settings import Settings
+from tests.serve import serve_in_thread
 
 API_KEY = "sk-app1-0123456789abcdef"
 OTHER_KEY = "sk-app2-fedcba9876543210"

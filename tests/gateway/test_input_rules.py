@@ -16,7 +16,6 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse
 from starlette.routing import Route
 
-from ratchet_core.serve import serve_in_thread
 from ratchet_core.workloads import get_workload
 from ratchet_gateway.input_rules import (
     MAX_NESTING_DEPTH,
@@ -29,6 +28,7 @@ from ratchet_gateway.input_rules import (
     value_too_deep,
 )
 from ratchet_gateway.models import ChatRequest  # the gateway's strict request model itself
+from tests.serve import serve_in_thread
 
 GOOD_NAMES = ["default", "tickets", "support.tickets-v2", "A_b-9.x", "x" * 64, "0day"]
 BAD_NAMES = [

@@ -146,9 +146,9 @@ def test_the_gateway_proof_route_answers_in_milliseconds_on_a_million_row_day(tm
 
     import httpx
 
-    from ratchet_core.serve import serve_in_thread
     from ratchet_gateway.app import GatewayOptions, create_app
     from ratchet_stats.receipt import verify_receipt
+    from tests.serve import serve_in_thread
 
     n = 1_000_000
     key = generate_private_key()
@@ -191,12 +191,12 @@ def test_the_client_view_route_answers_in_milliseconds_on_a_million_row_day(tmp_
     import httpx
 
     from ratchet_assets.night import atomic_write_bytes
-    from ratchet_core.serve import serve_in_thread
     from ratchet_gateway.app import GatewayOptions, create_app
     from ratchet_stats import receipt_v3
     from ratchet_stats import teacher_equivalent as te
     from ratchet_stats.dsse import make_statement, sign_statement
     from ratchet_stats.receipt import verify_client_view
+    from tests.serve import serve_in_thread
 
     n = 1_000_000
     key = generate_private_key()

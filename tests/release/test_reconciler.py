@@ -19,7 +19,7 @@ import pytest
 from ratchet_assets.release import registry
 from ratchet_assets.release.adapters import desired_versions
 from ratchet_core import manifest as mf
-from ratchet_core.serve import free_port, serve_in_thread
+from tests.serve import free_port, serve_in_thread
 
 pytestmark = pytest.mark.slow
 

@@ -29,9 +29,9 @@ def test_reconciler_loads_an_adapter_that_lives_in_the_store(s3_env, tmp_path: P
     from ratchet_assets.release.adapters import EFFECT_TYPE, reconcile_endpoint
     from ratchet_core.artifact_store import ArtifactStore, _adapter_digest
     from ratchet_core.control_db import make_engine
-    from ratchet_core.serve import serve_in_thread
     from ratchet_core.student_model import ensure_demo_base
     from ratchet_gateway.student_server.app import create_app
+    from tests.serve import serve_in_thread
 
     url = f"s3://{s3_env.new_bucket()}/artifacts"
     base = ensure_demo_base(tmp_path / "base")

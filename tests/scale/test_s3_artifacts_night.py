@@ -47,7 +47,6 @@ def test_night_on_s3_then_everything_read_back_from_the_store(s3_env, tmp_path: 
     from ratchet_assets.night.fixtures import write_day
     from ratchet_cli.main import cli as ratchet
     from ratchet_core.artifact_store import ArtifactStore, _adapter_digest
-    from ratchet_core.serve import serve_in_thread
     from ratchet_core.settings import Settings
     from ratchet_core.student_model import ensure_demo_base
     from ratchet_gateway.app import GatewayOptions
@@ -55,6 +54,7 @@ def test_night_on_s3_then_everything_read_back_from_the_store(s3_env, tmp_path: 
     from ratchet_gateway.student_server.app import create_app as student_app
     from ratchet_stats.keys import generate_private_key, public_key_b64, save_private_key
     from ratchet_stats.receipt import check_proof
+    from tests.serve import serve_in_thread
 
     bucket = s3_env.new_bucket()
     lake_url, art_url = f"s3://{bucket}/lake", f"s3://{bucket}/artifacts"
