@@ -31,7 +31,8 @@ log = logging.getLogger(__name__)
 def ensure_home(home: Path | None = None) -> dict[str, str]:
     """Create the home layout and keys if absent, trust the key in the control DB; return paths and key id."""
     from ratchet_core.control_db import make_engine
-    from ratchet_core.keys import ensure_anchor, public_key_path, signing_key, signing_key_source
+    from ratchet_core.key_history import ensure_anchor
+    from ratchet_core.keys import public_key_path, signing_key, signing_key_source
     from ratchet_stats.keys import key_id, public_key_pem
 
     settings = load_settings(**({"home": home} if home else {}))

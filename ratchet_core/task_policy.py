@@ -19,7 +19,7 @@ no policy keeps exact-text comparison (``label``). So a new task needs nothing b
 Policies live in the signed release manifest (``Manifest.policies``, only written when non-empty so manifests
 without policies keep their bytes); the gateway (audit rate, comparator, enabled), the night (golden share,
 comparator, target/delta in the certificate), the certificate verifier and the release policy all read them through
-:func:`resolve`.
+:func:`resolve` (the policies of the current manifest: ``ratchet_core.manifest.current_policies``).
 """
 
 from __future__ import annotations
@@ -154,12 +154,3 @@ def resolve_in(manifest: Any, task: str, **globals_: float) -> ResolvedPolicy:
         return resolve(task, None, **globals_)
     globals_.setdefault("audit_rate", manifest.flags.audit_rate)
     return resolve(task, manifest.policies, **globals_)
-
-
-def current_policies(engine: Any, public_keys: Any) -> dict[str, TaskPolicy]:
-    """The policies of the newest verified manifest ({} when none)."""
-    from ratchet_core.manifest import ensure_tables, latest_verified
-
-    ensure_tables(engine)
-    manifest, _ = latest_verified(engine, public_keys)
-    return dict(manifest.policies) if manifest is not None else {}

@@ -118,7 +118,8 @@ def versions_cmd(status: str | None, artifacts: str, control_db: str, as_json: b
     Every verified certificate under the artifacts is listed, also one the release sensor has not seen yet
     (e.g. the last night's, when the sensor was stopped right after it): it is registered first."""
     from ratchet_assets.release import registry
-    from ratchet_core.keys import keys_ever_trusted, root_public_keys
+    from ratchet_core.key_history import keys_ever_trusted
+    from ratchet_core.keys import root_public_keys
     from ratchet_core.settings import load_settings
 
     engine = engine_for(control_db)
@@ -185,7 +186,7 @@ def promote_cmd(
     from ratchet_assets.release.guard import NotCertified, certificate_path, certified_task
     from ratchet_assets.release.policy import LIVE, ReleasePolicy, step_of
     from ratchet_assets.release.tick import release_for
-    from ratchet_core.keys import keys_ever_trusted
+    from ratchet_core.key_history import keys_ever_trusted
     from ratchet_core.manifest import ManifestError
     from ratchet_core.settings import load_settings
 
@@ -400,7 +401,7 @@ def export_cmd(out: str, signing_key_file: str, control_db: str) -> None:
     one object a line."""
     from ratchet_assets.release import registry
     from ratchet_core import manifest as mf
-    from ratchet_core.keys import signed_history
+    from ratchet_core.key_history import signed_history
 
     engine = engine_for(control_db)
     registry.ensure_tables(engine)

@@ -112,7 +112,8 @@ def register_certificates(engine: Engine, artifacts: Path, public_keys: Any) -> 
     A certificate whose signature does not verify under `public_keys`, or whose numbers do not recompute
     (``ratchet_stats.certificate.check_certificate``), registers nothing and is reported (it stays on disk).
     """
-    from ratchet_core.keys import as_key_list, keys_ever_trusted
+    from ratchet_core.key_history import keys_ever_trusted
+    from ratchet_core.keys import as_key_list
     from ratchet_stats.certificate import PREDICATE_TYPE, check_certificate
     from ratchet_stats.dsse import VerificationError, verify_statement
 
