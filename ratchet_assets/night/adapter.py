@@ -158,13 +158,12 @@ def effective_hyperparameters(adapter_dir: Path, train_config: dict[str, Any]) -
 def row_tasks(artifacts: str | Path, day: str) -> list[str]:
     """The task of each row of ``train/day=D/train.jsonl`` (its ``keys.txt`` is in the same order), read from the
     examples of the set's window and the imports (``"?"`` for a key found in neither)."""
-    from ratchet_assets.governance.importer import imports_until
     from ratchet_assets.night import connect, sql_list
 
     layout = ArtifactLayout(artifacts)
     keys = layout.train_keys(day).read_text(encoding="ascii").split()
     days = json.loads(layout.train_commitment(day).read_text()).get("days") or [day]
-    files = [p for d in days if (p := layout.examples_file(d)).exists()] + imports_until(artifacts, day)
+    files = [p for d in days if (p := layout.examples_file(d)).exists()] + layout.import_files(until=day)
     if not files:
         return ["?"] * len(keys)
     con = connect()

@@ -171,18 +171,26 @@ def write_bom(
 
 
 # Data governance (ratchet_assets.governance): imported data's provenance and the erasures honoured ---------------
+def _import_provenance(artifacts: str | Path, day: str) -> list[dict[str, Any]]:
+    """Provenance of every import in the night of ``day`` (``ratchet import`` writes it beside the rows)."""
+    layout = ArtifactLayout(artifacts)
+    return [
+        json.loads(layout.import_provenance(p.parent.name).read_bytes())
+        for p in layout.import_files(until=day)
+        if layout.import_provenance(p.parent.name).exists()
+    ]
+
+
 def _governance_properties(artifacts: str | Path, day: str) -> list[dict[str, str]]:
     """BOM properties: each import in the night (source, licence, role, input sha256) and the erasures the training
     set honoured (count and digest, from its commitment)."""
-    from ratchet_assets.governance.importer import provenance_until
-
     props = [
         {
             "name": f"ratchet:import:{p['import_id']}",
             "value": f"task={p['task']}; role={p['role']}; source={p['source']}; license={p['license']}; "
             f"rows={p['imported']}; sha256={p['input']['sha256']}",
         }
-        for p in provenance_until(artifacts, day)
+        for p in _import_provenance(artifacts, day)
     ]
     commitment = json.loads(ArtifactLayout(artifacts).train_commitment(day).read_bytes())
     erased = commitment.get("erasures")
@@ -194,9 +202,7 @@ def _governance_properties(artifacts: str | Path, day: str) -> list[dict[str, st
 
 def _governance_notice(artifacts: str | Path, day: str) -> bytes:
     """NOTICE lines for imported data (its source and licence travel with the adapter)."""
-    from ratchet_assets.governance.importer import provenance_until
-
-    imports = provenance_until(artifacts, day)
+    imports = _import_provenance(artifacts, day)
     if not imports:
         return b""
     lines = ["", "## Imported data", ""]

@@ -102,10 +102,8 @@ def build_training_set(
     files = [p for d in days if (p := layout.examples_file(d)).exists()]
     if layout.examples_file(day) not in files:
         raise TrainingSetError(f"no examples for {day}: materialise `examples` for {day} first")
-    from ratchet_assets.governance.importer import imports_until
-
     # imported training rows of the window (``ratchet import``); imported golden rows are left out by the registry
-    files += [p for p in imports_until(artifacts_root, day) if p.parent.name[:10] >= days[0]]
+    files += [p for p in layout.import_files(until=day) if p.parent.name[:10] >= days[0]]
     reg = layout.golden_registry()
     if not reg.exists():
         raise TrainingSetError(f"no golden registry at {reg}: materialise `golden_split` for {day} first")
