@@ -21,6 +21,7 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+from pathlib import Path
 from typing import Any
 
 __all__ = ["canonical_json", "digest", "sha256_hex"]
@@ -100,6 +101,15 @@ def canonical_json(obj: Any) -> bytes:
 def sha256_hex(data: bytes) -> str:
     """Lower-case hex SHA-256 of `data` (FIPS 180-4)."""
     return hashlib.sha256(data).hexdigest()
+
+
+def sha256_file(path: str | Path) -> str:
+    """Lower-case hex SHA-256 of a file's bytes, read 1 MiB at a time (model weights do not fit twice in memory)."""
+    h = hashlib.sha256()
+    with Path(path).open("rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
 
 
 def digest(obj: Any) -> str:

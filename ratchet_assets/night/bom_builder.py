@@ -7,7 +7,6 @@ the same inputs give the same BOM bytes (the serial number is a UUIDv5 of the ve
 
 from __future__ import annotations
 
-import hashlib
 import importlib.metadata
 import re
 import subprocess
@@ -312,13 +311,3 @@ def build_notice(
         "",
     ]
     return "\n".join(lines)
-
-
-def sha256_file(path: str | Path) -> str:
-    return hashlib.sha256(Path(path).read_bytes()).hexdigest()
-
-
-def adapter_file_hashes(adapter_dir: str | Path) -> dict[str, str]:
-    """{relative file name: sha256} for every file in an adapter folder."""
-    root = Path(adapter_dir)
-    return {p.relative_to(root).as_posix(): sha256_file(p) for p in sorted(root.rglob("*")) if p.is_file()}

@@ -72,7 +72,6 @@ def certify_adapter(
     (adapter loads); ``log`` gets progress lines; ``policies``: task -> ``TaskPolicy`` from the signed manifest
     (``ratchet_core.task_policy``): a task's comparator and its own target/delta (``target``/``delta`` otherwise).
     """
-    from ratchet_assets.night.bom_builder import adapter_file_hashes
     from ratchet_core.task_policy import resolve
     from ratchet_stats import certificate as cert
     from ratchet_stats.canonical import canonical_json
@@ -111,7 +110,7 @@ def certify_adapter(
         live_dir = layout.adapter_dir(live_version)
         if live_version == version or not task_rows or not live_dir.is_dir():
             continue
-        live_digest = cert.adapter_digest(adapter_file_hashes(live_dir))
+        live_digest = cert.adapter_dir_digest(live_dir)
         ev.ensure_adapter_loaded(url, api_key, live_version, live_dir, live_digest, effects)
         baselines[task] = (
             live_version,

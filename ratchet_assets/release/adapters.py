@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from ratchet_core import manifest as mf
+from ratchet_stats.certificate import adapter_dir_digest
 
 log = logging.getLogger(__name__)
 
@@ -132,20 +133,13 @@ def adapter_dir(artifacts: str | Path, version: str) -> Path:
     return ArtifactLayout(artifacts).adapter_dir(version)
 
 
-def _digest(folder: Path) -> str:
-    from ratchet_assets.night.bom_builder import adapter_file_hashes
-    from ratchet_stats.certificate import adapter_digest
-
-    return adapter_digest(adapter_file_hashes(folder))
-
-
 def _load(
     ep: _Endpoint, effects: Any, version: str, folder: Path, report: EndpointReport, location: str = ""
 ) -> None:
     """Load `version` through the effect ledger under the next incarnation key (module docstring).
 
     `location`: what the endpoint is told to load (default the local folder; the store URL when it downloads)."""
-    digest = _digest(folder)
+    digest = adapter_dir_digest(folder)
     location = location or str(folder)
     base = f"{ep.base_url}|{version}"
     n = 1
