@@ -3,7 +3,7 @@
 A task is any name a client sends (``x-ratchet-task`` or a recognised system prompt). Its policy says:
 
 - ``comparator``: ``label`` | ``json`` | ``tool_call`` | a custom comparator registered with
-  ``ratchet_core.workloads.compare.register_comparator`` (written ``custom:<name>``).
+  ``ratchet_core.workloads.comparators.register_comparator`` (written ``custom:<name>``).
 - ``target`` / ``delta``: the certification level (a task is certified when the Clopper-Pearson lower bound of its
   precision at ``delta`` reaches ``target``); the release policy promotes on evidence of precision > ``target``.
 - ``audit_rate``: share of student-served requests re-asked of the teacher.
@@ -29,6 +29,8 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from ratchet_core.workloads import TASKS
+
 DEFAULT_TARGET = 0.95
 DEFAULT_DELTA = 0.05
 DEFAULT_GOLDEN_SHARE = 0.2
@@ -43,7 +45,7 @@ def valid_comparator(name: str) -> str:
         return name
     raise ValueError(
         f"comparator {name!r} is not one of {', '.join(BUILTIN_COMPARATORS)} or custom:<name> "
-        "(a comparator registered with ratchet_core.workloads.compare.register_comparator)"
+        "(a comparator registered with ratchet_core.workloads.comparators.register_comparator)"
     )
 
 
@@ -83,10 +85,6 @@ class ResolvedPolicy:
 
 
 def _builtin_comparator(task: str) -> str | None:
-    try:
-        from ratchet_core.workloads import TASKS
-    except ImportError:  # pragma: no cover
-        return None
     spec = TASKS.get(task)
     return spec.comparator if spec is not None else None
 

@@ -100,7 +100,8 @@ def test_a_manifest_without_policies_keeps_its_bytes_and_routing_follows_the_tas
 
 
 def test_custom_comparator_registry_and_gateway_compare():
-    from ratchet_core.workloads.compare import UnknownComparator, compare, register_comparator
+    from ratchet_core.workloads import compare
+    from ratchet_core.workloads.comparators import UnknownComparator, register_comparator
 
     name = register_comparator(
         "casefold", lambda e, g: e["content"].casefold() == (g or {}).get("content", "").casefold()

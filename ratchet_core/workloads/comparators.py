@@ -144,23 +144,6 @@ def comparator_fn(comparator: str) -> Comparator:
     if fn is None:
         raise UnknownComparator(
             f"comparator {comparator!r} is not registered here: register it with "
-            "ratchet_core.workloads.compare.register_comparator in a module this process imports"
+            "ratchet_core.workloads.comparators.register_comparator in a module this process imports"
         )
     return fn
-
-
-def comparator_of(task_or_comparator: str) -> str:
-    """The comparator name for a task name or comparator name (unknown tasks: ``label``)."""
-    if task_or_comparator in _BY_COMPARATOR or task_or_comparator.startswith("custom:"):
-        return task_or_comparator
-    from . import TASKS  # the registry imports this module
-
-    spec = TASKS.get(task_or_comparator)
-    return spec.comparator if spec is not None else "label"
-
-
-def compare(
-    task_or_comparator: str, expected_message: Mapping[str, Any], got_message: Mapping[str, Any] | None
-) -> bool:
-    """True when `got_message` is a correct answer given the correct `expected_message` (see module doc)."""
-    return comparator_fn(comparator_of(task_or_comparator))(expected_message, got_message)
