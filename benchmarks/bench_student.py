@@ -22,7 +22,7 @@ def run(out_dir: Path) -> dict:
     import httpx
     from openai import OpenAI
 
-    from ratchet_core.lora_trainer import LoraTrainConfig, train_lora
+    from ratchet_assets.night.lora_trainer import LoraTrainConfig, train_lora
     from ratchet_core.student_model import ensure_demo_base
     from ratchet_core.workloads import TASKS, compare, get_workload
     from ratchet_gateway.student_server.app import create_app

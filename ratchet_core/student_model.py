@@ -2,7 +2,7 @@
 
 The demo base is NOT a language model. It is a 2-layer Llama with random weights (fixed seed) and the file-free
 ByT5 byte tokenizer, small enough to fine-tune on two CPU cores in a minute. It knows nothing before training;
-the LoRA adapter (plus its trained embeddings and head, see ratchet_core.lora_trainer) teaches it one narrow task,
+the LoRA adapter (plus its trained embeddings and head, see ratchet_assets.night.lora_trainer) teaches it one narrow task,
 which is exactly what the nightly loop needs to exercise end to end without downloading anything.
 
 It is saved in standard Hugging Face format (``config.json``, ``model.safetensors``, tokenizer files), so every

@@ -28,15 +28,15 @@ from pathlib import Path
 from typing import Any
 
 from ratchet_assets.night.commitments import training_commitment
+from ratchet_assets.night.lora_trainer import LoraTrainConfig
 from ratchet_core.layout import ArtifactLayout
-from ratchet_core.lora_trainer import LoraTrainConfig
 
 EFFECT = "training.launch"
 LEASE_SECONDS = 6 * 3600
 
 # The night's training settings: the ones the demo certifies with, and the ``lora_adapter`` asset's defaults (so a
 # run without run config, e.g. the UI's "Materialize all", computes the same config hash and reuses the adapter).
-# They are the trainer's defaults (``ratchet_core.lora_trainer``: rank 32, lr 4e-3, max_len 160, min_steps 150)
+# They are the trainer's defaults (``ratchet_assets.night.lora_trainer``: rank 32, lr 4e-3, max_len 160, min_steps 150)
 # except: one epoch, since the 7-day window grows every night and 4 epochs made each night longer than the last
 # (``min_steps`` still gives a small set enough steps); half the rows trained with made-up e-mails/phones in place
 # of placeholders (``pii_surrogates``); one torch thread, measured 3.6x faster than two on the embedded default's

@@ -162,7 +162,7 @@ def test_the_demo_passes_no_run_config_the_nightly_job_defaults_are_its_training
     # With no run config the job trains with one epoch, PII surrogates and one torch thread (what the demo
     # certifies with), and min_steps keeps the trainer's floor, so one epoch still means at least that many steps.
     defaults = dg.validate_run_config(job, {})["ops"]["lora_adapter"]["config"]
-    from ratchet_core.lora_trainer import LoraTrainConfig
+    from ratchet_assets.night.lora_trainer import LoraTrainConfig
 
     assert (defaults["epochs"], defaults["pii_surrogates"], defaults["num_threads"]) == (1, 0.5, 1)
     assert defaults["min_steps"] == LoraTrainConfig().min_steps > 0
