@@ -21,7 +21,6 @@ from starlette.responses import Response
 from ratchet_gateway.deps import ClientDep, GatewayDep
 from ratchet_gateway.errors import GatewayError
 from ratchet_gateway.input_rules import MAX_TASK_NAME_LENGTH, TASK_NAME_PATTERN
-from ratchet_gateway.models import parse_chat_body, read_body, task_of, validate_chat_body
 from ratchet_gateway.proofs import (
     client_sent,
     find_request_row,
@@ -30,6 +29,7 @@ from ratchet_gateway.proofs import (
     stored_messages,
     valid_version,
 )
+from ratchet_gateway.request_body import parse_chat_body, read_body, task_of, validate_chat_body
 from ratchet_gateway.responses import error_docs, json_response, ratchet_headers
 from ratchet_gateway.state import Gateway
 

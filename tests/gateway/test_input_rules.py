@@ -27,7 +27,7 @@ from ratchet_gateway.input_rules import (
     validate_task_name,
     value_too_deep,
 )
-from ratchet_gateway.models import ChatRequest  # the gateway's strict request model itself
+from ratchet_gateway.request_body import ChatRequest  # the gateway's strict request model itself
 from tests.serve import serve_in_thread
 
 GOOD_NAMES = ["default", "tickets", "support.tickets-v2", "A_b-9.x", "x" * 64, "0day"]
