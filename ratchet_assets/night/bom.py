@@ -8,7 +8,7 @@ keys, for ``ratchet proof make``), ``disjoint.proof.json`` (every golden key abs
 checkable with ``ratchet verify proof --bom bom.dsse.json --proof disjoint.proof.json --key PUB``) and a copy of
 the certificate. The data-set commitments are the ones ``training_set`` and ``golden_split`` wrote
 (``night.commitments``); the key lists are checked against them. The document itself is built by
-``night.bom_builder``, and the BOM is verified with the auditor's own code (``ratchet_stats.bom.verify_bom``)
+``night.bom_builder``, and the BOM is verified with the auditor's own code (``ratchet_stats.bom_format.verify_bom``)
 before any file is written.
 """
 
@@ -54,7 +54,7 @@ def write_bom(
     ``public_keys``: the key (or keys) the certificate and the new BOM must verify with.
     """
     from ratchet_core.student_model import is_demo_base
-    from ratchet_stats import bom as B
+    from ratchet_stats import bom_format as B
     from ratchet_stats import certificate as cert
     from ratchet_stats.canonical import canonical_json, sha256_hex
     from ratchet_stats.commitment import Commitment, KeyTree

@@ -8,7 +8,7 @@ import json
 import pytest
 
 from ratchet_assets.night import bom_builder as BB
-from ratchet_stats import bom as B
+from ratchet_stats import bom_format as B
 from ratchet_stats import certificate as CERT
 from ratchet_stats import commitment as C
 from ratchet_stats.canonical import sha256_hex

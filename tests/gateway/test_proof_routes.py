@@ -99,7 +99,7 @@ def _filler(i: int) -> str:
 def _write_bom(out: Path, train_keys: list[str], signing_key) -> None:
     """A signed BOM committing to `train_keys` (key tree) via the night's own builder, plus train-keys.txt."""
     from ratchet_assets.night import bom_builder as BB
-    from ratchet_stats import bom as B
+    from ratchet_stats import bom_format as B
     from ratchet_stats import certificate as CERT
     from ratchet_stats import commitment as C
     from ratchet_stats.canonical import canonical_json
