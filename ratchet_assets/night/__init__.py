@@ -4,7 +4,7 @@ DuckDB (in-memory connections) does the heavy lifting.
 
 One module per step, named after its asset: ``traffic``, ``examples``, ``split`` (``golden_split``),
 ``training_set``, ``adapter`` (``lora_adapter``; the training process itself is ``train_job``), ``certificate``
-(``evaluation_certificate``, with ``evaluate``), ``bom`` (with ``bom_builder``) and ``receipts``
+(``evaluation_certificate``, with ``evaluate``), ``bom`` (with ``bom_document``) and ``receipts``
 (``daily_receipt``). ``commitments`` reads the data-set roots a step wrote once for the steps after it.
 
 Every file they read and write under the artifacts root is named by ``ratchet_core.layout.ArtifactLayout``

@@ -8,7 +8,7 @@ keys, for ``ratchet proof make``), ``disjoint.proof.json`` (every golden key abs
 checkable with ``ratchet verify proof --bom bom.dsse.json --proof disjoint.proof.json --key PUB``) and a copy of
 the certificate. The data-set commitments are the ones ``training_set`` and ``golden_split`` wrote
 (``night.commitments``); the key lists are checked against them. The document itself is built by
-``night.bom_builder``, and the BOM is verified with the auditor's own code (``ratchet_stats.bom_format.verify_bom``)
+``night.bom_document``, and the BOM is verified with the auditor's own code (``ratchet_stats.bom_format.verify_bom``)
 before any file is written.
 """
 
@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from ratchet_assets.night import atomic_write_bytes
-from ratchet_assets.night import bom_builder as BB
+from ratchet_assets.night import bom_document as BD
 from ratchet_assets.night.adapter import read_record
 from ratchet_assets.night.commitments import golden_commitment, training_commitment
 from ratchet_core.layout import ArtifactLayout
@@ -36,8 +36,8 @@ class BomResult:
     version: str
     path: Path  # bom.dsse.json
     adapter_sha256: str
-    train: BB.DataSet
-    golden: BB.DataSet
+    train: BD.DataSet
+    golden: BD.DataSet
     license_id: str
     checks: list[str]
 
@@ -97,21 +97,21 @@ def write_bom(
     ):  # the proof's tree
         raise BomStepError(f"golden/day={day}/keys.txt does not match the golden set's commitment")
 
-    train = BB.DataSet(
+    train = BD.DataSet(
         f"training-set day={train_day}",
         "teacher-labelled requests (PII redacted), one row per example key",
         train_c.keys,
         train_c.rows,
     )
-    golden = BB.DataSet(
+    golden = BD.DataSet(
         f"golden-set day={day}",
         "held-out teacher-labelled requests the certificate was computed on",
         golden_c.keys,
         golden_c.rows,
     )
     base_path = record.get("base_path", "")
-    license_id = BB.base_license(base_path, bool(base_path) and is_demo_base(base_path))
-    notice = BB.build_notice(
+    license_id = BD.base_license(base_path, bool(base_path) and is_demo_base(base_path))
+    notice = BD.build_notice(
         version=version,
         base_name=record["base"]["name"],
         base_license_id=license_id,
@@ -122,7 +122,7 @@ def write_bom(
     hyper = record.get("hyperparameters") or {
         k: v for k, v in record["config"].items() if v is not None and k != "num_threads"
     }
-    document = BB.build_bom(
+    document = BD.build_bom(
         version=version,
         adapter_files=record["files"],
         hyperparameters=hyper,
@@ -134,7 +134,7 @@ def write_bom(
         certificate=predicate,
         certificate_sha256=sha256_hex(certificate_bytes),
         notice_sha256=sha256_hex(notice),
-        code=BB.code_version(),
+        code=BD.code_version(),
         learner={"steps": record.get("steps"), **(record.get("learner") or {})},
     )
     document["properties"] += _governance_properties(artifacts, train_day)

@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from ratchet_assets.night import bom_builder as BB
+from ratchet_assets.night import bom_document as BD
 from ratchet_stats import bom_format as B
 from ratchet_stats import certificate as CERT
 from ratchet_stats import commitment as C
@@ -43,19 +43,19 @@ def built(tmp_path, signing_key):
     (adapter / "adapter_config.json").write_text('{"r": 8}')
     (adapter / "adapter_model.safetensors").write_bytes(b"\x00weights" * 10)
     files = CERT.adapter_file_hashes(adapter)
-    train = BB.DataSet(
+    train = BD.DataSet(
         "training-set 2026-01-02",
         "teacher answers, 7 days",
         C.key_commitment(TRAIN_KEYS),
         C.row_commitment({"i": i} for i in range(60)),
     )
-    golden = BB.DataSet(
+    golden = BD.DataSet(
         "golden-set 2026-01-02",
         "held-out teacher answers",
         C.key_commitment(GOLDEN_KEYS),
         C.row_commitment({"g": i} for i in range(20)),
     )
-    notice = BB.build_notice(
+    notice = BD.build_notice(
         version="v1-0123abcd",
         base_name="ratchet-demo-base",
         base_license_id="Apache-2.0",
@@ -63,7 +63,7 @@ def built(tmp_path, signing_key):
         teacher_model="openai/demo-teacher",
     ).encode()
     cert = _certificate()
-    bom = BB.build_bom(
+    bom = BD.build_bom(
         version="v1-0123abcd",
         adapter_files=files,
         hyperparameters={"rank": 8, "lr": 0.005, "target_modules": "all-linear"},
