@@ -14,7 +14,7 @@ across reruns, never reused.
 Files: ``adapters/<version>/`` holds only the PEFT files (``adapter_config.json``, ``adapter_model.safetensors``,
 ``ratchet_train.json``) so its digest is the adapter's; ``adapters/day=D/adapter.json`` (the *record*) says which
 version the night produced and how (base identity, config, training numbers, effect key). Later steps
-(``night.certificate``, ``night.bom``) start from that record.
+(``night.certificate``, ``night.bom_writer``) start from that record.
 """
 
 from __future__ import annotations
