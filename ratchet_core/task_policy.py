@@ -5,7 +5,7 @@ A task is any name a client sends (``x-ratchet-task`` or a recognised system pro
 - ``comparator``: ``label`` | ``json`` | ``tool_call`` | a custom comparator registered with
   ``ratchet_core.workloads.comparators.register_comparator`` (written ``custom:<name>``).
 - ``target`` / ``delta``: the certification level (a task is certified when the Clopper-Pearson lower bound of its
-  precision at ``delta`` reaches ``target``); the release policy promotes on evidence of precision > ``target``.
+  precision at ``delta`` reaches ``target``); the release rule promotes on evidence of precision > ``target``.
 - ``audit_rate``: share of student-served requests re-asked of the teacher.
 - ``golden_share``: share of new example keys the night holds out as golden (evaluation only, never training).
 - ``enabled``: False sends every request of the task to the teacher (as a pin does).
@@ -18,7 +18,7 @@ no policy keeps exact-text comparison (``label``). So a new task needs nothing b
 
 Policies live in the signed release manifest (``Manifest.policies``, only written when non-empty so manifests
 without policies keep their bytes); the gateway (audit rate, comparator, enabled), the night (golden share,
-comparator, target/delta in the certificate), the certificate verifier and the release policy all read them through
+comparator, target/delta in the certificate), the certificate verifier and the release rule all read them through
 :func:`resolve` (the policies of the current manifest: ``ratchet_core.manifest.current_policies``).
 """
 

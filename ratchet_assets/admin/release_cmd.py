@@ -183,8 +183,8 @@ def promote_cmd(
     VERSION needs a verified evaluation certificate that certifies --task at the release target; the release
     carries the certificate's calibrated confidence threshold. Without one, nothing is published unless --force.
     """
+    from ratchet_assets.release.decision import LIVE, ReleaseRule, step_of
     from ratchet_assets.release.guard import NotCertified, certificate_path, certified_task
-    from ratchet_assets.release.policy import LIVE, ReleasePolicy, step_of
     from ratchet_assets.release.tick import release_for
     from ratchet_core.key_history import keys_ever_trusted
     from ratchet_core.manifest import ManifestError
@@ -197,7 +197,7 @@ def promote_cmd(
     def change(conn: Any, m: Any) -> dict:
         row = _current_version_row(conn, version, task)
         problems = []
-        target = ReleasePolicy().for_task(task, m).target  # the task's own target when its policy sets one
+        target = ReleaseRule().for_task(task, m).target  # the task's own target when its policy sets one
         if row and row["status"] in ("rejected", "rolled_back", "retired"):
             problems.append(f"{version} is {row['status']} on {task}")
         try:

@@ -185,7 +185,7 @@ def _stop(proc: subprocess.Popen) -> None:
 def release_tick_once(home: Path, state: dict[str, Any] | None) -> tuple[dict[str, Any], str | None]:
     """One release-control evaluation; returns (new state, what it did or None when it held)."""
     from ratchet_assets.release.control import release_tick
-    from ratchet_assets.release.policy import ReleasePolicy
+    from ratchet_assets.release.decision import ReleaseRule
     from ratchet_core.control_db import make_engine
     from ratchet_core.keys import signing_key
     from ratchet_core.settings import load_settings
@@ -199,7 +199,7 @@ def release_tick_once(home: Path, state: dict[str, Any] | None) -> tuple[dict[st
             settings.lake_root,
             Path(settings.artifacts_root),
             state or None,
-            policy=ReleasePolicy(target=PROMOTE_TARGET, floor=ROLLBACK_FLOOR),
+            rule=ReleaseRule(target=PROMOTE_TARGET, floor=ROLLBACK_FLOOR),
         )
     finally:
         engine.dispose()

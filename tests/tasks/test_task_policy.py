@@ -139,11 +139,11 @@ def test_release_policy_and_golden_split_follow_the_task(tmp_path):
     from ratchet_assets.night.fixtures import write_day
     from ratchet_assets.night.split import split_golden
     from ratchet_assets.night.traffic import consolidate_traffic
-    from ratchet_assets.release.policy import ReleasePolicy
+    from ratchet_assets.release.decision import ReleaseRule
 
     m = mf.Manifest(policies={"moods": TaskPolicy(target=0.85)})
-    p = ReleasePolicy().for_task("moods", m)
-    assert (p.target, p.floor) == (0.85, 0.8) and ReleasePolicy().for_task("tickets", m) == ReleasePolicy()
+    p = ReleaseRule().for_task("moods", m)
+    assert (p.target, p.floor) == (0.85, 0.8) and ReleaseRule().for_task("tickets", m) == ReleaseRule()
 
     write_day(tmp_path / "lake", "2026-01-01", 300, seed=1)
     art = tmp_path / "art"
