@@ -21,7 +21,12 @@ import click
     show_default=True,
     help="The effect gate (`ratchet effects serve`).",
 )
-@click.option("--effects-key", default=None, help="Key for the effect gate (default: the --api-key).")
+@click.option(
+    "--effects-api-key",
+    "effects_key",
+    default=None,
+    help="API key for the effect gate (default: the --api-key).",
+)
 @click.option("--out", "out_dir", default="scout-reports", show_default=True, type=click.Path(path_type=Path))
 @click.option("--model", default="ratchet", show_default=True, help="Model name sent to the gateway.")
 @click.option("--json", "as_json", is_flag=True, help="Print the whole result as JSON.")

@@ -2,7 +2,7 @@
 
 Control-DB table ``erasures(id, example_key, request_id, reason, at)``; one of the two ids per row. The
 ``examples`` and ``training_set`` steps read it every night, so an erasure also drops rows of earlier days
-still inside the training window. (``ratchet admin erase --request-id|--key`` writes here.)
+still inside the training window. (``ratchet admin erase --request-id|--example-key`` writes here.)
 """
 
 from __future__ import annotations

@@ -172,7 +172,8 @@ def test_admin_erase_records_an_erasure(url: str, tmp_path: Path) -> None:
     )
     assert ok.exit_code == 0, ok.output
     both = runner.invoke(
-        admin, ["erase", "--request-id", "a", "--key", "b", "--reason", "user asked", "--control-db", url]
+        admin,
+        ["erase", "--request-id", "a", "--example-key", "b", "--reason", "user asked", "--control-db", url],
     )
     assert both.exit_code == 2 and "exactly one" in both.output
     short = runner.invoke(admin, ["erase", "--request-id", "b", "--reason", "x", "--control-db", url])
