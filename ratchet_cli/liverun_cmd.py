@@ -63,7 +63,12 @@ def plan_cmd(workload, teacher_model, rounds, requests_per_round, control_share,
 
 @liverun.command("smoke")
 @click.argument("gateway_url")
-@click.option("--api-key", envvar="OPENAI_API_KEY", required=True, help="Client key for the gateway.")
+@click.option(
+    "--api-key",
+    envvar="OPENAI_API_KEY",
+    required=True,
+    help="Client bearer key for the gateway (or $OPENAI_API_KEY).",
+)
 @click.option(
     "--teacher-url",
     default=None,
@@ -91,10 +96,18 @@ def smoke_cmd(gateway_url, api_key, teacher_url, teacher_key, workload, teacher_
 @click.argument("gateway_url")
 @click.option("--out", "folder", required=True, type=click.Path(path_type=Path), help="The run's folder.")
 @click.option("--max-usd", required=True, type=click.FloatRange(min=0), help="Hard cap (the effect gate's).")
-@click.option("--api-key", envvar="OPENAI_API_KEY", required=True)
+@click.option(
+    "--api-key",
+    envvar="OPENAI_API_KEY",
+    required=True,
+    help="Client bearer key for the gateway (or $OPENAI_API_KEY).",
+)
 @click.option("--teacher-url", default=None, help="Default RATCHET_TEACHER_API_BASE.")
 @click.option(
-    "--teacher-api-key", "teacher_key", default=None, help="Default RATCHET_TEACHER_API_KEY (via settings)."
+    "--teacher-api-key",
+    "teacher_key",
+    default=None,
+    help="The teacher's API key (default RATCHET_TEACHER_API_KEY, via settings).",
 )
 @workload_option
 @teacher_option

@@ -14,7 +14,12 @@ import click
 @click.option(
     "--base-url", default="http://127.0.0.1:8100/v1", show_default=True, help="The gateway's /v1 URL."
 )
-@click.option("--api-key", envvar="OPENAI_API_KEY", required=True, help="Client key (or $OPENAI_API_KEY).")
+@click.option(
+    "--api-key",
+    envvar="OPENAI_API_KEY",
+    required=True,
+    help="Client bearer key for the gateway (or $OPENAI_API_KEY).",
+)
 @click.option(
     "--effects-url",
     default="http://127.0.0.1:8104",
