@@ -35,7 +35,7 @@ from ratchet_assets.night import (
 )
 from ratchet_assets.night.budget import MAX_SHARDS, Budget, resolve
 from ratchet_assets.night.budget import connect as budget_connect
-from ratchet_core.lake import Lake, Segment
+from ratchet_core.lake import Lake
 from ratchet_core.layout import ArtifactLayout
 from ratchet_core.schema import ADDED_COLUMNS, COLUMN_NAMES, LEDGER_SCHEMA, duckdb_type
 
@@ -74,11 +74,6 @@ class TrafficResult:
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
-
-
-def segment_files(lake_root: str | Path, day: str) -> list[Segment]:
-    """Sealed segments of a day, by name (temporary names beginning with '.' are not sealed yet)."""
-    return Lake(lake_root).segments(day)
 
 
 def check_schema(lake: Lake, rel: str) -> list[str]:
