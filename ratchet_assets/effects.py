@@ -155,11 +155,6 @@ def _iso(t: datetime) -> str:
     return t.astimezone(UTC).isoformat(timespec="microseconds")
 
 
-def ensure_tables(engine: Engine) -> None:
-    """Create (or migrate) the control DB's schema, ``effects`` included (idempotent)."""
-    ensure_schema(engine)
-
-
 @dataclass
 class _Gate:
     """What a ``begin`` brings to the gate's checks, and what they found (remaining budget)."""
@@ -182,7 +177,7 @@ class EffectLedger:
         self.engine = engine
         self.policies: dict[str, IndeterminateAction] = {**DEFAULT_POLICIES, **(policies or {})}
         self.clock = clock
-        ensure_tables(engine)
+        ensure_schema(engine)
 
     def policy(self, effect_type: str) -> IndeterminateAction:
         return self.policies.get(effect_type, "block")

@@ -135,11 +135,6 @@ class ManifestError(ValueError):
     """A manifest change a user asked for cannot be published; the message says what to do instead."""
 
 
-def ensure_tables(engine: Engine) -> None:
-    """Create (or migrate) the control DB's schema: :func:`ratchet_core.control_db.ensure_schema`."""
-    ensure_schema(engine)
-
-
 def _now() -> str:
     return datetime.now(UTC).isoformat(timespec="microseconds").replace("+00:00", "Z")
 
@@ -308,7 +303,7 @@ def publish(
     ``sequence`` = highest stored sequence + 1 and ``previous_digest`` = digest of the envelope it was derived
     from. A signing key the control DB does not trust is refused before anything is written (:func:`publish_in`).
     """
-    ensure_tables(engine)
+    ensure_schema(engine)
     with engine.begin() as conn:
         return publish_in(conn, private_key, change_fn, reason, actor, public_keys=public_keys)
 
@@ -330,7 +325,7 @@ def write_signed_manifest(
     Either pass a whole `manifest` or its parts (`tasks`, `flags`, `pins`). `sequence` defaults to the next free
     one; ``previous_digest`` is the digest of the row just below it when there is one.
     """
-    ensure_tables(engine)
+    ensure_schema(engine)
     if manifest is None:
         manifest = Manifest(
             tasks={
@@ -367,7 +362,7 @@ def write_signed_manifest(
 
 def insert_raw_row(engine: Engine, sequence: int, envelope_text: str, digest_hex: str = "") -> None:
     """Store a row without signing anything (tests of forged/unsigned rows)."""
-    ensure_tables(engine)
+    ensure_schema(engine)
     with engine.begin() as conn:
         conn.execute(
             release_manifests.insert().values(
@@ -382,7 +377,7 @@ def history(engine: Engine, public_keys: Any) -> list[dict[str, Any]]:
     A row verifies under `public_keys` or any key the control DB's key history ever trusted (so manifests signed
     before a key rotation still show as verified).
     """
-    ensure_tables(engine)
+    ensure_schema(engine)
     out: list[dict[str, Any]] = []
     with engine.connect() as conn:
         rows = conn.execute(sa.select(release_manifests).order_by(release_manifests.c.sequence)).all()
@@ -409,6 +404,6 @@ def envelope_of(engine: Engine, sequence: int) -> dict[str, Any] | None:
 
 def current_policies(engine: Engine, public_keys: Any) -> dict[str, TaskPolicy]:
     """The per-task policies (``ratchet_core.task_policy``) of the newest verified manifest ({} when none)."""
-    ensure_tables(engine)
+    ensure_schema(engine)
     manifest, _ = latest_verified(engine, public_keys)
     return dict(manifest.policies) if manifest is not None else {}

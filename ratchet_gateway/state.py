@@ -165,16 +165,15 @@ class Gateway:
         from ratchet_gateway.teacher_equivalent import TeacherEquivalent
 
         self.teacher_equivalent = await TeacherEquivalent.create(s.teacher_model, self.teacher_prices)
-        from ratchet_core.control_db import make_engine
+        from ratchet_core.control_db import ensure_schema, make_engine
 
         self.engine = make_engine(s.control_db_url)
         if self.options.manifest_loader is None:
             self.public_keys = (
                 self.options.public_keys if self.options.public_keys is not None else manifest_public_keys(s)
             )
-        from ratchet_gateway import safety
 
-        await asyncio.to_thread(safety.ensure_tables, self.engine)
+        await asyncio.to_thread(ensure_schema, self.engine)
         await self.poll_once()
         self._poller = asyncio.create_task(self._poll_forever())
         log.info(

@@ -19,6 +19,7 @@ import click
 
 from ratchet_assets.admin.common import control_db_option, echo_json, engine_for, json_option
 from ratchet_assets.admin.common import reason_option as common_reason_option
+from ratchet_core.control_db import ensure_schema
 
 FLAG_NAMES = ("student_disabled", "releases_frozen", "training_paused", "audit_rate")
 TARGETS = ("shadow", "canary-5", "canary-25", "canary-50", "live")
@@ -65,7 +66,7 @@ def _change(
 
     engine = engine_for(control_db)
     key = _private_key(key_file)
-    registry.ensure_tables(engine)
+    ensure_schema(engine)
     actor = actor or getpass.getuser()
     statuses: dict[str, Any] = {}
     try:
@@ -125,7 +126,7 @@ def versions_cmd(status: str | None, artifacts: str, control_db: str, as_json: b
     engine = engine_for(control_db)
     settings = load_settings()
     folder = Path(artifacts) if artifacts else Path(settings.artifacts_root)
-    registry.ensure_tables(engine)
+    ensure_schema(engine)
     keys = keys_ever_trusted(engine, roots=root_public_keys(settings) or None)
     for note in registry.register_certificates(engine, folder, keys):
         if "not registered" in note:
@@ -404,7 +405,7 @@ def export_cmd(out: str, signing_key_file: str, control_db: str) -> None:
     from ratchet_core.key_history import signed_history
 
     engine = engine_for(control_db)
-    registry.ensure_tables(engine)
+    ensure_schema(engine)
     pub = _private_key(signing_key_file).public_key()
     lines = [{"type": "manifest", **h} for h in mf.history(engine, pub)]
     lines += [{"type": "version", **v} for v in registry.list_versions(engine)]

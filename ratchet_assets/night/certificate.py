@@ -41,9 +41,10 @@ class CertificateResult:
 
 def live_versions(engine: Any, public_key: Any) -> dict[str, str]:
     """task -> live version, from the newest verified release manifest ({} when none)."""
-    from ratchet_core.manifest import ensure_tables, latest_verified
+    from ratchet_core.control_db import ensure_schema
+    from ratchet_core.manifest import latest_verified
 
-    ensure_tables(engine)
+    ensure_schema(engine)
     manifest, _ = latest_verified(engine, public_key)
     if manifest is None:
         return {}

@@ -53,6 +53,7 @@ from ratchet_assets.release.tick import (
     healthy_versions,
 )
 from ratchet_core import manifest as mf
+from ratchet_core.control_db import ensure_schema
 from ratchet_core.lake import day_of as lake_day_of
 
 EFFECT_TYPE = "release.publish"
@@ -273,7 +274,7 @@ def release_tick(
         state = json.loads(state) if state else {}
     state = state or {}
     keys = public_keys if public_keys is not None else [private_key.public_key()]
-    registry.ensure_tables(engine)
+    ensure_schema(engine)
     stored = registry.load_state(engine)
     if stored and int(stored.get("generation", 0)) > int(state.get("generation", 0)):
         state = stored  # the cursor is older than the last publish (the sensor died before storing it)

@@ -11,7 +11,7 @@ from ratchet_assets.release import key_rotation
 from ratchet_core import key_history as KH
 from ratchet_core import keys as K
 from ratchet_core import manifest as mf
-from ratchet_core.control_db import make_engine, release_manifests, trusted_keys
+from ratchet_core.control_db import ensure_schema, make_engine, release_manifests, trusted_keys
 from ratchet_core.settings import load_settings
 from ratchet_stats.keys import (
     generate_private_key,
@@ -25,7 +25,7 @@ from ratchet_stats.keys import (
 @pytest.fixture
 def engine(tmp_path):
     e = make_engine(f"sqlite:///{(tmp_path / 'control.db').as_posix()}")
-    mf.ensure_tables(e)
+    ensure_schema(e)
     return e
 
 
