@@ -35,7 +35,7 @@ References: DSSE v1 (secure-systems-lab/dsse), in-toto Statement v1, RFC 8785 (c
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any, Literal
 
@@ -139,7 +139,7 @@ def _now() -> str:
     return datetime.now(UTC).isoformat(timespec="microseconds").replace("+00:00", "Z")
 
 
-def _sign(manifest: Manifest, private_key: Any) -> tuple[str, str]:
+def sign_manifest(manifest: Manifest, private_key: Any) -> tuple[str, str]:
     """Sign `manifest`; return (envelope text as canonical JSON, its SHA-256 hex digest)."""
     from ratchet_stats.canonical import canonical_json, digest, sha256_hex
     from ratchet_stats.dsse import make_statement, sign_statement
@@ -278,7 +278,7 @@ def publish_in(
             "pins": sorted(set(new.pins)),
         }
     )
-    envelope_text, digest_hex = _sign(new, private_key)
+    envelope_text, digest_hex = sign_manifest(new, private_key)
     conn.execute(
         release_manifests.insert().values(
             sequence=new.sequence, envelope=envelope_text, digest=digest_hex, created_at=new.issued_at
@@ -306,69 +306,6 @@ def publish(
     ensure_schema(engine)
     with engine.begin() as conn:
         return publish_in(conn, private_key, change_fn, reason, actor, public_keys=public_keys)
-
-
-def write_signed_manifest(
-    engine: Engine,
-    private_key: Any,
-    manifest: Manifest | None = None,
-    *,
-    tasks: dict[str, TaskRelease | dict[str, Any]] | None = None,
-    flags: Flags | dict[str, Any] | None = None,
-    pins: Sequence[str] | None = None,
-    sequence: int | None = None,
-    reason: str = "test manifest",
-    actor: str = "test",
-) -> Manifest:
-    """Sign and store a manifest as given (tests and fixtures): no change function, no chain checks.
-
-    Either pass a whole `manifest` or its parts (`tasks`, `flags`, `pins`). `sequence` defaults to the next free
-    one; ``previous_digest`` is the digest of the row just below it when there is one.
-    """
-    ensure_schema(engine)
-    if manifest is None:
-        manifest = Manifest(
-            tasks={
-                k: TaskRelease.model_validate(v) if isinstance(v, dict) else v
-                for k, v in (tasks or {}).items()
-            },
-            flags=Flags.model_validate(flags) if isinstance(flags, dict) else (flags or Flags()),
-            pins=list(pins or []),
-        )
-    with engine.begin() as conn:
-        if sequence is None:
-            top = conn.execute(sa.select(sa.func.max(release_manifests.c.sequence))).scalar()
-            sequence = int(top or 0) + 1
-        below = conn.execute(
-            sa.select(release_manifests.c.digest).where(release_manifests.c.sequence == sequence - 1)
-        ).scalar()
-        manifest = manifest.model_copy(
-            update={
-                "sequence": sequence,
-                "issued_at": manifest.issued_at or _now(),
-                "previous_digest": below or "",
-                "reason": manifest.reason or reason,
-                "actor": manifest.actor or actor,
-            }
-        )
-        envelope_text, digest_hex = _sign(manifest, private_key)
-        conn.execute(
-            release_manifests.insert().values(
-                sequence=sequence, envelope=envelope_text, digest=digest_hex, created_at=manifest.issued_at
-            )
-        )
-    return manifest
-
-
-def insert_raw_row(engine: Engine, sequence: int, envelope_text: str, digest_hex: str = "") -> None:
-    """Store a row without signing anything (tests of forged/unsigned rows)."""
-    ensure_schema(engine)
-    with engine.begin() as conn:
-        conn.execute(
-            release_manifests.insert().values(
-                sequence=sequence, envelope=envelope_text, digest=digest_hex, created_at=_now()
-            )
-        )
 
 
 def history(engine: Engine, public_keys: Any) -> list[dict[str, Any]]:

@@ -21,8 +21,8 @@ def test_training_paused_skips_the_adapter_and_everything_after_it(tmp_path):
     from ratchet_assets.effects import EffectLedger
     from ratchet_assets.night.fixtures import write_day
     from ratchet_core.control_db import ensure_schema, make_engine
-    from ratchet_core.manifest import write_signed_manifest
     from ratchet_stats.keys import generate_private_key, save_private_key
+    from tests.evidence.manifests import write_signed_manifest
 
     home = tmp_path / "home"
     key = generate_private_key()

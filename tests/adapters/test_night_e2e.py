@@ -282,8 +282,8 @@ def test_export_adapter_copies_verified_files(env, first_night, tmp_path):
 def test_new_config_trains_v2_and_is_compared_with_the_live_version(env, first_night):
     """With v1 live on tickets, a candidate trained with another config gets McNemar against v1 on the same rows."""
     from ratchet_core.control_db import ensure_schema, make_engine
-    from ratchet_core.manifest import write_signed_manifest
     from ratchet_stats.keys import load_private_key_file
+    from tests.evidence.manifests import write_signed_manifest
 
     live = first_night.record["version"]
     engine = make_engine(f"sqlite:///{(env.home / 'control.db').as_posix()}")

@@ -20,6 +20,7 @@ from ratchet_stats.keys import (
     public_key_pem,
     save_private_key,
 )
+from tests.evidence.manifests import write_signed_manifest
 
 
 @pytest.fixture
@@ -95,7 +96,7 @@ def test_the_first_publisher_is_the_anchor_and_any_other_key_fails_before_writin
 
 def test_a_database_from_before_trusted_keys_anchors_only_the_key_that_signed_its_manifests(engine) -> None:
     k1, k2 = generate_private_key(), generate_private_key()
-    mf.write_signed_manifest(engine, k1, tasks={"t": {"stage": "shadow", "version": "v1"}})  # no key history
+    write_signed_manifest(engine, k1, tasks={"t": {"stage": "shadow", "version": "v1"}})  # no key history
     with pytest.raises(mf.ManifestError, match="signed none of the release manifests"):
         _publish(engine, k2)
     assert _count(engine, trusted_keys) == 0
@@ -125,7 +126,7 @@ def test_rotation_gateways_follow_it_and_the_old_key_can_no_longer_publish(engin
         latest, _ = mf.latest_verified(engine, roots)
         assert latest.sequence == new.sequence and latest.task("t").stage == "canary"
         assert [key_id(k) for k in KH.trusted_keys(engine, roots)] == [key_id(k2)]
-    mf.write_signed_manifest(engine, k1, tasks={"t": {"stage": "live", "version": "v9"}})
+    write_signed_manifest(engine, k1, tasks={"t": {"stage": "live", "version": "v9"}})
     latest, rejected = mf.latest_verified(engine, [k1.public_key()])
     assert latest.sequence == new.sequence and rejected == 1
     # Old documents still verify with the history: both keys were trusted once.
@@ -145,7 +146,7 @@ def test_forged_and_tampered_history_rows_never_widen_trust(engine) -> None:
     state = KH.key_state(engine)
     assert list(state.trusted) == [key_id(k1)] and not state.changes[-1].verified
     assert "no signature is by a trusted key" in state.changes[-1].error
-    mf.write_signed_manifest(engine, evil, tasks={"t": {"stage": "live", "version": "evil"}})
+    write_signed_manifest(engine, evil, tasks={"t": {"stage": "live", "version": "evil"}})
     assert mf.latest_verified(engine, [k1.public_key()])[0].task("t").version == "v1"
     with pytest.raises(mf.ManifestError, match="not trusted"):
         _publish(engine, evil)

@@ -104,7 +104,7 @@ class RunningGateway:
 
     def publish(self, **tasks: dict) -> None:
         """Sign and store a manifest with these task releases, then make the gateway apply it now."""
-        from ratchet_core.manifest import write_signed_manifest
+        from tests.evidence.manifests import write_signed_manifest
 
         flags = tasks.pop("_flags", None)
         write_signed_manifest(self.engine, self.private_key, tasks=tasks, flags=flags)

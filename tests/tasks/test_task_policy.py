@@ -14,6 +14,7 @@ from ratchet_core.control_db import make_engine
 from ratchet_core.routing import SafetyState, route
 from ratchet_core.task_policy import TaskPolicy, resolve, resolve_in
 from ratchet_stats.keys import generate_private_key, save_private_key
+from tests.evidence.manifests import write_signed_manifest
 
 
 @pytest.fixture
@@ -88,7 +89,7 @@ def test_a_manifest_without_policies_keeps_its_bytes_and_routing_follows_the_tas
     plain = mf.Manifest(tasks={"moods": mf.TaskRelease(stage="live", version="v1", threshold=0.5)})
     assert "policies" not in plain.to_predicate()
     with_policy = plain.model_copy(update={"policies": {"moods": TaskPolicy(audit_rate=1.0)}})
-    written = mf.write_signed_manifest(engine, key, with_policy)
+    written = write_signed_manifest(engine, key, with_policy)
     m, _ = mf.latest_verified(engine, key.public_key())
     assert m.policies == written.policies and m.audit_rate("moods") == 1.0 and m.audit_rate("other") == 0.05
     ids = [f"r{i}" for i in range(200)]
