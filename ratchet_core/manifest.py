@@ -46,7 +46,7 @@ from sqlalchemy.engine import Connection, Engine
 from ratchet_core.control_db import ensure_schema, release_manifest_lock, release_manifests
 from ratchet_core.key_history import keys_ever_trusted, require_trusted, trusted_keys
 from ratchet_core.keys import KeyTrustError, as_key_list
-from ratchet_core.reasons import REASON_MAX, REASON_MIN, ReasonError, check_reason  # noqa: F401 (re-exported)
+from ratchet_core.reasons import ReasonError, check_reason
 from ratchet_core.task_policy import TaskPolicy
 
 MANIFEST_PREDICATE = "https://ratchet.dev/release-manifest/v1"

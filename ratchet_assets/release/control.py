@@ -55,6 +55,7 @@ from ratchet_assets.release.tick import (
 from ratchet_core import manifest as mf
 from ratchet_core.control_db import ensure_schema
 from ratchet_core.lake import day_of as lake_day_of
+from ratchet_core.reasons import REASON_MAX
 
 EFFECT_TYPE = "release.publish"
 SENSOR_ACTOR = "release-sensor"
@@ -98,7 +99,7 @@ def _probe(engine: Engine, public_keys: Any) -> Callable[[Any], dict[str, Any] |
 
 def _reason(message: str, key: str) -> str:
     tag = f" [effect {key}]"
-    return message[: mf.REASON_MAX - len(tag)] + tag
+    return message[: REASON_MAX - len(tag)] + tag
 
 
 def _healthy(engine: Engine, task: str, tracks: dict[tuple[str, str], Track]) -> Callable[[str], bool]:
