@@ -20,7 +20,6 @@ value); its ``detail`` names schema paths and keywords only, never the answer's 
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping
 from dataclasses import dataclass
 from functools import lru_cache
@@ -32,6 +31,7 @@ from jsonschema.exceptions import best_match
 from jsonschema.protocols import Validator
 
 from ratchet_gateway.schema_regex import bounded
+from ratchet_stats.canonical import loads_strict
 
 FINISH_LENGTH = "finish_length"
 JSON_INVALID = "json_invalid"
@@ -73,10 +73,6 @@ class Violation:
 _NOT_JSON = object()
 
 
-def _reject_constant(name: str) -> Any:
-    raise ValueError(f"{name} is not JSON")
-
-
 def _parse_json(text: Any) -> Any:
     """The JSON value of `text`, or _NOT_JSON (orjson first; the stdlib for integers beyond 64 bits)."""
     if not isinstance(text, str | bytes):
@@ -86,7 +82,7 @@ def _parse_json(text: Any) -> Any:
     except orjson.JSONDecodeError:
         pass
     try:
-        return json.loads(text, parse_constant=_reject_constant)
+        return loads_strict(text)
     except (ValueError, RecursionError):
         return _NOT_JSON
 

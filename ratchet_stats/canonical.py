@@ -24,7 +24,7 @@ import math
 from pathlib import Path
 from typing import Any
 
-__all__ = ["canonical_json", "digest", "sha256_hex"]
+__all__ = ["canonical_json", "digest", "loads_strict", "sha256_file", "sha256_hex"]
 
 _ENCODE = json.JSONEncoder(
     sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False, check_circular=True
@@ -96,6 +96,27 @@ def canonical_json(obj: Any) -> bytes:
         raise ValueError(
             f"canonical JSON: a string holds a lone surrogate ({exc.reason}); fix the input text"
         ) from exc
+
+
+def loads_strict(text: str | bytes, *, unique_keys: bool = False) -> Any:
+    """``json.loads`` that refuses what canonical JSON cannot carry: NaN and Infinity (not JSON, RFC 8259 §6), and
+    with ``unique_keys`` an object that repeats a key (RFC 8785 §3.1 wants them unique). Raises ValueError."""
+    return json.loads(
+        text, parse_constant=_no_constant, object_pairs_hook=_no_duplicates if unique_keys else None
+    )
+
+
+def _no_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not JSON")
+
+
+def _no_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in out:
+            raise ValueError(f"duplicate key {key!r}")
+        out[key] = value
+    return out
 
 
 def sha256_hex(data: bytes) -> str:

@@ -24,7 +24,7 @@ import orjson
 import pyarrow as pa
 
 from ratchet_core.lake import atomic_write_bytes as atomic_write_bytes  # re-exported: the one atomic write
-from ratchet_stats.canonical import canonical_json
+from ratchet_stats.canonical import canonical_json, loads_strict
 
 
 def connect() -> duckdb.DuckDBPyConnection:
@@ -68,15 +68,6 @@ def canonical_text(obj: Any) -> str:
     if not text.isascii() and _ASTRAL.search(text):
         return canonical_json(obj).decode("utf-8")
     return text
-
-
-def loads_strict(text: str) -> Any:
-    """json.loads that refuses NaN/Infinity (not JSON; canonical JSON cannot carry them)."""
-    return json.loads(text, parse_constant=_no_constant)
-
-
-def _no_constant(name: str) -> Any:
-    raise ValueError(f"{name} is not valid JSON")
 
 
 # Fast canonical check ------------------------------------------------------------------------------------------

@@ -18,10 +18,11 @@ A policy naming a comparator that is not registered in a process is an error the
 
 from __future__ import annotations
 
-import json
 import math
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
+
+from ratchet_stats.canonical import loads_strict
 
 from .base import COMPARATORS
 
@@ -30,15 +31,11 @@ class _NotCanonical(ValueError):
     pass
 
 
-def _reject_constant(name: str) -> Any:
-    raise _NotCanonical(f"{name} is not JSON")
-
-
 def parse_json(text: Any) -> Any:
     """Parse strict JSON text (no NaN/Infinity); raises ValueError when it is not JSON."""
     if not isinstance(text, str | bytes | bytearray):
         raise _NotCanonical("not text")
-    return json.loads(text, parse_constant=_reject_constant)
+    return loads_strict(text)
 
 
 def canonical_form(value: Any) -> Any:
