@@ -19,12 +19,12 @@ from typing import Any
 import orjson
 
 from ratchet_core import artifact_store
+from ratchet_core.api_keys import KeyStore, load_pepper, parse_api_keys
 from ratchet_core.layout import ArtifactLayout
 from ratchet_core.pricing import Prices, model_prices
 from ratchet_core.redact import redact_text, redact_value
 from ratchet_core.routing import SafetyState
 from ratchet_core.settings import Settings
-from ratchet_gateway.auth import KeyStore, load_pepper, parse_api_keys
 from ratchet_gateway.ledger import Ledger
 from ratchet_gateway.metrics import Metrics
 from ratchet_gateway.proofs import KeyTreeCache
