@@ -25,6 +25,7 @@ from ratchet_stats import certificate as cert_mod
 from ratchet_stats import commitment as commit_mod
 from ratchet_stats.cli import CliError, emit
 from ratchet_stats.cli_verify import load_public_keys
+from ratchet_stats.predicates import EVALUATION_CERTIFICATE
 
 
 def _install_certificate_checker() -> bool:
@@ -36,10 +37,10 @@ def _install_certificate_checker() -> bool:
     checkers = getattr(cli_verify, "PREDICATE_CHECKERS", None)
     if checkers is None:
         return False
-    checkers[cert_mod.PREDICATE_TYPE] = cert_mod.check_certificate
+    checkers[EVALUATION_CERTIFICATE] = cert_mod.check_certificate
     summaries = getattr(cli_verify, "PREDICATE_SUMMARIES", None)
     if summaries is not None:
-        summaries[cert_mod.PREDICATE_TYPE] = cert_mod.summary_lines
+        summaries[EVALUATION_CERTIFICATE] = cert_mod.summary_lines
     return True
 
 
@@ -215,7 +216,7 @@ def cmd_certificate(args: argparse.Namespace) -> int:
     envelope = _read_bytes(args.file, "certificate")
     try:
         statement = verify_statement(
-            envelope, load_public_keys(args.key, args.key_file), cert_mod.PREDICATE_TYPE
+            envelope, load_public_keys(args.key, args.key_file), EVALUATION_CERTIFICATE
         )
     except VerificationError as exc:
         return _fail(args, exc.check, str(exc))
