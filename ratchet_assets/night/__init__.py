@@ -9,7 +9,7 @@ One module per step, named after its asset: ``traffic``, ``examples``, ``split``
 
 Every file they read and write under the artifacts root is named by ``ratchet_core.layout.ArtifactLayout``
 (traffic, examples, golden, train, adapters, certificates, BOMs, receipts); the lake is read through
-``ratchet_core.lake``, and files are published whole with its ``atomic_write_bytes`` (re-exported here).
+``ratchet_core.lake``, and files are published whole with its ``atomic_write_bytes``.
 """
 
 from __future__ import annotations
@@ -23,7 +23,6 @@ import duckdb
 import orjson
 import pyarrow as pa
 
-from ratchet_core.lake import atomic_write_bytes as atomic_write_bytes  # re-exported: the one atomic write
 from ratchet_stats.canonical import canonical_json, loads_strict
 
 

@@ -20,10 +20,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ratchet_assets.night import atomic_write_bytes
 from ratchet_assets.night import bom_document as BD
 from ratchet_assets.night.adapter import read_record
 from ratchet_assets.night.commitments import golden_commitment, training_commitment
+from ratchet_core.lake import atomic_write_bytes
 from ratchet_core.layout import ArtifactLayout
 from ratchet_stats.predicates import EVALUATION_CERTIFICATE
 

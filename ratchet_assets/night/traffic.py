@@ -28,14 +28,13 @@ from typing import Any
 
 from ratchet_assets.night import (
     ChunkedParquetWriter,
-    atomic_write_bytes,
     sql_list,
     sql_str,
     stream_batches,
 )
 from ratchet_assets.night.budget import MAX_SHARDS, Budget, resolve
 from ratchet_assets.night.budget import connect as budget_connect
-from ratchet_core.lake import Lake
+from ratchet_core.lake import Lake, atomic_write_bytes
 from ratchet_core.layout import ArtifactLayout
 from ratchet_core.schema import ADDED_COLUMNS, COLUMN_NAMES, LEDGER_SCHEMA, duckdb_type
 

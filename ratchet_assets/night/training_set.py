@@ -23,7 +23,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from ratchet_assets.night import atomic_write_bytes, connect, sql_list, sql_str
+from ratchet_assets.night import connect, sql_list, sql_str
 from ratchet_assets.night.budget import Budget, resolve
 from ratchet_assets.night.budget import connect as budget_connect
 from ratchet_assets.night.erasures import Erasures
@@ -36,6 +36,7 @@ from ratchet_assets.night.ranges import (
     range_sql,
     snapshot,
 )
+from ratchet_core.lake import atomic_write_bytes
 from ratchet_core.layout import ArtifactLayout
 from ratchet_stats.commitment import Commitment
 from ratchet_stats.merkle_store import TreeBuilder

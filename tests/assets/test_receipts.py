@@ -269,7 +269,7 @@ def test_tampering_fails_naming_the_check(signed: dict, tmp_path: Path) -> None:
 
 
 def test_v1_receipts_still_verify_and_chain_into_v3(two_days: Path, tmp_path: Path) -> None:
-    from ratchet_assets.night import atomic_write_bytes
+    from ratchet_core.lake import atomic_write_bytes
     from ratchet_stats.canonical import canonical_json
     from ratchet_stats.dsse import make_statement, sign_statement
     from ratchet_stats.merkle import root
@@ -326,7 +326,7 @@ def test_v1_receipts_still_verify_and_chain_into_v3(two_days: Path, tmp_path: Pa
 
 def test_v2_receipts_still_verify_and_chain_into_v3(two_days: Path, tmp_path: Path) -> None:
     """A v2 receipt (signed before pairs counted) verifies with its rows; the v3 day after carries its estimates."""
-    from ratchet_assets.night import atomic_write_bytes
+    from ratchet_core.lake import atomic_write_bytes
     from ratchet_stats.canonical import canonical_json
     from ratchet_stats.dsse import make_statement, sign_statement
     from ratchet_stats.receipt import PREDICATE_TYPE_V2
