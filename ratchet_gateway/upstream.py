@@ -55,9 +55,6 @@ OPENAI_COMPATIBLE = {
 }
 
 
-# The teacher's prices live in ratchet_core.pricing (the receipt states the same numbers); re-exported here.
-
-
 @dataclass(frozen=True)
 class Timeouts:
     """Seconds allowed per phase of one model call (see the module docstring); ``total=None`` = no overall cap."""
