@@ -1,4 +1,4 @@
-"""The effect ledger: every irreversible effect happens at most once per content-derived key (DESIGN §6).
+"""The effect ledger: every irreversible effect happens at most once per content-derived key (ARCHITECTURE.md, "Effects").
 
 A caller asks ``begin(effect_type, key, fingerprint)`` before acting and acts only on ``execute``:
 
@@ -23,8 +23,9 @@ The decision runs in one control-DB transaction (SQLite ``BEGIN IMMEDIATE`` from
 ``report``/``fail`` carry the token handed out with ``execute``; a holder whose lease was taken over cannot
 report (``StaleToken``).
 
-The gate's rules (table ``effect_policies``, set with :meth:`EffectLedger.set_rules`, API ``PUT /policies``) are
-checked, in the same transaction, before any ``execute`` is handed out, first or again:
+The gate's rules (table ``effect_policies``, set with :meth:`EffectLedger.set_rules`, HTTP
+``PUT /rules/{effect_type}``) are checked, in the same transaction, before any ``execute`` is handed out, first
+or again:
 
 - ``max_attempts``: an effect that has been attempted that many times is ``blocked`` instead of executed again;
 - ``approval_required``: the first ``begin`` records a pending approval and answers ``awaiting_approval``; an

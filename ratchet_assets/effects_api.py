@@ -1,11 +1,11 @@
 """The effect gate as a service: ``ratchet effects serve``, an HTTP API over :class:`~ratchet_assets.effects.EffectLedger`.
 
 Why a separate app in ``ratchet_assets`` and not a gateway router: the ledger (and its rules) is control-plane
-state that lives in ``ratchet_assets``, and the gateway must never import ``ratchet_assets`` (DESIGN §2). Moving
-the ledger into ``ratchet_core`` only to mount it in the gateway would put the control plane's decision logic on
-the data plane's request path and on every replica; the gate is small, low-traffic and shares nothing with chat
-serving but the control DB. So it is its own FastAPI app on the same control DB that the night and the admin CLI
-use: one state machine, three doors (Python, CLI, HTTP).
+state that lives in ``ratchet_assets``, and the gateway must never import ``ratchet_assets`` (ARCHITECTURE.md,
+"Layers"). Moving the ledger into ``ratchet_core`` only to mount it in the gateway would put the control
+plane's decision logic on the data plane's request path and on every replica; the gate is small, low-traffic
+and shares nothing with chat serving but the control DB. So it is its own FastAPI app on the same control DB
+that the night and the admin CLI use: one state machine, three doors (Python, CLI, HTTP).
 
 Authentication, per caller (``Authorization: Bearer <key>``):
 

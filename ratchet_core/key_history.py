@@ -1,9 +1,11 @@
-"""The signed history of the keys gateways trust: replay, changes, rotation, the published listing.
+"""The signed history of the keys gateways trust: replay, changes, the published listing.
+
+(Rotating a key also re-signs the current manifest: ``ratchet_assets.release.key_rotation``.)
 
 The control DB's table ``trusted_keys`` is the signed history of the keys gateways trust: one change per row
-(``add`` or ``retire`` a key, by whom, why), each a DSSE-signed in-toto statement (:data:`KEY_CHANGE`)
-signed by a key trusted *before* that change (DESIGN §7), so anyone can replay the history offline.
-:func:`trusted_keys` replays it:
+(``add`` or ``retire`` a key, by whom, why), each a DSSE-signed in-toto statement (:data:`KEY_CHANGE`) signed
+by a key trusted *before* that change (ARCHITECTURE.md, "Evidence formats"), so anyone can replay the history
+offline. :func:`trusted_keys` replays it:
 
 - from configured roots (a gateway's ``signing.pub``, ``ratchet_core.keys.root_public_keys``): start with the
   roots, apply each change signed by a key trusted at that point, skip the rest (a forged row never widens trust);

@@ -1,8 +1,8 @@
 """The answer-contract guard: does an answer stay inside the contract its own request declared?
 
-A student answer is served only when it does (DESIGN.md §7, "the student answers only inside the request's
-contract"); a violation cascades to the teacher, is counted, and is recorded on the ledger row. The contract is
-what an OpenAI-compatible model promises a client:
+A student answer is served only when it does (ARCHITECTURE.md, "The path of a request": the student answers
+only inside the request's contract); a violation cascades to the teacher, is counted, and is recorded on the
+ledger row. The contract is what an OpenAI-compatible model promises a client:
 
 - the answer was not cut short: ``finish_reason`` is not ``length``;
 - ``response_format: {"type": "json_object"}``: the content is a JSON object (RFC 8259, no NaN/Infinity);

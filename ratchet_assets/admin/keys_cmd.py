@@ -1,10 +1,11 @@
 """`ratchet admin keys list|add|retire|rotate`: the keys gateways trust, as a signed history in the control DB.
 
-Every change is signed by a key trusted at that moment (DESIGN §7) and recorded with who and why
-(``ratchet_core.keys``); gateways follow it on their next manifest poll. ``rotate`` makes a new signing key, trusts
-it (signed by the current key), retires the current key (signed by the new one) and writes the new key where the
-control plane reads it, so everything is signed with the new key from then on. Documents signed before stay
-verifiable: ``list --keyring-out FILE`` writes every key ever trusted, for ``ratchet verify ... --key-file FILE``.
+Every change is signed by a key trusted at that moment (ARCHITECTURE.md, "Evidence formats") and recorded with
+who and why (``ratchet_core.key_history``); gateways follow it on their next manifest poll. ``rotate`` makes a
+new signing key, trusts it (signed by the current key), retires the current key (signed by the new one) and
+writes the new key where the control plane reads it, so everything is signed with the new key from then on.
+Documents signed before stay verifiable: ``list --keyring-out FILE`` writes every key ever trusted, for
+``ratchet verify ... --key-file FILE``.
 """
 
 from __future__ import annotations
