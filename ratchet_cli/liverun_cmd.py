@@ -18,6 +18,23 @@ workload_option = click.option(
 teacher_option = click.option(
     "--teacher-model", default=None, help="litellm name of the teacher (default RATCHET_TEACHER_MODEL)."
 )
+api_key_option = click.option(
+    "--api-key",
+    envvar="OPENAI_API_KEY",
+    required=True,
+    help="Client bearer key for the gateway (or $OPENAI_API_KEY).",
+)
+teacher_url_option = click.option(
+    "--teacher-url",
+    default=None,
+    help="The teacher's /v1 URL for control calls (default RATCHET_TEACHER_API_BASE).",
+)
+teacher_api_key_option = click.option(
+    "--teacher-api-key",
+    "teacher_key",
+    default=None,
+    help="The teacher's API key (default RATCHET_TEACHER_API_KEY, via settings).",
+)
 
 
 def _teacher(url: str | None, key: str | None) -> tuple[str, str]:
@@ -63,23 +80,9 @@ def plan_cmd(workload, teacher_model, rounds, requests_per_round, control_share,
 
 @liverun.command("smoke")
 @click.argument("gateway_url")
-@click.option(
-    "--api-key",
-    envvar="OPENAI_API_KEY",
-    required=True,
-    help="Client bearer key for the gateway (or $OPENAI_API_KEY).",
-)
-@click.option(
-    "--teacher-url",
-    default=None,
-    help="The teacher's /v1 URL for control calls (default RATCHET_TEACHER_API_BASE).",
-)
-@click.option(
-    "--teacher-api-key",
-    "teacher_key",
-    default=None,
-    help="The teacher's API key (default RATCHET_TEACHER_API_KEY, via settings).",
-)
+@api_key_option
+@teacher_url_option
+@teacher_api_key_option
 @workload_option
 @teacher_option
 def smoke_cmd(gateway_url, api_key, teacher_url, teacher_key, workload, teacher_model) -> None:
@@ -96,19 +99,9 @@ def smoke_cmd(gateway_url, api_key, teacher_url, teacher_key, workload, teacher_
 @click.argument("gateway_url")
 @click.option("--out", "folder", required=True, type=click.Path(path_type=Path), help="The run's folder.")
 @click.option("--max-usd", required=True, type=click.FloatRange(min=0), help="Hard cap (the effect gate's).")
-@click.option(
-    "--api-key",
-    envvar="OPENAI_API_KEY",
-    required=True,
-    help="Client bearer key for the gateway (or $OPENAI_API_KEY).",
-)
-@click.option("--teacher-url", default=None, help="Default RATCHET_TEACHER_API_BASE.")
-@click.option(
-    "--teacher-api-key",
-    "teacher_key",
-    default=None,
-    help="The teacher's API key (default RATCHET_TEACHER_API_KEY, via settings).",
-)
+@api_key_option
+@teacher_url_option
+@teacher_api_key_option
 @workload_option
 @teacher_option
 @click.option("--rounds", default=3, show_default=True, type=click.IntRange(min=1))

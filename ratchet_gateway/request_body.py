@@ -23,6 +23,8 @@ from starlette.requests import ClientDisconnect, Request
 
 from ratchet_gateway.errors import GatewayError
 from ratchet_gateway.input_rules import (
+    MAX_TASK_NAME_LENGTH,
+    TASK_NAME_PATTERN,
     InputRuleError,
     Number,
     StrictBool,
@@ -171,3 +173,27 @@ def task_of(req: ChatRequest, header: str | None) -> str:
         return resolve_task(req.metadata, header)
     except InputRuleError as exc:
         raise input_rule_error(exc) from None
+
+
+# The chat body is read by the handler, not by FastAPI, so a route that takes one gives its schema (and the task
+# header) to /openapi.json with this; ``ChatRequest`` is added to the document's components by ratchet_gateway.app.
+CHAT_BODY_OPENAPI: dict[str, Any] = {
+    "requestBody": {
+        "required": True,
+        "content": {"application/json": {"schema": {"$ref": "#/components/schemas/ChatRequest"}}},
+    },
+    "parameters": [
+        {
+            "name": "X-Ratchet-Task",
+            "in": "header",
+            "required": False,
+            "schema": {
+                "type": "string",
+                "pattern": f"^{TASK_NAME_PATTERN}$",
+                "maxLength": MAX_TASK_NAME_LENGTH,
+            },
+            "description": "The request's task when metadata.ratchet_task is absent (default 'default'): 1-64 "
+            "characters of A-Za-z0-9._- (UTF-8; anything else is a 400).",
+        }
+    ],
+}
