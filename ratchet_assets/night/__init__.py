@@ -3,9 +3,10 @@ them to Dagster (config, resources, metadata, checks), and ``ratchet sim`` and t
 DuckDB (in-memory connections) does the heavy lifting.
 
 One module per step, named after its asset: ``traffic``, ``examples``, ``split`` (``golden_split``),
-``training_set``, ``adapter`` (``lora_adapter``; the training process itself is ``train_job``), ``certificate``
-(``evaluation_certificate``, with ``evaluate``), ``bom`` (with ``bom_document``) and ``receipts``
-(``daily_receipt``). ``commitments`` reads the data-set roots a step wrote once for the steps after it.
+``training_set``, ``adapter`` (``lora_adapter``; the training process itself is ``train_job``, running
+``lora_trainer``), ``certificate`` (``evaluation_certificate``, with ``evaluate``), ``bom_writer`` (``bom``, with
+``bom_document``) and ``receipts`` (``daily_receipt``). ``commitments`` reads the data-set roots a step wrote once
+for the steps after it.
 
 Every file they read and write under the artifacts root is named by ``ratchet_core.layout.ArtifactLayout``
 (traffic, examples, golden, train, adapters, certificates, BOMs, receipts); the lake is read through
