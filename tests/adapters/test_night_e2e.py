@@ -195,7 +195,7 @@ def test_proofs_for_a_trained_and_a_golden_example(env, first_night, tmp_path):
     for key, expect in ((train_key, "member"), (golden_key, "absent")):
         path = tmp_path / f"{expect}.json"
         res = runner.invoke(
-            proof, ["make", "--keys", str(out / "train-keys.txt"), "--key", key, "--out", str(path)]
+            proof, ["make", "--keys", str(out / "train-keys.txt"), "--example-key", key, "--out", str(path)]
         )
         assert res.exit_code == 0, res.output
         res = run_cli("verify", "proof", "--bom", str(out / "bom.dsse.json"), "--proof", str(path), "--key",
