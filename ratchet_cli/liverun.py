@@ -33,8 +33,7 @@ from typing import Any
 
 import httpx
 
-from ratchet_stats.predicates import LIVERUN
-
+PREDICATE_TYPE = "https://ratchet.dev/liverun/v1"
 FILES = ("plan.json", "rows.jsonl", "report.json")
 
 
@@ -292,7 +291,7 @@ def sign(folder: Path, private_key: Any) -> Path:
         "report": json.loads((folder / "report.json").read_text()),
         "plan": json.loads((folder / "plan.json").read_text()),
     }
-    envelope = sign_statement(make_statement(LIVERUN, predicate, _subjects(folder)), private_key)
+    envelope = sign_statement(make_statement(PREDICATE_TYPE, predicate, _subjects(folder)), private_key)
     path = folder / "run.dsse.json"
     path.write_text(json.dumps(envelope, sort_keys=True))
     return path
@@ -302,7 +301,7 @@ def verify(folder: Path, public_keys: Any) -> dict[str, Any]:
     """Check the signature first, then that every file still has the digest the statement signs."""
     from ratchet_stats.dsse import verify_statement
 
-    statement = verify_statement((folder / "run.dsse.json").read_bytes(), public_keys, LIVERUN)
+    statement = verify_statement((folder / "run.dsse.json").read_bytes(), public_keys, PREDICATE_TYPE)
     signed = {s["name"]: s["digest"]["sha256"] for s in statement["subject"]}
     now = {s["name"]: s["digest"]["sha256"] for s in _subjects(folder)}
     changed = sorted(name for name in signed if signed[name] != now.get(name))

@@ -3,9 +3,9 @@
 (Rotating a key also re-signs the current manifest: ``ratchet_assets.release.key_rotation``.)
 
 The control DB's table ``trusted_keys`` is the signed history of the keys gateways trust: one change per row
-(``add`` or ``retire`` a key, by whom, why), each a DSSE-signed in-toto statement (:data:`KEY_CHANGE`) signed
-by a key trusted *before* that change (ARCHITECTURE.md, "Evidence formats"), so anyone can replay the history
-offline. :func:`trusted_keys` replays it:
+(``add`` or ``retire`` a key, by whom, why), each a DSSE-signed in-toto statement (:data:`KEY_CHANGE_PREDICATE`)
+signed by a key trusted *before* that change (ARCHITECTURE.md, "Evidence formats"), so anyone can replay the
+history offline. :func:`trusted_keys` replays it:
 
 - from configured roots (a gateway's ``signing.pub``, ``ratchet_core.keys.root_public_keys``): start with the
   roots, apply each change signed by a key trusted at that point, skip the rest (a forged row never widens trust);
@@ -39,8 +39,8 @@ from ratchet_stats.keys import (
     public_key_b64,
     public_key_pem,
 )
-from ratchet_stats.predicates import KEY_CHANGE
 
+KEY_CHANGE_PREDICATE = "https://ratchet.dev/key-change/v1"
 ACTIONS = ("add", "retire")
 
 
@@ -106,7 +106,7 @@ def _replay(rows: list[Any], roots: list[Ed25519PublicKey] | None) -> KeyState:
             if roots is None and index == 0 and row.action == "add":
                 signers[key_id(subject_key)] = subject_key  # the anchor: the first key adds itself
             verified = verify_envelope_detailed(json.loads(row.envelope), list(signers.values()))
-            predicate = parse_statement(verified.payload, KEY_CHANGE)["predicate"]
+            predicate = parse_statement(verified.payload, KEY_CHANGE_PREDICATE)["predicate"]
             previous = rows[index - 1].digest if index else ""
             problem = _predicate_problem(predicate, row, subject_key, verified.keyid, previous)
             if problem:
@@ -250,7 +250,7 @@ def append_change(
         "at": _now(),
     }
     subject = {"name": f"key-change/{sequence}", "digest": {"sha256": digest(predicate)}}
-    envelope = sign_statement(make_statement(KEY_CHANGE, predicate, [subject]), signer)
+    envelope = sign_statement(make_statement(KEY_CHANGE_PREDICATE, predicate, [subject]), signer)
     text = canonical_json(envelope).decode("utf-8")
     row = {
         "sequence": sequence,
@@ -342,7 +342,7 @@ def ensure_anchor(engine: Engine, private_key: Ed25519PrivateKey, actor: str) ->
 
 def signed_history(conn_or_engine: Engine | Connection) -> list[dict[str, Any]]:
     """Every key change with its DSSE envelope, oldest first (for exports: each verifies offline with the key that
-    was trusted before it, ``ratchet_stats.dsse.verify_statement`` with :data:`KEY_CHANGE`)."""
+    was trusted before it, ``ratchet_stats.dsse.verify_statement`` with :data:`KEY_CHANGE_PREDICATE`)."""
     if isinstance(conn_or_engine, Connection):
         rows = _rows(conn_or_engine)
     else:

@@ -48,8 +48,8 @@ from ratchet_core.key_history import keys_ever_trusted, require_trusted, trusted
 from ratchet_core.keys import KeyTrustError, as_key_list
 from ratchet_core.reasons import ReasonError, check_reason
 from ratchet_core.task_policy import TaskPolicy
-from ratchet_stats.predicates import RELEASE_MANIFEST
 
+MANIFEST_PREDICATE = "https://ratchet.dev/release-manifest/v1"
 DEFAULT_AUDIT_RATE = 0.05
 STAGES = ("teacher", "shadow", "canary", "live")
 
@@ -84,7 +84,7 @@ class Flags(BaseModel):
 
 
 class Manifest(BaseModel):
-    """One release manifest: the predicate of a signed in-toto Statement (``RELEASE_MANIFEST``)."""
+    """One release manifest: the predicate of a signed in-toto Statement (``MANIFEST_PREDICATE``)."""
 
     model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
@@ -146,7 +146,7 @@ def sign_manifest(manifest: Manifest, private_key: Any) -> tuple[str, str]:
 
     predicate = manifest.to_predicate()
     subject = {"name": f"release-manifest/{manifest.sequence}", "digest": {"sha256": digest(predicate)}}
-    envelope = sign_statement(make_statement(RELEASE_MANIFEST, predicate, [subject]), private_key)
+    envelope = sign_statement(make_statement(MANIFEST_PREDICATE, predicate, [subject]), private_key)
     text = canonical_json(envelope).decode("utf-8")
     return text, sha256_hex(text.encode("utf-8"))
 
@@ -165,7 +165,7 @@ def verify_row(sequence: int, envelope_text: str, public_keys: Any) -> Manifest:
     except (TypeError, ValueError) as exc:
         raise ValueError(f"row {sequence}: envelope: not JSON ({exc})") from exc
     try:
-        statement = verify_statement(envelope, as_key_list(public_keys), predicate_type=RELEASE_MANIFEST)
+        statement = verify_statement(envelope, as_key_list(public_keys), predicate_type=MANIFEST_PREDICATE)
     except VerificationError as exc:
         text = str(exc) if str(exc).startswith(f"{exc.check}:") else f"{exc.check}: {exc}"
         raise ValueError(f"row {sequence}: {text}") from exc

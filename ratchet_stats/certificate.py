@@ -36,6 +36,7 @@ from ratchet_stats.ltt import DEFAULT_GRID as LTT_DEFAULT_GRID
 from ratchet_stats.ltt import ltt_calibrate
 from ratchet_stats.mcnemar import mcnemar_exact
 
+PREDICATE_TYPE = "https://ratchet.dev/evaluation-certificate/v1"
 CONFIDENCE_DIGITS = 6
 # Fixed in advance, as LTT requires: 0.00, 0.05, ..., 0.95 (a higher top often accepts too few rows to pass,
 # which stops the fixed sequence before it reaches the useful thresholds).

@@ -25,7 +25,6 @@ from ratchet_stats import certificate as cert_mod
 from ratchet_stats import commitment as commit_mod
 from ratchet_stats.cli import CliError, emit
 from ratchet_stats.cli_verify import load_public_keys
-from ratchet_stats.predicates import EVALUATION_CERTIFICATE
 
 
 def _install_certificate_checker() -> bool:
@@ -37,10 +36,10 @@ def _install_certificate_checker() -> bool:
     checkers = getattr(cli_verify, "PREDICATE_CHECKERS", None)
     if checkers is None:
         return False
-    checkers[EVALUATION_CERTIFICATE] = cert_mod.check_certificate
+    checkers[cert_mod.PREDICATE_TYPE] = cert_mod.check_certificate
     summaries = getattr(cli_verify, "PREDICATE_SUMMARIES", None)
     if summaries is not None:
-        summaries[EVALUATION_CERTIFICATE] = cert_mod.summary_lines
+        summaries[cert_mod.PREDICATE_TYPE] = cert_mod.summary_lines
     return True
 
 
@@ -216,7 +215,7 @@ def cmd_certificate(args: argparse.Namespace) -> int:
     envelope = _read_bytes(args.file, "certificate")
     try:
         statement = verify_statement(
-            envelope, load_public_keys(args.key, args.key_file), EVALUATION_CERTIFICATE
+            envelope, load_public_keys(args.key, args.key_file), cert_mod.PREDICATE_TYPE
         )
     except VerificationError as exc:
         return _fail(args, exc.check, str(exc))

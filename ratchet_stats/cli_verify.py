@@ -29,7 +29,9 @@ from ratchet_stats.canonical import digest
 from ratchet_stats.cli import CliError, emit
 from ratchet_stats.dsse import VerificationError, parse_statement, verify_envelope_detailed
 from ratchet_stats.keys import Ed25519PublicKey, load_private_key, load_public_key
-from ratchet_stats.predicates import EVALUATION_CERTIFICATE, RELEASE_MANIFEST
+
+MANIFEST_PREDICATE = "https://ratchet.dev/release-manifest/v1"
+CERTIFICATE_PREDICATE = "https://ratchet.dev/evaluation-certificate/v1"
 
 Checker = Callable[[dict[str, Any]], list[str]]
 
@@ -39,13 +41,13 @@ PREDICATE_CHECKERS: dict[str, Checker] = {}
 PREDICATE_SUMMARIES: dict[str, Callable[[dict[str, Any]], list[str]]] = {}
 # predicateType -> module whose check_certificate-style hooks are loaded on first use if nobody registered one.
 _DEFAULT_HOOK_MODULES: dict[str, tuple[str, str, str]] = {
-    EVALUATION_CERTIFICATE: ("ratchet_stats.certificate", "check_certificate", "summary_lines"),
+    CERTIFICATE_PREDICATE: ("ratchet_stats.certificate", "check_certificate", "summary_lines"),
 }
 
 # subcommand -> (predicateType, one-line help)
 DOCUMENTS: dict[str, tuple[str, str]] = {
-    "manifest": (RELEASE_MANIFEST, "verify a signed release manifest"),
-    "certificate": (EVALUATION_CERTIFICATE, "verify a signed evaluation certificate"),
+    "manifest": (MANIFEST_PREDICATE, "verify a signed release manifest"),
+    "certificate": (CERTIFICATE_PREDICATE, "verify a signed evaluation certificate"),
 }
 
 _STAGES = {"teacher", "shadow", "canary", "live"}
@@ -97,8 +99,8 @@ def summarize_manifest(predicate: dict[str, Any]) -> list[str]:
     return lines
 
 
-PREDICATE_CHECKERS[RELEASE_MANIFEST] = check_manifest
-PREDICATE_SUMMARIES[RELEASE_MANIFEST] = summarize_manifest
+PREDICATE_CHECKERS[MANIFEST_PREDICATE] = check_manifest
+PREDICATE_SUMMARIES[MANIFEST_PREDICATE] = summarize_manifest
 
 
 def _hooks(predicate_type: str) -> tuple[Checker | None, Callable[[dict[str, Any]], list[str]] | None]:
@@ -150,7 +152,7 @@ def verify_document(
         return DocumentReport(ok=False, check=exc.check, error=exc.message)
     checker, summarizer = _hooks(predicate_type)
     problems = list(checker(statement["predicate"])) if checker else []
-    if predicate_type == RELEASE_MANIFEST:
+    if predicate_type == MANIFEST_PREDICATE:
         problems += _manifest_subject_problems(statement)
     summary = list(summarizer(statement["predicate"])) if summarizer and not problems else []
     if problems:

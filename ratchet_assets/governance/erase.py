@@ -27,7 +27,7 @@ Receipts stay verifiable: a receipt's leaf is ``RECEIPT_LEAF_FIELDS`` (ids, clie
 which an erasure touches, so the erased row keeps its leaf hash (a tombstone): old receipts, proofs and a rebuilt
 receipt of the day still give the signed root. Adapters whose BOM lists an erased example key are named (retrain
 to remove their influence). Each erasure is logged in the control DB's ``erasure_log``, signed (DSSE, predicate
-:data:`ERASURE`): who, why, the scope (end user and text only as SHA-256), counts per store and when.
+:data:`PREDICATE_TYPE`): who, why, the scope (end user and text only as SHA-256), counts per store and when.
 ``dry_run`` counts per store and changes nothing.
 """
 
@@ -50,7 +50,8 @@ from ratchet_core.erasure_scope import SCOPE_COLUMNS, ScopeMatcher, record_appli
 from ratchet_core.lake import Lake, atomic_write_bytes
 from ratchet_core.layout import EXAMPLES, GOLDEN, TRAFFIC, TRAIN, ArtifactLayout
 from ratchet_core.schema import CONTENT_COLUMNS
-from ratchet_stats.predicates import ERASURE
+
+PREDICATE_TYPE = "https://ratchet.dev/erasure/v1"
 
 
 class ErasureError(ValueError):
@@ -376,7 +377,7 @@ def _record(
         "adapters_trained_on_erased": report.adapters_trained_on_erased,
     }
     subject = {"name": f"erasure:{at}", "digest": {"sha256": sha256_hex(canonical_json(predicate))}}
-    envelope = sign_statement(make_statement(ERASURE, predicate, [subject]), key)
+    envelope = sign_statement(make_statement(PREDICATE_TYPE, predicate, [subject]), key)
     note = f"{reason} (erasure log)"
     with engine.begin() as conn:
         log_id = conn.execute(
@@ -484,7 +485,7 @@ def read_log(engine: Any, public_keys: Iterable[Any]) -> list[dict[str, Any]]:
         rows = conn.execute(sa.select(erasure_log).order_by(erasure_log.c.id)).mappings().all()
     out = []
     for row in rows:
-        statement = verify_statement(json.loads(row["envelope"]), keys, ERASURE)
+        statement = verify_statement(json.loads(row["envelope"]), keys, PREDICATE_TYPE)
         out.append({"id": row["id"], **statement["predicate"], "applied": applied.get(int(row["id"]), [])})
     return out
 

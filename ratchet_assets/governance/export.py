@@ -11,7 +11,7 @@ JSON (``ratchet_stats.canonical``) of the row with every value as written (times
 ``root`` is the Merkle root of the canonical JSON of ``{"kind", "rows", "root"}`` of each file, by kind. So the
 export verifies offline (:func:`verify_export`): re-read each file, recompute its leaves and root, then the whole.
 A JSONL file's lines are exactly its leaves. When a signing key is given the manifest is also signed
-(``manifest.dsse.json``, predicate :data:`EXPORT`, subject the root).
+(``manifest.dsse.json``, predicate :data:`PREDICATE_TYPE`, subject the root).
 
 The transforms are Polars (lazy frames over the lake's and the artifacts' Parquet: filter, join, select): a
 DataFrame pipeline per kind reads better here than four SQL strings. Erased requests are left out.
@@ -31,8 +31,8 @@ from ratchet_core.lake import Lake, atomic_write_bytes
 from ratchet_core.layout import EXAMPLES, GOLDEN, ArtifactLayout, DataExport
 from ratchet_stats import merkle
 from ratchet_stats.canonical import canonical_json, sha256_hex
-from ratchet_stats.predicates import EXPORT
 
+PREDICATE_TYPE = "https://ratchet.dev/export/v1"
 KINDS = ("requests", "examples", "golden", "receipts")
 FORMATS = ("jsonl", "parquet")
 REQUEST_COLUMNS = [
@@ -227,7 +227,7 @@ def export_data(
         from ratchet_stats.dsse import make_statement, sign_statement
 
         statement = make_statement(
-            EXPORT, manifest, [{"name": "export", "digest": {"sha256": manifest["root"]}}]
+            PREDICATE_TYPE, manifest, [{"name": "export", "digest": {"sha256": manifest["root"]}}]
         )
         atomic_write_bytes(
             target.manifest.with_name("manifest.dsse.json"),
@@ -259,7 +259,7 @@ def verify_export(folder: str | Path, public_keys: Any = None) -> dict[str, Any]
         from ratchet_stats.dsse import verify_statement
 
         signed = target.manifest.with_name("manifest.dsse.json")
-        statement = verify_statement(signed.read_bytes(), public_keys, EXPORT)
+        statement = verify_statement(signed.read_bytes(), public_keys, PREDICATE_TYPE)
         if statement["predicate"]["root"] != manifest["root"]:
             raise ExportError("signature: the signed manifest has another root")
     return manifest

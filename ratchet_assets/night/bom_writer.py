@@ -25,7 +25,6 @@ from ratchet_assets.night.adapter import read_record
 from ratchet_assets.night.commitments import golden_commitment, training_commitment
 from ratchet_core.lake import atomic_write_bytes
 from ratchet_core.layout import ArtifactLayout
-from ratchet_stats.predicates import EVALUATION_CERTIFICATE
 
 
 class BomStepError(RuntimeError):
@@ -56,6 +55,7 @@ def write_bom(
     """
     from ratchet_core.student_model import is_demo_base
     from ratchet_stats import bom_format as B
+    from ratchet_stats import certificate as cert
     from ratchet_stats.canonical import canonical_json, sha256_hex
     from ratchet_stats.commitment import Commitment, KeyTree
     from ratchet_stats.dsse import make_statement, sign_statement, verify_statement
@@ -69,7 +69,7 @@ def write_bom(
             f"no certificate at {cert_file}: materialise `evaluation_certificate` for {day} first"
         )
     certificate_bytes = cert_file.read_bytes()
-    predicate = verify_statement(certificate_bytes, public_keys, EVALUATION_CERTIFICATE)["predicate"]
+    predicate = verify_statement(certificate_bytes, public_keys, cert.PREDICATE_TYPE)["predicate"]
     if not predicate["certified_tasks"]:
         raise BomStepError(
             f"{version} certified no task: no BOM is produced for an adapter that will not serve"

@@ -23,7 +23,6 @@ from ratchet_assets.night.adapter import read_record
 from ratchet_assets.night.commitments import golden_commitment
 from ratchet_core.lake import atomic_write_bytes
 from ratchet_core.layout import ArtifactLayout
-from ratchet_stats.predicates import EVALUATION_CERTIFICATE
 
 
 class CertificateError(RuntimeError):
@@ -142,7 +141,7 @@ def certify_adapter(
     problems = cert.check_certificate(predicate)
     if problems:  # the verifier's own recomputation must agree before anything is signed
         raise CertificateError("certificate does not recompute: " + "; ".join(problems[:5]))
-    statement = make_statement(EVALUATION_CERTIFICATE, predicate, cert.certificate_subjects(predicate))
+    statement = make_statement(cert.PREDICATE_TYPE, predicate, cert.certificate_subjects(predicate))
     envelope = sign_statement(statement, private_key)
     path = layout.certificate(version)
     atomic_write_bytes(path, canonical_json(envelope) + b"\n")

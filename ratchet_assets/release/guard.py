@@ -41,9 +41,8 @@ def certified_task(
     path: str | Path, version: str, task: str, public_keys: Any, target: float | None = None
 ) -> CertifiedTask:
     """The verified certificate at `path` certifies `task` for `version` (at `target` when given); else raises."""
-    from ratchet_stats.certificate import check_certificate
+    from ratchet_stats.certificate import PREDICATE_TYPE, check_certificate
     from ratchet_stats.dsse import VerificationError, verify_statement
-    from ratchet_stats.predicates import EVALUATION_CERTIFICATE
 
     path = Path(path)
     try:
@@ -54,7 +53,7 @@ def certified_task(
             "can serve; run its night, or pass --force with a reason"
         ) from None
     try:
-        statement = verify_statement(text, public_keys, predicate_type=EVALUATION_CERTIFICATE)
+        statement = verify_statement(text, public_keys, predicate_type=PREDICATE_TYPE)
     except (VerificationError, ValueError) as exc:
         check = getattr(exc, "check", "format")
         raise NotCertified(

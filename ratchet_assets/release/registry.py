@@ -109,9 +109,8 @@ def register_certificates(engine: Engine, artifacts: Path, public_keys: Any) -> 
     """
     from ratchet_core.key_history import keys_ever_trusted
     from ratchet_core.keys import as_key_list
-    from ratchet_stats.certificate import check_certificate
+    from ratchet_stats.certificate import PREDICATE_TYPE, check_certificate
     from ratchet_stats.dsse import VerificationError, verify_statement
-    from ratchet_stats.predicates import EVALUATION_CERTIFICATE
 
     ensure_schema(engine)
     # A certificate signed before a key rotation still verifies: every key the history ever trusted counts.
@@ -126,7 +125,7 @@ def register_certificates(engine: Engine, artifacts: Path, public_keys: Any) -> 
         if str(path) in known:
             continue
         try:
-            statement = verify_statement(path.read_text(), public_keys, predicate_type=EVALUATION_CERTIFICATE)
+            statement = verify_statement(path.read_text(), public_keys, predicate_type=PREDICATE_TYPE)
         except (VerificationError, ValueError, OSError) as exc:
             check = getattr(exc, "check", "read")
             notes.append(f"{path.name}: not registered, {check} check failed: {exc}")

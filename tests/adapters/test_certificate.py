@@ -14,7 +14,6 @@ from scipy import stats
 from ratchet_stats import certificate as C
 from ratchet_stats.canonical import canonical_json
 from ratchet_stats.dsse import sign_statement
-from ratchet_stats.predicates import EVALUATION_CERTIFICATE
 
 from .conftest import run_cli, write_json
 
@@ -140,7 +139,7 @@ def test_cli_recomputes_a_signed_certificate(tmp_path, signing_key, public_b64):
     stmt = {
         "_type": "https://in-toto.io/Statement/v1",
         "subject": C.certificate_subjects(pred),
-        "predicateType": EVALUATION_CERTIFICATE,
+        "predicateType": C.PREDICATE_TYPE,
         "predicate": pred,
     }
     good = write_json(tmp_path / "good.dsse.json", sign_statement(stmt, signing_key))

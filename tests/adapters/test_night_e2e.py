@@ -28,7 +28,6 @@ from ratchet_assets.defs.traffic import traffic
 from ratchet_assets.defs.training_set import training_set
 from ratchet_stats import certificate as CERT
 from ratchet_stats.dsse import verify_statement
-from ratchet_stats.predicates import EVALUATION_CERTIFICATE
 
 from .conftest import run_cli
 
@@ -129,7 +128,7 @@ def test_good_adapter_is_certified_and_its_bom_verifies(env, first_night):
     )
     assert record["cpu_seconds"] <= 2 * 120, f"training needed {record['cpu_seconds']:.0f} CPU-seconds"
     cert_file = env.artifacts / "certificates" / f"{version}.dsse.json"
-    predicate = verify_statement(cert_file.read_bytes(), env.public_key, EVALUATION_CERTIFICATE)["predicate"]
+    predicate = verify_statement(cert_file.read_bytes(), env.public_key, CERT.PREDICATE_TYPE)["predicate"]
     tickets = predicate["tasks"]["tickets"]
     k, n = tickets["correct"], tickets["n"]
     assert n >= 60
@@ -256,7 +255,7 @@ def test_shuffled_labels_fail_certification_and_no_bom(env, tmp_path):
     assert checks[CHECK] is False
     record = json.loads((small.artifacts / "adapters" / f"day={DAY2}" / "adapter.json").read_text())
     cert_file = small.artifacts / "certificates" / f"{record['version']}.dsse.json"
-    predicate = verify_statement(cert_file.read_bytes(), env.public_key, EVALUATION_CERTIFICATE)["predicate"]
+    predicate = verify_statement(cert_file.read_bytes(), env.public_key, CERT.PREDICATE_TYPE)["predicate"]
     assert predicate["certified_tasks"] == [] and CERT.check_certificate(predicate) == []
     assert predicate["tasks"]["tickets"]["lower_bound"] < TARGET
     assert not (small.artifacts / "boms").exists()
@@ -300,7 +299,7 @@ def test_new_config_trains_v2_and_is_compared_with_the_live_version(env, first_n
     assert record["version"].startswith("v2-") and record["version"] != live
     assert len(_effects(env.home, "training.launch")) == 2
     cert_file = env.artifacts / "certificates" / f"{record['version']}.dsse.json"
-    predicate = verify_statement(cert_file.read_bytes(), env.public_key, EVALUATION_CERTIFICATE)["predicate"]
+    predicate = verify_statement(cert_file.read_bytes(), env.public_key, CERT.PREDICATE_TYPE)["predicate"]
     mc = predicate["tasks"]["tickets"]["mcnemar"]
     assert mc is not None and mc["baseline"] == live
     rows = predicate["tasks"]["tickets"]["rows"]
@@ -315,6 +314,6 @@ def test_new_config_trains_v2_and_is_compared_with_the_live_version(env, first_n
 
 def first_night_correct(env, version: str) -> int:
     cert_file = env.artifacts / "certificates" / f"{version}.dsse.json"
-    return verify_statement(cert_file.read_bytes(), env.public_key, EVALUATION_CERTIFICATE)["predicate"][
+    return verify_statement(cert_file.read_bytes(), env.public_key, CERT.PREDICATE_TYPE)["predicate"][
         "tasks"
     ]["tickets"]["correct"]

@@ -20,7 +20,6 @@ from ratchet_stats.keys import (
     public_key_pem,
     save_private_key,
 )
-from ratchet_stats.predicates import KEY_CHANGE
 from tests.evidence.manifests import write_signed_manifest
 
 
@@ -180,9 +179,11 @@ def test_a_key_change_is_an_offline_verifiable_signed_statement(engine) -> None:
     _rotate(engine, k1, k2)
     with engine.connect() as conn:
         rows = conn.execute(sa.select(trusted_keys).order_by(trusted_keys.c.sequence)).all()
-    add = verify_statement(json.loads(rows[1].envelope), [k1.public_key()], KEY_CHANGE)["predicate"]
+    add = verify_statement(json.loads(rows[1].envelope), [k1.public_key()], KH.KEY_CHANGE_PREDICATE)[
+        "predicate"
+    ]
     assert add["action"] == "add" and add["key_id"] == key_id(k2) and add["previous_digest"] == rows[0].digest
-    retire = verify_statement(json.loads(rows[2].envelope), [k2.public_key()], KEY_CHANGE)
+    retire = verify_statement(json.loads(rows[2].envelope), [k2.public_key()], KH.KEY_CHANGE_PREDICATE)
     assert retire["predicate"]["key_id"] == key_id(k1)
 
 

@@ -28,12 +28,12 @@ def sign_certificate(
 ) -> Path:
     """Sign the certificate and write it to `path` (default ``<artifacts>/certificates/<version>.dsse.json``)."""
     from ratchet_stats.certificate import (
+        PREDICATE_TYPE,
         TaskOutcomes,
         build_certificate,
         certificate_subjects,
     )
     from ratchet_stats.dsse import make_statement, sign_statement
-    from ratchet_stats.predicates import EVALUATION_CERTIFICATE
 
     outcomes = TaskOutcomes(
         task=task, comparator="label", confidences=[0.99] * n, correct=[i < correct for i in range(n)]
@@ -49,9 +49,7 @@ def sign_certificate(
         tasks=[outcomes],
         day=day,
     )
-    envelope = sign_statement(
-        make_statement(EVALUATION_CERTIFICATE, predicate, certificate_subjects(predicate)), key
-    )
+    envelope = sign_statement(make_statement(PREDICATE_TYPE, predicate, certificate_subjects(predicate)), key)
     out = Path(path) if path is not None else Path(artifacts) / "certificates" / f"{version}.dsse.json"
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(envelope))

@@ -12,7 +12,6 @@ import sqlalchemy as sa
 from ratchet_core import manifest as mf
 from ratchet_stats.dsse import sign_statement, verify_statement
 from ratchet_stats.keys import generate_private_key
-from ratchet_stats.predicates import RELEASE_MANIFEST
 from tests.evidence.manifests import insert_raw_row, write_signed_manifest
 
 
@@ -37,7 +36,7 @@ def test_publish_builds_a_verifiable_hash_chain(engine, key):
     for r in rows:
         assert r.digest == hashlib.sha256(r.envelope.encode()).hexdigest()
     statement = verify_statement(json.loads(rows[1].envelope), [key.public_key()])
-    assert statement["predicateType"] == RELEASE_MANIFEST
+    assert statement["predicateType"] == mf.MANIFEST_PREDICATE
     assert statement["predicate"]["previous_digest"] == rows[0].digest
     latest, rejected = mf.latest_verified(engine, key.public_key())
     assert rejected == 0 and latest.sequence == 2
