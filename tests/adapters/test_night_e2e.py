@@ -163,7 +163,7 @@ def test_good_adapter_is_certified_and_its_bom_verifies(env, first_night):
     assert run_cli("verify", "certificate", str(cert_file), "--key", env.pub).returncode == 0
     res = run_cli(
         "verify", "bom", str(out / "bom.dsse.json"), "--key", env.pub, "--notice", str(out / "NOTICE.md"),
-        "--adapter-dir", record["adapter_dir"], "--json",
+        "--adapter-dir", str(env.artifacts / record["adapter_dir"]), "--json",
     )  # fmt: skip
     assert res.returncode == 0, res.stdout + res.stderr
     assert (
