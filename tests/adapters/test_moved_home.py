@@ -29,20 +29,14 @@ from ratchet_assets.defs.resources import night_resources
 from ratchet_assets.defs.traffic import traffic
 from ratchet_assets.defs.training_set import training_set
 
+from .conftest import home_with_a_day
+
 # one tiny training (~10-30 s) and three nights of ~60 golden answers: ~1-3 min on the shared 2 cores
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(1200)]
 
 DAY = "2026-01-01"
-NIGHT = [
-    traffic,
-    examples,
-    golden_split,
-    training_set,
-    lora_adapter,
-    evaluation_certificate,
-    bom,
-    daily_receipt,
-]
+UPSTREAM = [traffic, examples, golden_split, training_set]
+NIGHT = [*UPSTREAM, lora_adapter, evaluation_certificate, bom, daily_receipt]
 # A few optimiser steps: enough for some golden answers to be right, so the low target below certifies and the
 # night writes a BOM. This is about where things are, not the adapter's quality.
 TINY = {"epochs": 1, "min_steps": 30, "validation_share": 0.0, "num_threads": 1}
@@ -132,15 +126,8 @@ def _rerun_in(home: Path, old: Path, first) -> dg.ExecuteInProcessResult:
 @pytest.fixture(scope="module")
 def first(tmp_path_factory):
     """The first night in a home at <tmp>/first/home; `home` is wherever that home is now (the tests move it)."""
-    from ratchet_assets.night.fixtures import write_day
-    from ratchet_core.student_model import ensure_demo_base
-    from ratchet_stats.keys import generate_private_key, save_private_key
-
     home = tmp_path_factory.mktemp("first") / "home"
-    key = generate_private_key()
-    save_private_key(key, home / "keys" / "signing.key")
-    write_day(home / "lake", DAY, 90, seed=1, workload="tickets", student_share=0.0)
-    ensure_demo_base(home / "models" / "demo-base")
+    key = home_with_a_day(home, DAY, 90, seed=1)
     result = _night(home)
     reused, version = _reused(result)
     assert not reused
