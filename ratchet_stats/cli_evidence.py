@@ -25,6 +25,7 @@ from ratchet_stats import certificate as cert_mod
 from ratchet_stats import commitment as commit_mod
 from ratchet_stats.cli import CliError, emit
 from ratchet_stats.cli_verify import load_public_keys
+from ratchet_stats.evidence import EvidenceError
 
 
 def _install_certificate_checker() -> bool:
@@ -92,7 +93,7 @@ def _bom_for_proof(args: argparse.Namespace) -> tuple[str, Any, Any]:
         try:
             report = bom_mod.verify_bom(envelope, load_public_keys(args.key, args.key_file))
         except bom_mod.BomError as exc:
-            raise _ProofFail(f"bom-{exc.check}", exc.message) from exc
+            raise EvidenceError(f"bom-{exc.check}", exc.message) from exc
         return report.version, report.train, report.golden
     print(
         "warning: no --key: the BOM's signature is NOT checked; the roots are only as trustworthy as the file",
@@ -104,15 +105,8 @@ def _bom_for_proof(args: argparse.Namespace) -> tuple[str, Any, Any]:
     except (ValueError, KeyError, TypeError) as exc:
         raise CliError(f"{args.bom} is not a BOM envelope ({exc})") from exc
     except bom_mod.BomError as exc:
-        raise _ProofFail(f"bom-{exc.check}", exc.message) from exc
+        raise EvidenceError(f"bom-{exc.check}", exc.message) from exc
     return version, train, golden
-
-
-class _ProofFail(Exception):
-    def __init__(self, check: str, message: str) -> None:
-        super().__init__(message)
-        self.check = check
-        self.message = message
 
 
 def cmd_proof(args: argparse.Namespace) -> int:
@@ -120,7 +114,7 @@ def cmd_proof(args: argparse.Namespace) -> int:
     try:
         version, train, golden = _bom_for_proof(args)
         if not isinstance(proof, dict):
-            raise _ProofFail("shape", "the proof is not a JSON object")
+            raise EvidenceError("shape", "the proof is not a JSON object")
         if proof.get("kind") == "disjointness":
             count = commit_mod.verify_disjointness(
                 proof, train.key_root, train.key_count, golden.key_root, golden.key_count
@@ -128,20 +122,18 @@ def cmd_proof(args: argparse.Namespace) -> int:
             data = {"ok": True, "kind": "disjointness", "version": version, "golden_keys_checked": count}
             text = f"OK: none of the {count} golden keys is in the training set of {version}"
             if args.expect == "member":
-                raise _ProofFail("expect", "a disjointness proof shows absence, --expect member was asked")
+                raise EvidenceError("expect", "a disjointness proof shows absence, --expect member was asked")
             emit(args, data, text)
             return 0
         roots = {"training": (train.key_root, train.key_count), "golden": (golden.key_root, golden.key_count)}
         which = next((name for name, (root, _) in roots.items() if proof.get("root") == root), None)
         if which is None:
-            raise _ProofFail(
+            raise EvidenceError(
                 "root",
                 f"the proof's root {proof.get('root')} is neither the training nor the golden key root of {version}",
             )
         key, member = commit_mod.verify_key_proof(proof, *roots[which])
-    except commit_mod.ProofError as exc:
-        return _fail(args, exc.check, exc.message)
-    except _ProofFail as exc:
+    except EvidenceError as exc:  # the proof's own checks (ProofError) and the BOM's and shape's above
         return _fail(args, exc.check, exc.message)
     verdict = "IS" if member else "is NOT"
     data = {
