@@ -90,7 +90,7 @@ def _million_row_day(folder: Path, n: int, key) -> dict:
     from ratchet_assets.night.receipts import ROWS_SCHEMA
     from ratchet_stats.dsse import make_statement, sign_statement
     from ratchet_stats.merkle_store import TreeBuilder, leaf_hashes
-    from ratchet_stats.receipt import PREDICATE_TYPE, empty_totals, make_predicate
+    from ratchet_stats.receipt.v1 import PREDICATE_TYPE, empty_totals, make_predicate
 
     writer = ChunkedParquetWriter(
         folder / receipt_store.ROWS_FILE,
@@ -193,9 +193,9 @@ def test_the_client_view_route_answers_in_milliseconds_on_a_million_row_day(tmp_
     from ratchet_assets.night import atomic_write_bytes
     from ratchet_core.serve import serve_in_thread
     from ratchet_gateway.app import GatewayOptions, create_app
-    from ratchet_stats import receipt_v3
     from ratchet_stats import teacher_equivalent as te
     from ratchet_stats.dsse import make_statement, sign_statement
+    from ratchet_stats.receipt import v3 as receipt_v3
     from ratchet_stats.receipt import verify_client_view
 
     n = 1_000_000
