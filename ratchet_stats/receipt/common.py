@@ -94,6 +94,21 @@ def envelope_digest(envelope: Mapping[str, Any]) -> str:
     return digest(dict(envelope))
 
 
+def sum_totals(
+    entries: Iterable[Mapping[str, Any]], empty: dict[str, Any], cost_keys: Sequence[str]
+) -> dict[str, Any]:
+    """The TOTALS of several TOTALS (e.g. the overall totals from the per-client entries), into `empty` (the
+    version's zero TOTALS): requests, served_by and the version's `cost_keys` add up."""
+    out = empty
+    for e in entries:
+        out["requests"] += int(e["requests"])
+        for k, v in e["served_by"].items():
+            out["served_by"][k] = out["served_by"].get(k, 0) + int(v)
+        for k in cost_keys:
+            out[k] += int(e[k])
+    return out
+
+
 def client_salt(day: str, client: str, first_request_id: str) -> str:
     """A client line's salt (v2 on): ``SHA-256("ratchet receipt client salt" 0 day 0 client 0 first request_id)``.
     Only someone holding the client's rows can recompute it, so a sibling hash in a proof cannot be matched
@@ -333,6 +348,37 @@ def proven(tree: merkle.MerkleTree, leaves: Sequence[bytes], index: int) -> dict
         "index": index,
         "leaf": leaves[index].decode("utf-8"),
         "proof": [h.hex() for h in tree.inclusion_proof(index)],
+    }
+
+
+def client_view(
+    envelope: Mapping[str, Any],
+    day: str,
+    client: str,
+    client_leaves: Sequence[bytes],
+    estimate_leaves: Sequence[bytes],
+    tasks: Callable[[dict[str, Any]], Iterable[str]],
+) -> dict[str, Any] | None:
+    """What `client` receives of a day (v2 on), None when it has no line: the envelope, its own line proven against
+    the client root, and the estimate lines of the tasks `tasks(its line)` names, each proven against the
+    estimate root. The version adds the rows (and pair lines) it carries."""
+    lines = [json.loads(b) for b in client_leaves]
+    index = next((i for i, line in enumerate(lines) if line["client"] == client), None)
+    if index is None:
+        return None
+    wanted = set(tasks(lines[index]))
+    est_tree = merkle.MerkleTree(estimate_leaves)
+    return {
+        "_type": CLIENT_VIEW_TYPE,
+        "day": day,
+        "client": client,
+        "envelope": dict(envelope),
+        "line": proven(merkle.MerkleTree(client_leaves), client_leaves, index),
+        "estimates": [
+            proven(est_tree, estimate_leaves, i)
+            for i, b in enumerate(estimate_leaves)
+            if json.loads(b)["task"] in wanted
+        ],
     }
 
 

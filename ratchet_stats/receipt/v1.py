@@ -29,6 +29,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from ratchet_stats.canonical import canonical_json
+from ratchet_stats.receipt import common
 from ratchet_stats.receipt.common import (
     SERVED_BY,
     AuditorFiles,
@@ -39,6 +40,7 @@ from ratchet_stats.receipt.common import (
     check_sorted_rows,
     check_tree,
     micro,
+    need,
     nonzero,
     rows_of,
     tree_doc,
@@ -59,6 +61,7 @@ LEAF_FIELDS = (
     "actual_cost_usd",
     "status_code",
 )
+COST_KEYS = ("teacher_cost_micro_usd", "actual_cost_micro_usd", "saved_micro_usd")
 
 
 def empty_totals() -> dict[str, Any]:
@@ -84,14 +87,7 @@ def add_row(totals: dict[str, Any], row: Mapping[str, Any]) -> None:
 
 def sum_totals(entries: Iterable[Mapping[str, Any]]) -> dict[str, Any]:
     """The TOTALS of several TOTALS (e.g. the overall totals from the per-client entries)."""
-    out = empty_totals()
-    for e in entries:
-        out["requests"] += int(e["requests"])
-        for k, v in e["served_by"].items():
-            out["served_by"][k] = out["served_by"].get(k, 0) + int(v)
-        for k in ("teacher_cost_micro_usd", "actual_cost_micro_usd", "saved_micro_usd"):
-            out[k] += int(e[k])
-    return out
+    return common.sum_totals(entries, empty_totals(), COST_KEYS)
 
 
 def totals_from_rows(rows: Iterable[Mapping[str, Any]]) -> tuple[dict[str, dict[str, Any]], dict[str, Any]]:
@@ -125,22 +121,23 @@ def make_predicate(
 def check_shape(p: Any, what: str) -> None:
     """The v1 predicate's shape (check ``predicate``)."""
 
-    def need(cond: bool, msg: str) -> None:
-        if not cond:
-            raise ReceiptError("predicate", f"{what}: {msg}")
+    def shape(cond: bool, msg: str) -> None:
+        need(cond, "predicate", f"{what}: {msg}")
 
-    need(isinstance(p, dict), "predicate is not an object")
-    need(isinstance(p.get("day"), str) and len(p["day"]) == 10, "day must be YYYY-MM-DD")
+    shape(isinstance(p, dict), "predicate is not an object")
+    shape(isinstance(p.get("day"), str) and len(p["day"]) == 10, "day must be YYYY-MM-DD")
     req = p.get("requests")
-    need(isinstance(req, dict), "requests is missing")
-    need(isinstance(req.get("root"), str) and len(req["root"]) == 64, "requests.root must be 64 hex chars")
-    need(isinstance(req.get("size"), int) and req["size"] >= 0, "requests.size must be a count")
-    need(isinstance(p.get("clients"), dict), "clients is missing")
-    need(isinstance(p.get("totals"), dict), "totals is missing")
+    shape(isinstance(req, dict), "requests is missing")
+    shape(isinstance(req.get("root"), str) and len(req["root"]) == 64, "requests.root must be 64 hex chars")
+    shape(isinstance(req.get("size"), int) and req["size"] >= 0, "requests.size must be a count")
+    shape(isinstance(p.get("clients"), dict), "clients is missing")
+    shape(isinstance(p.get("totals"), dict), "totals is missing")
     prev = p.get("previous")
-    need(prev is None or (isinstance(prev, dict) and {"day", "digest"} <= set(prev)), "previous is malformed")
+    shape(
+        prev is None or (isinstance(prev, dict) and {"day", "digest"} <= set(prev)), "previous is malformed"
+    )
     for name, entry in [*p["clients"].items(), ("totals", p["totals"])]:
-        need(
+        shape(
             isinstance(entry, dict)
             and isinstance(entry.get("served_by"), dict)
             and all(

@@ -36,9 +36,8 @@ from typing import Any
 from ratchet_stats import merkle
 from ratchet_stats import teacher_equivalent as te
 from ratchet_stats.canonical import canonical_json
-from ratchet_stats.receipt import v1
+from ratchet_stats.receipt import common, v1
 from ratchet_stats.receipt.common import (
-    CLIENT_VIEW_TYPE,
     SERVED_BY,
     AuditorFiles,
     FilesReport,
@@ -53,11 +52,11 @@ from ratchet_stats.receipt.common import (
     check_sorted_rows,
     check_tree,
     client_salt,
+    client_view,
     is_count,
     micro,
     need,
     parse_client_fields,
-    proven,
     rows_of,
     tree_doc,
     tree_ok,
@@ -98,14 +97,7 @@ def add(totals: dict[str, Any], served: str, n: int, measured: int, estimated: i
 
 
 def sum_totals(entries: Iterable[Mapping[str, Any]]) -> dict[str, Any]:
-    out = empty_totals()
-    for e in entries:
-        out["requests"] += int(e["requests"])
-        for k, v in e["served_by"].items():
-            out["served_by"][k] = out["served_by"].get(k, 0) + int(v)
-        for k in COST_KEYS:
-            out[k] += int(e[k])
-    return out
+    return common.sum_totals(entries, empty_totals(), COST_KEYS)
 
 
 def client_leaf(client: str, salt: str, totals: Mapping[str, Any]) -> bytes:
@@ -325,26 +317,11 @@ def make_client_view(
 ) -> dict[str, Any] | None:
     """What `client` receives (module docstring): None when it has no line that day. `rows` are its own
     ``{index, request_id, leaf}`` entries; estimate lines are those of the tasks of its student-served rows."""
-    lines = [json.loads(b) for b in client_leaves]
-    index = next((i for i, line in enumerate(lines) if line["client"] == client), None)
-    if index is None:
-        return None
     tasks = {str(r["task"]) for r in (json.loads(row["leaf"]) for row in rows) if te.is_estimated(r)}
-    est_tree = merkle.MerkleTree(estimate_leaves)
-    estimates = [
-        proven(est_tree, estimate_leaves, i)
-        for i, b in enumerate(estimate_leaves)
-        if json.loads(b)["task"] in tasks
-    ]
-    return {
-        "_type": CLIENT_VIEW_TYPE,
-        "day": day,
-        "client": client,
-        "envelope": dict(envelope),
-        "line": proven(merkle.MerkleTree(client_leaves), client_leaves, index),
-        "estimates": estimates,
-        "rows": [dict(r) for r in rows],
-    }
+    view = client_view(envelope, day, client, client_leaves, estimate_leaves, lambda _line: tasks)
+    if view is not None:
+        view["rows"] = [dict(r) for r in rows]
+    return view
 
 
 def check_client_view(

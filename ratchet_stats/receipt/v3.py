@@ -35,7 +35,6 @@ from ratchet_stats import teacher_equivalent as te
 from ratchet_stats.canonical import canonical_json
 from ratchet_stats.receipt import v2
 from ratchet_stats.receipt.common import (
-    CLIENT_VIEW_TYPE,
     AuditorFiles,
     FilesReport,
     Previous,
@@ -49,12 +48,12 @@ from ratchet_stats.receipt.common import (
     check_sorted_rows,
     check_tree,
     client_salt,
+    client_view,
     is_count,
     micro,
     need,
     parse_client_fields,
     parse_line,
-    proven,
     rows_of,
     tree_doc,
     tree_ok,
@@ -308,24 +307,8 @@ def make_client_view(
     """What `client` receives: the envelope, its own line proven against the client root and the estimate lines
     of its line's ``tasks`` (each proven), from the small files alone; with `rows` (its ``{index, request_id,
     leaf}`` entries) and `pairs` (its pair lines) also those, which must recompute the line. None: no line."""
-    index = next((i for i, b in enumerate(client_leaves) if json.loads(b)["client"] == client), None)
-    if index is None:
-        return None
-    tasks = set(json.loads(client_leaves[index])["tasks"])
-    est_tree = merkle.MerkleTree(estimate_leaves)
-    view = {
-        "_type": CLIENT_VIEW_TYPE,
-        "day": day,
-        "client": client,
-        "envelope": dict(envelope),
-        "line": proven(merkle.MerkleTree(client_leaves), client_leaves, index),
-        "estimates": [
-            proven(est_tree, estimate_leaves, i)
-            for i, b in enumerate(estimate_leaves)
-            if json.loads(b)["task"] in tasks
-        ],
-    }
-    if rows is not None:
+    view = client_view(envelope, day, client, client_leaves, estimate_leaves, lambda line: line["tasks"])
+    if view is not None and rows is not None:
         view["rows"] = [dict(r) for r in rows]
         view["pairs"] = [b.decode("utf-8") for b in pairs or []]
     return view
