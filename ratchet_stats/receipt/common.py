@@ -362,11 +362,10 @@ def client_view(
     """What `client` receives of a day (v2 on), None when it has no line: the envelope, its own line proven against
     the client root, and the estimate lines of the tasks `tasks(its line)` names, each proven against the
     estimate root. The version adds the rows (and pair lines) it carries."""
-    lines = [json.loads(b) for b in client_leaves]
-    index = next((i for i, line in enumerate(lines) if line["client"] == client), None)
+    index = next((i for i, b in enumerate(client_leaves) if json.loads(b)["client"] == client), None)
     if index is None:
         return None
-    wanted = set(tasks(lines[index]))
+    wanted = set(tasks(json.loads(client_leaves[index])))
     est_tree = merkle.MerkleTree(estimate_leaves)
     return {
         "_type": CLIENT_VIEW_TYPE,
