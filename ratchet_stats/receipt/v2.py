@@ -22,7 +22,7 @@ one's own would be the other's). It commits to three RFC 9162 trees::
 - estimate leaves (``estimates.jsonl``), sorted by task: ``ratchet_stats.teacher_equivalent`` lines.
 
 An auditor holding the files verifies the whole (``ratchet_stats.receipt.verify_receipt`` with the client and
-estimate lines and the rows). A client receives a **client view** (``common.CLIENT_VIEW_TYPE``): the signed
+estimate lines and the rows). A client receives a **client view** (``client_view.CLIENT_VIEW_TYPE``): the signed
 envelope, its own line with an inclusion proof against the clients root, the estimate lines of the tasks it used
 (each proven), and its own request leaves, which must recompute its line (``verify_client_view``).
 """
@@ -37,6 +37,14 @@ from ratchet_stats import merkle
 from ratchet_stats import teacher_equivalent as te
 from ratchet_stats.canonical import canonical_json
 from ratchet_stats.receipt import common, v1
+from ratchet_stats.receipt.client_view import (
+    proven_view,
+    view_estimates,
+    view_indices_ok,
+    view_line,
+    view_own,
+    view_totals_match,
+)
 from ratchet_stats.receipt.common import (
     SERVED_BY,
     AuditorFiles,
@@ -52,7 +60,6 @@ from ratchet_stats.receipt.common import (
     check_sorted_rows,
     check_tree,
     client_salt,
-    client_view,
     is_count,
     micro,
     need,
@@ -60,11 +67,6 @@ from ratchet_stats.receipt.common import (
     rows_of,
     tree_doc,
     tree_ok,
-    view_estimates,
-    view_indices_ok,
-    view_line,
-    view_own,
-    view_totals_match,
 )
 
 PREDICATE_TYPE = "https://ratchet.dev/receipt/v2"
@@ -318,7 +320,7 @@ def make_client_view(
     """What `client` receives (module docstring): None when it has no line that day. `rows` are its own
     ``{index, request_id, leaf}`` entries; estimate lines are those of the tasks of its student-served rows."""
     tasks = {str(r["task"]) for r in (json.loads(row["leaf"]) for row in rows) if te.is_estimated(r)}
-    view = client_view(envelope, day, client, client_leaves, estimate_leaves, lambda _line: tasks)
+    view = proven_view(envelope, day, client, client_leaves, estimate_leaves, lambda _line: tasks)
     if view is not None:
         view["rows"] = [dict(r) for r in rows]
     return view

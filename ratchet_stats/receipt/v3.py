@@ -34,6 +34,14 @@ from ratchet_stats import merkle
 from ratchet_stats import teacher_equivalent as te
 from ratchet_stats.canonical import canonical_json
 from ratchet_stats.receipt import v2
+from ratchet_stats.receipt.client_view import (
+    proven_view,
+    view_estimates,
+    view_indices_ok,
+    view_line,
+    view_own,
+    view_totals_match,
+)
 from ratchet_stats.receipt.common import (
     AuditorFiles,
     FilesReport,
@@ -48,7 +56,6 @@ from ratchet_stats.receipt.common import (
     check_sorted_rows,
     check_tree,
     client_salt,
-    client_view,
     is_count,
     micro,
     need,
@@ -57,11 +64,6 @@ from ratchet_stats.receipt.common import (
     rows_of,
     tree_doc,
     tree_ok,
-    view_estimates,
-    view_indices_ok,
-    view_line,
-    view_own,
-    view_totals_match,
 )
 
 PREDICATE_TYPE = "https://ratchet.dev/receipt/v3"
@@ -307,7 +309,7 @@ def make_client_view(
     """What `client` receives: the envelope, its own line proven against the client root and the estimate lines
     of its line's ``tasks`` (each proven), from the small files alone; with `rows` (its ``{index, request_id,
     leaf}`` entries) and `pairs` (its pair lines) also those, which must recompute the line. None: no line."""
-    view = client_view(envelope, day, client, client_leaves, estimate_leaves, lambda line: line["tasks"])
+    view = proven_view(envelope, day, client, client_leaves, estimate_leaves, lambda line: line["tasks"])
     if view is not None and rows is not None:
         view["rows"] = [dict(r) for r in rows]
         view["pairs"] = [b.decode("utf-8") for b in pairs or []]
