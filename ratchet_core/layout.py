@@ -69,7 +69,7 @@ RECEIPT_ENVELOPE_FILE = "receipt.dsse.json"
 RECEIPT_ROWS_FILE = "rows.parquet"
 RECEIPT_TREE_FILE = "tree.bin"
 RECEIPT_CLIENTS_FILE = "clients.jsonl"
-RECEIPT_PAIRS_FILE = "pairs.jsonl"  # v3: the audit/shadow pair lines (ratchet_stats.receipt_v3.PAIRS_FILE)
+RECEIPT_PAIRS_FILE = "pairs.jsonl"  # v3: the audit/shadow pair lines (ratchet_stats.receipt.v3.PAIRS_FILE)
 RECEIPT_ESTIMATES_FILE = "estimates.jsonl"
 
 BOM_FILE = "bom.dsse.json"

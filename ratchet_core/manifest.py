@@ -46,8 +46,8 @@ from sqlalchemy.engine import Connection, Engine
 from ratchet_core.control_db import ensure_schema, release_manifest_lock, release_manifests
 from ratchet_core.reasons import REASON_MAX, REASON_MIN, ReasonError, check_reason  # noqa: F401 (re-exported)
 from ratchet_core.task_policy import TaskPolicy
+from ratchet_stats.release_manifest import PREDICATE_TYPE as MANIFEST_PREDICATE
 
-MANIFEST_PREDICATE = "https://ratchet.dev/release-manifest/v1"
 DEFAULT_AUDIT_RATE = 0.05
 STAGES = ("teacher", "shadow", "canary", "live")
 
