@@ -48,8 +48,8 @@ from ratchet_core.key_history import keys_ever_trusted, require_trusted, trusted
 from ratchet_core.keys import KeyTrustError, as_key_list
 from ratchet_core.reasons import ReasonError, check_reason
 from ratchet_core.task_policy import TaskPolicy
+from ratchet_stats.release_manifest import PREDICATE_TYPE as MANIFEST_PREDICATE
 
-MANIFEST_PREDICATE = "https://ratchet.dev/release-manifest/v1"
 DEFAULT_AUDIT_RATE = 0.05
 STAGES = ("teacher", "shadow", "canary", "live")
 

@@ -23,7 +23,7 @@ from typing import Any
 
 import pyarrow as pa
 
-from ratchet_stats.receipt import LEAF_FIELDS_V2
+from ratchet_stats.receipt.v2 import LEAF_FIELDS as LEAF_FIELDS_V2
 
 SCHEMA_VERSION = 3
 

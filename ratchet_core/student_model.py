@@ -104,3 +104,9 @@ def base_identity(path: str | Path) -> dict:
 def is_demo_base(path: str | Path) -> bool:
     """Whether `path` holds the demo base (which needs embeddings and head trained alongside LoRA)."""
     return (Path(path) / _MARKER).exists()
+
+
+def is_demo_identity(identity: dict) -> bool:
+    """Whether a base identity (:func:`base_identity`, as records keep it) is the demo base's: its marker file is
+    one of the files (the ``.txt`` suffix puts it there), so no path is needed."""
+    return _MARKER in (identity.get("files") or {})

@@ -32,6 +32,7 @@ from typing import Any
 
 from ratchet_stats.bounds import clopper_pearson_lower
 from ratchet_stats.canonical import sha256_file, sha256_hex
+from ratchet_stats.evidence import DocumentFormat
 from ratchet_stats.ltt import DEFAULT_GRID as LTT_DEFAULT_GRID
 from ratchet_stats.ltt import ltt_calibrate
 from ratchet_stats.mcnemar import mcnemar_exact
@@ -356,3 +357,12 @@ def summary_lines(predicate: Mapping[str, Any]) -> list[str]:
             f"{'none' if thr is None else thr}{mc_text}"
         )
     return lines
+
+
+def check_statement(statement: Mapping[str, Any]) -> list[str]:
+    """``check_certificate`` of the statement's predicate (what ``ratchet verify certificate`` runs)."""
+    return check_certificate(statement["predicate"])
+
+
+# The certificate's one version; ``ratchet_stats.cli_verify`` lists it under ``verify certificate``.
+FORMAT = DocumentFormat(PREDICATE_TYPE, check_statement, summary_lines)

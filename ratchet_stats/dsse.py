@@ -32,6 +32,7 @@ from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 
 from ratchet_stats.canonical import canonical_json, loads_strict
+from ratchet_stats.evidence import EvidenceError
 from ratchet_stats.keys import key_id, load_public_key
 
 __all__ = [
@@ -56,16 +57,8 @@ _B64 = re.compile(r"^(?:[A-Za-z0-9+/]{4})*(?:[A-Za-z0-9+/]{2}==|[A-Za-z0-9+/]{3}
 _HEX = re.compile(r"^[0-9a-f]+$")
 
 
-class VerificationError(Exception):
+class VerificationError(EvidenceError):
     """A signed document failed verification; ``check`` names the check that failed."""
-
-    def __init__(self, check: str, message: str) -> None:
-        super().__init__(message)
-        self.check = check
-        self.message = message
-
-    def __str__(self) -> str:
-        return f"{self.check}: {self.message}"
 
 
 @dataclass(frozen=True)

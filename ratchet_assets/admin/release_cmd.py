@@ -185,9 +185,11 @@ def promote_cmd(
     carries the certificate's calibrated confidence threshold. Without one, nothing is published unless --force.
     """
     from ratchet_assets.release.decision import LIVE, ReleaseRule, step_of
-    from ratchet_assets.release.guard import NotCertified, certificate_path, certified_task
+    from ratchet_assets.release.guard import NotCertified, certified_task
+    from ratchet_assets.release.registry import certificate_file
     from ratchet_assets.release.tick import release_for
     from ratchet_core.key_history import keys_ever_trusted
+    from ratchet_core.layout import ArtifactLayout
     from ratchet_core.manifest import ManifestError
     from ratchet_core.settings import load_settings
 
@@ -203,7 +205,7 @@ def promote_cmd(
             problems.append(f"{version} is {row['status']} on {task}")
         try:
             cert = certified_task(
-                (row or {}).get("certificate_path") or certificate_path(folder, version),
+                certificate_file(folder, row, version),
                 version,
                 task,
                 keys_ever_trusted(conn, roots=[signer]),  # a certificate signed before a key rotation counts
@@ -242,7 +244,7 @@ def promote_cmd(
         details.update(
             forced=forced,
             overridden=problems,
-            certificate=cert.certificate if cert else None,
+            certificate=ArtifactLayout(folder).name_of(cert.certificate) if cert else None,
             threshold=threshold,
         )
         out = {(version, task): ("live" if new.stage == "live" else new.stage, new.stage)}

@@ -118,7 +118,7 @@ def lora_adapter(
         "train_examples": dg.MetadataValue.int(int(record.get("examples") or 0)),
         "reused": result.reused,
         "training_set_root": dg.MetadataValue.text(record["train_rows_root"]),
-        "dagster/uri": dg.MetadataValue.path(record["adapter_dir"]),
+        "dagster/uri": dg.MetadataValue.path(str(step.adapter_path(artifacts, record))),
     }
     learner = record.get("learner") or {}  # the learner's choices (numeric: the UI plots them per partition)
     if learner.get("epochs_run") is not None:

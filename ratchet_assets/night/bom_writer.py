@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from ratchet_assets.night import bom_document as BD
-from ratchet_assets.night.adapter import read_record
+from ratchet_assets.night.adapter import adapter_path, read_record
 from ratchet_assets.night.commitments import golden_commitment, training_commitment
 from ratchet_core.lake import atomic_write_bytes
 from ratchet_core.layout import ArtifactLayout
@@ -53,7 +53,6 @@ def write_bom(
 
     ``public_keys``: the key (or keys) the certificate and the new BOM must verify with.
     """
-    from ratchet_core.student_model import is_demo_base
     from ratchet_stats import bom_format as B
     from ratchet_stats import certificate as cert
     from ratchet_stats.canonical import canonical_json, sha256_hex
@@ -109,8 +108,7 @@ def write_bom(
         golden_c.keys,
         golden_c.rows,
     )
-    base_path = record.get("base_path", "")
-    license_id = BD.base_license(base_path, bool(base_path) and is_demo_base(base_path))
+    license_id = _base_license(record, day)
     notice = BD.build_notice(
         version=version,
         base_name=record["base"]["name"],
@@ -142,7 +140,7 @@ def write_bom(
         make_statement(B.BOM_PREDICATE, document, B.subjects_for_files(record["files"])), private_key
     )
     try:  # the auditor's check, before anything is published
-        report = B.verify_bom(envelope, public_keys, notice=notice, adapter_dir=record["adapter_dir"])
+        report = B.verify_bom(envelope, public_keys, notice=notice, adapter_dir=adapter_path(layout, record))
     except B.BomError as exc:
         raise BomStepError(f"the BOM does not verify ({exc.check}): {exc.message}") from exc
 
@@ -168,6 +166,26 @@ def write_bom(
         license_id=license_id,
         checks=list(report.checks),
     )
+
+
+def _base_license(record: dict[str, Any], day: str) -> str:
+    """The base model's licence: the record's ``base_license``. A record written before it was recorded names the
+    base by its path (``base_path``): the demo base is known by its marker file among the base's files, any other
+    base's licence is read where the path says, and a base no longer there stops the step (never a silent
+    NOASSERTION: the signed BOM would change)."""
+    from ratchet_core.student_model import is_demo_identity
+
+    if "base_license" in record:
+        return str(record["base_license"])
+    if is_demo_identity(record.get("base") or {}):
+        return BD.DEMO_BASE_LICENSE
+    base_path = record.get("base_path", "")
+    if not base_path or not Path(base_path).is_dir():
+        raise BomStepError(
+            f"the adapter record of {day} names its base model by a path that is gone ({base_path or 'none'}): "
+            f"materialise `lora_adapter` for {day} again (it reuses the adapter and records the base's licence)"
+        )
+    return BD.base_license(base_path, False)
 
 
 # Data governance (ratchet_assets.governance): imported data's provenance and the erasures honoured ---------------

@@ -94,9 +94,7 @@ def certify_adapter(
             f"the golden set of {day} has {len(rows)} rows but golden_split committed to {golden.size}: "
             f"materialise `golden_split` for {day} again"
         )
-    how = ev.ensure_adapter_loaded(
-        url, api_key, version, record["adapter_dir"], record["adapter_sha256"], effects
-    )
+    how = ev.ensure_adapter_loaded(url, api_key, version, layout, record["adapter_sha256"], effects)
     log(f"{version} on {url}: {how}")
     step = max(1, len(rows) // 10)
 
@@ -112,7 +110,7 @@ def certify_adapter(
         if live_version == version or not task_rows or not live_dir.is_dir():
             continue
         live_digest = cert.adapter_dir_digest(live_dir)
-        ev.ensure_adapter_loaded(url, api_key, live_version, live_dir, live_digest, effects)
+        ev.ensure_adapter_loaded(url, api_key, live_version, layout, live_digest, effects)
         baselines[task] = (
             live_version,
             ev.answer_rows(url, api_key, live_version, task_rows, concurrency, max_tokens),

@@ -236,16 +236,21 @@ def _admit(engine: Engine, private_key: Any, adm: Admission, public_keys: Any, r
 
 
 def candidates(
-    engine: Engine, public_keys: Any, target: float, targets: dict[str, float] | None = None
+    engine: Engine,
+    public_keys: Any,
+    target: float,
+    artifacts: str | Path,
+    targets: dict[str, float] | None = None,
 ) -> list[Candidate]:
-    """Registry candidates in registration order; the newest of each task with its certificate verified again now
-    (``guard.certified_task``: signature under `public_keys`, numbers, the task certified at `target`, or at its
-    own target in `targets`: its signed task policy, ``ratchet_core.task_policy``)."""
+    """Registry candidates in registration order; the newest of each task with its certificate (under
+    `artifacts`) verified again now (``guard.certified_task``: signature under `public_keys`, numbers, the task
+    certified at `target`, or at its own target in `targets`: its signed task policy, ``ratchet_core.task_policy``)."""
     rows = registry.list_versions(engine, status="candidate")
     newest = {row["task"]: row["version"] for row in rows}  # only these can be admitted; older ones retire
     out = []
     for row in rows:
-        version, task, path = row["version"], row["task"], row["certificate_path"]
+        version, task = row["version"], row["task"]
+        path = registry.certificate_file(artifacts, row, version)
         if newest[task] != version:
             out.append(
                 Candidate(version, task, row["threshold"], None, Path(path).name, problem="superseded")
@@ -295,7 +300,9 @@ def release_tick(
     pairs = read_pairs(lake, segments, wm)
     try:
         targets = {t: rule.for_task(t, manifest).target for t in manifest.policies}
-        plan = decide_tick(manifest, candidates(engine, keys, rule.target, targets), old, pairs, rule)
+        plan = decide_tick(
+            manifest, candidates(engine, keys, rule.target, artifacts, targets), old, pairs, rule
+        )
     finally:
         pairs.close()  # a plan stops reading at its decision: close the lake connection now
     result.holds.extend(plan.waiting)

@@ -4,6 +4,10 @@
 retired | rejected and ``stage`` the manifest stage it was last published at. A verified, consistent evaluation
 certificate (``<artifacts>/certificates/<version>.dsse.json``, ``ratchet_stats.certificate``) registers the version:
 ``candidate`` for each certified task (with the certificate's LTT threshold), ``rejected`` for the others.
+
+``certificate_path`` is the certificate's name in the artifacts tree (``certificates/<version>.dsse.json``), read
+with :func:`certificate_file` under the artifacts root of the reader; rows registered before names were relative
+hold an absolute path, read the same way (``ratchet_core.layout``, "Stored names").
 """
 
 from __future__ import annotations
@@ -101,6 +105,22 @@ def list_versions(engine: Engine, status: str | None = None) -> list[dict[str, A
         return [dict(r) for r in conn.execute(q).mappings()]
 
 
+def certificate_file(artifacts: str | Path, row: dict[str, Any] | None, version: str) -> Path:
+    """The certificate a registry row names (its ``certificate_path``), under `artifacts`; where the night writes
+    `version`'s certificate when the row names none (a version an operator put in the registry directly)."""
+    layout = ArtifactLayout(artifacts)
+    stored = (row or {}).get("certificate_path") or ""
+    return layout.resolve(stored) if stored else layout.certificate(version)
+
+
+def _stored_name(layout: ArtifactLayout, stored: str) -> str:
+    """A registry row's ``certificate_path`` as a name (an older row's absolute path read as one)."""
+    try:
+        return layout.name_of(layout.resolve(stored))
+    except ValueError:  # names nothing in this tree
+        return stored
+
+
 def register_certificates(engine: Engine, artifacts: Path, public_keys: Any) -> list[str]:
     """Register every certificate not yet in the registry; return one line per certificate acted on.
 
@@ -115,14 +135,17 @@ def register_certificates(engine: Engine, artifacts: Path, public_keys: Any) -> 
     ensure_schema(engine)
     # A certificate signed before a key rotation still verifies: every key the history ever trusted counts.
     public_keys = [*as_key_list(public_keys), *keys_ever_trusted(engine)]
-    files = ArtifactLayout(artifacts).certificate_files()
+    layout = ArtifactLayout(artifacts)
+    files = layout.certificate_files()
     if not files:
         return []
     with engine.connect() as conn:
-        known = {r[0] for r in conn.execute(sa.select(versions.c.certificate_path).distinct())}
+        stored = [r[0] for r in conn.execute(sa.select(versions.c.certificate_path).distinct()) if r[0]]
+    known = {_stored_name(layout, s) for s in stored}
     notes: list[str] = []
     for path in files:
-        if str(path) in known:
+        name = layout.name_of(path)
+        if name in known:
             continue
         try:
             statement = verify_statement(path.read_text(), public_keys, predicate_type=PREDICATE_TYPE)
@@ -149,7 +172,7 @@ def register_certificates(engine: Engine, artifacts: Path, public_keys: Any) -> 
                         stage="teacher",
                         status="candidate" if certified else "rejected",
                         threshold=(section.get("ltt") or {}).get("threshold"),
-                        certificate_path=str(path),
+                        certificate_path=name,
                         day=day,
                         created_at=now_iso(),
                         updated_at=now_iso(),

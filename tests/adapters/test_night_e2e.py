@@ -29,7 +29,7 @@ from ratchet_assets.defs.training_set import training_set
 from ratchet_stats import certificate as CERT
 from ratchet_stats.dsse import verify_statement
 
-from .conftest import run_cli
+from .conftest import home_with_a_day, run_cli
 
 # Real training: ~2-4 min on two idle cores, several times that when other test runs share them.
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(1800)]
@@ -86,18 +86,13 @@ def _effects(home: Path, effect_type: str) -> list:
 
 @pytest.fixture(scope="module")
 def env(tmp_path_factory):
-    from ratchet_assets.night.fixtures import write_day
-    from ratchet_core.student_model import ensure_demo_base
     from ratchet_gateway.student_server.app import create_app
-    from ratchet_stats.keys import generate_private_key, public_key_b64, save_private_key
+    from ratchet_stats.keys import public_key_b64
     from tests.serve import serve_in_thread
 
     home = tmp_path_factory.mktemp("night") / "home"
-    key = generate_private_key()
-    save_private_key(key, home / "keys" / "signing.key")
-    write_day(home / "lake", DAY1, 900, seed=1, workload="tickets", student_share=0.0)
-    base = ensure_demo_base(home / "models" / "demo-base")
-    with serve_in_thread(create_app(base)) as url:
+    key = home_with_a_day(home, DAY1, 900, seed=1)
+    with serve_in_thread(create_app(home / "models" / "demo-base")) as url:
         yield SimpleNamespace(
             home=home,
             artifacts=home / "artifacts",
@@ -163,7 +158,7 @@ def test_good_adapter_is_certified_and_its_bom_verifies(env, first_night):
     assert run_cli("verify", "certificate", str(cert_file), "--key", env.pub).returncode == 0
     res = run_cli(
         "verify", "bom", str(out / "bom.dsse.json"), "--key", env.pub, "--notice", str(out / "NOTICE.md"),
-        "--adapter-dir", record["adapter_dir"], "--json",
+        "--adapter-dir", str(env.artifacts / record["adapter_dir"]), "--json",
     )  # fmt: skip
     assert res.returncode == 0, res.stdout + res.stderr
     assert (
