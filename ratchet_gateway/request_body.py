@@ -8,8 +8,8 @@ strictly, as OpenAI checks them (``ratchet_gateway.input_rules``: ``max_tokens: 
 
 Before parsing, a body nested deeper than ``input_rules.MAX_NESTING_DEPTH`` is a 400; the task
 (``metadata.ratchet_task``, else the ``X-Ratchet-Task`` header decoded as UTF-8, else ``default``) must be a
-valid task name (``input_rules.TASK_NAME_PATTERN``: 1-64 of ``A-Za-z0-9._-``) or the request is a 400: it is
-never stored, logged or forwarded upstream unvalidated.
+valid task name (``ratchet_core.names.TASK_NAME_PATTERN``: 1-64 of ``A-Za-z0-9._-``) or the request is a 400:
+it is never stored, logged or forwarded upstream unvalidated.
 """
 
 from __future__ import annotations
@@ -21,10 +21,9 @@ import orjson
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from starlette.requests import ClientDisconnect, Request
 
+from ratchet_core.names import MAX_TASK_NAME_LENGTH, TASK_NAME_PATTERN
 from ratchet_gateway.errors import GatewayError
 from ratchet_gateway.input_rules import (
-    MAX_TASK_NAME_LENGTH,
-    TASK_NAME_PATTERN,
     InputRuleError,
     Number,
     StrictBool,
