@@ -314,9 +314,11 @@ class ArtifactLayout:
     def import_provenance(self, import_id: str) -> Path:
         return self.import_dir(import_id) / "provenance.json"
 
-    def import_files(self) -> list[Path]:
-        """Every import's examples file, sorted by import id."""
-        return sorted(self.path(IMPORTS).glob("*/examples.parquet"))
+    def import_files(self, until: str | None = None) -> list[Path]:
+        """Every import's examples file, sorted by import id; with ``until``, only imports whose rows join the
+        night on or before that day (an import id starts with its day)."""
+        files = sorted(self.path(IMPORTS).glob("*/examples.parquet"))
+        return files if until is None else [p for p in files if p.parent.name[:10] <= until]
 
 
 @dataclass(frozen=True)

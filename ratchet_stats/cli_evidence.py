@@ -17,7 +17,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from ratchet_stats import bom as bom_mod
+from ratchet_stats import bom_format as bom_mod
 from ratchet_stats import commitment as commit_mod
 from ratchet_stats.cli import CliError, emit
 from ratchet_stats.cli_verify import load_public_keys

@@ -2,9 +2,10 @@
 
 **The error.** Evidence failed a check, and ``check`` names it.
 A signed envelope (``ratchet_stats.dsse.VerificationError``), a receipt and its files
-(``ratchet_stats.receipt.ReceiptError``), a BOM (``ratchet_stats.bom.BomError``) and a training-set proof
-(``ratchet_stats.commitment.ProofError``) each raise their own subclass, so a caller catches one kind or, with
-``EvidenceError``, any. ``str(exc)`` is ``"<check>: <message>"``; the CLIs print ``check`` and ``message`` apart.
+(``ratchet_stats.receipt.ReceiptError``), a BOM (``ratchet_stats.bom_format.BomError``) and a training-set
+proof (``ratchet_stats.commitment.ProofError``) each raise their own subclass, so a caller catches one kind
+or, with ``EvidenceError``, any. ``str(exc)`` is ``"<check>: <message>"``; the CLIs print ``check`` and
+``message`` apart.
 
 **The format.** A signed document that ``ratchet verify NAME`` checks (``ratchet_stats.cli_verify``) exports one
 :class:`DocumentFormat` per version (the release manifest's is ``ratchet_stats.release_manifest.FORMAT``, the

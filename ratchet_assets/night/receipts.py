@@ -50,7 +50,6 @@ import pyarrow.parquet as pq
 from ratchet_assets.effects import EffectLedger, EffectRecord
 from ratchet_assets.night import (
     ChunkedParquetWriter,
-    atomic_write_bytes,
     canonical_text,
     connect,
     sql_str,
@@ -60,6 +59,7 @@ from ratchet_assets.night.budget import Budget
 from ratchet_assets.night.budget import connect as budget_connect
 from ratchet_assets.night.traffic import traffic_path
 from ratchet_core import receipt_store
+from ratchet_core.lake import atomic_write_bytes
 from ratchet_core.layout import ArtifactLayout
 from ratchet_core.schema import RECEIPT_LEAF_FIELDS
 from ratchet_stats import teacher_equivalent as te

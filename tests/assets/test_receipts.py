@@ -22,7 +22,7 @@ from ratchet_assets.night.traffic import consolidate_traffic
 from ratchet_core.control_db import make_engine
 from ratchet_core.layout import ArtifactLayout
 from ratchet_core.pricing import model_prices
-from ratchet_core.receipt_views import auditor_view, client_view
+from ratchet_gateway.receipt_views import auditor_view, client_view
 from ratchet_stats.canonical import canonical_json
 from ratchet_stats.cli import main as stats_main
 from ratchet_stats.keys import generate_private_key, load_private_key_file, load_public_key
@@ -278,7 +278,7 @@ def test_tampering_fails_naming_the_check(signed: dict, tmp_path: Path) -> None:
 
 
 def test_v1_receipts_still_verify_and_chain_into_v3(two_days: Path, tmp_path: Path) -> None:
-    from ratchet_assets.night import atomic_write_bytes
+    from ratchet_core.lake import atomic_write_bytes
     from ratchet_stats.dsse import make_statement, sign_statement
     from ratchet_stats.merkle import root
 
@@ -333,7 +333,7 @@ def test_v1_receipts_still_verify_and_chain_into_v3(two_days: Path, tmp_path: Pa
 
 def test_v2_receipts_still_verify_and_chain_into_v3(two_days: Path, tmp_path: Path) -> None:
     """A v2 receipt (signed before pairs counted) verifies with its rows; the v3 day after carries its estimates."""
-    from ratchet_assets.night import atomic_write_bytes
+    from ratchet_core.lake import atomic_write_bytes
     from ratchet_stats.dsse import make_statement, sign_statement
 
     art = two_days / "artifacts"

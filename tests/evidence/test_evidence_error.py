@@ -7,7 +7,7 @@ import pickle
 
 import pytest
 
-from ratchet_stats.bom import BomError, verify_bom
+from ratchet_stats.bom_format import BomError, verify_bom
 from ratchet_stats.commitment import ProofError, verify_key_proof
 from ratchet_stats.dsse import VerificationError, verify_envelope
 from ratchet_stats.evidence import EvidenceError

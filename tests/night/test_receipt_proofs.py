@@ -86,8 +86,9 @@ def _million_row_day(folder: Path, n: int, key) -> dict:
     import pyarrow as pa
     import pyarrow.compute as pc
 
-    from ratchet_assets.night import ChunkedParquetWriter, atomic_write_bytes
+    from ratchet_assets.night import ChunkedParquetWriter
     from ratchet_assets.night.receipts import ROWS_SCHEMA
+    from ratchet_core.lake import atomic_write_bytes
     from ratchet_stats.dsse import make_statement, sign_statement
     from ratchet_stats.merkle_store import TreeBuilder, leaf_hashes
     from ratchet_stats.receipt.v1 import PREDICATE_TYPE, empty_totals, make_predicate
@@ -146,9 +147,9 @@ def test_the_gateway_proof_route_answers_in_milliseconds_on_a_million_row_day(tm
 
     import httpx
 
-    from ratchet_core.serve import serve_in_thread
     from ratchet_gateway.app import GatewayOptions, create_app
     from ratchet_stats.receipt import verify_receipt
+    from tests.serve import serve_in_thread
 
     n = 1_000_000
     key = generate_private_key()
@@ -190,12 +191,12 @@ def test_the_client_view_route_answers_in_milliseconds_on_a_million_row_day(tmp_
 
     import httpx
 
-    from ratchet_assets.night import atomic_write_bytes
-    from ratchet_core.serve import serve_in_thread
+    from ratchet_core.lake import atomic_write_bytes
     from ratchet_gateway.app import GatewayOptions, create_app
     from ratchet_stats import teacher_equivalent as te
     from ratchet_stats.dsse import make_statement, sign_statement
     from ratchet_stats.receipt import v3, verify_client_view
+    from tests.serve import serve_in_thread
 
     n = 1_000_000
     key = generate_private_key()

@@ -1,4 +1,4 @@
-"""Verify an adapter's signed ML-BOM: DSSE signature, in-toto Statement, CycloneDX 1.6 shape, NOTICE, files.
+"""The adapter's ML-BOM format, and its verification: DSSE signature, in-toto Statement, CycloneDX 1.6, NOTICE, files.
 
 The BOM is a CycloneDX 1.6 document (``bomFormat`` "CycloneDX", ``specVersion`` "1.6") carried as the predicate of
 an in-toto Statement v1 (predicateType ``https://cyclonedx.org/bom``) in a DSSE envelope. The Statement's subjects
