@@ -1,4 +1,4 @@
-"""Helpers shared by the admin command modules: the control DB engine, the --reason and name rules, JSON output."""
+"""Helpers shared by the admin command modules: the control DB engine, the --reason rule and JSON output."""
 
 from __future__ import annotations
 
@@ -31,25 +31,6 @@ def _checked_reason(ctx: click.Context, param: click.Parameter, value: str | Non
 def reason_option(help_text: str = "Why (3-500 characters); kept in the audit trail.") -> Any:
     """``--reason`` for every command that changes something: one rule (``ratchet_core.reasons.check_reason``)."""
     return click.option("--reason", required=True, callback=_checked_reason, help=help_text)
-
-
-def names_checked(kind: str) -> Any:
-    """A click callback: the option's or argument's value (one, or each of a repeated option) follows the one name
-    rule for `kind` (``ratchet_core.names``: task, client, version, request id, day), else a usage error."""
-
-    def callback(ctx: click.Context, param: click.Parameter, value: Any) -> Any:
-        from ratchet_core.names import NameRuleError, check
-
-        if value is None:
-            return None
-        try:
-            if isinstance(value, tuple):
-                return tuple(check(kind, v) for v in value)  # type: ignore[arg-type]
-            return check(kind, value)  # type: ignore[arg-type]
-        except NameRuleError as exc:
-            raise click.BadParameter(exc.message, ctx=ctx, param=param) from None
-
-    return callback
 
 
 def engine_for(url: str) -> Engine:

@@ -20,9 +20,9 @@ from ratchet_assets.admin.common import (
     echo_json,
     engine_for,
     json_option,
-    names_checked,
     reason_option,
 )
+from ratchet_assets.cli_names import names_checked
 
 
 @click.command()

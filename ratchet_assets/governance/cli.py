@@ -9,7 +9,7 @@ from pathlib import Path
 
 import click
 
-from ratchet_assets.admin.common import names_checked
+from ratchet_assets.cli_names import names_checked
 from ratchet_assets.governance.when import parse_when
 
 
