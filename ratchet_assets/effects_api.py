@@ -32,6 +32,7 @@ from typing import Annotated, Any, Literal
 
 from fastapi import Depends, FastAPI, Query, Security
 from fastapi.exceptions import RequestValidationError
+from fastapi.openapi.utils import get_openapi
 from fastapi.responses import JSONResponse
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from sqlalchemy.engine import Engine
@@ -50,11 +51,13 @@ from ratchet_assets.effects import (
     namespace_of,
 )
 from ratchet_assets.effects_models import (
-    ApprovalView,
+    Approval,
     BeginAnswer,
     BeginBody,
     DecisionBody,
-    EffectView,
+    EffectRecord,
+    ErrorBody,
+    ErrorDetail,
     FailBody,
     Finished,
     Forgotten,
@@ -85,9 +88,34 @@ ERROR_TYPES = {
 def error_response(status: int, message: str, code: str, param: str | None = None) -> JSONResponse:
     """OpenAI's error document: ``{"error": {"message", "type", "param", "code"}}``."""
     kind = ERROR_TYPES.get(status, "invalid_request_error" if status < 500 else "api_error")
-    return JSONResponse(
-        {"error": {"message": message, "type": kind, "param": param, "code": code}}, status_code=status
-    )
+    body = ErrorBody(error=ErrorDetail(message=message, type=kind, param=param, code=code))
+    return JSONResponse(body.model_dump(), status_code=status)
+
+
+ERROR_DOCS: dict[int | str, dict[str, Any]] = {
+    status: {"model": ErrorBody, "description": what}
+    for status, what in {
+        400: "Invalid request: the message names the field (param) and what to fix",
+        401: "Missing or unknown key",
+        403: "The admin key is needed, or the effect type is outside the caller's namespace",
+        409: "The token holds no effect of the caller's in flight (stale_token)",
+        413: "The body is larger than 64 KiB",
+    }.items()
+}
+
+
+def _openapi(app: FastAPI) -> dict[str, Any]:
+    """FastAPI's document without its ``422 {"detail": ...}`` validation body: the gate answers those with 400 in
+    OpenAI's shape (``ERROR_DOCS``)."""
+    if app.openapi_schema is None:
+        doc = get_openapi(title=app.title, version=app.version, summary=app.summary, routes=app.routes)
+        for operations in doc.get("paths", {}).values():
+            for operation in operations.values():
+                operation.get("responses", {}).pop("422", None)
+        for name in ("HTTPValidationError", "ValidationError"):
+            doc.get("components", {}).get("schemas", {}).pop(name, None)
+        app.openapi_schema = doc
+    return app.openapi_schema
 
 
 class ApiError(Exception):
@@ -224,7 +252,9 @@ def create_app(engine: Engine, clients: list[tuple[str, str]], admin_key: str) -
         title="Ratchet effect gate",
         summary="Irreversible effects at most once: begin/report/fail/resolve, approvals, max_attempts, spend caps.",
         version="1",
+        responses=ERROR_DOCS,
     )
+    app.openapi = lambda: _openapi(app)  # type: ignore[method-assign]
     app.add_middleware(BodyGuard)
     app.state.ledger = EffectLedger(engine)
     # The admin key last: a client secret equal to it still authenticates as the admin.
@@ -303,12 +333,12 @@ def create_app(engine: Engine, clients: list[tuple[str, str]], admin_key: str) -
         return Finished(status="failed")
 
     @app.post("/effects/resolve", tags=["admin"])
-    def resolve(body: ResolveBody, who: Admin, gate: Ledger) -> EffectView | Forgotten:
+    def resolve(body: ResolveBody, who: Admin, gate: Ledger) -> EffectRecord | Forgotten:
         """Operator decision on a stuck effect (same rules as `ratchet admin effects resolve`)."""
         record = gate.resolve(body.effect_type, body.key, body.resolution, body.reason, force=body.force)
         if record is None:
             return Forgotten(effect_type=body.effect_type, key=body.key)
-        return EffectView(**record.to_dict())
+        return record
 
     @app.get("/effects", tags=["effects"])
     def list_effects(
@@ -317,7 +347,7 @@ def create_app(engine: Engine, clients: list[tuple[str, str]], admin_key: str) -
         effect_type: str | None = None,
         status: Literal["in_flight", "done", "failed", "indeterminate"] | None = None,
         limit: Annotated[int, Query(ge=1, le=1000)] = 100,
-    ) -> list[EffectView]:
+    ) -> list[EffectRecord]:
         """Newest first; a client sees only its own effects."""
         rows = gate.list_effects(
             effect_type=_type(who, effect_type) if effect_type else None,
@@ -325,38 +355,34 @@ def create_app(engine: Engine, clients: list[tuple[str, str]], admin_key: str) -
             limit=limit,
             namespace=_namespace(who),
         )
-        return [EffectView(**r.to_dict()) for r in rows]
+        return rows
 
     @app.get("/effects/{effect_type}/{key:path}", tags=["effects"])
-    def show(effect_type: str, key: str, who: Caller, gate: Ledger) -> EffectView:
+    def show(effect_type: str, key: str, who: Caller, gate: Ledger) -> EffectRecord:
         """One effect of the caller's (the admin reads a client's with ``GET /effects?effect_type=<client>/<type>``)."""
         record = gate.lookup(_type(who, effect_type), key)
         if record is None:
             raise ApiError(
                 404, f"no effect {effect_type} {key[:80]!r}; list them with GET /effects", "not_found"
             )
-        return EffectView(**record.to_dict())
+        return record
 
     @app.get("/approvals", tags=["admin"])
     def approvals(
         who: Admin, gate: Ledger, state: Literal["pending", "granted", "denied"] | None = "pending"
-    ) -> list[ApprovalView]:
+    ) -> list[Approval]:
         """Approvals in a state (pending by default), newest first."""
-        return [ApprovalView(**a.to_dict()) for a in gate.approvals(state)]
+        return gate.approvals(state)
 
     @app.post("/approvals/grant", tags=["admin"])
-    def grant(body: DecisionBody, who: Admin, gate: Ledger) -> ApprovalView:
+    def grant(body: DecisionBody, who: Admin, gate: Ledger) -> Approval:
         """Grant a requested approval, with the reason (3-500 characters)."""
-        return ApprovalView(
-            **gate.decide(body.effect_type, body.key, True, body.reason, actor="admin-api").to_dict()
-        )
+        return gate.decide(body.effect_type, body.key, True, body.reason, actor="admin-api")
 
     @app.post("/approvals/deny", tags=["admin"])
-    def deny(body: DecisionBody, who: Admin, gate: Ledger) -> ApprovalView:
+    def deny(body: DecisionBody, who: Admin, gate: Ledger) -> Approval:
         """Deny a requested approval, with the reason; the effect's next begin is ``denied`` with it."""
-        return ApprovalView(
-            **gate.decide(body.effect_type, body.key, False, body.reason, actor="admin-api").to_dict()
-        )
+        return gate.decide(body.effect_type, body.key, False, body.reason, actor="admin-api")
 
     @app.get("/rules/{effect_type:path}", tags=["effects"])
     def get_rules(effect_type: str, who: Caller, gate: Ledger) -> RulesView:

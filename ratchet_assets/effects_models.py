@@ -1,17 +1,20 @@
-"""The effect gate's request and response bodies: one pydantic model each, ``extra="forbid"`` and no NaN/Infinity.
+"""The effect gate's request and response bodies, for every door to the gate (``ratchet effects serve`` today).
 
-``ratchet effects serve`` (``ratchet_assets.effects_api``) reads and answers with these, so its OpenAPI document
-carries their JSON schemas, and another door to the same gate can reuse them as they are. Costs are finite numbers
->= 0 (``allow_inf_nan=False``: ``NaN``, ``1e999`` and negatives are refused before the ledger sees them).
+Requests are pydantic models with ``extra="forbid"`` and ``allow_inf_nan=False``: costs are finite numbers >= 0
+(``NaN``, ``1e999`` and negatives are refused before the ledger sees them). Answers are the ledger's own records
+(``Begin``, ``EffectRecord``, ``Rules``, ``Approval``: dataclasses pydantic reads as they are) with what the HTTP
+gate adds. ``ratchet_assets.effects_api`` reads and answers with these, so its OpenAPI document carries their JSON
+schemas, and another door can reuse them (``pydantic.TypeAdapter(X).json_schema()``).
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from ratchet_assets.effects import MAX_TYPE_LENGTH
+from ratchet_assets.effects import MAX_TYPE_LENGTH, Approval, Begin, EffectRecord, Rules
 
 
 class _Body(BaseModel):
@@ -78,37 +81,30 @@ class RulesBody(_Body):
     cap_window_seconds: int | None = Field(None, ge=1)
 
 
-# Answers ------------------------------------------------------------------------------------------------------
-class BeginAnswer(_Body):
-    """What ``begin`` decided; only ``execute`` may act, and ``token`` then reports or fails it."""
+# Answers: the ledger's own records (``ratchet_assets.effects``), plus what the HTTP gate adds -----------------------
+@dataclass(frozen=True)
+class BeginAnswer(Begin):
+    """What ``begin`` decided, with the type as stored (``<client>/<name>`` for a client's type) and the key."""
 
-    outcome: Literal["execute", "duplicate", "in_flight", "blocked", "denied", "awaiting_approval"]
-    effect_type: str = Field(description="The type as stored: `<client>/<name>` for a client's type.")
-    key: str
-    token: str | None = None
-    result: dict[str, Any] | None = None
-    status: str = ""
-    attempts: int = 0
-    detail: str = ""
-    remaining_usd: float | None = None
+    effect_type: str = ""
+    key: str = ""
+
+
+class ErrorDetail(_Body):
+    message: str
+    type: str
+    param: str | None = None
+    code: str | None = None
+
+
+class ErrorBody(_Body):
+    """OpenAI's error shape: every answer of the gate that is not 2xx, validation errors included (400)."""
+
+    error: ErrorDetail
 
 
 class Finished(_Body):
     status: Literal["done", "failed"]
-
-
-class EffectView(_Body):
-    effect_type: str
-    key: str
-    fingerprint: str
-    status: str
-    lease_until: str
-    attempts: int
-    result: dict[str, Any] | None
-    error: str | None
-    note: str | None
-    created_at: str
-    updated_at: str
 
 
 class Forgotten(_Body):
@@ -127,27 +123,28 @@ class SpendView(_Body):
     remaining_usd: float | None
 
 
-class RulesView(_Body):
-    effect_type: str
-    policy: Literal["block", "retry", "probe"]
-    approval_required: bool = False
-    max_attempts: int | None = None
-    cap_usd: float | None = None
-    cap_window_seconds: int | None = None
-    spend: SpendView
-    client_spend: SpendView | None = Field(
-        None, description="For a client's type: the client's own cap over all its types (`<client>/*`)."
-    )
+@dataclass(frozen=True)
+class RulesView(Rules):
+    """A type's rules and its spend; for a client's type also the client's own cap over all its types."""
+
+    spend: SpendView | None = None
+    client_spend: SpendView | None = None
 
 
-class ApprovalView(_Body):
-    effect_type: str
-    key: str
-    fingerprint: str
-    state: Literal["pending", "granted", "denied"]
-    summary: str
-    requested_by: str
-    requested_at: str
-    decided_by: str | None
-    decided_at: str | None
-    reason: str | None
+__all__ = [
+    "Approval",
+    "BeginAnswer",
+    "BeginBody",
+    "DecisionBody",
+    "EffectRecord",
+    "ErrorBody",
+    "ErrorDetail",
+    "FailBody",
+    "Finished",
+    "Forgotten",
+    "ReportBody",
+    "ResolveBody",
+    "RulesBody",
+    "RulesView",
+    "SpendView",
+]

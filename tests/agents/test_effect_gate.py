@@ -201,9 +201,8 @@ def test_ratchet_effects_serve_reads_the_settings_and_serves_the_gate(tmp_path) 
     import os
     import subprocess
     import sys
-    import time
 
-    from tests.serve import free_port
+    from tests.serve import free_port, wait_healthy
 
     port = free_port()
     env = {k: v for k, v in os.environ.items() if not k.startswith("RATCHET_")}
@@ -214,16 +213,7 @@ def test_ratchet_effects_serve_reads_the_settings_and_serves_the_gate(tmp_path) 
     proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
     try:
         url = f"http://127.0.0.1:{port}"
-        deadline = time.monotonic() + 60
-        while True:
-            assert proc.poll() is None, proc.stdout.read().decode()[-2000:]
-            try:
-                if httpx.get(f"{url}/healthz").status_code == 200:
-                    break
-            except httpx.HTTPError:
-                pass
-            assert time.monotonic() < deadline, "ratchet effects serve did not start in 60 s"
-            time.sleep(0.2)
+        wait_healthy(proc, f"{url}/healthz", "ratchet effects serve")
         began = httpx.post(
             f"{url}/effects/begin",
             headers={"Authorization": "Bearer sk-scout"},

@@ -201,3 +201,8 @@ def test_validation_and_routing_errors_have_openai_shape(gate: Gate) -> None:
     assert _error(gate.scout.get("/nowhere"), 404)["code"] == "not_found"
     assert _error(gate.scout.delete("/effects/begin"), 405)["type"] == "invalid_request_error"
     assert _error(httpx.get(f"{gate.scout.base_url}/effects"), 401)["type"] == "authentication_error"
+    spec = httpx.get(f"{gate.scout.base_url}/openapi.json").json()  # documented as it answers: 400, not 422
+    responses = spec["paths"]["/effects/begin"]["post"]["responses"]
+    assert "422" not in responses and responses["400"]["content"]["application/json"]["schema"] == {
+        "$ref": "#/components/schemas/ErrorBody"
+    }

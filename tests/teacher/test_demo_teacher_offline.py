@@ -8,13 +8,12 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-import time
 
 import httpx
 import pytest
 
 from ratchet_core.workloads import get_workload
-from tests.serve import free_port
+from tests.serve import free_port, wait_healthy
 
 pytestmark = pytest.mark.slow  # a fresh process that imports litellm (~10 s on the shared machine)
 
@@ -57,16 +56,7 @@ def test_the_demo_teacher_started_alone_tries_no_network(tmp_path) -> None:
     )
     url = f"http://127.0.0.1:{port}"
     try:
-        deadline = time.monotonic() + 180
-        while True:
-            assert proc.poll() is None, proc.stderr.read()[-3000:]
-            try:
-                if httpx.get(f"{url}/healthz").status_code == 200:
-                    break
-            except httpx.HTTPError:
-                pass
-            assert time.monotonic() < deadline, "the demo teacher did not start in 180 s"
-            time.sleep(0.2)
+        wait_healthy(proc, f"{url}/healthz", "ratchet demo-teacher", seconds=180)
         ex = get_workload("mixed").generate(3, seed=2)
         bodies = [{"model": "demo-teacher", **e.request_body()} for e in ex]
         bodies.append({"model": "demo-teacher", "messages": [{"role": "user", "content": "hello"}]})
