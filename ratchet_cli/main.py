@@ -15,6 +15,8 @@ import sys
 
 import click
 
+import ratchet_core  # noqa: F401  (first: it keeps litellm from fetching its price map when a command imports it)
+
 COMMANDS: dict[str, str] = {
     "init": "ratchet_cli.init_cmd:init",
     "config": "ratchet_cli.config_cmd:config",

@@ -46,6 +46,7 @@ from sqlalchemy.engine import Connection, Engine
 from ratchet_core.control_db import ensure_schema, release_manifest_lock, release_manifests
 from ratchet_core.key_history import keys_ever_trusted, require_trusted, trusted_keys
 from ratchet_core.keys import KeyTrustError, as_key_list
+from ratchet_core.names import NameRuleError, check
 from ratchet_core.reasons import ReasonError, check_reason
 from ratchet_core.task_policy import TaskPolicy
 from ratchet_stats.release_manifest import PREDICATE_TYPE as MANIFEST_PREDICATE
@@ -233,6 +234,22 @@ def latest_verified(engine: Engine | Connection, public_keys: Any) -> tuple[Mani
 ChangeFn = Callable[[Manifest], "Manifest | None"]
 
 
+def _check_new_names(base: Manifest, new: Manifest) -> None:
+    """ManifestError unless every task and version the change adds follows the one name rule
+    (``ratchet_core.names``): nothing with a CR/LF or markup is ever signed. Names already signed stay readable."""
+    try:
+        for task in (set(new.tasks) | set(new.policies) | set(new.pins)) - (
+            set(base.tasks) | set(base.policies) | set(base.pins)
+        ):
+            check("task", task, "task")
+        for task, release in new.tasks.items():
+            for version in (release.version, release.previous_live):
+                if version and version not in (base.task(task).version, base.task(task).previous_live):
+                    check("version", version, f"{task}'s version")
+    except NameRuleError as exc:
+        raise ManifestError(f"nothing was published: {exc.message}") from None
+
+
 def publish_in(
     conn: Connection,
     private_key: Any,
@@ -266,6 +283,7 @@ def publish_in(
     draft = base.model_copy(deep=True)
     changed = change_fn(draft)
     new = Manifest.model_validate((changed if isinstance(changed, Manifest) else draft).model_dump())
+    _check_new_names(base, new)
     # Rows we could not verify still hold their sequence number: go above them so the primary key never collides.
     top = conn.execute(sa.select(sa.func.max(release_manifests.c.sequence))).scalar()
     new = new.model_copy(
