@@ -1,7 +1,9 @@
 """`ratchet admin task set|show|list`: per-task policy (``ratchet_core.task_policy``), signed into the manifest.
 
 ``set NAME`` changes only the options given (``--comparator``, ``--target``, ``--delta``, ``--audit-rate``,
-``--golden-share``, ``--enable/--disable``; ``--clear FIELD`` returns a field to its default), needs ``--reason``
+``--golden-share``, ``--enable/--disable``, and the release rules: ``--release``, ``--promote-evidence``,
+``--canary-audit-rate``, ``--calibration``, ``--paired-gate/--no-paired-gate``, ``--min-certified``, the same
+names ``ratchet sim`` compares them under; ``--clear FIELD`` returns a field to its default), needs ``--reason``
 and is published like every release change: a new signed manifest plus an audit-log row, in one transaction. A task
 needs no other definition: its name and ``ratchet admin task set`` are enough for the gateway, the night, the
 certificate and the release policy to follow it.
@@ -22,8 +24,9 @@ from ratchet_assets.admin.release_cmd import (
     key_option,
     reason_option,
 )
+from ratchet_core.task_policy import CALIBRATIONS, PROMOTE_EVIDENCE, RELEASE_FIELDS, RELEASE_RULES
 
-FIELDS = ("comparator", "target", "delta", "audit_rate", "golden_share")
+FIELDS = ("comparator", "target", "delta", "audit_rate", "golden_share", *RELEASE_FIELDS)
 
 
 def _resolved_rows(manifest: Any, names: list[str]) -> list[dict[str, Any]]:
@@ -45,7 +48,7 @@ def _current(control_db: str, signing_key_file: str) -> Any:
 
 @click.group("task")
 def task_group() -> None:
-    """Per-task policy: comparator, certification target/delta, audit rate, golden share, enabled."""
+    """Per-task policy: comparator, certification target/delta, audit rate, golden share, enabled, release rules."""
 
 
 @task_group.command("set")
@@ -60,6 +63,43 @@ def task_group() -> None:
     "--golden-share", type=float, default=None, help="Share of new example keys held out as golden."
 )
 @click.option("--enable/--disable", "enabled", default=None, help="--disable sends the task to the teacher.")
+@click.option(
+    "--release",
+    "release_rule",
+    type=click.Choice(RELEASE_RULES),
+    default=None,
+    help="What rolls a candidate back (and by default promotes it): sequential e-processes or a Wilson bound "
+    "per stage.",
+)
+@click.option(
+    "--promote-evidence",
+    type=click.Choice(PROMOTE_EVIDENCE),
+    default=None,
+    help="Promote only on an e-value, or only on the stage's Wilson lower bound (default: the release rule's).",
+)
+@click.option(
+    "--canary-audit-rate",
+    type=float,
+    default=None,
+    help="Audit rate while a candidate is in shadow or canary (default: the audit rate).",
+)
+@click.option(
+    "--calibration",
+    type=click.Choice(CALIBRATIONS),
+    default=None,
+    help="Confidence threshold: ltt (Learn-then-Test, certified) or point (observed golden precision).",
+)
+@click.option(
+    "--paired-gate/--no-paired-gate",
+    default=None,
+    help="Admit only a candidate exact McNemar does not show worse than live on the same golden rows.",
+)
+@click.option(
+    "--min-certified",
+    type=float,
+    default=None,
+    help="Least certified lower bound to enter shadow, in (0, 1).",
+)
 @click.option("--clear", multiple=True, type=click.Choice(FIELDS), help="Return a field to its default.")
 @reason_option
 @actor_option
@@ -74,6 +114,12 @@ def set_cmd(
     audit_rate: float | None,
     golden_share: float | None,
     enabled: bool | None,
+    release_rule: str | None,
+    promote_evidence: str | None,
+    canary_audit_rate: float | None,
+    calibration: str | None,
+    paired_gate: bool | None,
+    min_certified: float | None,
     clear: tuple[str, ...],
     reason: str,
     actor: str,
@@ -84,11 +130,13 @@ def set_cmd(
     """Set TASK's policy (only the options given change); signed into a new release manifest."""
     from pydantic import ValidationError
 
+    from ratchet_core.names import NameRuleError, check
     from ratchet_core.task_policy import TaskPolicy
 
-    name = name.strip()
-    if not name:
-        _fail("the task name is empty")
+    try:
+        name = check("task", name.strip(), "NAME")
+    except NameRuleError as exc:
+        _fail(exc.message)
     given = {
         k: v
         for k, v in dict(
@@ -98,13 +146,20 @@ def set_cmd(
             audit_rate=audit_rate,
             golden_share=golden_share,
             enabled=enabled,
+            release_rule=release_rule,
+            promote_evidence=promote_evidence,
+            canary_audit_rate=canary_audit_rate,
+            calibration=calibration,
+            paired_gate=paired_gate,
+            min_certified=min_certified,
         ).items()
         if v is not None
     }
     if not given and not clear:
         _fail(
             "nothing to set: give at least one of --comparator/--target/--delta/--audit-rate/--golden-share/"
-            "--enable/--disable/--clear"
+            "--enable/--disable/--release/--promote-evidence/--canary-audit-rate/--calibration/--paired-gate/"
+            "--min-certified/--clear"
         )
     both = set(clear) & set(given)
     if both:
@@ -138,9 +193,9 @@ def show_cmd(name: str, signing_key_file: str, control_db: str, as_json: bool) -
     if as_json:
         echo_json(row)
         return
-    for field in ("comparator", "target", "delta", "audit_rate", "golden_share"):
-        click.echo(f"{field:<13} {row[field]!s:<12} ({row['source'][field]})")
-    click.echo(f"{'enabled':<13} {row['enabled']}")
+    for field in FIELDS:
+        click.echo(f"{field:<17} {row[field]!s:<12} ({row['source'][field]})")
+    click.echo(f"{'enabled':<17} {row['enabled']}")
 
 
 @task_group.command("list")
@@ -157,12 +212,14 @@ def list_cmd(signing_key_file: str, control_db: str, as_json: bool) -> None:
         echo_json(rows)
         return
     click.echo(
-        f"{'task':<20} {'comparator':<16} {'target':<7} {'delta':<6} {'audit':<6} {'golden':<7} enabled"
+        f"{'task':<20} {'comparator':<16} {'target':<7} {'delta':<6} {'audit':<6} {'golden':<7} {'enabled':<8}"
+        f"{'release':<11} {'promote':<8} {'calibr.':<8} paired"
     )
     for r in rows:
         click.echo(
             f"{r['task']:<20} {r['comparator']:<16} {r['target']:<7g} {r['delta']:<6g} {r['audit_rate']:<6g} "
-            f"{r['golden_share']:<7g} {r['enabled']}"
+            f"{r['golden_share']:<7g} {r['enabled']!s:<8}{r['release_rule']:<11} {r['promote_evidence']:<8} "
+            f"{r['calibration']:<8} {r['paired_gate']}"
         )
 
 
