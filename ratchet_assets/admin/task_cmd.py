@@ -24,7 +24,8 @@ from ratchet_assets.admin.release_cmd import (
     key_option,
     reason_option,
 )
-from ratchet_core.task_policy import CALIBRATIONS, PROMOTE_EVIDENCE, RELEASE_FIELDS, RELEASE_RULES
+from ratchet_assets.release.options import release_options
+from ratchet_core.task_policy import RELEASE_FIELDS
 
 FIELDS = ("comparator", "target", "delta", "audit_rate", "golden_share", *RELEASE_FIELDS)
 
@@ -63,43 +64,7 @@ def task_group() -> None:
     "--golden-share", type=float, default=None, help="Share of new example keys held out as golden."
 )
 @click.option("--enable/--disable", "enabled", default=None, help="--disable sends the task to the teacher.")
-@click.option(
-    "--release",
-    "release_rule",
-    type=click.Choice(RELEASE_RULES),
-    default=None,
-    help="What rolls a candidate back (and by default promotes it): sequential e-processes or a Wilson bound "
-    "per stage.",
-)
-@click.option(
-    "--promote-evidence",
-    type=click.Choice(PROMOTE_EVIDENCE),
-    default=None,
-    help="Promote only on an e-value, or only on the stage's Wilson lower bound (default: the release rule's).",
-)
-@click.option(
-    "--canary-audit-rate",
-    type=float,
-    default=None,
-    help="Audit rate while a candidate is in shadow or canary (default: the audit rate).",
-)
-@click.option(
-    "--calibration",
-    type=click.Choice(CALIBRATIONS),
-    default=None,
-    help="Confidence threshold: ltt (Learn-then-Test, certified) or point (observed golden precision).",
-)
-@click.option(
-    "--paired-gate/--no-paired-gate",
-    default=None,
-    help="Admit only a candidate exact McNemar does not show worse than live on the same golden rows.",
-)
-@click.option(
-    "--min-certified",
-    type=float,
-    default=None,
-    help="Least certified lower bound to enter shadow, in (0, 1).",
-)
+@release_options
 @click.option("--clear", multiple=True, type=click.Choice(FIELDS), help="Return a field to its default.")
 @reason_option
 @actor_option

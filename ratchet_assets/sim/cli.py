@@ -8,7 +8,7 @@ from typing import Any
 
 import click
 
-from ratchet_core.task_policy import CALIBRATIONS, PROMOTE_EVIDENCE, RELEASE_RULES
+from ratchet_assets.release.options import release_options
 
 
 def _day_line(r: dict[str, Any]) -> str:
@@ -84,42 +84,9 @@ def _deployment_line(d: dict[str, Any]) -> str:
     help="fast: an in-process learner standing in for the adapter; lora: real LoRA training (slow).",
 )
 @click.option("--audit-rate", type=float, default=0.05, show_default=True, help="Manifest audit rate.")
-@click.option(
-    "--release",
-    "release_rule",
-    type=click.Choice(RELEASE_RULES),
-    default=None,
-    help="Canary rule: sequential (betting e-processes, anytime-valid; default) or wilson (a Wilson bound per "
-    "stage over the stage's audited answers).",
-)
-@click.option(
-    "--promote-evidence",
-    type=click.Choice(PROMOTE_EVIDENCE),
-    default=None,
-    help="Promote only on an e-value, or only on the stage's Wilson bound (default: the release rule's own).",
-)
-@click.option(
-    "--canary-audit-rate",
-    type=float,
-    default=None,
-    help="Audit rate while a candidate is in shadow or canary (default: --audit-rate).",
-)
-@click.option(
-    "--calibration",
-    type=click.Choice(CALIBRATIONS),
-    default=None,
-    help="Confidence threshold: ltt (Learn-then-Test, certified; default) or point (observed golden precision).",
-)
+@release_options
 @click.option("--cert-target", type=float, default=0.95, show_default=True, help="Certification target.")
 @click.option("--cert-delta", type=float, default=0.05, show_default=True, help="Certification delta.")
-@click.option(
-    "--paired-gate",
-    is_flag=True,
-    help="Admit a candidate only if exact McNemar on the same golden rows does not show it worse than live.",
-)
-@click.option(
-    "--min-certified", type=float, default=None, help="Least certified lower bound to enter shadow."
-)
 @click.option(
     "--compare-release",
     is_flag=True,
@@ -171,7 +138,7 @@ def sim(
     calibration: str | None,
     cert_target: float,
     cert_delta: float,
-    paired_gate: bool,
+    paired_gate: bool | None,
     min_certified: float | None,
     compare_release: bool,
     receipts: bool,
@@ -205,7 +172,7 @@ def sim(
         calibration=calibration,
         target=cert_target,
         delta=cert_delta,
-        paired_gate=paired_gate,
+        paired_gate=bool(paired_gate),
         min_certified=min_certified,
         receipts=receipts,
         teacher_reasoning_mean=teacher_reasoning_mean,

@@ -248,3 +248,18 @@ def test_the_sensor_supersedes_a_shadowing_version_keeps_its_evidence_and_lists_
     assert out.exit_code == 0 and any(
         line.split()[:3] == ["v2", "t", "superseded"] for line in out.output.splitlines()
     ), out.output
+
+
+def test_admin_task_set_and_sim_offer_the_release_rules_under_one_name_each():
+    import click
+
+    from ratchet_assets.admin.task_cmd import set_cmd
+    from ratchet_assets.sim.cli import sim
+
+    def options(command):
+        return {o: p.help for p in command.params if isinstance(p, click.Option) for o in p.opts}
+
+    names = ["--release", "--promote-evidence", "--canary-audit-rate", "--calibration", "--paired-gate"]
+    names.append("--min-certified")
+    admin_opts, sim_opts = options(set_cmd), options(sim)
+    assert all(admin_opts[n] == sim_opts[n] for n in names)
