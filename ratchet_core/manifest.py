@@ -72,6 +72,16 @@ class TaskRelease(BaseModel):
     # release sensor never promotes a forced release further.
     forced: bool = False
 
+    @property
+    def live_version(self) -> str | None:
+        """The version serving as live: a live release's own, or during a rollout (shadow, canary) the previous
+        live version serving the rest; None when the teacher serves."""
+        if self.stage == "live":
+            return self.version or None
+        if self.stage in ("shadow", "canary"):
+            return self.previous_live or None
+        return None
+
 
 class Flags(BaseModel):
     """Global switches. ``audit_rate``: share of student-served requests re-asked of the teacher."""
@@ -117,9 +127,14 @@ class Manifest(BaseModel):
         return self.task(name)
 
     def audit_rate(self, name: str) -> float:
-        """The audit rate of task `name`: its policy's when set, else ``flags.audit_rate``."""
+        """The audit rate of task `name`: its policy's ``canary_audit_rate`` while a candidate is in shadow or
+        canary, else its policy's ``audit_rate`` when set, else ``flags.audit_rate``."""
         policy = self.policies.get(name)
-        return self.flags.audit_rate if policy is None or policy.audit_rate is None else policy.audit_rate
+        if policy is None:
+            return self.flags.audit_rate
+        if policy.canary_audit_rate is not None and self.task(name).stage in ("shadow", "canary"):
+            return policy.canary_audit_rate
+        return self.flags.audit_rate if policy.audit_rate is None else policy.audit_rate
 
     def to_predicate(self) -> dict[str, Any]:
         data = self.model_dump(mode="json")

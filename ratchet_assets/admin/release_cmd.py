@@ -201,7 +201,7 @@ def promote_cmd(
     def change(conn: Any, m: Any) -> dict:
         row = _current_version_row(conn, version, task)
         problems = []
-        target = ReleaseRule().for_task(task, m).target  # the task's own target when its policy sets one
+        task_rule = ReleaseRule().for_task(task, m)  # the task's own target and calibration (its policy)
         if row and row["status"] in ("rejected", "rolled_back", "retired"):
             problems.append(f"{version} is {row['status']} on {task}")
         try:
@@ -210,7 +210,8 @@ def promote_cmd(
                 version,
                 task,
                 keys_ever_trusted(conn, roots=[signer]),  # a certificate signed before a key rotation counts
-                target,
+                task_rule.target,
+                task_rule.calibration,
             )
         except NotCertified as exc:
             cert = None
