@@ -238,7 +238,8 @@ def create_app(engine: Engine, clients: list[tuple[str, str]], admin_key: str) -
     app.add_middleware(BodyGuard)
     app.state.ledger = ledger
     app.state.keys = keys
-    app.add_route("/mcp", mcp_door, methods=["GET", "POST", "DELETE"], include_in_schema=False)
+    # POST only: stateless, the server has nothing to push, so no GET stream held open per client (405)
+    app.add_route("/mcp", mcp_door, methods=["POST"], include_in_schema=False)
 
     @app.exception_handler(ApiError)
     async def _api_error(request: Request, exc: ApiError) -> JSONResponse:

@@ -276,6 +276,10 @@ def test_no_key_or_a_wrong_key_is_refused_before_the_mcp_server(gate: Gate) -> N
         headers={**accept, "Origin": "http://evil.example", "Authorization": "Bearer sk-scout"},
     )
     assert cross.status_code == 403 and cross.json()["error"]["code"] == "cross_origin"
+    stream = httpx.get(
+        f"{gate.url}/mcp", headers={"Accept": "text/event-stream", "Authorization": "Bearer sk-scout"}
+    )
+    assert stream.status_code == 405  # stateless: no event stream a client could hold open
 
     async def without_key() -> None:
         async with mcp_over_http(gate.url, None) as client:
