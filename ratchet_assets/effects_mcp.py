@@ -8,8 +8,8 @@ Two transports, one server (:func:`mcp_server`):
 - streamable HTTP, ``POST /mcp`` on ``ratchet effects serve`` (:class:`McpHttpDoor`): every request carries the
   caller's ``Authorization: Bearer <key>``, authenticated before the SDK sees the request, exactly as the REST
   routes do. The transport is stateless with JSON answers (no ``Mcp-Session-Id``, no server-sent stream, so
-  ``/mcp`` takes POST only and ``GET`` is 405): each call stands alone, which is all a gate whose every answer is one ledger transaction needs, and any replica can
-  answer it.
+  ``/mcp`` takes POST only and ``GET`` is 405): each call stands alone, which is all a gate whose every answer
+  is one ledger transaction needs, and any replica can answer it.
 
 A tool runs the REST route's :class:`~ratchet_assets.effects_caller.CallerGate` method in a worker thread (the
 ledger is synchronous SQL); what the caller can fix comes back as a tool error whose text is OpenAI's error
