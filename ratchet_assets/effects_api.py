@@ -5,7 +5,7 @@ state that lives in ``ratchet_assets``, and the gateway must never import ``ratc
 "Layers"). Moving the ledger into ``ratchet_core`` only to mount it in the gateway would put the control
 plane's decision logic on the data plane's request path and on every replica; the gate is small, low-traffic
 and shares nothing with chat serving but the control DB. So it is its own FastAPI app on the same control DB
-that the night and the admin CLI use: one state machine, three doors (Python, CLI, HTTP).
+that the night and the admin CLI use: one state machine, four doors (Python, CLI, REST, MCP).
 
 Authentication, per caller (``Authorization: Bearer <key>``):
 
@@ -21,75 +21,74 @@ A hostile client cannot hurt the others: a body is at most :data:`MAX_BODY_BYTES
 Infinity or a number too large for a float: 400), and every error, validation included, has OpenAI's shape
 ``{"error": {"message", "type", "param", "code"}}`` like the gateway's. The bodies are the pydantic models of
 ``ratchet_assets.effects_models``; ``/openapi.json`` documents every route, body and both schemes.
+
+The routes are thin: each authenticates its caller and calls one
+:class:`~ratchet_assets.effects_caller.CallerGate` method, the same one the MCP tool of that route runs. The same
+app serves the MCP door ``/mcp`` (``ratchet_assets.effects_mcp``: the caller's bearer key, the same body limit),
+and ``/.well-known/agent-manifest.json`` and ``/llms.txt`` (``ratchet_assets.effects_manifest``), which say what
+the gate does and does not do.
 """
 
 from __future__ import annotations
 
 import logging
-import math
-import secrets
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from typing import Annotated, Any, Literal
 
 from fastapi import Depends, FastAPI, Query, Security
 from fastapi.exceptions import RequestValidationError
 from fastapi.openapi.utils import get_openapi
-from fastapi.responses import JSONResponse
+from fastapi.responses import JSONResponse, PlainTextResponse
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
+from pydantic import ValidationError
 from sqlalchemy.engine import Engine
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.requests import Request
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from ratchet_assets.effects import (
-    ALL_TYPES,
-    EffectError,
-    EffectLedger,
-    ForeignType,
-    StaleToken,
-    client_cap_type,
-    client_effect_type,
-    namespace_of,
+from ratchet_assets.effects import EffectError, EffectLedger
+from ratchet_assets.effects_caller import (
+    ADMIN,
+    MAX_BODY_BYTES,
+    ApiError,
+    CallerGate,
+    api_error,
+    error_body,
+    invalid_request,
+    key_store,
+    non_finite,
 )
+from ratchet_assets.effects_manifest import agent_manifest, llms_txt
+from ratchet_assets.effects_mcp import McpHttpDoor
 from ratchet_assets.effects_models import (
     Approval,
     BeginAnswer,
     BeginBody,
     DecisionBody,
     EffectRecord,
+    EffectRef,
     ErrorBody,
-    ErrorDetail,
     FailBody,
     Finished,
     Forgotten,
+    ListQuery,
     ReportBody,
     ResolveBody,
     RulesBody,
     RulesView,
     SpendView,
+    TypeRef,
+    UsageQuery,
 )
-from ratchet_core.api_keys import KeyStore
 from ratchet_stats.canonical import loads_strict
 
 log = logging.getLogger(__name__)
 
-ADMIN = ""  # the admin caller; no client can be named "" (name:secret needs a name)
-MAX_BODY_BYTES = 64 * 1024
-# HTTP status -> OpenAI's error type
-ERROR_TYPES = {
-    400: "invalid_request_error",
-    401: "authentication_error",
-    403: "permission_error",
-    404: "not_found_error",
-    409: "invalid_request_error",
-    413: "invalid_request_error",
-}
-
 
 def error_response(status: int, message: str, code: str, param: str | None = None) -> JSONResponse:
     """OpenAI's error document: ``{"error": {"message", "type", "param", "code"}}``."""
-    kind = ERROR_TYPES.get(status, "invalid_request_error" if status < 500 else "api_error")
-    body = ErrorBody(error=ErrorDetail(message=message, type=kind, param=param, code=code))
-    return JSONResponse(body.model_dump(), status_code=status)
+    return JSONResponse(error_body(status, message, code, param).model_dump(), status_code=status)
 
 
 ERROR_DOCS: dict[int | str, dict[str, Any]] = {
@@ -118,28 +117,13 @@ def _openapi(app: FastAPI) -> dict[str, Any]:
     return app.openapi_schema
 
 
-class ApiError(Exception):
-    def __init__(self, status: int, message: str, code: str, param: str | None = None) -> None:
-        super().__init__(message)
-        self.status, self.message, self.code, self.param = status, message, code, param
-
-
 def _json_problem(body: bytes) -> str | None:
     """Why `body` is not strict JSON (NaN, Infinity and numbers past a float's range are not), or None."""
     try:
         value = loads_strict(body)
     except (ValueError, RecursionError) as exc:
         return f"the request body is not JSON ({str(exc)[:120]}); send a JSON object"
-    stack = [value]
-    while stack:  # `1e999` parses as infinity: no cost or result a client can mean
-        item = stack.pop()
-        if isinstance(item, float) and not math.isfinite(item):
-            return "the request body holds a number too large for a float; send finite numbers"
-        if isinstance(item, dict):
-            stack.extend(item.values())
-        elif isinstance(item, list):
-            stack.extend(item)
-    return None
+    return non_finite(value)  # `1e999` parses as infinity: no cost or result a client can mean
 
 
 class BodyGuard:
@@ -225,42 +209,37 @@ def ledger(request: Request) -> EffectLedger:
 Ledger = Annotated[EffectLedger, Depends(ledger)]
 
 
-def _namespace(who: str) -> str | None:
-    """The caller's namespace (None: the admin, who names every type in full)."""
-    return None if who == ADMIN else who
+def caller_gate(who: Caller, gate: Ledger) -> CallerGate:
+    return CallerGate(gate, who)
 
 
-def _type(who: str, name: str) -> str:
-    """The effect type `who` means by `name`: a client's own ``<client>/<name>``, the admin's as given."""
-    if who == ADMIN:
-        return name
-    try:
-        return client_effect_type(who, name)
-    except ForeignType as exc:
-        raise ApiError(403, str(exc), "forbidden_effect_type", "effect_type") from None
-    except EffectError as exc:
-        raise ApiError(400, str(exc), "invalid_effect_type", "effect_type") from None
-
-
-def _spend(gate: EffectLedger, effect_type: str) -> SpendView:
-    return SpendView(**gate.spend(effect_type))
+Gate = Annotated[CallerGate, Depends(caller_gate)]
 
 
 def create_app(engine: Engine, clients: list[tuple[str, str]], admin_key: str) -> FastAPI:
-    """The effect gate's app over the control DB behind ``engine``."""
+    """The effect gate's app over the control DB behind ``engine``: REST, ``/mcp`` and the agent manifest."""
+    ledger = EffectLedger(engine)
+    keys = key_store(clients, admin_key)
+    mcp_door = McpHttpDoor(ledger, keys)
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        async with mcp_door.running():
+            yield
+
     app = FastAPI(
         title="Ratchet effect gate",
         summary="Irreversible effects at most once: begin/report/fail/resolve, approvals, max_attempts, spend caps.",
         version="1",
         responses=ERROR_DOCS,
+        lifespan=lifespan,
     )
     app.openapi = lambda: _openapi(app)  # type: ignore[method-assign]
     app.add_middleware(BodyGuard)
-    app.state.ledger = EffectLedger(engine)
-    # The admin key last: a client secret equal to it still authenticates as the admin.
-    app.state.keys = KeyStore(
-        [*clients, (ADMIN, admin_key)] if admin_key else clients, secrets.token_bytes(32)
-    )
+    app.state.ledger = ledger
+    app.state.keys = keys
+    # POST only: stateless, the server has nothing to push, so no GET stream held open per client (405)
+    app.add_route("/mcp", mcp_door, methods=["POST"], include_in_schema=False)
 
     @app.exception_handler(ApiError)
     async def _api_error(request: Request, exc: ApiError) -> JSONResponse:
@@ -268,21 +247,17 @@ def create_app(engine: Engine, clients: list[tuple[str, str]], admin_key: str) -
 
     @app.exception_handler(EffectError)
     async def _effect_error(request: Request, exc: EffectError) -> JSONResponse:
-        if isinstance(exc, StaleToken):
-            return error_response(409, str(exc), "stale_token", "token")
-        return error_response(400, str(exc), "effect_error")
+        return await _api_error(request, api_error(exc))
 
     @app.exception_handler(RequestValidationError)
     async def _invalid(request: Request, exc: RequestValidationError) -> JSONResponse:
-        errors = exc.errors()
+        # FastAPI's locations start with where the field was sent (body, query, path): the field is the rest
+        errors = [{**e, "loc": tuple(e.get("loc", ()))[1:] or tuple(e.get("loc", ()))} for e in exc.errors()]
+        return await _api_error(request, invalid_request(errors))
 
-        def where(err: Any) -> str:
-            return ".".join(str(p) for p in err.get("loc", ())[1:]) or str(err.get("loc", ("body",))[0])
-
-        parts = [f"{where(e)}: {e.get('msg', 'invalid')}" for e in errors[:3]]
-        more = f" (and {len(errors) - 3} more)" if len(errors) > 3 else ""
-        message = "invalid request: " + "; ".join(parts) + more + ". Fix these fields and retry."
-        return error_response(400, message, "invalid_request", where(errors[0]) if errors else None)
+    @app.exception_handler(ValidationError)
+    async def _invalid_parameters(request: Request, exc: ValidationError) -> JSONResponse:
+        return await _api_error(request, invalid_request(exc.errors()))  # a path's parameters (EffectRef)
 
     @app.exception_handler(StarletteHTTPException)
     async def _http_error(request: Request, exc: StarletteHTTPException) -> JSONResponse:
@@ -302,70 +277,34 @@ def create_app(engine: Engine, clients: list[tuple[str, str]], admin_key: str) -
         )
 
     @app.post("/effects/begin", tags=["effects"])
-    def begin(body: BeginBody, who: Caller, gate: Ledger) -> BeginAnswer:
+    def begin(body: BeginBody, gate: Gate) -> BeginAnswer:
         """Ask before acting; act only on ``execute`` (then report or fail with its token)."""
-        effect_type = _type(who, body.effect_type)
-        if gate.rules(effect_type).policy == "probe":
-            raise ApiError(
-                400, f"{effect_type} has policy 'probe', which only in-process callers can use", "probe"
-            )
-        decided = gate.begin(
-            effect_type,
-            body.key,
-            body.fingerprint,
-            lease_seconds=body.lease_seconds,
-            cost_usd=body.cost_usd,
-            summary=body.summary,
-            requested_by=who or "admin",
-        )
-        return BeginAnswer(**decided.to_dict(), effect_type=effect_type, key=body.key)
+        return gate.begin(body)
 
     @app.post("/effects/report", tags=["effects"])
-    def report(body: ReportBody, who: Caller, gate: Ledger) -> Finished:
+    def report(body: ReportBody, gate: Gate) -> Finished:
         """The effect holding ``token`` (one the caller began) happened; ``result`` is what duplicates receive."""
-        gate.report(body.token, body.result, cost_usd=body.cost_usd, namespace=_namespace(who))
-        return Finished(status="done")
+        return gate.report(body)
 
     @app.post("/effects/fail", tags=["effects"])
-    def fail(body: FailBody, who: Caller, gate: Ledger) -> Finished:
+    def fail(body: FailBody, gate: Gate) -> Finished:
         """The effect holding ``token`` (one the caller began) did not happen (may run again per its rules)."""
-        gate.fail(body.token, body.error, cost_usd=body.cost_usd, namespace=_namespace(who))
-        return Finished(status="failed")
+        return gate.fail(body)
 
     @app.post("/effects/resolve", tags=["admin"])
-    def resolve(body: ResolveBody, who: Admin, gate: Ledger) -> EffectRecord | Forgotten:
+    def resolve(body: ResolveBody, who: Admin, gate: Gate) -> EffectRecord | Forgotten:
         """Operator decision on a stuck effect (same rules as `ratchet admin effects resolve`)."""
-        record = gate.resolve(body.effect_type, body.key, body.resolution, body.reason, force=body.force)
-        if record is None:
-            return Forgotten(effect_type=body.effect_type, key=body.key)
-        return record
+        return gate.resolve(body)
 
     @app.get("/effects", tags=["effects"])
-    def list_effects(
-        who: Caller,
-        gate: Ledger,
-        effect_type: str | None = None,
-        status: Literal["in_flight", "done", "failed", "indeterminate"] | None = None,
-        limit: Annotated[int, Query(ge=1, le=1000)] = 100,
-    ) -> list[EffectRecord]:
-        """Newest first; a client sees only its own effects."""
-        rows = gate.list_effects(
-            effect_type=_type(who, effect_type) if effect_type else None,
-            status=status,
-            limit=limit,
-            namespace=_namespace(who),
-        )
-        return rows
+    def list_effects(query: Annotated[ListQuery, Query()], gate: Gate) -> list[EffectRecord]:
+        """The caller's effects, newest first (a client sees only its own)."""
+        return gate.list(query)
 
     @app.get("/effects/{effect_type}/{key:path}", tags=["effects"])
-    def show(effect_type: str, key: str, who: Caller, gate: Ledger) -> EffectRecord:
+    def show(effect_type: str, key: str, gate: Gate) -> EffectRecord:
         """One effect of the caller's (the admin reads a client's with ``GET /effects?effect_type=<client>/<type>``)."""
-        record = gate.lookup(_type(who, effect_type), key)
-        if record is None:
-            raise ApiError(
-                404, f"no effect {effect_type} {key[:80]!r}; list them with GET /effects", "not_found"
-            )
-        return record
+        return gate.get(EffectRef(effect_type=effect_type, key=key))
 
     @app.get("/approvals", tags=["admin"])
     def approvals(
@@ -385,20 +324,10 @@ def create_app(engine: Engine, clients: list[tuple[str, str]], admin_key: str) -
         return gate.decide(body.effect_type, body.key, False, body.reason, actor="admin-api")
 
     @app.get("/rules/{effect_type:path}", tags=["effects"])
-    def get_rules(effect_type: str, who: Caller, gate: Ledger) -> RulesView:
+    def get_rules(effect_type: str, gate: Gate) -> RulesView:
         """The type's rules and its spend in the current window; for a client's type also the client's own cap
         (``client_spend``). A client reads only its own types (``*``: its own cap)."""
-        if who != ADMIN and effect_type in (ALL_TYPES, client_cap_type(who)):
-            full = client_cap_type(who)
-        else:
-            full = _type(who, effect_type)
-        client = namespace_of(full)
-        whole = client_cap_type(client) if client is not None else None
-        return RulesView(
-            **gate.rules(full).to_dict(),
-            spend=_spend(gate, full),
-            client_spend=_spend(gate, whole) if whole is not None and whole != full else None,
-        )
+        return gate.rules(TypeRef(effect_type=effect_type))
 
     @app.put("/rules/{effect_type:path}", tags=["admin"])
     def put_rules(effect_type: str, body: RulesBody, who: Admin, gate: Ledger) -> RulesView:
@@ -406,10 +335,27 @@ def create_app(engine: Engine, clients: list[tuple[str, str]], admin_key: str) -
         ``<client>/*`` takes a client's own cap over all its types."""
         fields = body.model_dump(exclude={"reason"})
         rules = gate.set_rules(effect_type, reason=body.reason, actor="admin-api", **fields)
-        return RulesView(**rules.to_dict(), spend=_spend(gate, effect_type))
+        return RulesView(**rules.to_dict(), spend=SpendView(**gate.spend(effect_type)))
+
+    @app.get("/usage", tags=["effects"])
+    def usage(query: Annotated[UsageQuery, Query()], gate: Gate) -> SpendView:
+        """The caller's spend over all its types in its own cap's current window, the cap and what remains (the
+        admin names the client: ``?client=<name>``)."""
+        return gate.usage(query)
+
+    @app.get("/.well-known/agent-manifest.json", tags=["discovery"])
+    def manifest() -> dict[str, Any]:
+        """What the gate does and does not do, its tools, routes, authentication and limits, for agents."""
+        return agent_manifest(app.openapi())
+
+    @app.get("/llms.txt", tags=["discovery"], response_class=PlainTextResponse)
+    def llms() -> str:
+        """The agent manifest as Markdown (llms.txt)."""
+        return llms_txt(app.openapi())
 
     @app.get("/healthz", tags=["health"])
     def healthz() -> dict[str, str]:
+        """Liveness: 200 while the gate serves."""
         return {"status": "ok"}
 
     return app

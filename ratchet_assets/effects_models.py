@@ -1,10 +1,12 @@
-"""The effect gate's request and response bodies, for every door to the gate (``ratchet effects serve`` today).
+"""The effect gate's requests and answers, for every door to the gate: REST and MCP alike (ARCHITECTURE.md, "Effects").
 
 Requests are pydantic models with ``extra="forbid"`` and ``allow_inf_nan=False``: costs are finite numbers >= 0
-(``NaN``, ``1e999`` and negatives are refused before the ledger sees them). Answers are the ledger's own records
-(``Begin``, ``EffectRecord``, ``Rules``, ``Approval``: dataclasses pydantic reads as they are) with what the HTTP
-gate adds. ``ratchet_assets.effects_api`` reads and answers with these, so its OpenAPI document carries their JSON
-schemas, and another door can reuse them (``pydantic.TypeAdapter(X).json_schema()``).
+(``NaN``, ``1e999`` and negatives are refused before the ledger sees them). A route's query or path parameters are
+a model too (``ListQuery``, ``EffectRef``, ``TypeRef``, ``UsageQuery``), so the MCP tool that maps onto the route
+takes the same fields. Answers are the ledger's own records (``Begin``, ``EffectRecord``, ``Rules``,
+``Approval``: dataclasses pydantic reads as they are) with what the gate adds. ``ratchet_assets.effects_api``
+reads and answers with these, so ``/openapi.json`` carries their JSON schemas, and ``ratchet_assets.effects_tools``
+gives each MCP tool the same models' schemas (``pydantic.TypeAdapter(X).json_schema()``).
 """
 
 from __future__ import annotations
@@ -72,6 +74,47 @@ class DecisionBody(_Body):
     reason: str
 
 
+class ListQuery(_Body):
+    """``GET /effects``'s query (the ``list_effects`` tool's arguments)."""
+
+    effect_type: str | None = Field(
+        None, min_length=1, max_length=MAX_TYPE_LENGTH, description="Only this type (a client's own name)."
+    )
+    status: Literal["in_flight", "done", "failed", "indeterminate"] | None = Field(
+        None, description="Only effects in this state (`indeterminate` includes lapsed leases)."
+    )
+    limit: int = Field(100, ge=1, le=1000, description="At most this many, newest first.")
+
+
+class EffectRef(_Body):
+    """One effect: ``GET /effects/{effect_type}/{key}`` (the ``get_effect`` tool's arguments)."""
+
+    effect_type: str = Field(min_length=1, max_length=MAX_TYPE_LENGTH, examples=["report.file"])
+    key: str = Field(min_length=1, max_length=512)
+
+
+class TypeRef(_Body):
+    """One effect type: ``GET /rules/{effect_type}`` (the ``get_policy`` tool's arguments)."""
+
+    effect_type: str = Field(
+        min_length=1,
+        max_length=MAX_TYPE_LENGTH,
+        examples=["report.file", "*"],
+        description="A client's own type, or `*` for the client's own cap over all its types.",
+    )
+
+
+class UsageQuery(_Body):
+    """``GET /usage``'s query (the ``get_usage`` tool's arguments)."""
+
+    client: str | None = Field(
+        None,
+        min_length=1,
+        max_length=64,
+        description="Admin key only: the client to read; a client reads its own usage and leaves it out.",
+    )
+
+
 class RulesBody(_Body):
     reason: str
     policy: Literal["block", "retry", "probe"] | None = None
@@ -101,6 +144,12 @@ class ErrorBody(_Body):
     """OpenAI's error shape: every answer of the gate that is not 2xx, validation errors included (400)."""
 
     error: ErrorDetail
+
+
+class EffectList(_Body):
+    """The ``list_effects`` tool's answer: ``GET /effects``'s list under one name (a tool answers an object)."""
+
+    effects: list[EffectRecord]
 
 
 class Finished(_Body):
@@ -136,15 +185,20 @@ __all__ = [
     "BeginAnswer",
     "BeginBody",
     "DecisionBody",
+    "EffectList",
     "EffectRecord",
+    "EffectRef",
     "ErrorBody",
     "ErrorDetail",
     "FailBody",
     "Finished",
     "Forgotten",
+    "ListQuery",
     "ReportBody",
     "ResolveBody",
     "RulesBody",
     "RulesView",
     "SpendView",
+    "TypeRef",
+    "UsageQuery",
 ]

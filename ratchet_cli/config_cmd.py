@@ -9,7 +9,15 @@ import click
 
 from ratchet_core.settings import Settings, SettingsError, describe, load_settings, unknown_variables
 
-SECRET_FIELDS = {"api_keys", "admin_key", "signing_key", "pepper", "teacher_api_key", "student_api_key"}
+SECRET_FIELDS = {
+    "api_keys",
+    "admin_key",
+    "effects_api_key",
+    "signing_key",
+    "pepper",
+    "teacher_api_key",
+    "student_api_key",
+}
 
 
 def key_problems(settings: Settings) -> list[str]:

@@ -56,6 +56,11 @@ class Settings(BaseSettings):
     admin_key: str = Field(
         "", description="Bearer key for the gateway's /ratchet/admin routes (safety-only)."
     )
+    effects_api_key: str = Field(
+        "",
+        description="The key (a client's from RATCHET_API_KEYS, or the admin key) whose caller `ratchet effects mcp` "
+        "acts as.",
+    )
     signing_key: str = Field(
         "", description="Ed25519 private key (base64 or PEM) or `@file`; default key file."
     )

@@ -198,6 +198,9 @@ def test_validation_and_routing_errors_have_openai_shape(gate: Gate) -> None:
         == "invalid_effect_type"
     )
     assert _error(gate.scout.get("/effects", params={"limit": 0}), 400)["param"] == "limit"
+    typo = gate.scout.get("/effects", params={"stauts": "done"})  # an unknown parameter is not ignored
+    assert _error(typo, 400)["param"] == "stauts"
+    assert _error(gate.scout.get("/effects/t/" + "k" * 600), 400)["param"] == "key"  # path parameters too
     assert _error(gate.scout.get("/nowhere"), 404)["code"] == "not_found"
     assert _error(gate.scout.delete("/effects/begin"), 405)["type"] == "invalid_request_error"
     assert _error(httpx.get(f"{gate.scout.base_url}/effects"), 401)["type"] == "authentication_error"
