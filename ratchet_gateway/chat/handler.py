@@ -29,6 +29,7 @@ from ratchet_core.schema import pair_row, request_row
 from ratchet_gateway import answer_guard
 from ratchet_gateway.auth import invalid_key_error
 from ratchet_gateway.breaker import STATE_VALUES, Breaker
+from ratchet_gateway.chat.context import ChatCall, Decision, Received
 from ratchet_gateway.errors import GatewayError
 from ratchet_gateway.models import parse_chat_body, read_body, receive_body, task_of, validate_chat_body
 from ratchet_gateway.responses import error_event, error_response, new_request_id, ratchet_headers
@@ -214,22 +215,12 @@ class ChatHandler:
                     body.pop("metadata")
             ts, day = _now_us_and_day(gw.clock_now)
             r = route(gw.manifest, gw.safety, task, rid)
-            ctx = _Ctx(
-                rid=rid,
-                t0=t0,
-                ts=ts,
-                day=day,
-                client=client,
-                task=task,
-                req=req,
-                body=body,
-                route=r,
-                headers=headers,
-            )
-            ctx.manifest_seq = gw.manifest.sequence  # the manifest `r` was decided with (no await in between)
+            received = Received(rid, t0, ts, day, client, task, req, body)
+            # the manifest the route was decided with (no await in between)
+            call = ChatCall(received, Decision(r, gw.manifest.sequence), headers)
             if req.stream:
-                return await self._stream(ctx)
-            return await self._complete(ctx)
+                return await self._stream(call)
+            return await self._complete(call)
         except Exception as exc:
             err = exc if isinstance(exc, GatewayError) else _unexpected(exc)
             if err.status >= 500:
@@ -241,104 +232,109 @@ class ChatHandler:
             return error_response(err, headers)
 
     # non-streaming -----------------------------------------------------------------------------------------
-    async def _complete(self, ctx: _Ctx) -> Response:
+    async def _complete(self, call: ChatCall) -> Response:
         student_resp = None
-        if ctx.route.student_version:
-            student_resp = await self._try_student(ctx)
+        if call.decision.route.student_version:
+            student_resp = await self._try_student(call)
         if student_resp is not None:
-            ctx.served_by = "student"
+            call.outcome.served_by = "student"
             resp = student_resp
         else:
-            resp = await self._call_teacher(ctx)
-        out = self._finish_body(ctx, resp)
-        row = self._row(ctx, resp)
-        await self._commit(ctx, row)
-        self._after(ctx, resp)
-        return Response(out, media_type="application/json", headers=self._final_headers(ctx))
+            resp = await self._call_teacher(call)
+        out = self._finish_body(call, resp)
+        row = self._row(call, resp)
+        await self._commit(call, row)
+        self._after(call, resp)
+        return Response(out, media_type="application/json", headers=self._final_headers(call))
 
-    async def _try_student(self, ctx: _Ctx) -> dict | None:
+    async def _try_student(self, call: ChatCall) -> dict | None:
         """The student's answer if it came back in time with confidence >= threshold, else None (-> teacher)."""
         gw = self.gw
-        if ctx.teacher_prompt is None:  # the teacher-equivalent's prompt count, while the student answers
-            ctx.teacher_prompt = gw.teacher_equivalent.start_count(ctx.body)
-        body = {**self._student_body(ctx), "logprobs": True}
+        if (
+            call.student.teacher_prompt is None
+        ):  # the teacher-equivalent's prompt count, while the student answers
+            call.student.teacher_prompt = gw.teacher_equivalent.start_count(call.received.body)
+        body = {**self._student_body(call), "logprobs": True}
         t = time.perf_counter()
         try:
-            resp = await self._ask_student(body, ctx.route.student_version, ctx.task)
+            resp = await self._ask_student(body, call.decision.route.student_version, call.received.task)
         except GatewayError as err:
-            ctx.student_error = err.message
-            ctx.upstream_ms += (time.perf_counter() - t) * 1000
+            call.student.error = err.message
+            call.outcome.upstream_ms += (time.perf_counter() - t) * 1000
             return None
-        ctx.upstream_ms += (time.perf_counter() - t) * 1000
-        ctx.confidence = _confidence(resp)
-        ctx.threshold = ctx.route.threshold
+        call.outcome.upstream_ms += (time.perf_counter() - t) * 1000
+        call.student.confidence = _confidence(resp)
+        call.student.threshold = call.decision.route.threshold
         p, c, _, _ = _tokens(resp.get("usage") or {})
-        ctx.student_cost = gw.student_prices.cost(p, c)
-        ctx.version = ctx.route.student_version or ""
-        if ctx.threshold is not None and ctx.confidence < ctx.threshold:
+        call.student.cost = gw.student_prices.cost(p, c)
+        call.student.version = call.decision.route.student_version or ""
+        if call.student.threshold is not None and call.student.confidence < call.student.threshold:
             return None  # cascade: not confident enough
-        _restore_answer(resp, ctx.pii_map or {})
+        _restore_answer(resp, call.redaction.pii_map or {})
         msg, finish, _ = _message_of(resp)
-        violation = await answer_guard.check(ctx.body, msg, finish)
+        violation = await answer_guard.check(call.received.body, msg, finish)
         if violation is not None:  # cascade: the answer breaks the request's own contract
-            ctx.contract_violation = violation.kind
+            call.student.violation = violation.kind
             gw.metrics.contract_violations.labels(violation.kind).inc()
             return None
-        if not ctx.req.logprobs:
+        if not call.received.req.logprobs:
             for choice in resp.get("choices") or []:
                 if isinstance(choice, dict):
                     choice["logprobs"] = None
         return resp
 
-    async def _call_teacher(self, ctx: _Ctx) -> dict:
+    async def _call_teacher(self, call: ChatCall) -> dict:
         t = time.perf_counter()
         try:
-            resp = await self.gw.teacher.complete(ctx.body, task=ctx.task, timeouts=self.teacher_timeouts)
+            resp = await self.gw.teacher.complete(
+                call.received.body, task=call.received.task, timeouts=self.teacher_timeouts
+            )
         except GatewayError as err:
-            ctx.upstream_ms += (time.perf_counter() - t) * 1000
+            call.outcome.upstream_ms += (time.perf_counter() - t) * 1000
             self.gw.metrics.upstream_faults.labels("teacher", err.code or "").inc()
-            await self._record_failure(ctx, err)
+            await self._record_failure(call, err)
             raise
-        ctx.upstream_ms += (time.perf_counter() - t) * 1000
+        call.outcome.upstream_ms += (time.perf_counter() - t) * 1000
         return resp
 
-    def _finish_body(self, ctx: _Ctx, resp: dict) -> bytes:
+    def _finish_body(self, call: ChatCall, resp: dict) -> bytes:
         return orjson.dumps(resp)
 
     # streaming ---------------------------------------------------------------------------------------------
-    async def _stream(self, ctx: _Ctx) -> Response:
-        include_usage = bool((ctx.req.stream_options or {}).get("include_usage"))
-        if ctx.route.student_version:
-            resp = await self._try_student(ctx)
+    async def _stream(self, call: ChatCall) -> Response:
+        include_usage = bool((call.received.req.stream_options or {}).get("include_usage"))
+        if call.decision.route.student_version:
+            resp = await self._try_student(call)
             if resp is not None:
-                ctx.served_by = "student"
-                row = self._row(ctx, resp)
+                call.outcome.served_by = "student"
+                row = self._row(call, resp)
                 return StreamingResponse(
-                    self._replay_as_sse(ctx, resp, row, include_usage),
+                    self._replay_as_sse(call, resp, row, include_usage),
                     media_type="text/event-stream",
-                    headers=self._final_headers(ctx, committed=False),
+                    headers=self._final_headers(call),
                 )
         t = time.perf_counter()
-        agen = self.gw.teacher.stream(ctx.body, task=ctx.task, timeouts=self.teacher_timeouts)
+        agen = self.gw.teacher.stream(
+            call.received.body, task=call.received.task, timeouts=self.teacher_timeouts
+        )
         try:
             first = await agen.__anext__()
         except StopAsyncIteration:
             first = None
         except GatewayError as err:  # nothing sent yet: the client gets an HTTP error
-            ctx.upstream_ms += (time.perf_counter() - t) * 1000
+            call.outcome.upstream_ms += (time.perf_counter() - t) * 1000
             self.gw.metrics.upstream_faults.labels("teacher", err.code or "").inc()
-            await self._record_failure(ctx, err)
+            await self._record_failure(call, err)
             raise
-        ctx.ttfb_upstream_ms = (time.perf_counter() - t) * 1000
         return StreamingResponse(
-            self._relay(ctx, agen, first, t, include_usage),
+            self._relay(call, agen, first, t, include_usage),
             media_type="text/event-stream",
-            headers=self._final_headers(ctx, committed=False),
+            headers=self._final_headers(call),
         )
 
     async def _relay(
         self,
-        ctx: _Ctx,
+        call: ChatCall,
         agen: AsyncIterator[tuple[bytes, dict]],
         first: tuple[bytes, dict] | None,
         t: float,
@@ -360,40 +356,40 @@ class ChatHandler:
                     item = await agen.__anext__()
                 except StopAsyncIteration:
                     item = None
-            ctx.upstream_ms += (time.perf_counter() - t) * 1000
+            call.outcome.upstream_ms += (time.perf_counter() - t) * 1000
             resp = acc.response()
             # [DONE] without a finish_reason: the answer may be incomplete, so it is never a training example
-            row = self._row(ctx, resp, truncated=not acc.finish)
-            await self._commit(ctx, row)
+            row = self._row(call, resp, truncated=not acc.finish)
+            await self._commit(call, row)
             done = True
-            self._after(ctx, resp)
+            self._after(call, resp)
             yield b"data: [DONE]\n\n"
         except Exception as exc:  # the stream broke after its headers: tell the client in the stream itself
             if isinstance(exc, GatewayError):
                 err = exc
             else:
                 if not isinstance(exc, aiohttp.ClientError | TimeoutError):
-                    log.exception("request %s: the stream relay failed", ctx.rid)
+                    log.exception("request %s: the stream relay failed", call.received.request_id)
                 err = GatewayError(502, "the model stream broke; retry", "upstream_stream_broken")
                 err.__cause__ = exc
-            _log_5xx(ctx.rid, err)
+            _log_5xx(call.received.request_id, err)
             if not done:
-                ctx.error = err
+                call.outcome.error = err
                 self.gw.metrics.upstream_faults.labels("teacher", err.code or "").inc()
             self.gw.metrics.errors.labels(err.type).inc()
             yield error_event(err)
         finally:
             if not done:
                 resp = acc.response()
-                row = self._row(ctx, resp, truncated=True)
+                row = self._row(call, resp, truncated=True)
                 self._commit_nowait(row)
             await agen.aclose()
 
     async def _replay_as_sse(
-        self, ctx: _Ctx, resp: dict, row: dict, include_usage: bool
+        self, call: ChatCall, resp: dict, row: dict, include_usage: bool
     ) -> AsyncIterator[bytes]:
         base = {
-            "id": resp.get("id", ctx.rid),
+            "id": resp.get("id", call.received.request_id),
             "object": "chat.completion.chunk",
             "created": resp.get("created", int(time.time())),
             "model": resp.get("model", ""),
@@ -412,7 +408,7 @@ class ChatHandler:
 
         committed = False
         try:
-            await self._commit(ctx, row)
+            await self._commit(call, row)
             committed = True
             yield chunk({"role": "assistant", "content": ""})
             if msg.get("content"):
@@ -422,11 +418,11 @@ class ChatHandler:
             yield chunk({}, finish_reason=finish or "stop")
             if include_usage:
                 yield b"data: " + orjson.dumps({**base, "choices": [], "usage": usage}) + b"\n\n"
-            self._after(ctx, resp)
+            self._after(call, resp)
             yield b"data: [DONE]\n\n"
         finally:
             if not committed:
-                self._commit_nowait(self._row(ctx, resp, truncated=True))
+                self._commit_nowait(self._row(call, resp, truncated=True))
 
     # the student endpoint and its breaker ---------------------------------------------------------------------
     def breaker(self) -> Breaker:
@@ -472,37 +468,41 @@ class ChatHandler:
         return resp
 
     # PII and the student -------------------------------------------------------------------------------------
-    def _student_body(self, ctx: _Ctx) -> dict:
+    def _student_body(self, call: ChatCall) -> dict:
         """The body the STUDENT gets and the ledger stores: with PII redaction on, the whole body through
         ``ratchet_core.redact.redact_request`` (messages, names, tools, response_format schemas, user, stop,
         metadata and every other parameter; the student was trained and certified on placeholders), computed once
-        per request; ``ctx.pii_map`` keeps placeholder -> original for :func:`_restore_answer`. The teacher gets
-        ``ctx.body``."""
-        if ctx.student_body is None:
+        per request; ``call.redaction.pii_map`` keeps placeholder -> original for :func:`_restore_answer`. The teacher gets
+        ``call.received.body``."""
+        if call.redaction.student_body is None:
             if self.gw.settings.redact_pii:
-                ctx.student_body, ctx.pii_map = redact_request(ctx.body)
+                call.redaction.student_body, call.redaction.pii_map = redact_request(call.received.body)
             else:
-                ctx.student_body = ctx.body
-            ctx.red_messages = ctx.student_body.get("messages") or []
-        return ctx.student_body
+                call.redaction.student_body = call.received.body
+            call.redaction.messages = call.redaction.student_body.get("messages") or []
+        return call.redaction.student_body
 
-    def _red_messages(self, ctx: _Ctx) -> Any:
+    def _red_messages(self, call: ChatCall) -> Any:
         """The messages as the ledger stores them (computed once per request)."""
-        if ctx.red_messages is None:
-            self._student_body(ctx)
-        return ctx.red_messages
+        if call.redaction.messages is None:
+            self._student_body(call)
+        return call.redaction.messages
 
-    def _red_fields(self, ctx: _Ctx) -> tuple[str, str, str]:
+    def _red_fields(self, call: ChatCall) -> tuple[str, str, str]:
         """(tools, response_format, params) columns of a row: from the redacted body (``_student_body``); params
         are every request parameter without a column of its own."""
-        rb = self._student_body(ctx)
-        tools = _cj({"tools": rb.get("tools"), "tool_choice": rb.get("tool_choice")}) if ctx.req.tools else ""
-        rf = _cj(rb["response_format"]) if ctx.req.response_format else ""
+        rb = self._student_body(call)
+        tools = (
+            _cj({"tools": rb.get("tools"), "tool_choice": rb.get("tool_choice")})
+            if call.received.req.tools
+            else ""
+        )
+        rf = _cj(rb["response_format"]) if call.received.req.response_format else ""
         return tools, rf, _cj({k: v for k, v in rb.items() if k not in _OWN_COLUMNS})
 
     # ledger ------------------------------------------------------------------------------------------------
     def _row(
-        self, ctx: _Ctx, resp: dict | None, truncated: bool = False, err: GatewayError | None = None
+        self, call: ChatCall, resp: dict | None, truncated: bool = False, err: GatewayError | None = None
     ) -> dict:
         gw = self.gw
         red = gw.redact
@@ -510,24 +510,28 @@ class ChatHandler:
         p, c, r, tot = _tokens(usage)
         teacher_cost = gw.teacher_prices.cost(p, c)
         # a cascade paid for both answers
-        actual = ctx.student_cost if ctx.served_by == "student" else teacher_cost + (ctx.student_cost or 0.0)
-        latency = (time.perf_counter() - ctx.t0) * 1000
-        tools, response_format, params = self._red_fields(ctx)
+        actual = (
+            call.student.cost
+            if call.outcome.served_by == "student"
+            else teacher_cost + (call.student.cost or 0.0)
+        )
+        latency = (time.perf_counter() - call.received.t0) * 1000
+        tools, response_format, params = self._red_fields(call)
         content = msg.get("content")
         tool_calls = msg.get("tool_calls")
-        err = err or ctx.error
+        err = err or call.outcome.error
         return request_row(
-            request_id=ctx.rid,
-            ts=ctx.ts,
-            day=ctx.day,
-            client=ctx.client,
-            task=ctx.task,
-            model_requested=ctx.req.model,
-            stage=ctx.route.stage,
-            version=ctx.version or ctx.route.version,
-            served_by=ctx.served_by,
-            stream=ctx.req.stream,
-            messages=_cj(self._red_messages(ctx)),
+            request_id=call.received.request_id,
+            ts=call.received.ts,
+            day=call.received.day,
+            client=call.received.client,
+            task=call.received.task,
+            model_requested=call.received.req.model,
+            stage=call.decision.route.stage,
+            version=call.student.version or call.decision.route.version,
+            served_by=call.outcome.served_by,
+            stream=call.received.req.stream,
+            messages=_cj(self._red_messages(call)),
             tools=tools,
             response_format=response_format,
             params=params,
@@ -539,26 +543,26 @@ class ChatHandler:
             reasoning_tokens=r,
             total_tokens=tot,
             teacher_cost_usd=teacher_cost if resp else 0.0,
-            actual_cost_usd=actual if resp else (ctx.student_cost or 0.0),
+            actual_cost_usd=actual if resp else (call.student.cost or 0.0),
             latency_ms=latency,
-            upstream_ms=ctx.upstream_ms,
-            overhead_ms=max(0.0, latency - ctx.upstream_ms),
-            confidence=ctx.confidence,
-            threshold=ctx.threshold,
-            pair_role=self._pair_role(ctx),
+            upstream_ms=call.outcome.upstream_ms,
+            overhead_ms=max(0.0, latency - call.outcome.upstream_ms),
+            confidence=call.student.confidence,
+            threshold=call.student.threshold,
+            pair_role=self._pair_role(call),
             truncated=truncated,
             status_code=err.status if err else 200,
             error_type=err.type if err else "",
             error=red(err.message) if err else "",
-            contract_violation=ctx.contract_violation,
+            contract_violation=call.student.violation,
         )
 
     @staticmethod
-    def _pair_role(ctx: _Ctx) -> str:
-        return pairs(ctx.route, ctx.served_by).role
+    def _pair_role(call: ChatCall) -> str:
+        return pairs(call.decision.route, call.outcome.served_by).role
 
-    async def _commit(self, ctx: _Ctx, row: dict) -> None:
-        await self.gw.teacher_equivalent.settle(row, ctx.teacher_prompt)
+    async def _commit(self, call: ChatCall, row: dict) -> None:
+        await self.gw.teacher_equivalent.settle(row, call.student.teacher_prompt)
         try:
             await self.gw.ledger.append(row)
         except OSError as exc:
@@ -567,7 +571,6 @@ class ChatHandler:
                 "the gateway cannot record requests right now (ledger unavailable); retry later",
                 "ledger_unavailable",
             ) from exc
-        ctx.committed = True
 
     def _commit_nowait(self, row: dict) -> None:
         try:
@@ -575,40 +578,42 @@ class ChatHandler:
         except OSError:
             self.gw.metrics.errors.labels("ledger_unavailable").inc()
 
-    async def _record_failure(self, ctx: _Ctx, err: GatewayError) -> None:
-        ctx.served_by = "teacher"
-        row = self._row(ctx, None, err=err)
+    async def _record_failure(self, call: ChatCall, err: GatewayError) -> None:
+        call.outcome.served_by = "teacher"
+        row = self._row(call, None, err=err)
         try:
             await self.gw.ledger.append(row)
         except OSError:
             self.gw.metrics.errors.labels("ledger_unavailable").inc()
 
-    def _final_headers(self, ctx: _Ctx, committed: bool = True) -> dict[str, str]:
-        h = ctx.headers
-        h["x-ratchet-served-by"] = ctx.served_by
-        h["x-ratchet-version"] = ctx.version if ctx.served_by == "student" else "teacher"
-        h["x-ratchet-manifest"] = str(ctx.manifest_seq)
-        elapsed = (time.perf_counter() - ctx.t0) * 1000
-        overhead = max(0.0, elapsed - ctx.upstream_ms)
+    def _final_headers(self, call: ChatCall) -> dict[str, str]:
+        h = call.headers
+        h["x-ratchet-served-by"] = call.outcome.served_by
+        h["x-ratchet-version"] = call.student.version if call.outcome.served_by == "student" else "teacher"
+        h["x-ratchet-manifest"] = str(call.decision.manifest_seq)
+        elapsed = (time.perf_counter() - call.received.t0) * 1000
+        overhead = max(0.0, elapsed - call.outcome.upstream_ms)
         h["x-ratchet-overhead-ms"] = f"{overhead:.3f}"
-        self.gw.metrics.served(ctx.served_by, elapsed / 1000, overhead / 1000)
+        self.gw.metrics.served(call.outcome.served_by, elapsed / 1000, overhead / 1000)
         return h
 
     # off the request path ----------------------------------------------------------------------------------
-    def _after(self, ctx: _Ctx, resp: dict) -> None:
-        p = pairs(ctx.route, ctx.served_by)
+    def _after(self, call: ChatCall, resp: dict) -> None:
+        p = pairs(call.decision.route, call.outcome.served_by)
         if p.audit:
-            self.gw.spawn(self._audit(ctx, resp, p.shadow_version))
+            self.gw.spawn(self._audit(call, resp, p.shadow_version))
         elif p.shadow_version:
-            self.gw.spawn(self._shadow(ctx, resp, p.shadow_version))
+            self.gw.spawn(self._shadow(call, resp, p.shadow_version))
 
-    async def _audit(self, ctx: _Ctx, served: dict, candidate: str | None) -> None:
+    async def _audit(self, call: ChatCall, served: dict, candidate: str | None) -> None:
         """Re-ask the teacher about a student-served request -> ``audit`` pair row; then, when a candidate is
         shadowed, have it answer too and compare it with the teacher's audit answer -> ``shadow`` pair row."""
         gw = self.gw
         t = time.perf_counter()
         try:
-            teacher = await gw.teacher.complete(ctx.body, task=ctx.task, timeouts=self.teacher_timeouts)
+            teacher = await gw.teacher.complete(
+                call.received.body, task=call.received.task, timeouts=self.teacher_timeouts
+            )
             error = None
         except GatewayError as err:
             teacher, error = None, err
@@ -616,12 +621,14 @@ class ChatHandler:
         outcome = "error"
         if teacher is not None:
             teacher_msg, _, _ = _message_of(teacher)
-            outcome = "agree" if gw.compare(ctx.task, teacher_msg, served_msg) else "disagree"
-        await self._write_pair(ctx, "audit", ctx.version, teacher, error, outcome, None, ctx.threshold, t)
+            outcome = "agree" if gw.compare(call.received.task, teacher_msg, served_msg) else "disagree"
+        await self._write_pair(
+            call, "audit", call.student.version, teacher, error, outcome, None, call.student.threshold, t
+        )
         if candidate and teacher is not None:  # no teacher answer: nothing to compare the candidate with
-            await self._shadow(ctx, teacher, candidate)
+            await self._shadow(call, teacher, candidate)
 
-    async def _shadow(self, ctx: _Ctx, teacher: dict, version: str) -> None:
+    async def _shadow(self, call: ChatCall, teacher: dict, version: str) -> None:
         """Have candidate `version` answer off the path; compare it with the teacher's answer -> ``shadow`` row
         with the candidate's own threshold (``Route.shadow_threshold``)."""
         gw = self.gw
@@ -629,10 +636,10 @@ class ChatHandler:
         confidence = None
         try:
             student = await self._ask_student(
-                {**self._student_body(ctx), "logprobs": True}, version, ctx.task
+                {**self._student_body(call), "logprobs": True}, version, call.received.task
             )
             confidence = _confidence(student)
-            _restore_answer(student, ctx.pii_map or {})
+            _restore_answer(student, call.redaction.pii_map or {})
             error = None
         except GatewayError as err:
             student, error = None, err
@@ -640,25 +647,25 @@ class ChatHandler:
         if student is not None:
             teacher_msg, _, _ = _message_of(teacher)
             student_msg, student_finish, _ = _message_of(student)
-            outcome = "agree" if gw.compare(ctx.task, teacher_msg, student_msg) else "disagree"
+            outcome = "agree" if gw.compare(call.received.task, teacher_msg, student_msg) else "disagree"
             # what the guard would have done had this candidate served: the release evidence reads it
-            violation = await answer_guard.check(ctx.body, student_msg, student_finish)
+            violation = await answer_guard.check(call.received.body, student_msg, student_finish)
         await self._write_pair(
-            ctx,
+            call,
             "shadow",
             version,
             student,
             error,
             outcome,
             confidence,
-            ctx.route.shadow_threshold,
+            call.decision.route.shadow_threshold,
             t,
             contract_violation=violation.kind if violation else "",
         )
 
     async def _write_pair(
         self,
-        ctx: _Ctx,
+        call: ChatCall,
         role: str,
         version: str,
         other: dict | None,
@@ -679,18 +686,18 @@ class ChatHandler:
         red = gw.redact
         elapsed = (time.perf_counter() - t) * 1000
         row = pair_row(
-            request_id=ctx.rid,
-            ts=ctx.ts,
-            day=ctx.day,
-            client=ctx.client,
-            task=ctx.task,
-            model_requested=ctx.req.model,
-            stage=ctx.route.stage,
+            request_id=call.received.request_id,
+            ts=call.received.ts,
+            day=call.received.day,
+            client=call.received.client,
+            task=call.received.task,
+            model_requested=call.received.req.model,
+            stage=call.decision.route.stage,
             version=version,
             served_by="student" if role == "shadow" else "teacher",
-            stream=ctx.req.stream,
-            messages=_cj(self._red_messages(ctx)),
-            response_format=self._red_fields(ctx)[1],
+            stream=call.received.req.stream,
+            messages=_cj(self._red_messages(call)),
+            response_format=self._red_fields(call)[1],
             answer=red(msg.get("content")) if isinstance(msg.get("content"), str) else "",
             tool_calls=_cj(red(msg.get("tool_calls"))) if msg.get("tool_calls") else "",
             finish_reason="error" if error else finish,
@@ -718,64 +725,6 @@ class ChatHandler:
             await gw.ledger.append(row)
         except OSError:
             gw.metrics.errors.labels("ledger_unavailable").inc()
-
-
-class _Ctx:
-    __slots__ = (
-        "rid",
-        "t0",
-        "ts",
-        "day",
-        "client",
-        "task",
-        "req",
-        "body",
-        "route",
-        "headers",
-        "served_by",
-        "version",
-        "upstream_ms",
-        "confidence",
-        "threshold",
-        "student_cost",
-        "student_error",
-        "error",
-        "committed",
-        "ttfb_upstream_ms",
-        "student_body",
-        "pii_map",
-        "red_messages",
-        "teacher_prompt",
-        "contract_violation",
-        "manifest_seq",
-    )
-
-    def __init__(self, *, rid, t0, ts, day, client, task, req, body, route, headers):
-        self.rid, self.t0, self.ts, self.day = rid, t0, ts, day
-        self.client, self.task, self.req, self.body, self.route, self.headers = (
-            client,
-            task,
-            req,
-            body,
-            route,
-            headers,
-        )
-        self.served_by = "teacher"
-        self.version = ""
-        self.upstream_ms = 0.0
-        self.confidence: float | None = None
-        self.threshold: float | None = None
-        self.student_cost: float | None = None
-        self.student_error: str | None = None
-        self.error: GatewayError | None = None
-        self.committed = False
-        self.ttfb_upstream_ms = 0.0
-        self.student_body: dict | None = None
-        self.pii_map: dict[str, str] | None = None
-        self.red_messages: Any = None
-        self.teacher_prompt: Any = None  # asyncio.Future[int] while counting
-        self.contract_violation = ""  # kind (ratchet_core.contract) of a confident answer that broke it
-        self.manifest_seq = 0
 
 
 class _StreamAccumulator:
