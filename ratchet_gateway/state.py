@@ -24,6 +24,7 @@ from ratchet_core.redact import redact_text, redact_value
 from ratchet_core.routing import SafetyState
 from ratchet_core.settings import Settings
 from ratchet_gateway.auth import KeyStore, load_pepper, parse_api_keys
+from ratchet_gateway.hooks import RequestHook
 from ratchet_gateway.ledger import Ledger
 from ratchet_gateway.metrics import Metrics
 from ratchet_gateway.proofs import KeyTreeCache
@@ -49,6 +50,8 @@ class GatewayOptions:
     teacher_via_litellm: bool = (
         False  # force litellm.acompletion for the teacher (measuring; non-OpenAI providers)
     )
+    # request hooks, run after the app's own (``ratchet_gateway.hooks``; registered by ``create_app``)
+    hooks: list[RequestHook] = field(default_factory=list)
 
 
 def manifest_public_keys(settings: Settings) -> list[Any]:

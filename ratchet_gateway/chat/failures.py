@@ -11,8 +11,6 @@ from ratchet_gateway.errors import GatewayError
 
 log = logging.getLogger("ratchet.gateway")
 
-CLIENT_CLOSED = 499  # nginx's "client closed request": the client left before the gateway could answer
-
 
 def unexpected(exc: Exception) -> GatewayError:
     """The 500 for a bug (:func:`log_5xx` logs it with its traceback and the request id)."""
@@ -25,13 +23,9 @@ def unexpected(exc: Exception) -> GatewayError:
     return err
 
 
-def client_closed() -> GatewayError:
-    """The 499 of a request whose client closed the connection before sending its whole body (nobody reads it)."""
-    return GatewayError(
-        CLIENT_CLOSED,
-        "the client closed the connection before sending the whole request body",
-        "client_closed_request",
-    )
+def log_client_closed(rid: str) -> None:
+    """A 499 (``ratchet_gateway.errors.client_closed_error``): the client's doing, logged without a traceback."""
+    log.info("request %s: 499: the client closed the connection before sending its whole body", rid)
 
 
 def log_5xx(rid: str, err: GatewayError) -> None:

@@ -1,6 +1,12 @@
 """``ChatHandler``: the pipeline's orchestrator. It takes a request from its entry point, checks it, builds its
 :class:`~ratchet_gateway.chat.context.ChatCall` and hands it to the non-streamed or the streamed path; every error
-it answers in the caller's format (``ratchet_gateway.chat.formats``)."""
+it answers in the caller's format (``ratchet_gateway.chat.formats``).
+
+Where the next checks go (each one line here, nothing else changes): the body is parsed by ``ApiFormat.parse``, a
+pure function of the bytes, so a large body can be parsed and validated in a worker thread
+(``asyncio.to_thread``) where ``self.api.parse(raw)`` is called; per-key rate limits and spend budgets are a
+``validated`` request hook (``ratchet_gateway.hooks``), which runs after authentication and validation and before
+routing and any model call, and refuses with a 429 and ``retry-after``."""
 
 from __future__ import annotations
 
@@ -8,7 +14,7 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING
 
-from starlette.requests import Request
+from starlette.requests import ClientDisconnect, Request
 from starlette.responses import Response, StreamingResponse
 from starlette.types import Receive, Scope, Send
 
@@ -16,13 +22,14 @@ from ratchet_core.routing import route
 from ratchet_gateway.auth import invalid_key_error
 from ratchet_gateway.chat.complete import CompletePath
 from ratchet_gateway.chat.context import ChatCall, Decision, Received
-from ratchet_gateway.chat.failures import log_5xx, unexpected
+from ratchet_gateway.chat.failures import log_5xx, log_client_closed, unexpected
 from ratchet_gateway.chat.formats import CHAT_COMPLETIONS, ApiFormat
 from ratchet_gateway.chat.pairs import Pairs
 from ratchet_gateway.chat.relay import StreamPath
 from ratchet_gateway.chat.rows import Recorder
 from ratchet_gateway.chat.student import Student
-from ratchet_gateway.errors import GatewayError
+from ratchet_gateway.errors import GatewayError, client_closed_error
+from ratchet_gateway.hooks import INFO, RequestHooks, RequestInfo
 from ratchet_gateway.models import read_body, receive_body, task_of
 from ratchet_gateway.responses import new_request_id, ratchet_headers
 from ratchet_gateway.serve_http import EXTENSION as HOLD_HEAD
@@ -51,9 +58,10 @@ def _now_us_and_day(clock_now) -> tuple[int, str]:
 class ChatHandler:
     """One per app and API (``app.state.chat``): called with a request, answers it (errors in the API's shape)."""
 
-    def __init__(self, gw: Gateway, api: ApiFormat = CHAT_COMPLETIONS):
+    def __init__(self, gw: Gateway, api: ApiFormat = CHAT_COMPLETIONS, hooks: RequestHooks | None = None):
         self.gw = gw
         self.api = api
+        self.hooks = hooks if hooks else None  # the app's request hooks (``validated`` runs here)
         timeouts = teacher_timeouts(gw.settings)
         self.student = Student(gw)
         self.recorder = Recorder(gw)
@@ -66,8 +74,9 @@ class ChatHandler:
         """The answer to a Starlette request (the registered route, ``ratchet_gateway.routers.chat``)."""
         h = request.headers
         limit = self.gw.settings.max_body_bytes
+        info = request.scope.get(INFO) if self.hooks else None
         return await self._handle(
-            h.get("authorization"), h.get("x-ratchet-task"), lambda: read_body(request, limit)
+            h.get("authorization"), h.get("x-ratchet-task"), lambda: read_body(request, limit), info
         )
 
     async def asgi(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -83,7 +92,8 @@ class ChatHandler:
             elif name == b"x-ratchet-task":
                 task = value.decode("latin-1") if task is None else task
         limit = self.gw.settings.max_body_bytes
-        response = await self._handle(auth, task, lambda: receive_body(receive, length, limit))
+        info = scope.get(INFO) if self.hooks else None
+        response = await self._handle(auth, task, lambda: receive_body(receive, length, limit), info)
         if not isinstance(response, StreamingResponse):
             hold_head = scope.get("extensions", _NO_EXTENSIONS).get(HOLD_HEAD)
             if hold_head is not None:  # ``ratchet gateway``'s server: head and body in one socket write
@@ -92,7 +102,11 @@ class ChatHandler:
 
     # the pipeline ------------------------------------------------------------------------------------------
     async def _handle(
-        self, authorization: str | None, task_header: str | None, read: Callable[[], Awaitable[bytes]]
+        self,
+        authorization: str | None,
+        task_header: str | None,
+        read: Callable[[], Awaitable[bytes]],
+        info: RequestInfo | None,
     ) -> Response:
         gw = self.gw
         t0 = time.perf_counter()
@@ -103,6 +117,8 @@ class ChatHandler:
             client = gw.keys.authenticate(authorization)
             if client is None:
                 raise invalid_key_error()
+            if info is not None:
+                info.client = client
             raw = await read()
             body, req = self.api.parse(raw)
             if req.model not in gw.model_names:
@@ -115,6 +131,9 @@ class ChatHandler:
             task = task_of(req, task_header)
             ts, day = _now_us_and_day(gw.clock_now)
             received = Received(rid, t0, ts, day, client, task, req, body)
+            if info is not None:
+                info.task = task
+                await self.hooks.check_validated(info, received)  # type: ignore[union-attr]
             # the manifest the route is decided with (no await in between)
             decision = Decision(route(gw.manifest, gw.safety, task, rid), gw.manifest.sequence)
             call = ChatCall(received, decision, headers)
@@ -122,11 +141,21 @@ class ChatHandler:
                 return await self.stream(call)
             return await self.complete(call)
         except Exception as exc:
+            return self._failed(exc, t0, headers)
+
+    def _failed(self, exc: Exception, t0: float, headers: dict[str, str]) -> Response:
+        """The answer to a request that failed before its answer started; logged and counted."""
+        rid = headers["x-ratchet-request-id"]
+        metrics = self.gw.metrics
+        if isinstance(exc, ClientDisconnect):  # the client left mid-body: its doing, not the gateway's
+            err = client_closed_error()
+            log_client_closed(rid)
+        else:
             err = exc if isinstance(exc, GatewayError) else unexpected(exc)
             if err.status >= 500:
                 log_5xx(rid, err)
                 err.message = f"{err.message} (request id {rid})"
-            gw.metrics.errors.labels(err.type).inc()
-            gw.metrics.requests.labels(headers["x-ratchet-served-by"], str(err.status)).inc()
-            headers["x-ratchet-overhead-ms"] = f"{(time.perf_counter() - t0) * 1000:.3f}"
-            return self.api.error(err, headers)
+            metrics.errors.labels(err.type).inc()
+        metrics.requests.labels(headers["x-ratchet-served-by"], str(err.status)).inc()
+        headers["x-ratchet-overhead-ms"] = f"{(time.perf_counter() - t0) * 1000:.3f}"
+        return self.api.error(err, headers)
