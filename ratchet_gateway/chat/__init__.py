@@ -13,13 +13,14 @@ One module per part, each doing one job:
 - ``handler``: :class:`ChatHandler`, the orchestrator (entry points, checks, errors);
 - ``context``: a request's state, :class:`~ratchet_gateway.chat.context.ChatCall`, one typed record per concern;
 - ``formats``: the caller's API on both ends (OpenAI chat completions; the seam for other request APIs);
-- ``complete``: the non-streamed path; ``relay``: the streamed one (teacher relay, student replay);
+- ``complete``: the non-streamed path; ``relay``: the streamed one (teacher relay, student replay); ``parts``:
+  what both use;
 - ``student``: the student endpoint behind its circuit breaker, and the cascade;
 - ``redaction``: the body the student gets and the ledger stores, the client's text put back;
 - ``rows``: the ledger rows, their commit, the answer's headers and served metrics;
 - ``pairs``: audit and shadow calls off the request path and their pair rows;
 - ``completion``: reading a chat completion (message, token counts, confidence);
-- ``failures``: 5xx logging, the 500 of a bug.
+- ``failures``: 5xx logging, the 500 of a bug, the 499 of a client gone mid-body.
 """
 
 from ratchet_gateway.chat.handler import ChatHandler

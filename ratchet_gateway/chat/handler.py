@@ -25,6 +25,7 @@ from ratchet_gateway.chat.context import ChatCall, Decision, Received
 from ratchet_gateway.chat.failures import log_5xx, log_client_closed, unexpected
 from ratchet_gateway.chat.formats import CHAT_COMPLETIONS, ApiFormat
 from ratchet_gateway.chat.pairs import Pairs
+from ratchet_gateway.chat.parts import Parts
 from ratchet_gateway.chat.relay import StreamPath
 from ratchet_gateway.chat.rows import Recorder
 from ratchet_gateway.chat.student import Student
@@ -66,8 +67,9 @@ class ChatHandler:
         self.student = Student(gw)
         self.recorder = Recorder(gw)
         self.pairs = Pairs(gw, self.student, self.recorder, timeouts)
-        self.complete = CompletePath(gw, api, self.student, self.recorder, self.pairs, timeouts)
-        self.stream = StreamPath(gw, api, self.student, self.recorder, self.pairs, timeouts)
+        parts = Parts(gw, api, self.student, self.recorder, self.pairs, timeouts)
+        self.complete = CompletePath(parts)
+        self.stream = StreamPath(parts)
 
     # entry points ------------------------------------------------------------------------------------------
     async def __call__(self, request: Request) -> Response:

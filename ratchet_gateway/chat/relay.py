@@ -14,22 +14,16 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import AsyncIterator
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from starlette.responses import Response, StreamingResponse
 
 from ratchet_gateway import http1
 from ratchet_gateway.chat.context import ChatCall
 from ratchet_gateway.chat.failures import log_5xx
-from ratchet_gateway.chat.formats import ApiFormat, StreamFormat
-from ratchet_gateway.chat.pairs import Pairs
-from ratchet_gateway.chat.rows import Recorder
-from ratchet_gateway.chat.student import Student
+from ratchet_gateway.chat.formats import StreamFormat
+from ratchet_gateway.chat.parts import Parts
 from ratchet_gateway.errors import GatewayError
-from ratchet_gateway.upstream import Timeouts
-
-if TYPE_CHECKING:
-    from ratchet_gateway.state import Gateway
 
 log = logging.getLogger("ratchet.gateway")
 
@@ -37,49 +31,37 @@ log = logging.getLogger("ratchet.gateway")
 class StreamPath:
     """Answers a streamed request (one per app and API)."""
 
-    def __init__(
-        self,
-        gw: Gateway,
-        api: ApiFormat,
-        student: Student,
-        recorder: Recorder,
-        pairs: Pairs,
-        teacher_timeouts: Timeouts,
-    ):
-        self.gw = gw
-        self.api = api
-        self.student = student
-        self.recorder = recorder
-        self.pairs = pairs
-        self.teacher_timeouts = teacher_timeouts
+    def __init__(self, parts: Parts):
+        self.parts = parts
 
     async def __call__(self, call: ChatCall) -> Response:
-        out = self.api.stream(call.received.req)
+        p = self.parts
+        out = p.api.stream(call.received.req)
         if call.decision.route.student_version:
-            resp = await self.student.attempt(call)
+            resp = await p.student.attempt(call)
             if resp is not None:
                 call.outcome.served_by = "student"
-                row = self.recorder.request_row(call, resp)
+                row = p.recorder.request_row(call, resp)
                 return StreamingResponse(
                     self._replay(call, resp, row, out),
                     media_type=out.media_type,
-                    headers=self.recorder.answer_headers(call),
+                    headers=p.recorder.answer_headers(call),
                 )
         t = time.perf_counter()
         rec = call.received
-        agen = self.gw.teacher.stream(rec.body, task=rec.task, timeouts=self.teacher_timeouts)
+        agen = p.gw.teacher.stream(rec.body, task=rec.task, timeouts=p.teacher_timeouts)
         try:
             first = await agen.__anext__()
         except StopAsyncIteration:
             first = None
         except GatewayError as err:  # nothing sent yet: the client gets an HTTP error
             call.outcome.upstream_ms += (time.perf_counter() - t) * 1000
-            await self.recorder.teacher_failed(call, err)
+            await p.recorder.teacher_failed(call, err)
             raise
         return StreamingResponse(
             self._relay(call, agen, first, t, out),
             media_type=out.media_type,
-            headers=self.recorder.answer_headers(call),
+            headers=p.recorder.answer_headers(call),
         )
 
     async def _relay(
@@ -91,6 +73,7 @@ class StreamPath:
         out: StreamFormat,
     ) -> AsyncIterator[bytes]:
         """Relay the teacher's checked chunks (``Upstream.stream``), record the row, then the end marker."""
+        p = self.parts
         acc = StreamAccumulator()
         done = False
         try:
@@ -108,9 +91,9 @@ class StreamPath:
             call.outcome.upstream_ms += (time.perf_counter() - t) * 1000
             resp = acc.response()
             # [DONE] without a finish_reason: the answer may be incomplete, so it is never a training example
-            await self.recorder.commit(call, self.recorder.request_row(call, resp, truncated=not acc.finish))
+            await p.recorder.commit(call, p.recorder.request_row(call, resp, truncated=not acc.finish))
             done = True
-            self.pairs.after(call, resp)
+            p.pairs.after(call, resp)
             yield out.done()
         except Exception as exc:  # the stream broke after its headers: tell the client in the stream itself
             if isinstance(exc, GatewayError):
@@ -124,27 +107,28 @@ class StreamPath:
             log_5xx(call.received.request_id, err)
             if not done:
                 call.outcome.error = err
-                self.gw.metrics.upstream_faults.labels("teacher", err.code or "").inc()
-            self.gw.metrics.errors.labels(err.type).inc()
+                p.gw.metrics.upstream_faults.labels("teacher", err.code or "").inc()
+            p.gw.metrics.errors.labels(err.type).inc()
             yield out.error(err)
         finally:
             if not done:
-                self.recorder.commit_nowait(self.recorder.request_row(call, acc.response(), truncated=True))
+                p.recorder.commit_nowait(p.recorder.request_row(call, acc.response(), truncated=True))
             await agen.aclose()
 
     async def _replay(self, call: ChatCall, resp: dict, row: dict, out: StreamFormat) -> AsyncIterator[bytes]:
         """The student's answer as a stream: committed first, then its events, then the end marker."""
+        recorder = self.parts.recorder
         committed = False
         try:
-            await self.recorder.commit(call, row)
+            await recorder.commit(call, row)
             committed = True
             for event in out.replay(resp, call.received.request_id):
                 yield event
-            self.pairs.after(call, resp)
+            self.parts.pairs.after(call, resp)
             yield out.done()
         finally:
             if not committed:
-                self.recorder.commit_nowait(self.recorder.request_row(call, resp, truncated=True))
+                recorder.commit_nowait(recorder.request_row(call, resp, truncated=True))
 
 
 class StreamAccumulator:

@@ -54,47 +54,63 @@ class Recorder:
         rf = canonical_json(rb["response_format"]) if req.response_format else ""
         return tools, rf, canonical_json({k: v for k, v in rb.items() if k not in _OWN_COLUMNS})
 
+    def _asked(self, call: ChatCall) -> dict[str, Any]:
+        """The columns about the request itself, shared by its request row and its pair rows."""
+        rec = call.received
+        return {
+            "request_id": rec.request_id,
+            "ts": rec.ts,
+            "day": rec.day,
+            "client": rec.client,
+            "task": rec.task,
+            "model_requested": rec.req.model,
+            "stage": call.decision.route.stage,
+            "stream": rec.req.stream,
+            "messages": canonical_json(stored_messages(call, self.gw.settings.redact_pii)),
+        }
+
+    def _answered(self, resp: dict | None, err: GatewayError | None) -> dict[str, Any]:
+        """The columns about an answer (`resp`, None when there is none) or the error it ended with."""
+        red = self.gw.redact
+        msg, finish, usage = message_of(resp or {})
+        p, c, r, tot = token_counts(usage)
+        content = msg.get("content")
+        tool_calls = msg.get("tool_calls")
+        return {
+            "answer": red(content) if isinstance(content, str) else "",
+            "tool_calls": canonical_json(red(tool_calls)) if tool_calls else "",
+            "finish_reason": "error" if err else finish,
+            "prompt_tokens": p,
+            "completion_tokens": c,
+            "reasoning_tokens": r,
+            "total_tokens": tot,
+            "status_code": err.status if err else 200,
+            "error_type": err.type if err else "",
+            "error": red(err.message) if err else "",
+        }
+
     def request_row(
         self, call: ChatCall, resp: dict | None, truncated: bool = False, err: GatewayError | None = None
     ) -> dict:
         """The ``request`` row of `call` answered by `resp` (None: no answer; `err` or ``call.outcome.error``:
         the request failed)."""
         gw = self.gw
-        red = gw.redact
-        rec, attempt, outcome, route = call.received, call.student, call.outcome, call.decision.route
-        msg, finish, usage = message_of(resp or {})
-        p, c, r, tot = token_counts(usage)
-        teacher_cost = gw.teacher_prices.cost(p, c)
+        attempt, outcome, route = call.student, call.outcome, call.decision.route
+        answered = self._answered(resp, err or outcome.error)
+        teacher_cost = gw.teacher_prices.cost(answered["prompt_tokens"], answered["completion_tokens"])
         # a cascade paid for both answers
         served_by = outcome.served_by
         actual = attempt.cost if served_by == "student" else teacher_cost + (attempt.cost or 0.0)
-        latency = (time.perf_counter() - rec.t0) * 1000
+        latency = (time.perf_counter() - call.received.t0) * 1000
         tools, response_format, params = self._body_columns(call)
-        content = msg.get("content")
-        tool_calls = msg.get("tool_calls")
-        err = err or outcome.error
         return request_row(
-            request_id=rec.request_id,
-            ts=rec.ts,
-            day=rec.day,
-            client=rec.client,
-            task=rec.task,
-            model_requested=rec.req.model,
-            stage=route.stage,
+            **self._asked(call),
+            **answered,
             version=attempt.version or route.version,
             served_by=served_by,
-            stream=rec.req.stream,
-            messages=canonical_json(stored_messages(call, gw.settings.redact_pii)),
             tools=tools,
             response_format=response_format,
             params=params,
-            answer=red(content) if isinstance(content, str) else "",
-            tool_calls=canonical_json(red(tool_calls)) if tool_calls else "",
-            finish_reason="error" if err else finish,
-            prompt_tokens=p,
-            completion_tokens=c,
-            reasoning_tokens=r,
-            total_tokens=tot,
             teacher_cost_usd=teacher_cost if resp else 0.0,
             actual_cost_usd=actual if resp else (attempt.cost or 0.0),
             latency_ms=latency,
@@ -104,9 +120,6 @@ class Recorder:
             threshold=attempt.threshold,
             pair_role=pairs(route, served_by).role,
             truncated=truncated,
-            status_code=err.status if err else 200,
-            error_type=err.type if err else "",
-            error=red(err.message) if err else "",
             contract_violation=attempt.violation,
         )
 
@@ -126,31 +139,15 @@ class Recorder:
         """One ``pair`` row: `other` is the off-path answer (the teacher's for an audit, the candidate's for a
         shadow), `version` the student version it is evidence about, `outcome` agree|disagree|error."""
         gw = self.gw
-        rec = call.received
-        msg, finish, usage = message_of(other or {})
-        p, c, rt, tot = token_counts(usage)
+        answered = self._answered(other, error)
+        p, c = answered["prompt_tokens"], answered["completion_tokens"]
         teacher_cost = gw.teacher_prices.cost(p, c)
-        red = gw.redact
         return pair_row(
-            request_id=rec.request_id,
-            ts=rec.ts,
-            day=rec.day,
-            client=rec.client,
-            task=rec.task,
-            model_requested=rec.req.model,
-            stage=call.decision.route.stage,
+            **self._asked(call),
+            **answered,
             version=version,
             served_by="student" if role == "shadow" else "teacher",
-            stream=rec.req.stream,
-            messages=canonical_json(stored_messages(call, gw.settings.redact_pii)),
             response_format=self._body_columns(call)[1],
-            answer=red(msg.get("content")) if isinstance(msg.get("content"), str) else "",
-            tool_calls=canonical_json(red(msg.get("tool_calls"))) if msg.get("tool_calls") else "",
-            finish_reason="error" if error else finish,
-            prompt_tokens=p,
-            completion_tokens=c,
-            reasoning_tokens=rt,
-            total_tokens=tot,
             teacher_cost_usd=teacher_cost,
             actual_cost_usd=gw.student_prices.cost(p, c) if role == "shadow" else teacher_cost,
             latency_ms=elapsed_ms,
@@ -160,9 +157,6 @@ class Recorder:
             threshold=threshold,
             pair_role=role,
             pair_outcome=outcome,
-            status_code=error.status if error else 200,
-            error_type=error.type if error else "",
-            error=red(error.message) if error else "",
             contract_violation=contract_violation,
         )
 
