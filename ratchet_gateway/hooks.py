@@ -5,8 +5,8 @@ The app (``ratchet_gateway.app.GatewayApp``) runs the hooks around every HTTP re
 so no route can skip them: not the chat fast path (``POST /v1/chat/completions`` goes straight to
 ``ratchet_gateway.chat``, past Starlette's middleware and router), not the routers. Register them in one place,
 ``ratchet_gateway.app.create_app``: the gateway's own in ``HOOKS`` there, an embedding app's or a test's in
-``GatewayOptions.hooks``. Starlette middleware is refused (``GatewayApp.add_middleware`` raises): it would run
-for every route but the chat one.
+``GatewayOptions.hooks`` (ARCHITECTURE.md, "Where to add things"). Starlette middleware is refused
+(``GatewayApp.add_middleware`` raises): it would run for every route but the chat one.
 
 A hook subclasses :class:`RequestHook` and overrides any of its three stages:
 

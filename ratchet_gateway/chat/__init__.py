@@ -6,7 +6,8 @@ chat request -> route by the release manifest -> call the model(s) -> build the 
 ``await ledger.append`` (journal group commit) -> release the response. Streaming responses are recorded when the
 stream ends, before the final ``[DONE]``; a stream that breaks is recorded with ``truncated=True``. Shadow and
 audit calls run off the request path and write ``pair`` rows, as ``ratchet_core.routing.pairs`` decides (an
-audited request may also shadow a candidate, compared with the teacher's audit answer).
+audited request may also shadow a candidate, compared with the teacher's audit answer). ARCHITECTURE.md, "The
+path of a request", follows one request through these parts.
 
 One module per part, each doing one job:
 

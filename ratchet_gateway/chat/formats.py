@@ -6,7 +6,8 @@ The pipeline works on one internal request, OpenAI's chat completions body (a ``
 streamed). An :class:`ApiFormat` is the translation for one public API. :data:`CHAT_COMPLETIONS` is OpenAI's own
 (``POST /v1/chat/completions``): the identity. Another request API (``POST /v1/responses``, Anthropic's
 ``POST /v1/messages``) is one more format object, served by a :class:`~ratchet_gateway.chat.ChatHandler` built with
-it on its own path: it goes through the same routing, guard, redaction, ledger row and pairs.
+it (``ChatHandler(gw, api=..., hooks=...)``) and called by that API's route: it goes through the same routing,
+guard, redaction, ledger row and pairs, and the request hooks run for it as for every route.
 """
 
 from __future__ import annotations

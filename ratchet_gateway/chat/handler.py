@@ -2,11 +2,12 @@
 :class:`~ratchet_gateway.chat.context.ChatCall` and hands it to the non-streamed or the streamed path; every error
 it answers in the caller's format (``ratchet_gateway.chat.formats``).
 
-Where the next checks go (each one line here, nothing else changes): the body is parsed by ``ApiFormat.parse``, a
-pure function of the bytes, so a large body can be parsed and validated in a worker thread
-(``asyncio.to_thread``) where ``self.api.parse(raw)`` is called; per-key rate limits and spend budgets are a
-``validated`` request hook (``ratchet_gateway.hooks``), which runs after authentication and validation and before
-routing and any model call, and refuses with a 429 and ``retry-after``."""
+Where the next checks go, without reopening the parts: the body is parsed by ``ApiFormat.parse``, a pure function
+of the bytes, so a large body can be parsed and validated in a worker thread (``asyncio.to_thread``) right where
+``self.api.parse(raw)`` is called; per-key rate limits and spend budgets are a ``validated`` request hook
+(``ratchet_gateway.hooks``), which runs after authentication and validation, before routing and any model call,
+and refuses with a 429 and ``retry-after``; another request API is another ``ChatHandler`` built with its
+``ApiFormat`` (``ratchet_gateway.chat.formats``)."""
 
 from __future__ import annotations
 
