@@ -78,13 +78,9 @@ class ThreadCommit:
     def start(self) -> None:
         self._thread.start()
 
-    def queued(self) -> bool:
-        """A row was queued (``queue.cv`` held): wake the writer. Nothing to :meth:`kick` after."""
+    def queued(self) -> None:
+        """A row was queued (``queue.cv`` held): wake the writer."""
         self.queue.cv.notify()
-        return False
-
-    def kick(self) -> None:  # pragma: no cover - queued() never asks for it
-        pass
 
     def stop(self) -> None:
         """Wait for the writer to commit what is queued (the ledger set ``queue.stopping`` first)."""
@@ -105,7 +101,7 @@ class ThreadCommit:
             started = time.perf_counter()
             err: BaseException | None = None
             try:
-                self.journal.write(encode_records(e[0] for e in batch), self.sink.journal_all_loaded())
+                self.journal.write(encode_records([e[0] for e in batch]), self.sink.journal_all_loaded())
                 self.journal.sync()
             except OSError as exc:  # disk full, I/O error: fail these requests, report not ready
                 err = exc
@@ -157,15 +153,12 @@ class LoopCommit:
         else:  # open() runs in a worker thread (asyncio.to_thread): attach on the loop, before any append
             loop.call_soon_threadsafe(attach)
 
-    def queued(self) -> bool:
-        """A row was queued (``queue.cv`` held): True when a flush must be scheduled (:meth:`kick`, lock
-        released): every row appended in this loop iteration goes in one batch."""
+    def queued(self) -> None:
+        """A row was queued (``queue.cv`` held): flush at the end of this loop iteration, so every row appended in
+        it goes in one batch (scheduling only; nothing here waits)."""
         if self._flush_scheduled:
-            return False
+            return
         self._flush_scheduled = True
-        return True
-
-    def kick(self) -> None:
         if threading.get_ident() == self._loop_tid:
             self.loop.call_soon(self._flush)
         else:
@@ -184,9 +177,9 @@ class LoopCommit:
             self._flush_scheduled = False
             if self._inflight is not None or not q.rows or self._sync_req < 0:
                 return  # the batch in flight flushes the next one when its sync comes back
-            batch = q.take()
+            batch, q.rows = q.rows, []
             try:
-                self.journal.write(encode_records(e[0] for e in batch), self.sink.journal_all_loaded())
+                self.journal.write(encode_records([e[0] for e in batch]), self.sink.journal_all_loaded())
                 self._sync_started = time.perf_counter()
                 os.write(self._sync_req, b"S")
                 self._inflight = batch
@@ -194,7 +187,7 @@ class LoopCommit:
             except OSError as exc:  # disk full, I/O error, the sync process gone: fail these requests
                 err = exc
                 self.sink.error = f"{type(exc).__name__}: {exc}"
-        self.sink.batch_done(batch, err, 0.0, self._here())
+        self.sink.batch_done(batch, err, 0.0, self.loop)  # on the loop: call_soon'd
 
     def _on_synced(self) -> None:
         """The sync process answered (loop thread): ``K`` = fdatasync done; ``E<why>`` or EOF = failed."""
@@ -214,7 +207,9 @@ class LoopCommit:
             with contextlib.suppress(Exception):
                 self.loop.remove_reader(self._sync_rep)
         if batch:
-            self.sink.batch_done(batch, err, time.perf_counter() - self._sync_started, self._here())
+            self.sink.batch_done(
+                batch, err, time.perf_counter() - self._sync_started, self.loop
+            )  # a loop reader
         if err is None and self.queue.rows:
             self._flush()
 
@@ -234,7 +229,7 @@ class LoopCommit:
         try:
             if pending and not self.sink.error:
                 # never emptied here: `written` may be in the file, waiting for its sync
-                self.journal.write(encode_records(e[0] for e in pending), all_loaded=False)
+                self.journal.write(encode_records([e[0] for e in pending]), all_loaded=False)
             if written or pending:
                 self.journal.sync()
         except OSError as exc:

@@ -166,7 +166,6 @@ class Ledger:
         if self.error:
             raise OSError(f"ledger is not writable: {self.error}")
         q = self._queue
-        kick = False
         with q.cv:
             if q.stopping:
                 raise OSError("ledger is closed")
@@ -175,9 +174,7 @@ class Ledger:
             row["replica"] = self.replica
             q.rows.append((orjson.dumps(row), row, fut, loop))
             if self.engine is not None:
-                kick = self.engine.queued()
-        if kick:
-            self.engine.kick()  # type: ignore[union-attr]
+                self.engine.queued()
         return seq
 
     # what the group commit reports (``ratchet_gateway.ledger.commit.CommitSink``) --------------------------
@@ -194,20 +191,24 @@ class Ledger:
             if self.on_commit:
                 self.on_commit(seconds, len(batch))
             with self._load_lock:
-                self._to_load.extend(row for _, row, _, _ in batch)
-                self._to_load_json.extend(data for data, _, _, _ in batch)
+                self._to_load.extend([e[1] for e in batch])
+                self._to_load_json.extend([e[0] for e in batch])
         with self._queue.flushed:
             self._queue.flushed.notify_all()
-        by_loop: dict[asyncio.AbstractEventLoop, list[asyncio.Future]] = {}
+        here: list[asyncio.Future] = []
+        elsewhere: dict[asyncio.AbstractEventLoop, list[asyncio.Future]] = {}
         for _, _, fut, loop in batch:
-            if fut is not None:
-                by_loop.setdefault(loop, []).append(fut)  # type: ignore[arg-type]
-        for loop, futs in by_loop.items():
-            if loop_here is not None and loop is loop_here:
-                _resolve(futs, err)
+            if fut is None:
+                continue
+            if loop is loop_here:
+                here.append(fut)
             else:
-                with contextlib.suppress(RuntimeError):  # loop closed
-                    loop.call_soon_threadsafe(_resolve, futs, err)
+                elsewhere.setdefault(loop, []).append(fut)  # type: ignore[arg-type]
+        if here:
+            _resolve(here, err)
+        for loop, futs in elsewhere.items():
+            with contextlib.suppress(RuntimeError):  # loop closed
+                loop.call_soon_threadsafe(_resolve, futs, err)
 
     # DuckDB loading and sealing (loader thread; also close()) ----------------------------------------------
     def _loader(self) -> None:
