@@ -125,7 +125,12 @@ class GatewayApp(FastAPI):
             if self.hooks is not None:
                 await self.hooks.run(scope, receive, send, self._serve_http)
                 return
-            if self._is_chat(scope):
+            if (  # _is_chat, inlined: this is every request's first step
+                scope["path"] == _CHAT_PATH
+                and scope["method"] == "POST"
+                and self._chat_asgi is not None
+                and not scope.get("root_path")
+            ):
                 scope["app"] = self
                 await self._chat_asgi(scope, receive, send)
                 return

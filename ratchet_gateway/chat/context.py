@@ -89,6 +89,6 @@ class ChatCall:
     received: Received
     decision: Decision
     headers: dict[str, str]  # the answer's ``x-ratchet-*`` headers (``ratchet_gateway.responses``)
-    student: StudentAttempt = field(default_factory=StudentAttempt)
-    outcome: Outcome = field(default_factory=Outcome)
-    redaction: Redaction = field(default_factory=Redaction)
+    student: StudentAttempt = field(init=False, default_factory=StudentAttempt)
+    outcome: Outcome = field(init=False, default_factory=Outcome)
+    redaction: Redaction = field(init=False, default_factory=Redaction)

@@ -30,15 +30,13 @@ class StreamFormat(Protocol):
     """One streamed answer written in the caller's format (a fresh object per request: it may keep state)."""
 
     media_type: str
+    end: bytes  # the end of a complete stream
 
     def chunk(self, raw: bytes, obj: dict) -> bytes | None:
         """The bytes to send for one upstream chunk (`raw` its JSON as received, `obj` parsed), or None."""
 
     def replay(self, resp: dict, request_id: str) -> list[bytes]:
         """A complete answer (the student's) as the stream's events, the end marker excluded."""
-
-    def done(self) -> bytes:
-        """The end of a complete stream."""
 
     def error(self, err: GatewayError) -> bytes:
         """The event that ends a stream broken after its headers went out."""
@@ -96,6 +94,7 @@ class ChatCompletionsStream:
     (``stream_options.include_usage``)."""
 
     media_type = "text/event-stream"
+    end = DONE
     __slots__ = ("include_usage",)
 
     def __init__(self, include_usage: bool):
@@ -134,9 +133,6 @@ class ChatCompletionsStream:
         if self.include_usage:
             events.append(b"data: " + orjson.dumps({**base, "choices": [], "usage": usage}) + b"\n\n")
         return events
-
-    def done(self) -> bytes:
-        return DONE
 
     def error(self, err: GatewayError) -> bytes:
         return error_event(err)

@@ -85,18 +85,20 @@ class ChatHandler:
     async def asgi(self, scope: Scope, receive: Receive, send: Send) -> None:
         """The same, as a raw ASGI call: the app sends ``POST /v1/chat/completions`` here before Starlette's
         middleware and router (``ratchet_gateway.app``; measured, about a fifth of the gateway's CPU per request).
-        Reads the three headers it needs in one pass (first occurrence, as ``Request.headers.get``)."""
-        auth = task = length = None
-        for name, value in scope["headers"]:
-            if name == b"authorization":
-                auth = value.decode("latin-1") if auth is None else auth
-            elif name == b"content-length":
-                length = value if length is None else length
-            elif name == b"x-ratchet-task":
-                task = value.decode("latin-1") if task is None else task
+        Reads the three headers it needs from one dict built in C (first occurrence wins, as
+        ``Request.headers.get``)."""
+        headers = dict(reversed(scope["headers"]))
+        auth = headers.get(b"authorization")
+        task = headers.get(b"x-ratchet-task")
+        length = headers.get(b"content-length")
         limit = self.gw.settings.max_body_bytes
         info = scope.get(INFO) if self.hooks else None
-        response = await self._handle(auth, task, lambda: receive_body(receive, length, limit), info)
+        response = await self._handle(
+            None if auth is None else auth.decode("latin-1"),
+            None if task is None else task.decode("latin-1"),
+            lambda: receive_body(receive, length, limit),
+            info,
+        )
         if not isinstance(response, StreamingResponse):
             hold_head = scope.get("extensions", _NO_EXTENSIONS).get(HOLD_HEAD)
             if hold_head is not None:  # ``ratchet gateway``'s server: head and body in one socket write

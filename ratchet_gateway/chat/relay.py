@@ -75,17 +75,18 @@ class StreamPath:
         """Relay the teacher's checked chunks (``Upstream.stream``), record the row, then the end marker."""
         p = self.parts
         acc = StreamAccumulator()
+        add, render, next_chunk = acc.add, out.chunk, agen.__anext__  # looked up once, not per chunk
         done = False
         try:
             item = first
             while item is not None:
                 raw, obj = item
-                acc.add(obj)
-                event = out.chunk(raw, obj)
+                add(obj)
+                event = render(raw, obj)
                 if event is not None:
                     yield event
                 try:
-                    item = await agen.__anext__()
+                    item = await next_chunk()
                 except StopAsyncIteration:
                     item = None
             call.outcome.upstream_ms += (time.perf_counter() - t) * 1000
@@ -94,7 +95,7 @@ class StreamPath:
             await p.recorder.commit(call, p.recorder.request_row(call, resp, truncated=not acc.finish))
             done = True
             p.pairs.after(call, resp)
-            yield out.done()
+            yield out.end
         except Exception as exc:  # the stream broke after its headers: tell the client in the stream itself
             if isinstance(exc, GatewayError):
                 err = exc
@@ -125,7 +126,7 @@ class StreamPath:
             for event in out.replay(resp, call.received.request_id):
                 yield event
             self.parts.pairs.after(call, resp)
-            yield out.done()
+            yield out.end
         finally:
             if not committed:
                 recorder.commit_nowait(recorder.request_row(call, resp, truncated=True))
@@ -143,8 +144,10 @@ class StreamAccumulator:
         self.usage: dict = {}
 
     def add(self, obj: dict) -> None:
-        self.id = self.id or obj.get("id", "")
-        self.model = self.model or obj.get("model", "")
+        if not self.id:
+            self.id = obj.get("id", "")
+        if not self.model:
+            self.model = obj.get("model", "")
         if obj.get("usage"):
             self.usage = obj["usage"]
         for choice in obj.get("choices") or []:

@@ -54,9 +54,16 @@ class Recorder:
         rf = canonical_json(rb["response_format"]) if req.response_format else ""
         return tools, rf, canonical_json({k: v for k, v in rb.items() if k not in _OWN_COLUMNS})
 
-    def _asked(self, call: ChatCall) -> dict[str, Any]:
-        """The columns about the request itself, shared by its request row and its pair rows."""
+    def _columns(self, call: ChatCall, resp: dict | None, err: GatewayError | None) -> dict[str, Any]:
+        """The columns a request row and its pair rows share: the request, and an answer (`resp`, None when there
+        is none) or the error it ended with."""
+        gw = self.gw
+        red = gw.redact
         rec = call.received
+        msg, finish, usage = message_of(resp or {})
+        p, c, r, tot = token_counts(usage)
+        content = msg.get("content")
+        tool_calls = msg.get("tool_calls")
         return {
             "request_id": rec.request_id,
             "ts": rec.ts,
@@ -66,17 +73,7 @@ class Recorder:
             "model_requested": rec.req.model,
             "stage": call.decision.route.stage,
             "stream": rec.req.stream,
-            "messages": canonical_json(stored_messages(call, self.gw.settings.redact_pii)),
-        }
-
-    def _answered(self, resp: dict | None, err: GatewayError | None) -> dict[str, Any]:
-        """The columns about an answer (`resp`, None when there is none) or the error it ended with."""
-        red = self.gw.redact
-        msg, finish, usage = message_of(resp or {})
-        p, c, r, tot = token_counts(usage)
-        content = msg.get("content")
-        tool_calls = msg.get("tool_calls")
-        return {
+            "messages": canonical_json(stored_messages(call, gw.settings.redact_pii)),
             "answer": red(content) if isinstance(content, str) else "",
             "tool_calls": canonical_json(red(tool_calls)) if tool_calls else "",
             "finish_reason": "error" if err else finish,
@@ -96,16 +93,15 @@ class Recorder:
         the request failed)."""
         gw = self.gw
         attempt, outcome, route = call.student, call.outcome, call.decision.route
-        answered = self._answered(resp, err or outcome.error)
-        teacher_cost = gw.teacher_prices.cost(answered["prompt_tokens"], answered["completion_tokens"])
+        cols = self._columns(call, resp, err or outcome.error)
+        teacher_cost = gw.teacher_prices.cost(cols["prompt_tokens"], cols["completion_tokens"])
         # a cascade paid for both answers
         served_by = outcome.served_by
         actual = attempt.cost if served_by == "student" else teacher_cost + (attempt.cost or 0.0)
         latency = (time.perf_counter() - call.received.t0) * 1000
         tools, response_format, params = self._body_columns(call)
         return request_row(
-            **self._asked(call),
-            **answered,
+            **cols,
             version=attempt.version or route.version,
             served_by=served_by,
             tools=tools,
@@ -139,12 +135,11 @@ class Recorder:
         """One ``pair`` row: `other` is the off-path answer (the teacher's for an audit, the candidate's for a
         shadow), `version` the student version it is evidence about, `outcome` agree|disagree|error."""
         gw = self.gw
-        answered = self._answered(other, error)
-        p, c = answered["prompt_tokens"], answered["completion_tokens"]
+        cols = self._columns(call, other, error)
+        p, c = cols["prompt_tokens"], cols["completion_tokens"]
         teacher_cost = gw.teacher_prices.cost(p, c)
         return pair_row(
-            **self._asked(call),
-            **answered,
+            **cols,
             version=version,
             served_by="student" if role == "shadow" else "teacher",
             response_format=self._body_columns(call)[1],
