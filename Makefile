@@ -20,9 +20,10 @@ test: $(BIN)/python  ## the whole suite, slow end-to-end tests included
 test-fast: $(BIN)/python  ## everything but the tests marked slow
 	$(BIN)/pytest -q -m 'not slow'
 
-lint: $(BIN)/python
+lint: $(BIN)/python  ## ruff, and the layer check (tests/layers.py: imports go down the layers, no cycles)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
+	$(BIN)/python -m tests.layers
 
 bench: $(BIN)/python  ## benchmarks; JSON results under benchmarks/results/ (BENCH_ARGS=--scale adds 10M rows)
 	$(BIN)/python -m benchmarks.run --out benchmarks/results $(BENCH_ARGS)

@@ -1,71 +1,193 @@
 """The effect gate as a service: ``ratchet effects serve``, an HTTP API over :class:`~ratchet_assets.effects.EffectLedger`.
 
 Why a separate app in ``ratchet_assets`` and not a gateway router: the ledger (and its rules) is control-plane
-state that lives in ``ratchet_assets``, and the gateway must never import ``ratchet_assets`` (DESIGN §2). Moving
-the ledger into ``ratchet_core`` only to mount it in the gateway would put the control plane's decision logic on
-the data plane's request path and on every replica; the gate is small, low-traffic and shares nothing with chat
-serving but the control DB. So it is its own FastAPI app on the same control DB that the night and the admin CLI
-use: one state machine, three doors (Python, CLI, HTTP).
+state that lives in ``ratchet_assets``, and the gateway must never import ``ratchet_assets`` (ARCHITECTURE.md,
+"Layers"). Moving the ledger into ``ratchet_core`` only to mount it in the gateway would put the control
+plane's decision logic on the data plane's request path and on every replica; the gate is small, low-traffic
+and shares nothing with chat serving but the control DB. So it is its own FastAPI app on the same control DB
+that the night and the admin CLI use: one state machine, three doors (Python, CLI, HTTP).
 
 Authentication, per caller (``Authorization: Bearer <key>``):
 
 - a client key from ``RATCHET_API_KEYS`` (``clientKey``): begin / report / fail / list / show and read the rules
-  and spend of a type. A client's keys are namespaced as ``<client>/<key>``, so two clients never share an
-  effect and each lists and shows only its own;
-- the admin key ``RATCHET_ADMIN_KEY`` (``adminKey``): everything, plus resolve, grant/deny approvals and set rules.
+  and spend of its own types. A client's effect types live in its namespace: the type it calls ``report.file``
+  is ``<client>/report.file`` (``ratchet_assets.effects``, "Tenancy"), so it can never begin, report, read or
+  exhaust the cap of the control plane's types (``training.launch``...) or another client's; ``report``/``fail``
+  settle only effects the caller began; the rules it reads show only its own spend (its type's and its own cap's);
+- the admin key ``RATCHET_ADMIN_KEY`` (``adminKey``): everything, with types named in full (``scout/report.file``),
+  plus resolve, grant/deny approvals and set rules (``PUT /rules/<client>/*`` sets a client's own cap).
 
-Errors have OpenAI's shape ``{"error": {"message", "type", "code"}}`` like the gateway's. ``/openapi.json``
-documents every route, body and both schemes.
+A hostile client cannot hurt the others: a body is at most :data:`MAX_BODY_BYTES` (413), strict JSON (no NaN,
+Infinity or a number too large for a float: 400), and every error, validation included, has OpenAI's shape
+``{"error": {"message", "type", "param", "code"}}`` like the gateway's. The bodies are the pydantic models of
+``ratchet_assets.effects_models``; ``/openapi.json`` documents every route, body and both schemes.
 """
 
 from __future__ import annotations
 
-import hashlib
-import hmac
+import logging
+import math
+import secrets
 from typing import Annotated, Any, Literal
 
 from fastapi import Depends, FastAPI, Query, Security
+from fastapi.exceptions import RequestValidationError
+from fastapi.openapi.utils import get_openapi
 from fastapi.responses import JSONResponse
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
-from pydantic import BaseModel, ConfigDict, Field
 from sqlalchemy.engine import Engine
+from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.requests import Request
+from starlette.types import ASGIApp, Receive, Scope, Send
 
-from ratchet_assets.effects import EffectError, EffectLedger, StaleToken
+from ratchet_assets.effects import (
+    ALL_TYPES,
+    EffectError,
+    EffectLedger,
+    ForeignType,
+    StaleToken,
+    client_cap_type,
+    client_effect_type,
+    namespace_of,
+)
+from ratchet_assets.effects_models import (
+    Approval,
+    BeginAnswer,
+    BeginBody,
+    DecisionBody,
+    EffectRecord,
+    ErrorBody,
+    ErrorDetail,
+    FailBody,
+    Finished,
+    Forgotten,
+    ReportBody,
+    ResolveBody,
+    RulesBody,
+    RulesView,
+    SpendView,
+)
+from ratchet_core.api_keys import KeyStore
+from ratchet_stats.canonical import loads_strict
+
+log = logging.getLogger(__name__)
 
 ADMIN = ""  # the admin caller; no client can be named "" (name:secret needs a name)
+MAX_BODY_BYTES = 64 * 1024
+# HTTP status -> OpenAI's error type
+ERROR_TYPES = {
+    400: "invalid_request_error",
+    401: "authentication_error",
+    403: "permission_error",
+    404: "not_found_error",
+    409: "invalid_request_error",
+    413: "invalid_request_error",
+}
+
+
+def error_response(status: int, message: str, code: str, param: str | None = None) -> JSONResponse:
+    """OpenAI's error document: ``{"error": {"message", "type", "param", "code"}}``."""
+    kind = ERROR_TYPES.get(status, "invalid_request_error" if status < 500 else "api_error")
+    body = ErrorBody(error=ErrorDetail(message=message, type=kind, param=param, code=code))
+    return JSONResponse(body.model_dump(), status_code=status)
+
+
+ERROR_DOCS: dict[int | str, dict[str, Any]] = {
+    status: {"model": ErrorBody, "description": what}
+    for status, what in {
+        400: "Invalid request: the message names the field (param) and what to fix",
+        401: "Missing or unknown key",
+        403: "The admin key is needed, or the effect type is outside the caller's namespace",
+        409: "The token holds no effect of the caller's in flight (stale_token)",
+        413: "The body is larger than 64 KiB",
+    }.items()
+}
+
+
+def _openapi(app: FastAPI) -> dict[str, Any]:
+    """FastAPI's document without its ``422 {"detail": ...}`` validation body: the gate answers those with 400 in
+    OpenAI's shape (``ERROR_DOCS``)."""
+    if app.openapi_schema is None:
+        doc = get_openapi(title=app.title, version=app.version, summary=app.summary, routes=app.routes)
+        for operations in doc.get("paths", {}).values():
+            for operation in operations.values():
+                operation.get("responses", {}).pop("422", None)
+        for name in ("HTTPValidationError", "ValidationError"):
+            doc.get("components", {}).get("schemas", {}).pop(name, None)
+        app.openapi_schema = doc
+    return app.openapi_schema
 
 
 class ApiError(Exception):
-    def __init__(self, status: int, message: str, code: str) -> None:
+    def __init__(self, status: int, message: str, code: str, param: str | None = None) -> None:
         super().__init__(message)
-        self.status, self.message, self.code = status, message, code
+        self.status, self.message, self.code, self.param = status, message, code, param
 
 
-class Keys:
-    """Client secrets kept only as HMAC-SHA256 digests under a random per-process pepper; constant-time checks."""
+def _json_problem(body: bytes) -> str | None:
+    """Why `body` is not strict JSON (NaN, Infinity and numbers past a float's range are not), or None."""
+    try:
+        value = loads_strict(body)
+    except (ValueError, RecursionError) as exc:
+        return f"the request body is not JSON ({str(exc)[:120]}); send a JSON object"
+    stack = [value]
+    while stack:  # `1e999` parses as infinity: no cost or result a client can mean
+        item = stack.pop()
+        if isinstance(item, float) and not math.isfinite(item):
+            return "the request body holds a number too large for a float; send finite numbers"
+        if isinstance(item, dict):
+            stack.extend(item.values())
+        elif isinstance(item, list):
+            stack.extend(item)
+    return None
 
-    def __init__(self, clients: list[tuple[str, str]], admin_key: str) -> None:
-        import secrets
 
-        self._pepper = secrets.token_bytes(32)
-        self._clients = [(name, self._digest(secret)) for name, secret in clients]
-        self._admin = self._digest(admin_key) if admin_key else None
+class BodyGuard:
+    """Reads every request body before a route does: at most `limit` bytes (413, declared or sent) and strict
+    JSON (400); the route then reads the same bytes."""
 
-    def _digest(self, secret: str) -> bytes:
-        return hmac.new(self._pepper, secret.encode(), hashlib.sha256).digest()
+    def __init__(self, app: ASGIApp, limit: int = MAX_BODY_BYTES) -> None:
+        self.app, self.limit = app, limit
 
-    def caller(self, token: str | None) -> str | None:
-        if not token:
-            return None
-        digest = self._digest(token.strip())
-        found = None
-        if self._admin is not None and hmac.compare_digest(digest, self._admin):
-            found = ADMIN
-        for name, stored in self._clients:  # no early exit: same time whichever key matches
-            if hmac.compare_digest(digest, stored) and found is None:
-                found = name
-        return found
+    def _too_big(self) -> JSONResponse:
+        return error_response(
+            413, f"the request body is larger than {self.limit} bytes; send a smaller result or summary",
+            "body_too_large",
+        )  # fmt: skip
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        declared = dict(scope["headers"]).get(b"content-length", b"")
+        if declared.isdigit() and int(declared) > self.limit:
+            await self._too_big()(scope, receive, send)
+            return
+        chunks, size, more = [], 0, True
+        while more:
+            message = await receive()
+            if message["type"] == "http.disconnect":
+                return  # the client went away: nobody to answer
+            chunks.append(message.get("body", b""))
+            size += len(chunks[-1])
+            if size > self.limit:
+                await self._too_big()(scope, receive, send)
+                return
+            more = message.get("more_body", False)
+        body = b"".join(chunks)
+        if body and (problem := _json_problem(body)) is not None:
+            await error_response(400, problem, "invalid_json")(scope, receive, send)
+            return
+        sent = False
+
+        async def replay() -> dict[str, Any]:
+            nonlocal sent
+            if sent:
+                return await receive()
+            sent = True
+            return {"type": "http.request", "body": body, "more_body": False}
+
+        await self.app(scope, replay, send)
 
 
 bearer = HTTPBearer(
@@ -78,7 +200,7 @@ bearer = HTTPBearer(
 def caller(
     request: Request, credentials: Annotated[HTTPAuthorizationCredentials | None, Security(bearer)]
 ) -> str:
-    name = request.app.state.keys.caller(credentials.credentials if credentials else None)
+    name = request.app.state.keys.authenticate_token(credentials.credentials if credentials else None)
     if name is None:
         raise ApiError(401, "send 'Authorization: Bearer <client key or admin key>'", "invalid_api_key")
     return name
@@ -103,67 +225,25 @@ def ledger(request: Request) -> EffectLedger:
 Ledger = Annotated[EffectLedger, Depends(ledger)]
 
 
-def _scoped(who: str, key: str) -> str:
-    """A client's keys live under ``<client>/``; the admin names full keys."""
-    return key if who == ADMIN else f"{who}/{key}"
+def _namespace(who: str) -> str | None:
+    """The caller's namespace (None: the admin, who names every type in full)."""
+    return None if who == ADMIN else who
 
 
-class BeginBody(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-    effect_type: str = Field(min_length=1, max_length=64, examples=["report.file"])
-    key: str = Field(
-        min_length=1, max_length=400, description="Derived from the effect's content, not a run id."
-    )
-    fingerprint: str = Field(
-        min_length=1, max_length=128, description="Hash of the payload the effect acts on."
-    )
-    lease_seconds: float = Field(600.0, gt=0, le=86400)
-    cost_usd: float | None = Field(
-        None, ge=0, description="Estimated cost; required where a spend cap is set."
-    )
-    summary: str = Field("", max_length=2000, description="Shown to the operator who approves.")
+def _type(who: str, name: str) -> str:
+    """The effect type `who` means by `name`: a client's own ``<client>/<name>``, the admin's as given."""
+    if who == ADMIN:
+        return name
+    try:
+        return client_effect_type(who, name)
+    except ForeignType as exc:
+        raise ApiError(403, str(exc), "forbidden_effect_type", "effect_type") from None
+    except EffectError as exc:
+        raise ApiError(400, str(exc), "invalid_effect_type", "effect_type") from None
 
 
-class ReportBody(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-    token: str = Field(min_length=1, max_length=64)
-    result: dict[str, Any] = Field(default_factory=dict)
-    cost_usd: float | None = Field(None, ge=0, description="What the effect actually cost.")
-
-
-class FailBody(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-    token: str = Field(min_length=1, max_length=64)
-    error: str = Field(min_length=1, max_length=2000)
-    cost_usd: float | None = Field(
-        None, ge=0, description="What was spent anyway (0 releases the reservation)."
-    )
-
-
-class ResolveBody(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-    effect_type: str
-    key: str
-    resolution: Literal["done", "failed", "forget"]
-    reason: str
-    force: bool = False
-
-
-class DecisionBody(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-    effect_type: str
-    key: str
-    reason: str
-
-
-class RulesBody(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-    reason: str
-    policy: Literal["block", "retry", "probe"] | None = None
-    approval_required: bool = False
-    max_attempts: int | None = Field(None, ge=1)
-    cap_usd: float | None = Field(None, ge=0)
-    cap_window_seconds: int | None = Field(None, ge=1)
+def _spend(gate: EffectLedger, effect_type: str) -> SpendView:
+    return SpendView(**gate.spend(effect_type))
 
 
 def create_app(engine: Engine, clients: list[tuple[str, str]], admin_key: str) -> FastAPI:
@@ -172,113 +252,161 @@ def create_app(engine: Engine, clients: list[tuple[str, str]], admin_key: str) -
         title="Ratchet effect gate",
         summary="Irreversible effects at most once: begin/report/fail/resolve, approvals, max_attempts, spend caps.",
         version="1",
+        responses=ERROR_DOCS,
     )
+    app.openapi = lambda: _openapi(app)  # type: ignore[method-assign]
+    app.add_middleware(BodyGuard)
     app.state.ledger = EffectLedger(engine)
-    app.state.keys = Keys(clients, admin_key)
+    # The admin key last: a client secret equal to it still authenticates as the admin.
+    app.state.keys = KeyStore(
+        [*clients, (ADMIN, admin_key)] if admin_key else clients, secrets.token_bytes(32)
+    )
 
     @app.exception_handler(ApiError)
     async def _api_error(request: Request, exc: ApiError) -> JSONResponse:
-        kind = "authentication_error" if exc.status in (401, 403) else "invalid_request_error"
-        return JSONResponse(
-            {"error": {"message": exc.message, "type": kind, "code": exc.code}}, status_code=exc.status
-        )
+        return error_response(exc.status, exc.message, exc.code, exc.param)
 
     @app.exception_handler(EffectError)
     async def _effect_error(request: Request, exc: EffectError) -> JSONResponse:
-        status, code = (409, "stale_token") if isinstance(exc, StaleToken) else (400, "effect_error")
-        return JSONResponse(
-            {"error": {"message": str(exc), "type": "invalid_request_error", "code": code}},
-            status_code=status,
+        if isinstance(exc, StaleToken):
+            return error_response(409, str(exc), "stale_token", "token")
+        return error_response(400, str(exc), "effect_error")
+
+    @app.exception_handler(RequestValidationError)
+    async def _invalid(request: Request, exc: RequestValidationError) -> JSONResponse:
+        errors = exc.errors()
+
+        def where(err: Any) -> str:
+            return ".".join(str(p) for p in err.get("loc", ())[1:]) or str(err.get("loc", ("body",))[0])
+
+        parts = [f"{where(e)}: {e.get('msg', 'invalid')}" for e in errors[:3]]
+        more = f" (and {len(errors) - 3} more)" if len(errors) > 3 else ""
+        message = "invalid request: " + "; ".join(parts) + more + ". Fix these fields and retry."
+        return error_response(400, message, "invalid_request", where(errors[0]) if errors else None)
+
+    @app.exception_handler(StarletteHTTPException)
+    async def _http_error(request: Request, exc: StarletteHTTPException) -> JSONResponse:
+        message = {
+            404: f"no route {request.url.path}; the routes are listed at /openapi.json",
+            405: f"method {request.method} is not allowed on {request.url.path}",
+        }.get(exc.status_code, str(exc.detail))
+        return error_response(
+            exc.status_code, message, "not_found" if exc.status_code == 404 else "http_error"
+        )
+
+    @app.exception_handler(Exception)
+    async def _unexpected(request: Request, exc: Exception) -> JSONResponse:
+        log.error("effect gate: %s %s failed: %s", request.method, request.url.path, type(exc).__name__)
+        return error_response(
+            500, "internal error of the effect gate; retry, and report it if it persists", "internal"
         )
 
     @app.post("/effects/begin", tags=["effects"])
-    def begin(body: BeginBody, who: Caller, gate: Ledger) -> dict[str, Any]:
+    def begin(body: BeginBody, who: Caller, gate: Ledger) -> BeginAnswer:
         """Ask before acting; act only on ``execute`` (then report or fail with its token)."""
-        if gate.rules(body.effect_type).policy == "probe":
+        effect_type = _type(who, body.effect_type)
+        if gate.rules(effect_type).policy == "probe":
             raise ApiError(
-                400, f"{body.effect_type} has policy 'probe', which only in-process callers can use", "probe"
+                400, f"{effect_type} has policy 'probe', which only in-process callers can use", "probe"
             )
         decided = gate.begin(
-            body.effect_type,
-            _scoped(who, body.key),
+            effect_type,
+            body.key,
             body.fingerprint,
             lease_seconds=body.lease_seconds,
             cost_usd=body.cost_usd,
             summary=body.summary,
-            requested_by=who,
+            requested_by=who or "admin",
         )
-        return {**decided.to_dict(), "key": _scoped(who, body.key)}
+        return BeginAnswer(**decided.to_dict(), effect_type=effect_type, key=body.key)
 
     @app.post("/effects/report", tags=["effects"])
-    def report(body: ReportBody, who: Caller, gate: Ledger) -> dict[str, str]:
-        """The effect holding ``token`` happened; ``result`` is what later duplicates receive."""
-        gate.report(body.token, body.result, cost_usd=body.cost_usd)
-        return {"status": "done"}
+    def report(body: ReportBody, who: Caller, gate: Ledger) -> Finished:
+        """The effect holding ``token`` (one the caller began) happened; ``result`` is what duplicates receive."""
+        gate.report(body.token, body.result, cost_usd=body.cost_usd, namespace=_namespace(who))
+        return Finished(status="done")
 
     @app.post("/effects/fail", tags=["effects"])
-    def fail(body: FailBody, who: Caller, gate: Ledger) -> dict[str, str]:
-        """The effect holding ``token`` did not happen (may run again per policy and max_attempts)."""
-        gate.fail(body.token, body.error, cost_usd=body.cost_usd)
-        return {"status": "failed"}
+    def fail(body: FailBody, who: Caller, gate: Ledger) -> Finished:
+        """The effect holding ``token`` (one the caller began) did not happen (may run again per its rules)."""
+        gate.fail(body.token, body.error, cost_usd=body.cost_usd, namespace=_namespace(who))
+        return Finished(status="failed")
 
     @app.post("/effects/resolve", tags=["admin"])
-    def resolve(body: ResolveBody, who: Admin, gate: Ledger) -> dict[str, Any]:
+    def resolve(body: ResolveBody, who: Admin, gate: Ledger) -> EffectRecord | Forgotten:
         """Operator decision on a stuck effect (same rules as `ratchet admin effects resolve`)."""
         record = gate.resolve(body.effect_type, body.key, body.resolution, body.reason, force=body.force)
-        return (
-            record.to_dict()
-            if record
-            else {"effect_type": body.effect_type, "key": body.key, "forgotten": True}
-        )
+        if record is None:
+            return Forgotten(effect_type=body.effect_type, key=body.key)
+        return record
 
     @app.get("/effects", tags=["effects"])
     def list_effects(
         who: Caller,
         gate: Ledger,
         effect_type: str | None = None,
-        status: str | None = None,
+        status: Literal["in_flight", "done", "failed", "indeterminate"] | None = None,
         limit: Annotated[int, Query(ge=1, le=1000)] = 100,
-    ) -> list[dict[str, Any]]:
+    ) -> list[EffectRecord]:
         """Newest first; a client sees only its own effects."""
-        prefix = None if who == ADMIN else f"{who}/"
-        rows = gate.list_effects(effect_type=effect_type, status=status, limit=limit, key_prefix=prefix)
-        return [r.to_dict() for r in rows]
+        rows = gate.list_effects(
+            effect_type=_type(who, effect_type) if effect_type else None,
+            status=status,
+            limit=limit,
+            namespace=_namespace(who),
+        )
+        return rows
 
     @app.get("/effects/{effect_type}/{key:path}", tags=["effects"])
-    def show(effect_type: str, key: str, who: Caller, gate: Ledger) -> dict[str, Any]:
-        """One effect (a client names its key without its ``<client>/`` prefix)."""
-        record = gate.lookup(effect_type, _scoped(who, key))
+    def show(effect_type: str, key: str, who: Caller, gate: Ledger) -> EffectRecord:
+        """One effect of the caller's (the admin reads a client's with ``GET /effects?effect_type=<client>/<type>``)."""
+        record = gate.lookup(_type(who, effect_type), key)
         if record is None:
-            raise ApiError(404, f"no effect {effect_type} {key!r}; list them with GET /effects", "not_found")
-        return record.to_dict()
+            raise ApiError(
+                404, f"no effect {effect_type} {key[:80]!r}; list them with GET /effects", "not_found"
+            )
+        return record
 
     @app.get("/approvals", tags=["admin"])
     def approvals(
         who: Admin, gate: Ledger, state: Literal["pending", "granted", "denied"] | None = "pending"
-    ) -> list[dict[str, Any]]:
+    ) -> list[Approval]:
         """Approvals in a state (pending by default), newest first."""
-        return [a.to_dict() for a in gate.approvals(state)]
+        return gate.approvals(state)
 
     @app.post("/approvals/grant", tags=["admin"])
-    def grant(body: DecisionBody, who: Admin, gate: Ledger) -> dict[str, Any]:
+    def grant(body: DecisionBody, who: Admin, gate: Ledger) -> Approval:
         """Grant a requested approval, with the reason (3-500 characters)."""
-        return gate.decide(body.effect_type, body.key, True, body.reason, actor="admin-api").to_dict()
+        return gate.decide(body.effect_type, body.key, True, body.reason, actor="admin-api")
 
     @app.post("/approvals/deny", tags=["admin"])
-    def deny(body: DecisionBody, who: Admin, gate: Ledger) -> dict[str, Any]:
+    def deny(body: DecisionBody, who: Admin, gate: Ledger) -> Approval:
         """Deny a requested approval, with the reason; the effect's next begin is ``denied`` with it."""
-        return gate.decide(body.effect_type, body.key, False, body.reason, actor="admin-api").to_dict()
+        return gate.decide(body.effect_type, body.key, False, body.reason, actor="admin-api")
 
-    @app.get("/rules/{effect_type}", tags=["effects"])
-    def get_rules(effect_type: str, who: Caller, gate: Ledger) -> dict[str, Any]:
-        """The type's rules and its spend in the current window (cap, used, remaining)."""
-        return {**gate.rules(effect_type).to_dict(), "spend": gate.spend(effect_type)}
+    @app.get("/rules/{effect_type:path}", tags=["effects"])
+    def get_rules(effect_type: str, who: Caller, gate: Ledger) -> RulesView:
+        """The type's rules and its spend in the current window; for a client's type also the client's own cap
+        (``client_spend``). A client reads only its own types (``*``: its own cap)."""
+        if who != ADMIN and effect_type in (ALL_TYPES, client_cap_type(who)):
+            full = client_cap_type(who)
+        else:
+            full = _type(who, effect_type)
+        client = namespace_of(full)
+        whole = client_cap_type(client) if client is not None else None
+        return RulesView(
+            **gate.rules(full).to_dict(),
+            spend=_spend(gate, full),
+            client_spend=_spend(gate, whole) if whole is not None and whole != full else None,
+        )
 
-    @app.put("/rules/{effect_type}", tags=["admin"])
-    def put_rules(effect_type: str, body: RulesBody, who: Admin, gate: Ledger) -> dict[str, Any]:
-        """Replace the type's rules (approval, max_attempts, spend cap per window), with the reason."""
+    @app.put("/rules/{effect_type:path}", tags=["admin"])
+    def put_rules(effect_type: str, body: RulesBody, who: Admin, gate: Ledger) -> RulesView:
+        """Replace the type's rules (approval, max_attempts, spend cap per window), with the reason;
+        ``<client>/*`` takes a client's own cap over all its types."""
         fields = body.model_dump(exclude={"reason"})
-        return gate.set_rules(effect_type, reason=body.reason, actor="admin-api", **fields).to_dict()
+        rules = gate.set_rules(effect_type, reason=body.reason, actor="admin-api", **fields)
+        return RulesView(**rules.to_dict(), spend=_spend(gate, effect_type))
 
     @app.get("/healthz", tags=["health"])
     def healthz() -> dict[str, str]:
@@ -289,27 +417,11 @@ def create_app(engine: Engine, clients: list[tuple[str, str]], admin_key: str) -
 
 def app_from_settings() -> FastAPI:
     """The app for ``ratchet effects serve``: control DB, client keys and admin key from RATCHET_* settings."""
+    from ratchet_core.api_keys import parse_api_keys
     from ratchet_core.control_db import make_engine
     from ratchet_core.settings import load_settings
 
     settings = load_settings()
-    return create_app(make_engine(settings.control_db_url), parse_keys(settings.api_keys), settings.admin_key)
-
-
-def parse_keys(spec: str) -> list[tuple[str, str]]:
-    """``name:secret,...`` or ``@file`` (the format of RATCHET_API_KEYS); errors name the entry, not the secret."""
-    from pathlib import Path
-
-    spec = spec.strip()
-    if spec.startswith("@"):
-        lines = Path(spec[1:]).expanduser().read_text().splitlines()
-        entries = [ln.strip() for ln in lines if ln.strip() and not ln.strip().startswith("#")]
-    else:
-        entries = [e.strip() for e in spec.split(",") if e.strip()]
-    out = []
-    for i, entry in enumerate(entries, 1):
-        name, sep, secret = entry.partition(":")
-        if not sep or not name.strip() or not secret.strip():
-            raise ValueError(f"RATCHET_API_KEYS: entry {i} is not name:secret")
-        out.append((name.strip(), secret.strip()))
-    return out
+    return create_app(
+        make_engine(settings.control_db_url), parse_api_keys(settings.api_keys), settings.admin_key
+    )

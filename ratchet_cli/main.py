@@ -15,6 +15,8 @@ import sys
 
 import click
 
+import ratchet_core  # noqa: F401  (first: it keeps litellm from fetching its price map when a command imports it)
+
 COMMANDS: dict[str, str] = {
     "init": "ratchet_cli.init_cmd:init",
     "config": "ratchet_cli.config_cmd:config",
@@ -31,7 +33,7 @@ COMMANDS: dict[str, str] = {
     "export": "ratchet_assets.governance.cli:export_cmd",
     "demo": "ratchet_cli.demo_cmd:demo",
     "sim": "ratchet_assets.sim.cli:sim",
-    "effects": "ratchet_cli.effects_cmd:effects",
+    "effects": "ratchet_cli.effect_gate_cmd:effects",
     "scout": "ratchet_agents.scout.cli:scout",
     "liverun": "ratchet_cli.liverun_cmd:liverun",
     "replay": "ratchet_assets.replay.cli:replay_cmd",

@@ -1,5 +1,14 @@
 """Small modules shared by the data plane (ratchet_gateway) and the control plane (ratchet_assets).
 
 Nothing here imports Dagster, FastAPI or torch at import time: settings, row schemas, the release-manifest
-format and the built-in workloads.
+format, keys, the built-in workloads and the chat format the student is trained and served with. A module with
+one user lives beside that user instead; tests/layers.py holds the layers (ARCHITECTURE.md, "Layers").
 """
+
+import os
+
+# Ratchet never reaches for the network unless configured to: litellm fetches its price map from the internet when
+# it is imported, unless LITELLM_LOCAL_MODEL_COST_MAP is set. Every Ratchet process imports this package before
+# litellm (``ratchet_core.pricing`` is the one reader of prices; ``ratchet_cli.main`` imports this package first),
+# so the bundled map is used; a user who wants the remote map sets the variable to False.
+os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")

@@ -27,6 +27,16 @@ join goes through :meth:`ArtifactLayout.path`. The root is always a local folder
 of an object store (``RATCHET_ARTIFACTS_URL``, ``ratchet_core.artifact_store``): a layout given ``store=`` fetches an
 item (a file, or a folder such as ``receipts/D``) the cache lacks in ``path()``, for readers. An URL root is refused.
 The lake (``ratchet_core.lake``) is the other tree, with its own module; both name days ``day=YYYY-MM-DD``.
+
+Stored names: a record that points into this tree (an adapter record's ``adapter_dir``, the versions registry's
+``certificate_path``, an effect's result) stores the item's root-relative name (:meth:`ArtifactLayout.name_of`, e.g.
+``adapters/v4-1a2b3c4d``), never an absolute path, and a reader joins it to the root it has now
+(:meth:`ArtifactLayout.resolve`). So a home (or an artifacts folder) that is moved, or restored from a backup into
+another folder, keeps working, and a cache on another machine reads the same records. Records written before names
+were relative hold absolute paths (under the root of the home they were written in, which may have moved since):
+``resolve`` reads such a path as the name that starts at its last component naming a kind of this tree
+(``/old/home/artifacts/adapters/v4-1a2b3c4d`` is ``adapters/v4-1a2b3c4d``), so no migration step is needed; a
+rerun rewrites the files that hold them.
 """
 
 from __future__ import annotations
@@ -47,6 +57,8 @@ CERTIFICATES = "certificates"
 BOMS = "boms"
 RECEIPTS = "receipts"
 IMPORTS = "imports"
+# The top-level folders above: the first component of every stored name (module docstring, "Stored names").
+KINDS = (TRAFFIC, EXAMPLES, GOLDEN, TRAIN, ADAPTERS, CERTIFICATES, BOMS, RECEIPTS, IMPORTS)
 
 COMMITMENT_FILE = (
     "commitment.json"  # beside golden.parquet and train.jsonl (ratchet_assets.night.commitments)
@@ -57,7 +69,7 @@ RECEIPT_ENVELOPE_FILE = "receipt.dsse.json"
 RECEIPT_ROWS_FILE = "rows.parquet"
 RECEIPT_TREE_FILE = "tree.bin"
 RECEIPT_CLIENTS_FILE = "clients.jsonl"
-RECEIPT_PAIRS_FILE = "pairs.jsonl"  # v3: the audit/shadow pair lines (ratchet_stats.receipt_v3.PAIRS_FILE)
+RECEIPT_PAIRS_FILE = "pairs.jsonl"  # v3: the audit/shadow pair lines (ratchet_stats.receipt.v3.PAIRS_FILE)
 RECEIPT_ESTIMATES_FILE = "estimates.jsonl"
 
 BOM_FILE = "bom.dsse.json"
@@ -108,6 +120,37 @@ class ArtifactLayout:
         if self.store is not None and "/" in rel.strip("/") and not path.exists():
             self.store.fetch(rel)
         return path
+
+    def name_of(self, path: str | os.PathLike) -> str:
+        """The name a record stores for ``path``, a file or folder under the root: root-relative, "/"-separated
+        (``adapters/v4-1a2b3c4d``). A path outside the root is refused: it would not move with the tree."""
+        try:
+            rel = Path(path).relative_to(self.root)
+        except ValueError:
+            raise ValueError(
+                f"{path} is not under the artifacts root {self.root}: a record names only what this tree holds"
+            ) from None
+        return rel.as_posix()
+
+    def resolve(self, stored: str | os.PathLike) -> Path:
+        """The path under this root of a name a record stored (module docstring, "Stored names").
+
+        A name (``adapters/v4-1a2b3c4d``) is joined to the root, through :meth:`path` (so a store fetches what the
+        cache lacks). An absolute path from a record written before names were relative is read as the name that
+        starts at its last component naming a kind (:data:`KINDS`): the old home's root is whatever came before.
+        An absolute path with no such component names nothing in this tree and is returned as it is."""
+        text = os.fspath(stored)
+        if is_url(text):
+            raise ValueError(f"{text!r} is an URL, not a name in the artifacts tree")
+        parts = Path(text).parts
+        if not parts:
+            raise ValueError("an empty name names nothing in the artifacts tree")
+        if not Path(text).is_absolute() and parts[0] in KINDS:
+            return self.path(Path(text).as_posix())
+        for i in range(len(parts) - 1, 0, -1):
+            if parts[i] in KINDS:
+                return self.path("/".join(parts[i:]))
+        return Path(text) if Path(text).is_absolute() else self.path(Path(text).as_posix())
 
     def day_dir(self, kind: str, day: str) -> Path:
         """``<kind>/day=D``."""
@@ -271,9 +314,11 @@ class ArtifactLayout:
     def import_provenance(self, import_id: str) -> Path:
         return self.import_dir(import_id) / "provenance.json"
 
-    def import_files(self) -> list[Path]:
-        """Every import's examples file, sorted by import id."""
-        return sorted(self.path(IMPORTS).glob("*/examples.parquet"))
+    def import_files(self, until: str | None = None) -> list[Path]:
+        """Every import's examples file, sorted by import id; with ``until``, only imports whose rows join the
+        night on or before that day (an import id starts with its day)."""
+        files = sorted(self.path(IMPORTS).glob("*/examples.parquet"))
+        return files if until is None else [p for p in files if p.parent.name[:10] <= until]
 
 
 @dataclass(frozen=True)

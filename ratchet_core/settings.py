@@ -15,9 +15,6 @@ from typing import NamedTuple
 from pydantic import Field, ValidationError, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-# litellm otherwise fetches its price map from the internet at import time.
-os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
-
 ENV_PREFIX = "RATCHET_"
 # Read by tools around Ratchet (`make bench`), not by Ratchet itself: a gateway started by the benchmark inherits them.
 TOOL_VARIABLES = frozenset({"RATCHET_BENCH_DIR", "RATCHET_BENCH_DURATION", "RATCHET_BENCH_ROUNDS"})

@@ -47,7 +47,7 @@ from ratchet_core.settings import Settings, load_settings
 from ratchet_gateway.chat import ChatHandler
 from ratchet_gateway.errors import GatewayError, client_closed_error
 from ratchet_gateway.hooks import RequestHook, RequestHooks
-from ratchet_gateway.models import ChatRequest, describe_errors
+from ratchet_gateway.request_body import ChatRequest, describe_errors
 from ratchet_gateway.responses import (
     error_response,
     json_response,

@@ -37,15 +37,12 @@ import logging
 import time
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from ratchet_gateway.errors import GatewayError
 from ratchet_gateway.responses import error_response, new_request_id, ratchet_headers
-
-if TYPE_CHECKING:
-    from ratchet_gateway.chat.context import Received
 
 log = logging.getLogger("ratchet.gateway")
 
@@ -83,8 +80,10 @@ class RequestHook:
     async def before_body(self, info: RequestInfo) -> None:
         """Before the body is read; raise ``GatewayError`` to refuse the request."""
 
-    async def validated(self, info: RequestInfo, received: Received) -> None:
-        """A chat request, authenticated and validated, before routing; raise ``GatewayError`` to refuse it."""
+    async def validated(self, info: RequestInfo, received: Any) -> None:
+        """A chat request, authenticated and validated, before routing; raise ``GatewayError`` to refuse it.
+        `received` is a ``ratchet_gateway.chat.context.Received`` (typed ``Any`` here: the chat pipeline imports
+        this module, not the other way round)."""
 
     def completed(self, info: RequestInfo) -> None:
         """The request is over (``info.status``, ``info.seconds``); must not block."""
@@ -104,7 +103,7 @@ class RequestHooks:
         self.before_body: tuple[Callable[[RequestInfo], Awaitable[None]], ...] = tuple(
             h.before_body for h in hooks if _overrides(h, "before_body")
         )
-        self.validated: tuple[Callable[[RequestInfo, Received], Awaitable[None]], ...] = tuple(
+        self.validated: tuple[Callable[[RequestInfo, Any], Awaitable[None]], ...] = tuple(
             h.validated for h in hooks if _overrides(h, "validated")
         )
         self.completed: tuple[Callable[[RequestInfo], None], ...] = tuple(
@@ -165,7 +164,7 @@ class RequestHooks:
             return error_response(err, ratchet_headers(rid))
         return None
 
-    async def check_validated(self, info: RequestInfo, received: Received) -> None:
+    async def check_validated(self, info: RequestInfo, received: Any) -> None:
         """Run the ``validated`` stage (the chat pipeline calls it); a hook's GatewayError propagates."""
         for stage in self.validated:
             await stage(info, received)

@@ -138,7 +138,10 @@ class Scout:
 
     # The side effect ------------------------------------------------------------------------------------
     def file(self, question: str, markdown: str) -> tuple[str, str | None, str]:
-        """File the report through the effect gate; (outcome, path, key). Only ``execute`` writes."""
+        """File the report through the effect gate; (outcome, path, key). Only ``execute`` writes.
+
+        The effect's result names the file relative to the report folder (``report-<hash>.md``), so a folder that
+        moved with the control DB still answers a duplicate; an older result's absolute path is read by its name."""
         key = "report-" + hashlib.sha256(question.strip().lower().encode()).hexdigest()[:24]
         fingerprint = hashlib.sha256(markdown.encode()).hexdigest()
         began = self.gate.begin(
@@ -150,7 +153,8 @@ class Scout:
         )
         outcome = began["outcome"]
         if outcome == "duplicate":
-            return outcome, (began.get("result") or {}).get("path"), key
+            filed = (began.get("result") or {}).get("path")
+            return outcome, str(self.out_dir / Path(filed).name) if filed else None, key
         if outcome != "execute":
             return outcome, None, key
         path = self.out_dir / f"{key}.md"
@@ -159,7 +163,7 @@ class Scout:
         except Exception as exc:
             self.gate.fail(began["token"], f"{type(exc).__name__}: {exc}")
             raise
-        self.gate.report(began["token"], {"path": str(path), "sha256": fingerprint})
+        self.gate.report(began["token"], {"path": path.name, "sha256": fingerprint})
         return outcome, str(path), key
 
     def _write(self, path: Path, text: str) -> None:

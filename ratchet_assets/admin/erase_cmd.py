@@ -6,7 +6,7 @@ replica's ledger and journal, and kept out of every future night; receipts still
 .erase``). ``--dry-run`` prints the counts per store and changes nothing. Each erasure is signed and logged
 (``ratchet admin erasures`` lists the log, each entry verified).
 
-``--key KEY`` alone forgets one example key from the next night on (the example itself may come from many requests).
+``--example-key KEY`` alone forgets one example key from the next night on (the example itself may come from many requests).
 """
 
 from __future__ import annotations
@@ -15,20 +15,37 @@ import sys
 
 import click
 
-from ratchet_assets.admin.common import control_db_option, echo_json, engine_for, json_option, reason_option
+from ratchet_assets.admin.common import (
+    control_db_option,
+    echo_json,
+    engine_for,
+    json_option,
+    reason_option,
+)
+from ratchet_assets.cli_names import names_checked
 
 
 @click.command()
 @click.option(
-    "--request-id", "request_ids", multiple=True, help="Request id (x-ratchet-request-id); repeatable."
+    "--request-id",
+    "request_ids",
+    multiple=True,
+    callback=names_checked("request id"),
+    help="Request id (x-ratchet-request-id); repeatable.",
 )
-@click.option("--client", "clients", multiple=True, help="API key name of the caller; repeatable.")
+@click.option(
+    "--client",
+    "clients",
+    multiple=True,
+    callback=names_checked("client"),
+    help="API key name of the caller; repeatable.",
+)
 @click.option("--user", "users", multiple=True, help="End user: the request's `user` field; repeatable.")
 @click.option("--since", default=None, help="Requests at or after this UTC time (ISO: 2026-01-31[T12:00]).")
 @click.option("--until", default=None, help="Requests before this UTC time (ISO).")
 @click.option("--text", default=None, help="Requests whose prompt, answer or tool calls contain this text.")
 @click.option(
-    "--key", "example_key", default=None, help="Example key (`ratchet proof key`) to forget, alone."
+    "--example-key", "example_key", default=None, help="Example key (`ratchet proof key`) to forget, alone."
 )
 @click.option("--dry-run", is_flag=True, help="Count what would be erased in each store; change nothing.")
 @click.option("--actor", default=None, help="Who asks (logged and signed; default: the OS user).")
@@ -54,7 +71,8 @@ def erase(
     if example_key is not None:
         if scoped:
             click.echo(
-                "error: give exactly one of --key or a request scope (--request-id/--client/...)", err=True
+                "error: give exactly one of --example-key or a request scope (--request-id/--client/...)",
+                err=True,
             )
             sys.exit(2)
         _erase_key(example_key, reason, control_db, as_json)
@@ -91,7 +109,17 @@ def erase(
         echo_json(report.to_dict())
         return
     head = "would erase" if dry_run else f"erased (log #{report.log_id})"
+    if not report.request_ids:
+        click.echo("nothing matched: no sealed request (lake segment or traffic file) is in this scope")
     click.echo(f"{head}: {len(report.request_ids)} requests, {len(report.example_keys)} example keys")
+    if report.request_ids_not_found:
+        shown = ", ".join(report.request_ids_not_found[:5]) + (
+            " ..." if len(report.request_ids_not_found) > 5 else ""
+        )
+        click.echo(
+            f"{len(report.request_ids_not_found)} given request ids are in no sealed row ({shown}): not counted; "
+            "recorded so a gateway replica still holding one unsealed blanks it"
+        )
     for store, n in sorted(report.counts.items()):
         click.echo(f"  {store:<16} {n}")
     if report.adapters_trained_on_erased:
@@ -100,7 +128,7 @@ def erase(
             + ", ".join(report.adapters_trained_on_erased)
         )
     if not dry_run:
-        click.echo("gateway replicas blank these requests in their own ledgers at their next poll")
+        click.echo("gateway replicas blank rows in this scope in their own ledgers at their next poll")
 
 
 def _erase_key(example_key: str, reason: str, control_db: str, as_json: bool) -> None:

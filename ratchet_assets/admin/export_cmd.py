@@ -14,6 +14,7 @@ from pathlib import Path
 import click
 
 from ratchet_assets.admin.common import echo_json, json_option
+from ratchet_assets.cli_names import names_checked
 from ratchet_core.layout import BOM_FILE, BOM_FILES, BOM_NOTICE_FILE, AdapterExport, ArtifactLayout
 
 
@@ -30,7 +31,11 @@ def _public_key(key: str | None):
 
 @click.command("export-adapter")
 @click.option(
-    "--version", "version", required=True, help="adapter version, e.g. v3-1a2b3c4d (`ratchet admin versions`)"
+    "--version",
+    "version",
+    required=True,
+    callback=names_checked("version"),
+    help="adapter version, e.g. v3-1a2b3c4d (`ratchet admin versions`)",
 )
 @click.option("--out", "out", required=True, type=click.Path(file_okay=False), help="folder to create")
 @click.option(
@@ -44,7 +49,7 @@ def export_adapter(version: str, out: str, artifacts: str, key: str | None, as_j
     """Copy an adapter with its signed BOM, NOTICE.md and certificate into OUT (verified first)."""
     from ratchet_core.artifact_store import from_settings
     from ratchet_core.settings import load_settings
-    from ratchet_stats.bom import BomError, verify_bom
+    from ratchet_stats.bom_format import BomError, verify_bom
 
     settings = load_settings()
     root = artifacts or settings.artifacts_root

@@ -22,6 +22,7 @@ from ratchet_assets.admin.release_cmd import (
     key_option,
     reason_option,
 )
+from ratchet_assets.cli_names import names_checked
 
 FIELDS = ("comparator", "target", "delta", "audit_rate", "golden_share")
 
@@ -34,10 +35,11 @@ def _resolved_rows(manifest: Any, names: list[str]) -> list[dict[str, Any]]:
 
 
 def _current(control_db: str, signing_key_file: str) -> Any:
-    from ratchet_core.manifest import Manifest, ensure_tables, latest_verified
+    from ratchet_core.control_db import ensure_schema
+    from ratchet_core.manifest import Manifest, latest_verified
 
     engine = engine_for(control_db)
-    ensure_tables(engine)
+    ensure_schema(engine)
     manifest, _ = latest_verified(engine, [_private_key(signing_key_file).public_key()])
     return manifest or Manifest.default()
 
@@ -48,7 +50,7 @@ def task_group() -> None:
 
 
 @task_group.command("set")
-@click.argument("name")
+@click.argument("name", callback=names_checked("task"))
 @click.option("--comparator", default=None, help="label | json | tool_call | custom:<registered name>.")
 @click.option("--target", type=float, default=None, help="Certification and release target, in (0, 1).")
 @click.option("--delta", type=float, default=None, help="Certification level delta, in (0, 1).")
@@ -85,9 +87,6 @@ def set_cmd(
 
     from ratchet_core.task_policy import TaskPolicy
 
-    name = name.strip()
-    if not name:
-        _fail("the task name is empty")
     given = {
         k: v
         for k, v in dict(
@@ -126,7 +125,7 @@ def set_cmd(
 
 
 @task_group.command("show")
-@click.argument("name")
+@click.argument("name", callback=names_checked("task"))
 @key_option
 @control_db_option
 @json_option

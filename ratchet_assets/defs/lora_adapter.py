@@ -26,8 +26,8 @@ from ratchet_assets.defs.resources import ControlDB, ModelEndpoints, RatchetPath
 from ratchet_assets.defs.training_launcher import TrainingLauncher
 from ratchet_assets.night import adapter as step
 from ratchet_assets.night.commitments import CommitmentMissing
+from ratchet_assets.night.lora_trainer import LoraTrainConfig  # its fields are the config's training fields
 from ratchet_core.artifact_store import publishes_artifacts
-from ratchet_core.lora_trainer import LoraTrainConfig  # its fields are the config's training fields
 
 _DEFAULTS = step.NIGHT_TRAINING
 
@@ -118,7 +118,7 @@ def lora_adapter(
         "train_examples": dg.MetadataValue.int(int(record.get("examples") or 0)),
         "reused": result.reused,
         "training_set_root": dg.MetadataValue.text(record["train_rows_root"]),
-        "dagster/uri": dg.MetadataValue.path(record["adapter_dir"]),
+        "dagster/uri": dg.MetadataValue.path(str(step.adapter_path(artifacts, record))),
     }
     learner = record.get("learner") or {}  # the learner's choices (numeric: the UI plots them per partition)
     if learner.get("epochs_run") is not None:

@@ -13,8 +13,15 @@ across reruns, never reused.
 
 Files: ``adapters/<version>/`` holds only the PEFT files (``adapter_config.json``, ``adapter_model.safetensors``,
 ``ratchet_train.json``) so its digest is the adapter's; ``adapters/day=D/adapter.json`` (the *record*) says which
-version the night produced and how (base identity, config, training numbers, effect key). Later steps
-(``night.certificate``, ``night.bom``) start from that record.
+version the night produced and how (base identity and licence, config, training numbers, effect key). Later steps
+(``night.certificate``, ``night.bom_writer``) start from that record.
+
+The record, and the ``training.launch`` result in the effect ledger it is reused from, hold no absolute path, so a
+home moved or restored elsewhere reuses its adapters: ``adapter_dir`` is the adapter's name in the artifacts tree
+(``adapters/<version>``, read with :func:`adapter_path`; ``ratchet_core.layout``, "Stored names"), and the base
+model is named by its identity (name, sha256, files) and ``base_license``, what the BOM needs from it, taken from
+the base this run used. A record written before then holds absolute paths (``adapter_dir``, ``base_path``): it is
+read the same way, and a rerun of the step rewrites it.
 """
 
 from __future__ import annotations
@@ -28,15 +35,15 @@ from pathlib import Path
 from typing import Any
 
 from ratchet_assets.night.commitments import training_commitment
+from ratchet_assets.night.lora_trainer import LoraTrainConfig
 from ratchet_core.layout import ArtifactLayout
-from ratchet_core.lora_trainer import LoraTrainConfig
 
 EFFECT = "training.launch"
 LEASE_SECONDS = 6 * 3600
 
 # The night's training settings: the ones the demo certifies with, and the ``lora_adapter`` asset's defaults (so a
 # run without run config, e.g. the UI's "Materialize all", computes the same config hash and reuses the adapter).
-# They are the trainer's defaults (``ratchet_core.lora_trainer``: rank 32, lr 4e-3, max_len 160, min_steps 150)
+# They are the trainer's defaults (``ratchet_assets.night.lora_trainer``: rank 32, lr 4e-3, max_len 160, min_steps 150)
 # except: one epoch, since the 7-day window grows every night and 4 epochs made each night longer than the last
 # (``min_steps`` still gives a small set enough steps); half the rows trained with made-up e-mails/phones in place
 # of placeholders (``pii_surrogates``); one torch thread, measured 3.6x faster than two on the embedded default's
@@ -89,6 +96,21 @@ def read_record(artifacts: str | Path, day: str, needed_by: str = "this step") -
             f"no adapter for {day} ({pointer} is missing): materialise `lora_adapter` for {day} before {needed_by}"
         )
     return json.loads(pointer.read_text())
+
+
+def adapter_path(artifacts: str | Path | ArtifactLayout, record: dict[str, Any]) -> Path:
+    """The adapter folder a record names, under the artifacts root we have now (a name, or an older record's
+    absolute path: ``ArtifactLayout.resolve``)."""
+    layout = artifacts if isinstance(artifacts, ArtifactLayout) else ArtifactLayout(artifacts)
+    return layout.resolve(record.get("adapter_dir") or layout.adapter_dir(record["version"]))
+
+
+def base_license_of(base: Path) -> str:
+    """The base model's licence as the BOM states it (``bom_document.base_license``), read from the base itself."""
+    from ratchet_assets.night.bom_document import base_license
+    from ratchet_core.student_model import is_demo_base
+
+    return base_license(base, is_demo_base(base))
 
 
 def require_training_set(artifacts: str | Path, day: str) -> Path:
@@ -158,13 +180,12 @@ def effective_hyperparameters(adapter_dir: Path, train_config: dict[str, Any]) -
 def row_tasks(artifacts: str | Path, day: str) -> list[str]:
     """The task of each row of ``train/day=D/train.jsonl`` (its ``keys.txt`` is in the same order), read from the
     examples of the set's window and the imports (``"?"`` for a key found in neither)."""
-    from ratchet_assets.governance.importer import imports_until
     from ratchet_assets.night import connect, sql_list
 
     layout = ArtifactLayout(artifacts)
     keys = layout.train_keys(day).read_text(encoding="ascii").split()
     days = json.loads(layout.train_commitment(day).read_text()).get("days") or [day]
-    files = [p for d in days if (p := layout.examples_file(d)).exists()] + imports_until(artifacts, day)
+    files = [p for d in days if (p := layout.examples_file(d)).exists()] + layout.import_files(until=day)
     if not files:
         return ["?"] * len(keys)
     con = connect()
@@ -246,11 +267,11 @@ def train_adapter(
             raise
         record = {
             "version": version,
-            "adapter_dir": str(target),
+            "adapter_dir": layout.name_of(target),
             "adapter_sha256": trained["adapter_sha256"],
             "files": trained["files"],
             "base": {k: identity[k] for k in ("name", "sha256", "files")},
-            "base_path": str(base),
+            "base_license": base_license_of(base),
             "config": train_config,
             "hyperparameters": effective_hyperparameters(target, train_config),
             "config_hash": chash,
@@ -268,12 +289,17 @@ def train_adapter(
         result = AdapterResult(record, reused=False, reported=dict(reported))
     elif begin.outcome == "duplicate":
         record = dict(begin.result or {})
-        if not Path(record.get("adapter_dir", "")).is_dir():
+        folder = adapter_path(layout, record)
+        if not folder.is_dir():
             raise AdapterError(
                 f"the effect ledger says {record.get('version')} was trained for this training set, but "
-                f"{record.get('adapter_dir')} is gone: restore it, or forget the launch with `ratchet admin effects "
+                f"{folder} is gone: restore it, or forget the launch with `ratchet admin effects "
                 f"resolve {EFFECT} '{key}' forget --reason ...` to train again"
             )
+        # An older launch recorded absolute paths: its record is rewritten with names (module docstring). The
+        # base is the one this run resolved, the same bytes (its sha256 is part of the launch key).
+        record.pop("base_path", None)
+        record.update(adapter_dir=layout.name_of(folder), base_license=base_license_of(base))
         log(f"reusing {record['version']}: trained before for this training set, config and base")
         result = AdapterResult(record, reused=True)
     else:

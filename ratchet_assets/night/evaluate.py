@@ -6,7 +6,8 @@
    through the effect ledger (effect ``adapter.load``, key ``<endpoint>|<version>``, fingerprint = the adapter
    digest: one name never means two adapters on one endpoint). The endpoint's ``/v1/models`` is asked first: a
    loaded adapter is not loaded again; one the ledger says was loaded but the endpoint lacks (a restarted server)
-   is loaded again, which is harmless.
+   is loaded again, which is harmless. The endpoint is given the folder's path; the ledger records its name in the
+   artifacts tree (``adapters/<version>``: ``ratchet_core.layout``, "Stored names").
 3. ``answer_rows``: every golden request through ``/v1/chat/completions`` (greedy, ``logprobs``), confidence =
    ``ratchet_core.confidence.answer_confidence`` (the gateway's cascade uses the same score). Requests go one at a
    time by default: a batch's padding changes floating-point results, and a rerun must reproduce the certificate
@@ -18,7 +19,7 @@
    tokens instead of 512 (measured: an untrained day-1 adapter took ~21 s a row). The cap depends only on the
    row, so a rerun asks the same questions and the certificate stays byte-identical.
 4. ``task_outcomes``: correctness by the task's comparator (``COMPARATORS`` overrides, else
-   ``ratchet_core.workloads.compare``: exact label, canonical JSON, tool-call equality) against the teacher's
+   ``ratchet_core.workloads.comparators``: exact label, canonical JSON, tool-call equality) against the teacher's
    answer; the live version's correctness on the same rows for McNemar.
 
 The certificate itself is built and checked by ``ratchet_stats.certificate``.
@@ -164,11 +165,18 @@ def _post_load(base_url: str, api_key: str, name: str, path: str) -> None:
 
 
 def ensure_adapter_loaded(
-    base_url: str, api_key: str, name: str, path: str | Path, fingerprint: str, effects: Any | None = None
+    base_url: str,
+    api_key: str,
+    name: str,
+    artifacts: ArtifactLayout,
+    fingerprint: str,
+    effects: Any | None = None,
 ) -> str:
-    """Make sure the endpoint serves adapter ``name``; returns what happened (already|loaded|reloaded)."""
+    """Make sure the endpoint serves adapter version ``name`` (``adapters/<name>`` of ``artifacts``); returns what
+    happened (already|loaded|reloaded)."""
     if name in loaded_models(base_url, api_key):
         return "already"
+    path = artifacts.adapter_dir(name)
     if effects is None:
         _post_load(base_url, api_key, name, str(path))
         return "loaded"
@@ -179,7 +187,7 @@ def ensure_adapter_loaded(
         except Exception as exc:
             effects.fail(begin.token, str(exc)[:500])
             raise
-        effects.report(begin.token, {"endpoint": base_url, "version": name, "path": str(path)})
+        effects.report(begin.token, {"endpoint": base_url, "version": name, "path": artifacts.name_of(path)})
         return "loaded"
     if begin.outcome == "duplicate":
         log.warning(
@@ -279,7 +287,7 @@ def is_correct(
     task: str, expected: Mapping[str, Any], got: Mapping[str, Any] | None, comparator: str | None = None
 ) -> bool:
     """The task's comparator: a COMPARATORS override, else the task policy's `comparator` when given, else
-    ratchet_core.workloads.compare (unknown: label)."""
+    ratchet_core.workloads.compare (by the task's built-in comparator; unknown: label)."""
     if got is None:
         return False
     custom = COMPARATORS.get(task)

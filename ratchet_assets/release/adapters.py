@@ -11,7 +11,9 @@ goes). :func:`reconcile_endpoint` converges one endpoint speaking vLLM's runtime
   adapter (restarted, or vLLM evicted it) is a new target and the ledger never stops a needed reload, while two
   reconcilers that see the same absence share one key and load once. The fingerprint is the adapter's digest
   (``ratchet_stats.certificate.adapter_digest``); a digest other than the first load's under the same name is
-  refused (one name never means two adapters on one endpoint);
+  refused (one name never means two adapters on one endpoint). The result records the adapter as its name in the
+  artifacts tree (``adapters/<version>``), or the store URL the endpoint was given (``ratchet_core.layout``,
+  "Stored names");
 - a loaded adapter that is not desired and that the versions registry calls retired, rolled back or rejected on
   every task is unloaded (``POST /v1/unload_lora_adapter``). Anything else loaded (a candidate, a version being
   evaluated tonight, one an operator loaded by hand) is left alone and reported as ``extra``.
@@ -30,6 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from ratchet_core import manifest as mf
+from ratchet_stats.certificate import adapter_dir_digest
 
 log = logging.getLogger(__name__)
 
@@ -126,27 +129,20 @@ class _Endpoint:
         self.client.close()
 
 
-def adapter_dir(artifacts: str | Path, version: str) -> Path:
-    from ratchet_core.layout import ArtifactLayout
-
-    return ArtifactLayout(artifacts).adapter_dir(version)
-
-
-def _digest(folder: Path) -> str:
-    from ratchet_assets.night.bom_builder import adapter_file_hashes
-    from ratchet_stats.certificate import adapter_digest
-
-    return adapter_digest(adapter_file_hashes(folder))
-
-
 def _load(
-    ep: _Endpoint, effects: Any, version: str, folder: Path, report: EndpointReport, location: str = ""
+    ep: _Endpoint,
+    effects: Any,
+    version: str,
+    folder: Path,
+    report: EndpointReport,
+    location: str,
+    stored: str,
 ) -> None:
     """Load `version` through the effect ledger under the next incarnation key (module docstring).
 
-    `location`: what the endpoint is told to load (default the local folder; the store URL when it downloads)."""
-    digest = _digest(folder)
-    location = location or str(folder)
+    `location`: what the endpoint is told to load (the local folder, or the store URL when it downloads);
+    `stored`: what the ledger records (the folder's name in the artifacts tree, or that URL)."""
+    digest = adapter_dir_digest(folder)
     base = f"{ep.base_url}|{version}"
     n = 1
     while (rec := effects.lookup(EFFECT_TYPE, f"{base}#{n}")) is not None and rec.status == "done":
@@ -167,7 +163,7 @@ def _load(
         effects.fail(begin.token, str(exc)[:500])
         report.missing[version] = str(exc)[:300]
         return
-    effects.report(begin.token, {"endpoint": ep.base_url, "version": version, "path": location, "load": n})
+    effects.report(begin.token, {"endpoint": ep.base_url, "version": version, "path": stored, "load": n})
     (report.loaded if n == 1 else report.reloaded).append(version)
 
 
@@ -186,6 +182,9 @@ def reconcile_endpoint(
     `store` (``ratchet_core.artifact_store.ArtifactStore``): an adapter the local artifacts cache lacks is fetched
     from it first (the cache may be a volume shared with vLLM, which loads local paths); with `from_store` the
     endpoint is given the store URL instead and downloads the adapter itself (Ratchet's student server)."""
+    from ratchet_core.layout import ArtifactLayout
+
+    layout = ArtifactLayout(artifacts)
     report = EndpointReport(base_url.rstrip("/"), desired=sorted(desired))
     ep = _Endpoint(base_url, api_key)
     try:
@@ -196,14 +195,18 @@ def reconcile_endpoint(
             report.missing = {v: "endpoint unreachable" for v in desired}
             return report
         for version in sorted(set(desired) - have):
-            folder = adapter_dir(artifacts, version)
+            folder = layout.adapter_dir(version)
+            name = layout.name_of(folder)  # what the ledger records: the adapter's name in the artifacts tree
             if store is not None and not (folder / "adapter_config.json").is_file():
-                store.fetch(f"adapters/{version}")
+                store.fetch(name)
             if not (folder / "adapter_config.json").is_file():
                 report.missing[version] = f"no adapter files at {folder}"
                 continue
-            url = store.uri(f"adapters/{version}") if store is not None and from_store else ""
-            _load(ep, effects, version, folder, report, url)
+            if store is not None and from_store:
+                url = store.uri(name)
+                _load(ep, effects, version, folder, report, url, url)
+            else:
+                _load(ep, effects, version, folder, report, str(folder), name)
         for version in sorted(have - set(desired)):
             known = statuses.get(version, set())
             if known and known <= set(RETIRED_STATUSES):

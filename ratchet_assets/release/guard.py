@@ -1,7 +1,7 @@
 """Promotion needs evidence: a verified evaluation certificate that certifies the task at the release target.
 
-:func:`certified_task` reads ``<artifacts>/certificates/<version>.dsse.json`` (or the path the versions registry
-recorded), checks its signature with the trusted public keys BEFORE parsing it, recomputes its numbers
+:func:`certified_task` reads ``<artifacts>/certificates/<version>.dsse.json`` (the name the versions registry
+recorded, ``registry.certificate_file``), checks its signature with the trusted public keys BEFORE parsing it, recomputes its numbers
 (``ratchet_stats.certificate.check_certificate``) and returns the task's lower bound and calibrated (LTT)
 confidence threshold; every way it can fail raises :class:`NotCertified` with a message that names the failed
 check and what to do. The release sensor admits a candidate only through it (``control.release_tick``), and
@@ -13,8 +13,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
-
-from ratchet_core.layout import ArtifactLayout
 
 
 class NotCertified(ValueError):
@@ -30,11 +28,6 @@ class CertifiedTask:
     target: float  # the certificate's own target
     certificate: str  # path of the certificate file
     day: str
-
-
-def certificate_path(artifacts: str | Path, version: str) -> Path:
-    """Where the night writes `version`'s signed certificate."""
-    return ArtifactLayout(artifacts).certificate(version)
 
 
 def certified_task(

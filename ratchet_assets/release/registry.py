@@ -4,6 +4,10 @@
 retired | rejected and ``stage`` the manifest stage it was last published at. A verified, consistent evaluation
 certificate (``<artifacts>/certificates/<version>.dsse.json``, ``ratchet_stats.certificate``) registers the version:
 ``candidate`` for each certified task (with the certificate's LTT threshold), ``rejected`` for the others.
+
+``certificate_path`` is the certificate's name in the artifacts tree (``certificates/<version>.dsse.json``), read
+with :func:`certificate_file` under the artifacts root of the reader; rows registered before names were relative
+hold an absolute path, read the same way (``ratchet_core.layout``, "Stored names").
 """
 
 from __future__ import annotations
@@ -34,11 +38,6 @@ audit_log = release_audit_log
 
 def now_iso() -> str:
     return datetime.now(UTC).isoformat(timespec="microseconds").replace("+00:00", "Z")
-
-
-def ensure_tables(engine: Engine) -> None:
-    """Create (or migrate) the control DB's schema: :func:`ratchet_core.control_db.ensure_schema`."""
-    ensure_schema(engine)
 
 
 def append_audit(
@@ -98,12 +97,28 @@ def get_version(conn: Connection, version: str, task: str) -> dict[str, Any] | N
 
 
 def list_versions(engine: Engine, status: str | None = None) -> list[dict[str, Any]]:
-    ensure_tables(engine)
+    ensure_schema(engine)
     q = sa.select(versions).order_by(versions.c.created_at, versions.c.version, versions.c.task)
     if status:
         q = q.where(versions.c.status == status)
     with engine.connect() as conn:
         return [dict(r) for r in conn.execute(q).mappings()]
+
+
+def certificate_file(artifacts: str | Path, row: dict[str, Any] | None, version: str) -> Path:
+    """The certificate a registry row names (its ``certificate_path``), under `artifacts`; where the night writes
+    `version`'s certificate when the row names none (a version an operator put in the registry directly)."""
+    layout = ArtifactLayout(artifacts)
+    stored = (row or {}).get("certificate_path") or ""
+    return layout.resolve(stored) if stored else layout.certificate(version)
+
+
+def _stored_name(layout: ArtifactLayout, stored: str) -> str:
+    """A registry row's ``certificate_path`` as a name (an older row's absolute path read as one)."""
+    try:
+        return layout.name_of(layout.resolve(stored))
+    except ValueError:  # names nothing in this tree
+        return stored
 
 
 def register_certificates(engine: Engine, artifacts: Path, public_keys: Any) -> list[str]:
@@ -112,21 +127,25 @@ def register_certificates(engine: Engine, artifacts: Path, public_keys: Any) -> 
     A certificate whose signature does not verify under `public_keys`, or whose numbers do not recompute
     (``ratchet_stats.certificate.check_certificate``), registers nothing and is reported (it stays on disk).
     """
-    from ratchet_core.keys import as_key_list, keys_ever_trusted
+    from ratchet_core.key_history import keys_ever_trusted
+    from ratchet_core.keys import as_key_list
     from ratchet_stats.certificate import PREDICATE_TYPE, check_certificate
     from ratchet_stats.dsse import VerificationError, verify_statement
 
-    ensure_tables(engine)
+    ensure_schema(engine)
     # A certificate signed before a key rotation still verifies: every key the history ever trusted counts.
     public_keys = [*as_key_list(public_keys), *keys_ever_trusted(engine)]
-    files = ArtifactLayout(artifacts).certificate_files()
+    layout = ArtifactLayout(artifacts)
+    files = layout.certificate_files()
     if not files:
         return []
     with engine.connect() as conn:
-        known = {r[0] for r in conn.execute(sa.select(versions.c.certificate_path).distinct())}
+        stored = [r[0] for r in conn.execute(sa.select(versions.c.certificate_path).distinct()) if r[0]]
+    known = {_stored_name(layout, s) for s in stored}
     notes: list[str] = []
     for path in files:
-        if str(path) in known:
+        name = layout.name_of(path)
+        if name in known:
             continue
         try:
             statement = verify_statement(path.read_text(), public_keys, predicate_type=PREDICATE_TYPE)
@@ -153,7 +172,7 @@ def register_certificates(engine: Engine, artifacts: Path, public_keys: Any) -> 
                         stage="teacher",
                         status="candidate" if certified else "rejected",
                         threshold=(section.get("ltt") or {}).get("threshold"),
-                        certificate_path=str(path),
+                        certificate_path=name,
                         day=day,
                         created_at=now_iso(),
                         updated_at=now_iso(),
@@ -186,7 +205,7 @@ def store_state(conn: Connection, state: dict[str, Any]) -> None:
 
 def record_failed_night(engine: Engine, run_id: str, job_name: str, partition: str, message: str) -> bool:
     """Store a failed night run once (idempotent by run id); return True when newly recorded."""
-    ensure_tables(engine)
+    ensure_schema(engine)
     with engine.begin() as conn:
         exists = conn.execute(
             sa.select(failed_nights.c.run_id).where(failed_nights.c.run_id == run_id)
@@ -207,7 +226,7 @@ def record_failed_night(engine: Engine, run_id: str, job_name: str, partition: s
 
 def read_audit_log(engine: Engine, limit: int = 1000) -> list[dict[str, Any]]:
     """Release audit-log rows plus the gateway's safety events (``gateway_safety_events``), newest first."""
-    ensure_tables(engine)
+    ensure_schema(engine)
     with engine.connect() as conn:
         rows = [
             {**dict(r), "source": "control-plane", "details": json.loads(r["details"])}

@@ -12,11 +12,13 @@ import sys
 
 import click
 
+from ratchet_assets.cli_names import names_checked
+
 
 @click.command("replay")
-@click.option("--task", required=True, help="Task to replay.")
-@click.option("--from", "start", required=True, help="First day (YYYY-MM-DD).")
-@click.option("--to", "end", default=None, help="Last day (default: --from).")
+@click.option("--task", required=True, callback=names_checked("task"), help="Task to replay.")
+@click.option("--from", "start", required=True, callback=names_checked("day"), help="First day (YYYY-MM-DD).")
+@click.option("--to", "end", default=None, callback=names_checked("day"), help="Last day (default: --from).")
 @click.option("--threshold", type=float, default=None, help="What-if confidence threshold.")
 @click.option(
     "--target",
@@ -46,7 +48,14 @@ def replay_cmd(
     as_json: bool,
 ) -> None:
     """What the stored traffic of TASK would have been served and paid under another threshold/audit rate/target."""
-    from ratchet_assets.replay import Policy, ReplayError, day_range, load_rows, replay, threshold_at_target
+    from ratchet_assets.replay import (
+        ReplayError,
+        ReplayScenario,
+        day_range,
+        load_rows,
+        replay,
+        threshold_at_target,
+    )
     from ratchet_core.settings import load_settings
 
     try:
@@ -72,7 +81,7 @@ def replay_cmd(
                 certificate = str(ArtifactLayout(settings.artifacts_root).certificate(versions[0]))
             threshold = threshold_at_target(certificate, task, target)
         result = replay(
-            rows, task, days, Policy(threshold=threshold, audit_rate=audit_rate, candidate=candidate)
+            rows, task, days, ReplayScenario(threshold=threshold, audit_rate=audit_rate, candidate=candidate)
         )
     except (ReplayError, ValueError, OSError) as exc:
         click.echo(f"error: {exc}", err=True)

@@ -23,7 +23,7 @@ if TYPE_CHECKING:
 
     from ratchet_core.routing import Route
     from ratchet_gateway.errors import GatewayError
-    from ratchet_gateway.models import ChatRequest
+    from ratchet_gateway.request_body import ChatRequest
 
 
 @dataclass(slots=True)

@@ -2,7 +2,7 @@
 the answer, the stream and the errors are written back in the caller's format.
 
 The pipeline works on one internal request, OpenAI's chat completions body (a ``dict`` and its validated
-:class:`~ratchet_gateway.models.ChatRequest`), and one internal answer, a chat completion (its chunks when
+:class:`~ratchet_gateway.request_body.ChatRequest`), and one internal answer, a chat completion (its chunks when
 streamed). An :class:`ApiFormat` is the translation for one public API. :data:`CHAT_COMPLETIONS` is OpenAI's own
 (``POST /v1/chat/completions``): the identity. Another request API (``POST /v1/responses``, Anthropic's
 ``POST /v1/messages``) is one more format object, served by a :class:`~ratchet_gateway.chat.ChatHandler` built with
@@ -20,7 +20,7 @@ from starlette.responses import Response
 
 from ratchet_gateway.chat.completion import message_of
 from ratchet_gateway.errors import GatewayError
-from ratchet_gateway.models import ChatRequest, parse_chat_body, validate_chat_body
+from ratchet_gateway.request_body import ChatRequest, parse_chat_body, validate_chat_body
 from ratchet_gateway.responses import error_event, error_response
 
 DONE = b"data: [DONE]\n\n"

@@ -32,7 +32,7 @@ from ratchet_gateway.chat.rows import Recorder
 from ratchet_gateway.chat.student import Student
 from ratchet_gateway.errors import GatewayError, client_closed_error
 from ratchet_gateway.hooks import INFO, RequestHooks, RequestInfo
-from ratchet_gateway.models import read_body, receive_body, task_of
+from ratchet_gateway.request_body import read_body, receive_body, task_of
 from ratchet_gateway.responses import new_request_id, ratchet_headers
 from ratchet_gateway.serve_http import EXTENSION as HOLD_HEAD
 from ratchet_gateway.upstream import teacher_timeouts

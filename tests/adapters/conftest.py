@@ -58,6 +58,20 @@ def run_ratchet(*args: str) -> subprocess.CompletedProcess:
     )
 
 
+def home_with_a_day(home: Path, day: str, rows: int, seed: int):
+    """A test home: a new signing key in keys/, a day of `tickets` traffic (all answered by the teacher) in lake/
+    and the demo base in models/demo-base; returns the private key."""
+    from ratchet_assets.night.fixtures import write_day
+    from ratchet_core.student_model import ensure_demo_base
+    from ratchet_stats.keys import generate_private_key, save_private_key
+
+    key = generate_private_key()
+    save_private_key(key, home / "keys" / "signing.key")
+    write_day(home / "lake", day, rows, seed=seed, workload="tickets", student_share=0.0)
+    ensure_demo_base(home / "models" / "demo-base")
+    return key
+
+
 def write_json(path: Path, obj) -> Path:
     path.write_text(json.dumps(obj), encoding="utf-8")
     return path

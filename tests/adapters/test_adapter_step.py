@@ -92,7 +92,8 @@ def test_train_adapter_trains_once_per_training_set_and_config_then_reuses(night
     record = first.record
     assert record["version"] == f"v1-{record['adapter_sha256'][:8]}"
     assert record["train_rows_root"] == night["train"].rows_root
-    assert Path(record["adapter_dir"], "adapter_model.safetensors").is_file()
+    assert record["adapter_dir"] == f"adapters/{record['version']}"  # a name in the tree, not a path
+    assert (step.adapter_path(art, record) / "adapter_model.safetensors").is_file()
     assert json.loads(ArtifactLayout(art).adapter_pointer(DAY).read_text()) == record
 
     again = step.train_adapter(art, DAY, night["base"], {**TINY, "num_threads": 2}, effects, launch)
@@ -102,7 +103,7 @@ def test_train_adapter_trains_once_per_training_set_and_config_then_reuses(night
     assert (effect.status, effect.attempts, effect.key) == ("done", 1, record["effect_key"])
 
     # the adapter's files are gone: the ledger refuses to pretend, and says how to train again
-    gone = Path(record["adapter_dir"])
+    gone = step.adapter_path(art, record)
     gone.rename(gone.with_name("moved"))
     try:
         with pytest.raises(step.AdapterError, match="ratchet admin effects resolve training.launch"):
@@ -164,7 +165,7 @@ def test_the_same_data_in_two_homes_gives_the_same_version_and_the_learner_repor
     assert child.returncode == 0, child.stderr[-2000:]
     second = json.loads(child.stdout.strip().splitlines()[-1])
     assert (second["version"], second["files"]) == (first["version"], first["files"])
-    config = json.loads(Path(first["adapter_dir"], "adapter_config.json").read_text())
+    config = json.loads((step.adapter_path(one["art"], first) / "adapter_config.json").read_text())
     assert config["base_model_name_or_path"] == "ratchet-demo-base"
     assert config["target_modules"] == sorted(config["target_modules"]) and str(tmp_path) not in json.dumps(
         config
@@ -183,7 +184,7 @@ def test_the_same_data_in_two_homes_gives_the_same_version_and_the_learner_repor
         and sum(t["rows"] for t in per_task.values()) == learner["validation_rows"]
     )
     assert first["examples"] + learner["validation_rows"] == one["train"].rows
-    from ratchet_assets.night.bom_builder import P_LEARNER, learner_properties
+    from ratchet_assets.night.bom_document import P_LEARNER, learner_properties
 
     props = learner_properties({"steps": first["steps"], **learner})
     assert (

@@ -29,7 +29,7 @@ from ratchet_assets.defs.training_set import training_set
 from ratchet_stats import certificate as CERT
 from ratchet_stats.dsse import verify_statement
 
-from .conftest import run_cli
+from .conftest import home_with_a_day, run_cli
 
 # Real training: ~2-4 min on two idle cores, several times that when other test runs share them.
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(1800)]
@@ -86,18 +86,13 @@ def _effects(home: Path, effect_type: str) -> list:
 
 @pytest.fixture(scope="module")
 def env(tmp_path_factory):
-    from ratchet_assets.night.fixtures import write_day
-    from ratchet_core.serve import serve_in_thread
-    from ratchet_core.student_model import ensure_demo_base
     from ratchet_gateway.student_server.app import create_app
-    from ratchet_stats.keys import generate_private_key, public_key_b64, save_private_key
+    from ratchet_stats.keys import public_key_b64
+    from tests.serve import serve_in_thread
 
     home = tmp_path_factory.mktemp("night") / "home"
-    key = generate_private_key()
-    save_private_key(key, home / "keys" / "signing.key")
-    write_day(home / "lake", DAY1, 900, seed=1, workload="tickets", student_share=0.0)
-    base = ensure_demo_base(home / "models" / "demo-base")
-    with serve_in_thread(create_app(base)) as url:
+    key = home_with_a_day(home, DAY1, 900, seed=1)
+    with serve_in_thread(create_app(home / "models" / "demo-base")) as url:
         yield SimpleNamespace(
             home=home,
             artifacts=home / "artifacts",
@@ -163,7 +158,7 @@ def test_good_adapter_is_certified_and_its_bom_verifies(env, first_night):
     assert run_cli("verify", "certificate", str(cert_file), "--key", env.pub).returncode == 0
     res = run_cli(
         "verify", "bom", str(out / "bom.dsse.json"), "--key", env.pub, "--notice", str(out / "NOTICE.md"),
-        "--adapter-dir", record["adapter_dir"], "--json",
+        "--adapter-dir", str(env.artifacts / record["adapter_dir"]), "--json",
     )  # fmt: skip
     assert res.returncode == 0, res.stdout + res.stderr
     assert (
@@ -194,7 +189,7 @@ def test_proofs_for_a_trained_and_a_golden_example(env, first_night, tmp_path):
     for key, expect in ((train_key, "member"), (golden_key, "absent")):
         path = tmp_path / f"{expect}.json"
         res = runner.invoke(
-            proof, ["make", "--keys", str(out / "train-keys.txt"), "--key", key, "--out", str(path)]
+            proof, ["make", "--keys", str(out / "train-keys.txt"), "--example-key", key, "--out", str(path)]
         )
         assert res.exit_code == 0, res.output
         res = run_cli("verify", "proof", "--bom", str(out / "bom.dsse.json"), "--proof", str(path), "--key",
@@ -281,13 +276,13 @@ def test_export_adapter_copies_verified_files(env, first_night, tmp_path):
 
 def test_new_config_trains_v2_and_is_compared_with_the_live_version(env, first_night):
     """With v1 live on tickets, a candidate trained with another config gets McNemar against v1 on the same rows."""
-    from ratchet_core.control_db import make_engine
-    from ratchet_core.manifest import ensure_tables, write_signed_manifest
+    from ratchet_core.control_db import ensure_schema, make_engine
     from ratchet_stats.keys import load_private_key_file
+    from tests.evidence.manifests import write_signed_manifest
 
     live = first_night.record["version"]
     engine = make_engine(f"sqlite:///{(env.home / 'control.db').as_posix()}")
-    ensure_tables(engine)
+    ensure_schema(engine)
     key = load_private_key_file(env.home / "keys" / "signing.key")
     write_signed_manifest(
         engine, key, tasks={"tickets": {"stage": "live", "version": live}}, reason="v1 live"

@@ -47,7 +47,7 @@ from typing import Any
 
 import orjson
 
-from ratchet_core.serve import free_port
+from tests.serve import free_port
 
 MODES = (
     "ok",

@@ -82,13 +82,34 @@ def test_names_never_leave_their_folder_and_urls_are_refused(tmp_path):
     assert ArtifactLayout(tmp_path) == ArtifactLayout(str(tmp_path))
 
 
+def test_records_store_names_that_any_root_reads_back(tmp_path):
+    """A record stores an item's name in the tree; the root that reads it may be another folder (a moved home)."""
+    here, there = ArtifactLayout(tmp_path / "here"), ArtifactLayout(tmp_path / "there")
+    for path in (here.adapter_dir(V), here.certificate(V), here.bom(V), here.train_commitment(D)):
+        name = here.name_of(path)
+        assert not Path(name).is_absolute() and there.resolve(name) == Path(there.root) / name
+    assert here.name_of(here.adapter_dir(V)) == f"adapters/{V}"
+    with pytest.raises(ValueError, match="not under the artifacts root"):
+        here.name_of(tmp_path / "elsewhere" / "adapters" / V)
+    # records written before names: absolute paths under an old home's root, read by their name
+    old = "/srv/old-home/artifacts"
+    assert there.resolve(f"{old}/adapters/{V}") == there.adapter_dir(V)
+    assert there.resolve(f"{old}/certificates/{V}.dsse.json") == there.certificate(V)
+    assert there.resolve(f"/data/train/home/artifacts/train/day={D}/train.jsonl") == there.train_jsonl(D)
+    assert there.resolve(f".ratchet/artifacts/adapters/{V}") == there.adapter_dir(V)  # relative to an old cwd
+    assert there.resolve("/opt/models/base") == Path("/opt/models/base")  # names nothing in the tree
+    with pytest.raises(ValueError, match="URL"):
+        there.resolve(f"s3://bucket/artifacts/adapters/{V}")
+
+
 def test_receipt_file_names_agree_with_the_standalone_verifier(tmp_path):
     """`ratchet verify receipt` (ratchet_stats, no Ratchet imports) finds the lines beside the envelope by name."""
-    from ratchet_stats import cli_receipt, receipt_v3
+    from ratchet_stats import cli_receipt
+    from ratchet_stats.receipt import v3
 
     layout = ArtifactLayout(tmp_path)
     day = "2026-03-01"
-    assert layout.receipt_pairs(day).name == receipt_v3.PAIRS_FILE
+    assert layout.receipt_pairs(day).name == v3.PAIRS_FILE
     assert layout.receipt_clients(day).name == cli_receipt.CLIENTS_FILE
     assert layout.receipt_estimates(day).name == cli_receipt.ESTIMATES_FILE
     assert layout.receipt_pairs(day).parent == layout.receipt_envelope(day).parent
