@@ -84,6 +84,7 @@ class Recorder:
             "status_code": err.status if err else 200,
             "error_type": err.type if err else "",
             "error": red(err.message) if err else "",
+            "api": rec.api,
         }
 
     def request_row(
