@@ -29,7 +29,7 @@ from ratchet_gateway.apis.wire import validated
 from ratchet_gateway.auth import invalid_key_error
 from ratchet_gateway.chat.failures import failure
 from ratchet_gateway.chat.handler import arrival
-from ratchet_gateway.chat.rows import canonical_json
+from ratchet_gateway.chat.rows import Recorder, canonical_json
 from ratchet_gateway.errors import GatewayError
 from ratchet_gateway.hooks import INFO
 from ratchet_gateway.input_rules import InputRuleError, StrictInt, StrictStr, resolve_task
@@ -70,6 +70,7 @@ class Embeddings:
     def __init__(self, gw: Gateway):
         self.gw = gw
         self.timeouts = teacher_timeouts(gw.settings)
+        self.recorder = Recorder(gw)
 
     async def __call__(self, request: Request) -> Response:
         gw = self.gw
@@ -137,21 +138,10 @@ class Embeddings:
             resp = await gw.embedder.embed(body, self.timeouts, task)
         except GatewayError as err:
             gw.metrics.upstream_faults.labels("embeddings", err.code or "").inc()
-            row = self._row(fields, {}, err, t0, t)
-            try:
-                await gw.ledger.append(row)
-            except OSError:
-                gw.metrics.errors.labels("ledger_unavailable").inc()
+            await self.recorder.append_quietly(self._row(fields, {}, err, t0, t))
             raise
         row = self._row(fields, resp.get("usage") or {}, None, t0, t)
-        try:
-            await gw.ledger.append(row)
-        except OSError as exc:
-            raise GatewayError(
-                503,
-                "the gateway cannot record requests right now (ledger unavailable); retry later",
-                "ledger_unavailable",
-            ) from exc
+        await self.recorder.append(row)  # before the answer is released, as every row
         elapsed = (time.perf_counter() - t0) * 1000
         overhead = max(0.0, elapsed - row["upstream_ms"])
         headers["x-ratchet-overhead-ms"] = f"{overhead:.3f}"

@@ -29,9 +29,9 @@ from starlette.responses import Response
 
 from ratchet_core.redact import redact_text
 from ratchet_gateway.apis.messages_request import MessagesRequest, parse_messages
-from ratchet_gateway.apis.wire import answer_id, sse, tool_input
+from ratchet_gateway.apis.wire import TranslatedStream, answer_id, sse, tool_input
 from ratchet_gateway.chat.completion import message_of, token_counts
-from ratchet_gateway.chat.formats import replay_chunks, validated_chat
+from ratchet_gateway.chat.formats import validated_chat
 from ratchet_gateway.errors import GatewayError
 from ratchet_gateway.request_body import ChatRequest, parse_chat_body
 
@@ -131,44 +131,18 @@ def _message(received: Received, content: list, stop_reason: str | None, usage: 
     }
 
 
-class MessagesStream:
+class MessagesStream(TranslatedStream):
     """Anthropic's streamed message of one answer, written from its chat chunks (module docstring)."""
 
-    media_type = "text/event-stream"
-
     def __init__(self, received: Received):
+        super().__init__()
         self.received = received
-        self.started = False
         self.blocks = 0  # content blocks started so far
         self.open: str | None = None  # the kind of the block being written: "text" | "tool_use"
         self.calls: dict[int, int] = {}  # chat tool-call index -> its block index
-        self.finish = ""
-        self.usage: dict = {}
-
-    def chunk(self, raw: bytes, obj: dict) -> bytes | None:
-        out = self._start()
-        if obj.get("usage"):
-            self.usage = obj["usage"]
-        for choice in obj.get("choices") or ():
-            if choice.get("index", 0):
-                continue
-            delta = choice.get("delta") or {}
-            if delta.get("content"):
-                if self.open != "text":
-                    out += self._begin({"type": "text", "text": ""}, "text")
-                out.append(self._delta({"type": "text_delta", "text": delta["content"]}))
-            for tc in delta.get("tool_calls") or ():
-                out += self._call_delta(tc)
-            if choice.get("finish_reason"):
-                self.finish = choice["finish_reason"]
-        return b"".join(out) or None
-
-    def replay(self, resp: dict, request_id: str) -> list[bytes]:
-        events = (self.chunk(b"", c) for c in replay_chunks(resp, request_id))
-        return [e for e in events if e is not None]
 
     def end(self) -> bytes:
-        out = self._start() + self._stop_block()
+        out = self._opening() + self._stop_block()
         p, c, _, _ = token_counts(self.usage)
         delta = {"stop_reason": _STOP.get(self.finish, "end_turn"), "stop_sequence": None}
         out.append(
@@ -185,11 +159,13 @@ class MessagesStream:
 
     # events ------------------------------------------------------------------------------------------------------
     def _start(self) -> list[bytes]:
-        if self.started:
-            return []
-        self.started = True
         message = _message(self.received, [], None, {"input_tokens": 0, "output_tokens": 0})
         return [sse("message_start", {"type": "message_start", "message": message})]
+
+    def _text(self, piece: str, logprobs: list) -> list[bytes]:
+        out = [] if self.open == "text" else self._begin({"type": "text", "text": ""}, "text")
+        out.append(self._delta({"type": "text_delta", "text": piece}))
+        return out
 
     def _begin(self, block: dict, kind: str) -> list[bytes]:
         out = self._stop_block()
@@ -214,7 +190,7 @@ class MessagesStream:
         self.open = None
         return [sse("content_block_stop", {"type": "content_block_stop", "index": self.blocks - 1})]
 
-    def _call_delta(self, tc: dict) -> list[bytes]:
+    def _call(self, tc: dict) -> list[bytes]:
         k = int(tc.get("index") or 0)
         fn = tc.get("function") or {}
         out: list[bytes] = []
@@ -223,6 +199,7 @@ class MessagesStream:
             block = {"type": "tool_use", "id": tool_id, "name": fn.get("name") or "", "input": {}}
             out += self._begin(block, "tool_use")
             self.calls[k] = self.blocks - 1
+        # a block takes deltas only while it is open; chat streams (OpenAI's, vLLM's) send each call whole, in turn
         if fn.get("arguments") and self.calls[k] == self.blocks - 1:
             out.append(self._delta({"type": "input_json_delta", "partial_json": fn["arguments"]}))
         return out

@@ -29,9 +29,9 @@ from starlette.responses import Response
 
 from ratchet_core.redact import redact_text
 from ratchet_gateway.apis.responses_request import ResponsesRequest, parse_responses
-from ratchet_gateway.apis.wire import answer_id, sse
+from ratchet_gateway.apis.wire import TranslatedStream, answer_id, sse
 from ratchet_gateway.chat.completion import message_of, token_counts
-from ratchet_gateway.chat.formats import replay_chunks, validated_chat
+from ratchet_gateway.chat.formats import validated_chat
 from ratchet_gateway.errors import GatewayError
 from ratchet_gateway.request_body import ChatRequest, parse_chat_body
 from ratchet_gateway.responses import error_response
@@ -170,54 +170,30 @@ def usage_of(usage: dict) -> dict:
     }
 
 
-class ResponsesStream:
+class ResponsesStream(TranslatedStream):
     """The typed Responses event stream of one answer, written from its chat chunks (module docstring)."""
 
-    media_type = "text/event-stream"
-
     def __init__(self, echo: Echo):
+        super().__init__()
         self.echo = echo
         self.seq = 0
-        self.started = False
         self.items: list[dict] = []  # the output items so far, in order
         self.text: dict | None = None  # the message item being written
         self.calls: dict[int, dict] = {}  # chat tool-call index -> its function_call item
         self.call: dict | None = None  # the function_call item being written
-        self.finish = ""
-        self.usage: dict = {}
 
-    # StreamFormat ------------------------------------------------------------------------------------------------
-    def chunk(self, raw: bytes, obj: dict) -> bytes | None:
-        out = self._start()
-        if obj.get("usage"):
-            self.usage = obj["usage"]
-        for choice in obj.get("choices") or ():
-            if choice.get("index", 0):
-                continue  # n > 1 is refused on the way in; only choice 0 is an answer
-            delta = choice.get("delta") or {}
-            if delta.get("content"):
-                out += self._text_delta(delta["content"], (choice.get("logprobs") or {}).get("content") or [])
-            for tc in delta.get("tool_calls") or ():
-                out += self._call_delta(tc)
-            if choice.get("finish_reason"):
-                self.finish = choice["finish_reason"]
-        return b"".join(out) or None
-
-    def replay(self, resp: dict, request_id: str) -> list[bytes]:
-        events = (self.chunk(b"", c) for c in replay_chunks(resp, request_id))
-        return [e for e in events if e is not None]
-
+    # StreamFormat (chunk and replay: TranslatedStream) ------------------------------------------------------------
     def end(self) -> bytes:
-        out = self._start()
+        out = self._opening()
         if not self.items:  # an empty answer is still one (empty) message
-            out += self._text_delta("", [])
+            out += self._text("", [])
         out += self._close()
         status = "incomplete" if self.finish in _INCOMPLETE else "completed"
         response = self.echo.response(status, self.items, usage_of(self.usage), self.finish)
         return b"".join([*out, self._event(f"response.{status}", response=response)])
 
     def error(self, err: GatewayError) -> bytes:
-        out = self._start()
+        out = self._opening()
         message = redact_text(err.message)
         failed = self.echo.response(
             "failed", self.items, None, error={"code": err.code or "server_error", "message": message}
@@ -233,16 +209,13 @@ class ResponsesStream:
         return sse(kind, data)
 
     def _start(self) -> list[bytes]:
-        if self.started:
-            return []
-        self.started = True
         response = self.echo.response("in_progress", [], None)
         return [
             self._event("response.created", response=response),
             self._event("response.in_progress", response=response),
         ]
 
-    def _text_delta(self, piece: str, logprobs: list) -> list[bytes]:
+    def _text(self, piece: str, logprobs: list) -> list[bytes]:
         out = self._close_call()
         item = self.text
         index = len(self.items) - 1
@@ -281,7 +254,7 @@ class ResponsesStream:
             )
         return out
 
-    def _call_delta(self, tc: dict) -> list[bytes]:
+    def _call(self, tc: dict) -> list[bytes]:
         k = int(tc.get("index") or 0)
         fn = tc.get("function") or {}
         item = self.calls.get(k)

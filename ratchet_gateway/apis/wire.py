@@ -1,5 +1,6 @@
-"""What the API formats share: server-sent events, answer ids, message content in chat's shape, and the 400 a
-translation answers for a field it cannot carry."""
+"""What the API formats share: server-sent events, answer ids, message content in chat's shape, the 400 a
+translation answers for a field it cannot carry, and :class:`TranslatedStream`, the reading of chat chunks every
+other API's stream is written from."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ from typing import Any, TypeVar
 import orjson
 from pydantic import BaseModel, ValidationError
 
+from ratchet_gateway.chat.formats import replay_chunks
 from ratchet_gateway.errors import GatewayError
 from ratchet_gateway.request_body import describe_errors
 
@@ -72,3 +74,55 @@ def tool_input(arguments: Any) -> dict | None:
     except orjson.JSONDecodeError:
         return None
     return value if isinstance(value, dict) else None
+
+
+class TranslatedStream:
+    """A streamed answer in another API, written from the chat stream chunk by chunk (a student's complete answer:
+    from the chunks :func:`~ratchet_gateway.chat.formats.replay_chunks` makes of it, so both are one code path).
+    Subclasses say what the opening, a piece of text and a tool-call delta become; the finish reason and the usage
+    are kept for their ``end``."""
+
+    media_type = "text/event-stream"
+
+    def __init__(self) -> None:
+        self.started = False
+        self.finish = ""
+        self.usage: dict = {}
+
+    def chunk(self, raw: bytes, obj: dict) -> bytes | None:
+        out = self._opening()
+        if obj.get("usage"):
+            self.usage = obj["usage"]
+        for choice in obj.get("choices") or ():
+            if choice.get("index", 0):
+                continue  # n > 1 is refused on the way in: only choice 0 is an answer
+            delta = choice.get("delta") or {}
+            if delta.get("content"):
+                out += self._text(delta["content"], (choice.get("logprobs") or {}).get("content") or [])
+            for tc in delta.get("tool_calls") or ():
+                out += self._call(tc)
+            if choice.get("finish_reason"):
+                self.finish = choice["finish_reason"]
+        return b"".join(out) or None
+
+    def replay(self, resp: dict, request_id: str) -> list[bytes]:
+        events = (self.chunk(b"", c) for c in replay_chunks(resp, request_id))
+        return [e for e in events if e is not None]
+
+    def _opening(self) -> list[bytes]:
+        if self.started:
+            return []
+        self.started = True
+        return self._start()
+
+    def _start(self) -> list[bytes]:
+        """The events that open the stream (sent once, before anything else)."""
+        raise NotImplementedError
+
+    def _text(self, piece: str, logprobs: list) -> list[bytes]:
+        """The events of a piece of the answer's text (and its token logprobs)."""
+        raise NotImplementedError
+
+    def _call(self, tc: dict) -> list[bytes]:
+        """The events of one chat tool-call delta (``index``, ``id`` and ``name`` first, then ``arguments``)."""
+        raise NotImplementedError
