@@ -10,8 +10,9 @@ $(BIN)/python:
 	$(PY) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip setuptools wheel
 
-install: $(BIN)/python  ## create .venv and install Ratchet with its dev and scale extras (CPU torch)
+install: $(BIN)/python  ## .venv with Ratchet, its dev and scale extras (CPU torch), and the Debian packages the tests use
 	$(BIN)/pip install --quiet -e '.[dev,scale]'
+	$(BIN)/python -m tests.system_packages
 	@$(BIN)/ratchet --version
 
 test: $(BIN)/python  ## the whole suite, slow end-to-end tests included
