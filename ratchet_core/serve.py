@@ -20,11 +20,20 @@ def free_port() -> int:
 
 @contextmanager
 def serve_in_thread(app, port: int | None = None, host: str = "127.0.0.1") -> Iterator[str]:
-    """Serve `app` until the block exits; yields its base URL (http://host:port). Waits until it accepts."""
-    port = port or free_port()
+    """Serve `app` until the block exits; yields its base URL (http://host:port). Waits until it accepts.
+
+    The socket is bound here and handed to uvicorn: with no port given, the kernel's free one is held from the
+    start, so a server starting beside it (another test worker) cannot take it between a probe and the bind.
+    """
+    sock = socket.socket()
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind((host, port or 0))
+    port = int(sock.getsockname()[1])
     config = uvicorn.Config(app, host=host, port=port, log_level="warning", lifespan="on")
     server = uvicorn.Server(config)
-    thread = threading.Thread(target=server.run, name=f"uvicorn-{port}", daemon=True)
+    thread = threading.Thread(
+        target=server.run, kwargs={"sockets": [sock]}, name=f"uvicorn-{port}", daemon=True
+    )
     thread.start()
     deadline = time.monotonic() + 30
     while not server.started:
@@ -38,3 +47,4 @@ def serve_in_thread(app, port: int | None = None, host: str = "127.0.0.1") -> It
     finally:
         server.should_exit = True
         thread.join(timeout=15)
+        sock.close()
