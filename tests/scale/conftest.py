@@ -24,14 +24,9 @@ from pathlib import Path
 
 import pytest
 
+from ratchet_core.serve import free_port
 from tests.evidence.certificates import sign_certificate as sign_certificate  # the scale tests import it here
 from tests.system_packages import require
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def postgres_bindir() -> Path:
