@@ -29,9 +29,10 @@ test-fast: $(BIN)/python  ## everything but the tests marked slow (timing tests 
 	$(BIN)/pytest -q $(PARALLEL) -m 'not slow and not timing'
 	$(BIN)/pytest -q -m 'timing and not slow' || [ $$? -eq 5 ]
 
-lint: $(BIN)/python
+lint: $(BIN)/python  ## ruff, and the layer check (tests/layers.py: imports go down the layers, no cycles)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
+	$(BIN)/python -m tests.layers
 
 bench: $(BIN)/python  ## benchmarks; JSON results under benchmarks/results/ (BENCH_ARGS=--scale adds 10M rows)
 	$(BIN)/python -m benchmarks.run --out benchmarks/results $(BENCH_ARGS)

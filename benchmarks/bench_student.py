@@ -22,11 +22,11 @@ def run(out_dir: Path) -> dict:
     import httpx
     from openai import OpenAI
 
-    from ratchet_core.lora_trainer import LoraTrainConfig, train_lora
-    from ratchet_core.serve import serve_in_thread
+    from ratchet_assets.night.lora_trainer import LoraTrainConfig, train_lora
     from ratchet_core.student_model import ensure_demo_base
     from ratchet_core.workloads import TASKS, compare, get_workload
     from ratchet_gateway.student_server.app import create_app
+    from tests.serve import serve_in_thread
 
     workload = get_workload("tickets")
     train, held_out = workload.generate(600, seed=101), workload.generate(200, seed=102)

@@ -1,4 +1,4 @@
-"""The effect ledger: every irreversible effect happens at most once per content-derived key (DESIGN §6).
+"""The effect ledger: every irreversible effect happens at most once per content-derived key (ARCHITECTURE.md, "Effects").
 
 A caller asks ``begin(effect_type, key, fingerprint)`` before acting and acts only on ``execute``:
 
@@ -23,8 +23,9 @@ The decision runs in one control-DB transaction (SQLite ``BEGIN IMMEDIATE`` from
 ``report``/``fail`` carry the token handed out with ``execute``; a holder whose lease was taken over cannot
 report (``StaleToken``).
 
-The gate's rules (table ``effect_policies``, set with :meth:`EffectLedger.set_rules`, API ``PUT /policies``) are
-checked, in the same transaction, before any ``execute`` is handed out, first or again:
+The gate's rules (table ``effect_policies``, set with :meth:`EffectLedger.set_rules`, HTTP
+``PUT /rules/{effect_type}``) are checked, in the same transaction, before any ``execute`` is handed out, first
+or again:
 
 - ``max_attempts``: an effect that has been attempted that many times is ``blocked`` instead of executed again;
 - ``approval_required``: the first ``begin`` records a pending approval and answers ``awaiting_approval``; an
@@ -52,12 +53,13 @@ from sqlalchemy.engine import Connection, Engine
 from ratchet_core.control_db import effect_approvals, effect_policies, effect_spend, effects, ensure_schema
 
 Outcome = Literal["execute", "duplicate", "in_flight", "blocked", "denied", "awaiting_approval"]
-Policy = Literal["block", "retry", "probe"]
+# What an indeterminate effect of a type gets (its lease lapsed without a report): stored as its `policy`.
+IndeterminateAction = Literal["block", "retry", "probe"]
 STATUSES = ("in_flight", "done", "failed", "indeterminate")
 RESOLUTIONS = ("done", "failed", "forget")
 
 # Effect types Ratchet itself performs and what to do when a holder vanished mid-effect.
-DEFAULT_POLICIES: dict[str, Policy] = {
+DEFAULT_POLICIES: dict[str, IndeterminateAction] = {
     "receipt.sign": "probe",  # the receipt file on disk says whether the signature was written
     "training.launch": "block",  # costs money: an operator decides
     "adapter.load": "retry",  # loading the same adapter twice is harmless
@@ -120,7 +122,7 @@ class Rules(_Record):
     """The gate's rules for one effect type (``effect_policies``); ``None`` means no limit."""
 
     effect_type: str
-    policy: Policy
+    policy: IndeterminateAction
     approval_required: bool = False
     max_attempts: int | None = None
     cap_usd: float | None = None
@@ -154,11 +156,6 @@ def _iso(t: datetime) -> str:
     return t.astimezone(UTC).isoformat(timespec="microseconds")
 
 
-def ensure_tables(engine: Engine) -> None:
-    """Create (or migrate) the control DB's schema, ``effects`` included (idempotent)."""
-    ensure_schema(engine)
-
-
 @dataclass
 class _Gate:
     """What a ``begin`` brings to the gate's checks, and what they found (remaining budget)."""
@@ -175,15 +172,15 @@ class EffectLedger:
     def __init__(
         self,
         engine: Engine,
-        policies: dict[str, Policy] | None = None,
+        policies: dict[str, IndeterminateAction] | None = None,
         clock: Callable[[], datetime] = _now,
     ) -> None:
         self.engine = engine
-        self.policies: dict[str, Policy] = {**DEFAULT_POLICIES, **(policies or {})}
+        self.policies: dict[str, IndeterminateAction] = {**DEFAULT_POLICIES, **(policies or {})}
         self.clock = clock
-        ensure_tables(engine)
+        ensure_schema(engine)
 
-    def policy(self, effect_type: str) -> Policy:
+    def policy(self, effect_type: str) -> IndeterminateAction:
         return self.policies.get(effect_type, "block")
 
     # The state machine ------------------------------------------------------------------------------------
@@ -227,7 +224,7 @@ class EffectLedger:
         key: str,
         fingerprint: str,
         lease_seconds: float,
-        policy: Policy,
+        policy: IndeterminateAction,
         probe: Callable[[EffectRecord], dict[str, Any] | None] | None,
         rules: Rules,
         gate: _Gate,
@@ -446,7 +443,7 @@ class EffectLedger:
         *,
         reason: str,
         actor: str = "operator",
-        policy: Policy | None = None,
+        policy: IndeterminateAction | None = None,
         approval_required: bool = False,
         max_attempts: int | None = None,
         cap_usd: float | None = None,

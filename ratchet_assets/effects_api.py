@@ -1,11 +1,11 @@
 """The effect gate as a service: ``ratchet effects serve``, an HTTP API over :class:`~ratchet_assets.effects.EffectLedger`.
 
 Why a separate app in ``ratchet_assets`` and not a gateway router: the ledger (and its rules) is control-plane
-state that lives in ``ratchet_assets``, and the gateway must never import ``ratchet_assets`` (DESIGN §2). Moving
-the ledger into ``ratchet_core`` only to mount it in the gateway would put the control plane's decision logic on
-the data plane's request path and on every replica; the gate is small, low-traffic and shares nothing with chat
-serving but the control DB. So it is its own FastAPI app on the same control DB that the night and the admin CLI
-use: one state machine, three doors (Python, CLI, HTTP).
+state that lives in ``ratchet_assets``, and the gateway must never import ``ratchet_assets`` (ARCHITECTURE.md,
+"Layers"). Moving the ledger into ``ratchet_core`` only to mount it in the gateway would put the control
+plane's decision logic on the data plane's request path and on every replica; the gate is small, low-traffic
+and shares nothing with chat serving but the control DB. So it is its own FastAPI app on the same control DB
+that the night and the admin CLI use: one state machine, three doors (Python, CLI, HTTP).
 
 Authentication, per caller (``Authorization: Bearer <key>``):
 
@@ -20,8 +20,7 @@ documents every route, body and both schemes.
 
 from __future__ import annotations
 
-import hashlib
-import hmac
+import secrets
 from typing import Annotated, Any, Literal
 
 from fastapi import Depends, FastAPI, Query, Security
@@ -32,6 +31,7 @@ from sqlalchemy.engine import Engine
 from starlette.requests import Request
 
 from ratchet_assets.effects import EffectError, EffectLedger, StaleToken
+from ratchet_core.api_keys import KeyStore
 
 ADMIN = ""  # the admin caller; no client can be named "" (name:secret needs a name)
 
@@ -40,32 +40,6 @@ class ApiError(Exception):
     def __init__(self, status: int, message: str, code: str) -> None:
         super().__init__(message)
         self.status, self.message, self.code = status, message, code
-
-
-class Keys:
-    """Client secrets kept only as HMAC-SHA256 digests under a random per-process pepper; constant-time checks."""
-
-    def __init__(self, clients: list[tuple[str, str]], admin_key: str) -> None:
-        import secrets
-
-        self._pepper = secrets.token_bytes(32)
-        self._clients = [(name, self._digest(secret)) for name, secret in clients]
-        self._admin = self._digest(admin_key) if admin_key else None
-
-    def _digest(self, secret: str) -> bytes:
-        return hmac.new(self._pepper, secret.encode(), hashlib.sha256).digest()
-
-    def caller(self, token: str | None) -> str | None:
-        if not token:
-            return None
-        digest = self._digest(token.strip())
-        found = None
-        if self._admin is not None and hmac.compare_digest(digest, self._admin):
-            found = ADMIN
-        for name, stored in self._clients:  # no early exit: same time whichever key matches
-            if hmac.compare_digest(digest, stored) and found is None:
-                found = name
-        return found
 
 
 bearer = HTTPBearer(
@@ -78,7 +52,7 @@ bearer = HTTPBearer(
 def caller(
     request: Request, credentials: Annotated[HTTPAuthorizationCredentials | None, Security(bearer)]
 ) -> str:
-    name = request.app.state.keys.caller(credentials.credentials if credentials else None)
+    name = request.app.state.keys.authenticate_token(credentials.credentials if credentials else None)
     if name is None:
         raise ApiError(401, "send 'Authorization: Bearer <client key or admin key>'", "invalid_api_key")
     return name
@@ -174,7 +148,10 @@ def create_app(engine: Engine, clients: list[tuple[str, str]], admin_key: str) -
         version="1",
     )
     app.state.ledger = EffectLedger(engine)
-    app.state.keys = Keys(clients, admin_key)
+    # The admin key last: a client secret equal to it still authenticates as the admin.
+    app.state.keys = KeyStore(
+        [*clients, (ADMIN, admin_key)] if admin_key else clients, secrets.token_bytes(32)
+    )
 
     @app.exception_handler(ApiError)
     async def _api_error(request: Request, exc: ApiError) -> JSONResponse:
@@ -289,27 +266,11 @@ def create_app(engine: Engine, clients: list[tuple[str, str]], admin_key: str) -
 
 def app_from_settings() -> FastAPI:
     """The app for ``ratchet effects serve``: control DB, client keys and admin key from RATCHET_* settings."""
+    from ratchet_core.api_keys import parse_api_keys
     from ratchet_core.control_db import make_engine
     from ratchet_core.settings import load_settings
 
     settings = load_settings()
-    return create_app(make_engine(settings.control_db_url), parse_keys(settings.api_keys), settings.admin_key)
-
-
-def parse_keys(spec: str) -> list[tuple[str, str]]:
-    """``name:secret,...`` or ``@file`` (the format of RATCHET_API_KEYS); errors name the entry, not the secret."""
-    from pathlib import Path
-
-    spec = spec.strip()
-    if spec.startswith("@"):
-        lines = Path(spec[1:]).expanduser().read_text().splitlines()
-        entries = [ln.strip() for ln in lines if ln.strip() and not ln.strip().startswith("#")]
-    else:
-        entries = [e.strip() for e in spec.split(",") if e.strip()]
-    out = []
-    for i, entry in enumerate(entries, 1):
-        name, sep, secret = entry.partition(":")
-        if not sep or not name.strip() or not secret.strip():
-            raise ValueError(f"RATCHET_API_KEYS: entry {i} is not name:secret")
-        out.append((name.strip(), secret.strip()))
-    return out
+    return create_app(
+        make_engine(settings.control_db_url), parse_api_keys(settings.api_keys), settings.admin_key
+    )

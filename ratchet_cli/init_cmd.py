@@ -15,8 +15,6 @@ from __future__ import annotations
 
 import json
 import logging
-import os
-import secrets
 from pathlib import Path
 
 import click
@@ -30,8 +28,10 @@ log = logging.getLogger(__name__)
 
 def ensure_home(home: Path | None = None) -> dict[str, str]:
     """Create the home layout and keys if absent, trust the key in the control DB; return paths and key id."""
+    from ratchet_core.api_keys import load_pepper
     from ratchet_core.control_db import make_engine
-    from ratchet_core.keys import ensure_anchor, public_key_path, signing_key, signing_key_source
+    from ratchet_core.key_history import ensure_anchor
+    from ratchet_core.keys import public_key_path, signing_key, signing_key_source
     from ratchet_stats.keys import key_id, public_key_pem
 
     settings = load_settings(**({"home": home} if home else {}))
@@ -47,10 +47,7 @@ def ensure_home(home: Path | None = None) -> dict[str, str]:
     if not pub_path.exists() or pub_path.read_text() != pem:
         pub_path.write_text(pem)
     pepper_path = home / "keys" / "pepper"
-    if not pepper_path.exists():
-        fd = os.open(pepper_path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-        with os.fdopen(fd, "w") as fh:
-            fh.write(secrets.token_hex(32))
+    load_pepper("", home)  # makes the file when absent, as the gateway would on its first start
     # The control DB's key history starts with this key (a no-op once it has a history).
     try:
         with private_umask():  # the embedded SQLite control DB is created under the home

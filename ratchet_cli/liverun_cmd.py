@@ -18,6 +18,23 @@ workload_option = click.option(
 teacher_option = click.option(
     "--teacher-model", default=None, help="litellm name of the teacher (default RATCHET_TEACHER_MODEL)."
 )
+api_key_option = click.option(
+    "--api-key",
+    envvar="OPENAI_API_KEY",
+    required=True,
+    help="Client bearer key for the gateway (or $OPENAI_API_KEY).",
+)
+teacher_url_option = click.option(
+    "--teacher-url",
+    default=None,
+    help="The teacher's /v1 URL for control calls (default RATCHET_TEACHER_API_BASE).",
+)
+teacher_api_key_option = click.option(
+    "--teacher-api-key",
+    "teacher_key",
+    default=None,
+    help="The teacher's API key (default RATCHET_TEACHER_API_KEY, via settings).",
+)
 
 
 def _teacher(url: str | None, key: str | None) -> tuple[str, str]:
@@ -63,15 +80,9 @@ def plan_cmd(workload, teacher_model, rounds, requests_per_round, control_share,
 
 @liverun.command("smoke")
 @click.argument("gateway_url")
-@click.option("--api-key", envvar="OPENAI_API_KEY", required=True, help="Client key for the gateway.")
-@click.option(
-    "--teacher-url",
-    default=None,
-    help="The teacher's /v1 URL for control calls (default RATCHET_TEACHER_API_BASE).",
-)
-@click.option(
-    "--teacher-key", default=None, help="The teacher's key (default RATCHET_TEACHER_API_KEY, via settings)."
-)
+@api_key_option
+@teacher_url_option
+@teacher_api_key_option
 @workload_option
 @teacher_option
 def smoke_cmd(gateway_url, api_key, teacher_url, teacher_key, workload, teacher_model) -> None:
@@ -88,9 +99,9 @@ def smoke_cmd(gateway_url, api_key, teacher_url, teacher_key, workload, teacher_
 @click.argument("gateway_url")
 @click.option("--out", "folder", required=True, type=click.Path(path_type=Path), help="The run's folder.")
 @click.option("--max-usd", required=True, type=click.FloatRange(min=0), help="Hard cap (the effect gate's).")
-@click.option("--api-key", envvar="OPENAI_API_KEY", required=True)
-@click.option("--teacher-url", default=None, help="Default RATCHET_TEACHER_API_BASE.")
-@click.option("--teacher-key", default=None, help="Default RATCHET_TEACHER_API_KEY (via settings).")
+@api_key_option
+@teacher_url_option
+@teacher_api_key_option
 @workload_option
 @teacher_option
 @click.option("--rounds", default=3, show_default=True, type=click.IntRange(min=1))
@@ -142,16 +153,24 @@ def report_cmd(folder: Path) -> None:
 @liverun.command("verify")
 @click.argument("folder", type=click.Path(exists=True, file_okay=False, path_type=Path))
 @click.option(
-    "--key", "key_file", default=None, help="Public key file (default: the trusted keys of RATCHET_HOME)."
+    "--key",
+    default=None,
+    help="Trusted public key(s), as `ratchet verify` takes them: base64, PEM or a key file path; comma-separated "
+    "(default: the trusted keys of RATCHET_HOME).",
 )
-def verify_cmd(folder: Path, key_file: str | None) -> None:
+@click.option("--key-file", default=None, help="File with trusted public key(s): PEM blocks or base64 lines.")
+def verify_cmd(folder: Path, key: str | None, key_file: str | None) -> None:
     """Verify the run's signature, then every file it signs."""
     from ratchet_cli import liverun as lr
 
-    if key_file:
-        from ratchet_stats.keys import load_public_key
+    if key or key_file:
+        from ratchet_stats.cli import CliError
+        from ratchet_stats.cli_verify import load_public_keys
 
-        keys = [load_public_key(Path(key_file).read_bytes())]
+        try:
+            keys = load_public_keys(key, key_file)
+        except CliError as exc:
+            raise click.UsageError(str(exc)) from None
     else:
         from ratchet_core.keys import root_public_keys
         from ratchet_core.settings import load_settings

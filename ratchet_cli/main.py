@@ -31,7 +31,7 @@ COMMANDS: dict[str, str] = {
     "export": "ratchet_assets.governance.cli:export_cmd",
     "demo": "ratchet_cli.demo_cmd:demo",
     "sim": "ratchet_assets.sim.cli:sim",
-    "effects": "ratchet_cli.effects_cmd:effects",
+    "effects": "ratchet_cli.effect_gate_cmd:effects",
     "scout": "ratchet_agents.scout.cli:scout",
     "liverun": "ratchet_cli.liverun_cmd:liverun",
     "replay": "ratchet_assets.replay.cli:replay_cmd",

@@ -1,4 +1,4 @@
-"""`ratchet stats|verify|keygen|proof`: hand the arguments to ratchet_stats' own CLI unchanged."""
+"""`ratchet stats|verify|keygen`: hand the arguments to ratchet_stats' own CLI unchanged."""
 
 from __future__ import annotations
 
@@ -25,4 +25,3 @@ def _make(name: str, short: str) -> click.Command:
 stats = _make("stats", "Exact statistics: plan, bound, mcnemar, ltt.")
 verify = _make("verify", "Verify signed evidence offline.")
 keygen = _make("keygen", "Generate an Ed25519 signing key.")
-proof = _make("proof", "Training-set membership helpers.")

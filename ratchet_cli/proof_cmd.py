@@ -6,7 +6,7 @@ the verifier kit: ``ratchet verify proof --bom BOM --proof FILE --key PUB``.
 
 - ``ratchet proof key --body request.json [--task T]``: the example key of an OpenAI chat request body (task from
   ``--task``, else ``metadata.ratchet_task``, else ``default``, as the gateway does);
-- ``ratchet proof make --keys train-keys.txt (--key K | --body request.json) [--out FILE]``: a membership proof
+- ``ratchet proof make --keys train-keys.txt (--example-key K | --body request.json) [--out FILE]``: a membership proof
   when the key is in the sorted key list, else a non-membership proof (``ratchet_stats.commitment``);
 - ``ratchet proof disjoint --train-keys FILE --golden-keys FILE [--out FILE]``: per-key non-membership proofs that
   no golden key is in the training set.
@@ -98,7 +98,9 @@ def key_cmd(body_path: str, task: str | None, as_json: bool) -> None:
 @click.option(
     "--keys", "keys_path", required=True, help="sorted key list, e.g. boms/<version>/train-keys.txt"
 )
-@click.option("--key", "key", default=None, help="the example key (64 hex chars)")
+@click.option(
+    "--example-key", "key", default=None, help="the example key (64 hex chars, `ratchet proof key`)"
+)
 @click.option("--body", "body_path", default=None, help="or a request body to compute the key from")
 @click.option("--task", default=None, help="task name for --body")
 @click.option("--out", default=None, help="write the proof here (default: stdout)")
@@ -108,7 +110,7 @@ def make_cmd(
     from ratchet_stats.commitment import KeyTree, check_key
 
     if (key is None) == (body_path is None):
-        raise click.UsageError("pass exactly one of --key or --body")
+        raise click.UsageError("pass exactly one of --example-key or --body")
     if body_path is not None:
         key = body_example_key(_load_body(body_path), task)
     try:

@@ -13,7 +13,12 @@ import click
 @click.option(
     "--base-url", default="http://127.0.0.1:8100/v1", show_default=True, help="OpenAI-compatible base URL."
 )
-@click.option("--api-key", envvar="OPENAI_API_KEY", required=True, help="Bearer key (or $OPENAI_API_KEY).")
+@click.option(
+    "--api-key",
+    envvar="OPENAI_API_KEY",
+    required=True,
+    help="Client bearer key for the endpoint (or $OPENAI_API_KEY).",
+)
 @click.option(
     "--workload",
     type=click.Choice(["tickets", "extract", "tools", "mixed", "research"]),
@@ -60,7 +65,7 @@ def traffic(
     from rich.console import Console
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-    from ratchet_core.loadgen import normalise_base_url, run_traffic
+    from ratchet_cli.loadgen import normalise_base_url, run_traffic
 
     try:
         base_url = normalise_base_url(base_url)

@@ -239,13 +239,6 @@ def store_for(url: str, cache: str | os.PathLike) -> ArtifactStore | None:
 
 
 # Adapters into a local cache (student servers) ---------------------------------------------------------------
-def _adapter_digest(folder: Path) -> str:
-    from ratchet_assets.night.bom_builder import adapter_file_hashes
-    from ratchet_stats.certificate import adapter_digest
-
-    return adapter_digest(adapter_file_hashes(folder))
-
-
 def fetch_adapter(url: str, cache: str | os.PathLike, digest: str = "") -> Path:
     """The adapter folder at ``url`` as a local folder under ``cache`` (downloaded once per content).
 
@@ -257,6 +250,8 @@ def fetch_adapter(url: str, cache: str | os.PathLike, digest: str = "") -> Path:
     if not is_url(url):
         return Path(url)
     from fsspec.core import url_to_fs
+
+    from ratchet_stats.certificate import adapter_dir_digest  # scipy: only where an adapter is fetched
 
     fs, root = url_to_fs(url.rstrip("/"))
     root = root.rstrip("/")
@@ -276,7 +271,7 @@ def fetch_adapter(url: str, cache: str | os.PathLike, digest: str = "") -> Path:
                 continue
             (tmp / rel).parent.mkdir(parents=True, exist_ok=True)
             (tmp / rel).write_bytes(fs.cat_file(key))
-        got = _adapter_digest(tmp)
+        got = adapter_dir_digest(tmp)
         if digest and got != digest:
             raise ValueError(f"adapter at {url} has digest {got[:16]}..., expected {digest[:16]}...")
         final = cache / f"{got.removeprefix('sha256:')[:16]}-{name}"

@@ -150,7 +150,7 @@ failed_nights = sa.Table(
     sa.Column("message", sa.Text, nullable=False),
 )
 
-# The effect ledger (ratchet_assets.effects, DESIGN §6).
+# The effect ledger (ratchet_assets.effects; ARCHITECTURE.md, "Effects").
 effects = sa.Table(
     "effects",
     metadata,

@@ -1,9 +1,11 @@
-"""The signed history of the keys gateways trust: replay, changes, rotation, the published listing.
+"""The signed history of the keys gateways trust: replay, changes, the published listing.
+
+(Rotating a key also re-signs the current manifest: ``ratchet_assets.release.key_rotation``.)
 
 The control DB's table ``trusted_keys`` is the signed history of the keys gateways trust: one change per row
 (``add`` or ``retire`` a key, by whom, why), each a DSSE-signed in-toto statement (:data:`KEY_CHANGE_PREDICATE`)
-signed by a key trusted *before* that change (DESIGN §7), so anyone can replay the history offline.
-:func:`trusted_keys` replays it:
+signed by a key trusted *before* that change (ARCHITECTURE.md, "Evidence formats"), so anyone can replay the
+history offline. :func:`trusted_keys` replays it:
 
 - from configured roots (a gateway's ``signing.pub``, ``ratchet_core.keys.root_public_keys``): start with the
   roots, apply each change signed by a key trusted at that point, skip the rest (a forged row never widens trust);
@@ -272,49 +274,6 @@ def append_change(
         state.trusted.pop(subject_id, None)
     state.changes.append(change)
     return change
-
-
-def _resign_current_manifest(conn: Connection, signer: Ed25519PrivateKey, actor: str, reason: str) -> Any:
-    """Publish the current manifest again, signed by `signer` (before the key that signed it is retired).
-
-    Without it, gateways that follow the history would find no manifest signed by a trusted key once the old key
-    is retired, and fall back to the teacher everywhere. ``None`` when no manifest exists yet.
-    """
-    from ratchet_core import manifest as mf
-
-    current, _ = mf.latest_verified(conn, trusted_keys(conn))
-    if current is None:
-        return None
-    return mf.publish_in(conn, signer, lambda m: None, reason, actor)
-
-
-def rotate(
-    conn: Connection, old: Ed25519PrivateKey, new: Ed25519PrivateKey, actor: str, reason: str
-) -> tuple[list[KeyChange], Any]:
-    """In the caller's transaction: trust `new` (signed by `old`), re-sign the current manifest with `new`, retire
-    `old` (signed by `new`). Returns the two changes and the re-signed manifest (or None when there is none)."""
-    added = append_change(conn, old, "add", new.public_key(), actor, reason)
-    manifest = _resign_current_manifest(conn, new, actor, f"key rotation: {reason}"[:500])
-    retired = append_change(conn, new, "retire", old.public_key(), actor, reason, state=key_state(conn))
-    return [added, retired], manifest
-
-
-def retire(
-    conn: Connection, signer: Ed25519PrivateKey, public_key: Ed25519PublicKey, actor: str, reason: str
-) -> tuple[list[KeyChange], Any]:
-    """In the caller's transaction: re-sign the current manifest with `signer`, then retire `public_key`.
-
-    A key cannot retire itself here (the current manifest must be signed by a key that stays): use :func:`rotate`.
-    """
-    if key_id(signer) == key_id(public_key):
-        raise KeyTrustError(
-            "the signing key cannot retire itself (the current manifest must stay signed by a trusted key): "
-            "sign with another trusted key, or use `ratchet admin keys rotate`"
-        )
-    check_change(key_state(conn), key_id(signer), "retire", key_id(public_key))
-    manifest = _resign_current_manifest(conn, signer, actor, f"key retired: {reason}"[:500])
-    retired = append_change(conn, signer, "retire", public_key, actor, reason, state=key_state(conn))
-    return [retired], manifest
 
 
 def require_trusted(conn: Connection, private_key: Ed25519PrivateKey, actor: str) -> KeyState:

@@ -7,8 +7,8 @@ with ``create=True`` (the embedded default) it makes that file when nothing is c
 
 Trust by configuration (gateways, auditors) -- :func:`root_public_keys`: ``signing.pub`` in the home, else the
 signing key's public half. What is trusted *now* follows from the control DB's signed key history
-(``ratchet_core.key_history``: :func:`~ratchet_core.key_history.trusted_keys`, rotation, the keyring); its names
-are also importable from here (``from ratchet_core.keys import trusted_keys`` keeps working).
+(``ratchet_core.key_history``: :func:`~ratchet_core.key_history.trusted_keys`, the keyring), which builds on this
+module; rotating a key re-signs the current manifest too (``ratchet_assets.release.key_rotation``).
 """
 
 from __future__ import annotations
@@ -129,35 +129,3 @@ def as_key_list(public_keys: Any) -> list[Any]:
     if isinstance(public_keys, list | tuple):
         return list(public_keys)
     return [public_keys]
-
-
-# The signed key history lives in ratchet_core.key_history; its names stay importable from here (lazily: that
-# module imports this one).
-_HISTORY_NAMES = frozenset(
-    {
-        "ACTIONS",
-        "KEY_CHANGE_PREDICATE",
-        "KeyChange",
-        "KeyState",
-        "append_change",
-        "check_change",
-        "ensure_anchor",
-        "key_state",
-        "keyring_text",
-        "keys_ever_trusted",
-        "public_key_listing",
-        "require_trusted",
-        "retire",
-        "rotate",
-        "signed_history",
-        "trusted_keys",
-    }
-)
-
-
-def __getattr__(name: str) -> Any:
-    if name in _HISTORY_NAMES:
-        from ratchet_core import key_history
-
-        return getattr(key_history, name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

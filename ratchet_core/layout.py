@@ -69,7 +69,7 @@ RECEIPT_ENVELOPE_FILE = "receipt.dsse.json"
 RECEIPT_ROWS_FILE = "rows.parquet"
 RECEIPT_TREE_FILE = "tree.bin"
 RECEIPT_CLIENTS_FILE = "clients.jsonl"
-RECEIPT_PAIRS_FILE = "pairs.jsonl"  # v3: the audit/shadow pair lines (ratchet_stats.receipt_v3.PAIRS_FILE)
+RECEIPT_PAIRS_FILE = "pairs.jsonl"  # v3: the audit/shadow pair lines (ratchet_stats.receipt.v3.PAIRS_FILE)
 RECEIPT_ESTIMATES_FILE = "estimates.jsonl"
 
 BOM_FILE = "bom.dsse.json"
@@ -314,9 +314,11 @@ class ArtifactLayout:
     def import_provenance(self, import_id: str) -> Path:
         return self.import_dir(import_id) / "provenance.json"
 
-    def import_files(self) -> list[Path]:
-        """Every import's examples file, sorted by import id."""
-        return sorted(self.path(IMPORTS).glob("*/examples.parquet"))
+    def import_files(self, until: str | None = None) -> list[Path]:
+        """Every import's examples file, sorted by import id; with ``until``, only imports whose rows join the
+        night on or before that day (an import id starts with its day)."""
+        files = sorted(self.path(IMPORTS).glob("*/examples.parquet"))
+        return files if until is None else [p for p in files if p.parent.name[:10] <= until]
 
 
 @dataclass(frozen=True)

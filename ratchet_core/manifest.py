@@ -8,7 +8,7 @@ Only the control plane (Dagster sensors, ``ratchet admin``) holds the signing ke
 gateway holds public keys only and follows :func:`latest_verified`, so a row it cannot verify never widens what the
 student serves. Manifests form a hash chain: ``sequence`` increases by one per publish and ``previous_digest`` is
 the SHA-256 of the previous envelope's canonical JSON (the ``digest`` column), like a transparency log's
-linked entries. Which keys may sign is the control DB's signed key history (``ratchet_core.keys``): publishing with
+linked entries. Which keys may sign is the control DB's signed key history (``ratchet_core.key_history``): publishing with
 any other key fails before anything is written, and gateways follow key rotations recorded there.
 
 Serving semantics of one :class:`TaskRelease` (the gateway follows these):
@@ -35,7 +35,7 @@ References: DSSE v1 (secure-systems-lab/dsse), in-toto Statement v1, RFC 8785 (c
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any, Literal
 
@@ -44,10 +44,12 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from sqlalchemy.engine import Connection, Engine
 
 from ratchet_core.control_db import ensure_schema, release_manifest_lock, release_manifests
-from ratchet_core.reasons import REASON_MAX, REASON_MIN, ReasonError, check_reason  # noqa: F401 (re-exported)
+from ratchet_core.key_history import keys_ever_trusted, require_trusted, trusted_keys
+from ratchet_core.keys import KeyTrustError, as_key_list
+from ratchet_core.reasons import ReasonError, check_reason
 from ratchet_core.task_policy import TaskPolicy
+from ratchet_stats.release_manifest import PREDICATE_TYPE as MANIFEST_PREDICATE
 
-MANIFEST_PREDICATE = "https://ratchet.dev/release-manifest/v1"
 DEFAULT_AUDIT_RATE = 0.05
 STAGES = ("teacher", "shadow", "canary", "live")
 
@@ -133,22 +135,11 @@ class ManifestError(ValueError):
     """A manifest change a user asked for cannot be published; the message says what to do instead."""
 
 
-def ensure_tables(engine: Engine) -> None:
-    """Create (or migrate) the control DB's schema: :func:`ratchet_core.control_db.ensure_schema`."""
-    ensure_schema(engine)
-
-
 def _now() -> str:
     return datetime.now(UTC).isoformat(timespec="microseconds").replace("+00:00", "Z")
 
 
-def _as_key_list(public_keys: Any) -> list[Any]:
-    from ratchet_core.keys import as_key_list
-
-    return as_key_list(public_keys)
-
-
-def _sign(manifest: Manifest, private_key: Any) -> tuple[str, str]:
+def sign_manifest(manifest: Manifest, private_key: Any) -> tuple[str, str]:
     """Sign `manifest`; return (envelope text as canonical JSON, its SHA-256 hex digest)."""
     from ratchet_stats.canonical import canonical_json, digest, sha256_hex
     from ratchet_stats.dsse import make_statement, sign_statement
@@ -174,7 +165,7 @@ def verify_row(sequence: int, envelope_text: str, public_keys: Any) -> Manifest:
     except (TypeError, ValueError) as exc:
         raise ValueError(f"row {sequence}: envelope: not JSON ({exc})") from exc
     try:
-        statement = verify_statement(envelope, _as_key_list(public_keys), predicate_type=MANIFEST_PREDICATE)
+        statement = verify_statement(envelope, as_key_list(public_keys), predicate_type=MANIFEST_PREDICATE)
     except VerificationError as exc:
         text = str(exc) if str(exc).startswith(f"{exc.check}:") else f"{exc.check}: {exc}"
         raise ValueError(f"row {sequence}: {text}") from exc
@@ -219,19 +210,17 @@ def latest_verified(engine: Engine | Connection, public_keys: Any) -> tuple[Mani
     """The newest manifest whose signature verifies under a trusted key and whose predicate parses.
 
     `public_keys` are the trust roots (a gateway's configured keys); the control DB's signed key history
-    (``ratchet_core.keys``) carries them forward: keys it added are trusted too, keys it retired are not.
+    (``ratchet_core.key_history``) carries them forward: keys it added are trusted too, keys it retired are not.
     Returns ``(manifest or None, number of rejected rows newer than it)``. Rows that fail any check (unsigned,
     forged, wrong key, wrong predicate type, unparsable, replayed) are skipped, never trusted. ``None`` means no
     valid manifest: apply :meth:`Manifest.default`.
     """
-    from ratchet_core.keys import trusted_keys
-
     if isinstance(engine, Connection):
-        manifest, rejected, _ = _latest_verified(engine, trusted_keys(engine, _as_key_list(public_keys)))
+        manifest, rejected, _ = _latest_verified(engine, trusted_keys(engine, as_key_list(public_keys)))
         return manifest, rejected
     with engine.connect() as conn:
         try:
-            keys = trusted_keys(conn, _as_key_list(public_keys))
+            keys = trusted_keys(conn, as_key_list(public_keys))
             manifest, rejected, _ = _latest_verified(conn, keys)
         except (sa.exc.OperationalError, sa.exc.ProgrammingError):
             conn.rollback()
@@ -256,12 +245,10 @@ def publish_in(
     """:func:`publish` inside a transaction the caller holds (so it can write, e.g., an audit-log row atomically).
 
     The caller must have begun the transaction with ``engine.begin()``; on SQLite that is ``BEGIN IMMEDIATE``.
-    `private_key` must be trusted by the control DB's key history (``ratchet_core.keys.require_trusted``; on an
+    `private_key` must be trusted by the control DB's key history (``ratchet_core.key_history.require_trusted``; on an
     empty history it becomes the first trusted key), else :class:`ManifestError` and nothing is written.
     `public_keys`: extra keys to read the current manifest with (the trusted keys always are).
     """
-    from ratchet_core.keys import KeyTrustError, require_trusted
-
     try:
         reason = check_reason(reason)
     except ReasonError as exc:
@@ -273,7 +260,7 @@ def publish_in(
         trust = require_trusted(conn, private_key, actor)
     except KeyTrustError as exc:
         raise ManifestError(str(exc)) from None
-    keys = list(trust.trusted.values()) + _as_key_list(public_keys)
+    keys = list(trust.trusted.values()) + as_key_list(public_keys)
     current, _, previous_digest = _latest_verified(conn, keys)
     base = current if current is not None else Manifest.default()
     draft = base.model_copy(deep=True)
@@ -291,7 +278,7 @@ def publish_in(
             "pins": sorted(set(new.pins)),
         }
     )
-    envelope_text, digest_hex = _sign(new, private_key)
+    envelope_text, digest_hex = sign_manifest(new, private_key)
     conn.execute(
         release_manifests.insert().values(
             sequence=new.sequence, envelope=envelope_text, digest=digest_hex, created_at=new.issued_at
@@ -316,72 +303,9 @@ def publish(
     ``sequence`` = highest stored sequence + 1 and ``previous_digest`` = digest of the envelope it was derived
     from. A signing key the control DB does not trust is refused before anything is written (:func:`publish_in`).
     """
-    ensure_tables(engine)
+    ensure_schema(engine)
     with engine.begin() as conn:
         return publish_in(conn, private_key, change_fn, reason, actor, public_keys=public_keys)
-
-
-def write_signed_manifest(
-    engine: Engine,
-    private_key: Any,
-    manifest: Manifest | None = None,
-    *,
-    tasks: dict[str, TaskRelease | dict[str, Any]] | None = None,
-    flags: Flags | dict[str, Any] | None = None,
-    pins: Sequence[str] | None = None,
-    sequence: int | None = None,
-    reason: str = "test manifest",
-    actor: str = "test",
-) -> Manifest:
-    """Sign and store a manifest as given (tests and fixtures): no change function, no chain checks.
-
-    Either pass a whole `manifest` or its parts (`tasks`, `flags`, `pins`). `sequence` defaults to the next free
-    one; ``previous_digest`` is the digest of the row just below it when there is one.
-    """
-    ensure_tables(engine)
-    if manifest is None:
-        manifest = Manifest(
-            tasks={
-                k: TaskRelease.model_validate(v) if isinstance(v, dict) else v
-                for k, v in (tasks or {}).items()
-            },
-            flags=Flags.model_validate(flags) if isinstance(flags, dict) else (flags or Flags()),
-            pins=list(pins or []),
-        )
-    with engine.begin() as conn:
-        if sequence is None:
-            top = conn.execute(sa.select(sa.func.max(release_manifests.c.sequence))).scalar()
-            sequence = int(top or 0) + 1
-        below = conn.execute(
-            sa.select(release_manifests.c.digest).where(release_manifests.c.sequence == sequence - 1)
-        ).scalar()
-        manifest = manifest.model_copy(
-            update={
-                "sequence": sequence,
-                "issued_at": manifest.issued_at or _now(),
-                "previous_digest": below or "",
-                "reason": manifest.reason or reason,
-                "actor": manifest.actor or actor,
-            }
-        )
-        envelope_text, digest_hex = _sign(manifest, private_key)
-        conn.execute(
-            release_manifests.insert().values(
-                sequence=sequence, envelope=envelope_text, digest=digest_hex, created_at=manifest.issued_at
-            )
-        )
-    return manifest
-
-
-def insert_raw_row(engine: Engine, sequence: int, envelope_text: str, digest_hex: str = "") -> None:
-    """Store a row without signing anything (tests of forged/unsigned rows)."""
-    ensure_tables(engine)
-    with engine.begin() as conn:
-        conn.execute(
-            release_manifests.insert().values(
-                sequence=sequence, envelope=envelope_text, digest=digest_hex, created_at=_now()
-            )
-        )
 
 
 def history(engine: Engine, public_keys: Any) -> list[dict[str, Any]]:
@@ -390,13 +314,11 @@ def history(engine: Engine, public_keys: Any) -> list[dict[str, Any]]:
     A row verifies under `public_keys` or any key the control DB's key history ever trusted (so manifests signed
     before a key rotation still show as verified).
     """
-    from ratchet_core.keys import keys_ever_trusted
-
-    ensure_tables(engine)
+    ensure_schema(engine)
     out: list[dict[str, Any]] = []
     with engine.connect() as conn:
         rows = conn.execute(sa.select(release_manifests).order_by(release_manifests.c.sequence)).all()
-        public_keys = _as_key_list(public_keys) + keys_ever_trusted(conn)
+        public_keys = as_key_list(public_keys) + keys_ever_trusted(conn)
     for row in rows:
         entry: dict[str, Any] = {"sequence": row.sequence, "digest": row.digest, "created_at": row.created_at}
         try:
@@ -415,3 +337,10 @@ def envelope_of(engine: Engine, sequence: int) -> dict[str, Any] | None:
             sa.select(release_manifests.c.envelope).where(release_manifests.c.sequence == sequence)
         ).scalar()
     return None if text is None else json.loads(text)
+
+
+def current_policies(engine: Engine, public_keys: Any) -> dict[str, TaskPolicy]:
+    """The per-task policies (``ratchet_core.task_policy``) of the newest verified manifest ({} when none)."""
+    ensure_schema(engine)
+    manifest, _ = latest_verified(engine, public_keys)
+    return dict(manifest.policies) if manifest is not None else {}

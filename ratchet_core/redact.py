@@ -363,7 +363,7 @@ _SCHEMA_SUBS = frozenset(
         "oneOf",
     ]
 )
-# The metadata entry that names the Ratchet task: validated by ratchet_core.input_rules, never user text.
+# The metadata entry that names the Ratchet task: validated by ratchet_gateway.input_rules, never user text.
 TASK_METADATA_KEY = "ratchet_task"
 
 

@@ -23,7 +23,7 @@ from typing import Any
 
 import pyarrow as pa
 
-from ratchet_stats.receipt import LEAF_FIELDS_V2
+from ratchet_stats.receipt.v2 import LEAF_FIELDS as LEAF_FIELDS_V2
 
 SCHEMA_VERSION = 3
 
@@ -94,7 +94,7 @@ LEDGER_COLUMNS: list[tuple[str, pa.DataType, str]] = [
     (
         "contract_violation",
         pa.string(),
-        "Kind of the answer-contract violation (ratchet_core.contract.VIOLATION_KINDS) of a student answer that "
+        "Kind of the answer-contract violation (ratchet_gateway.contract.VIOLATION_KINDS) of a student answer that "
         "was confident but broke its request's contract, so the teacher answered instead (request rows), or "
         "would have (shadow pair rows); '' otherwise.",
     ),

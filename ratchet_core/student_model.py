@@ -2,7 +2,7 @@
 
 The demo base is NOT a language model. It is a 2-layer Llama with random weights (fixed seed) and the file-free
 ByT5 byte tokenizer, small enough to fine-tune on two CPU cores in a minute. It knows nothing before training;
-the LoRA adapter (plus its trained embeddings and head, see ratchet_core.lora_trainer) teaches it one narrow task,
+the LoRA adapter (plus its trained embeddings and head, see ratchet_assets.night.lora_trainer) teaches it one narrow task,
 which is exactly what the nightly loop needs to exercise end to end without downloading anything.
 
 It is saved in standard Hugging Face format (``config.json``, ``model.safetensors``, tokenizer files), so every
@@ -16,6 +16,8 @@ from __future__ import annotations
 
 import hashlib
 from pathlib import Path
+
+from ratchet_stats.canonical import sha256_file
 
 DEMO_BASE_NAME = "ratchet-demo-base"
 DEMO_SEED = 20240607
@@ -36,14 +38,6 @@ DEMO_CONFIG = {
 # Files that define a base model's behaviour; everything else in the folder (READMEs, caches) is ignored.
 _IDENTITY_SUFFIXES = (".safetensors", ".bin", ".json", ".model", ".txt", ".tiktoken")
 _MARKER = "ratchet_demo_base.txt"
-
-
-def _sha256_file(path: Path) -> str:
-    h = hashlib.sha256()
-    with path.open("rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
 
 
 def build_demo_base(path: str | Path) -> Path:
@@ -93,7 +87,7 @@ def base_identity(path: str | Path) -> dict:
             "(build the demo base with ensure_demo_base, or point RATCHET_STUDENT_BASE_MODEL at a local model)"
         )
     files = {
-        p.relative_to(root).as_posix(): _sha256_file(p)
+        p.relative_to(root).as_posix(): sha256_file(p)
         for p in sorted(root.rglob("*"))
         if p.is_file() and p.name.endswith(_IDENTITY_SUFFIXES)
     }

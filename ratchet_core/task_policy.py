@@ -3,9 +3,9 @@
 A task is any name a client sends (``x-ratchet-task`` or a recognised system prompt). Its policy says:
 
 - ``comparator``: ``label`` | ``json`` | ``tool_call`` | a custom comparator registered with
-  ``ratchet_core.workloads.compare.register_comparator`` (written ``custom:<name>``).
+  ``ratchet_core.workloads.comparators.register_comparator`` (written ``custom:<name>``).
 - ``target`` / ``delta``: the certification level (a task is certified when the Clopper-Pearson lower bound of its
-  precision at ``delta`` reaches ``target``); the release policy promotes on evidence of precision > ``target``.
+  precision at ``delta`` reaches ``target``); the release rule promotes on evidence of precision > ``target``.
 - ``audit_rate``: share of student-served requests re-asked of the teacher.
 - ``golden_share``: share of new example keys the night holds out as golden (evaluation only, never training).
 - ``enabled``: False sends every request of the task to the teacher (as a pin does).
@@ -18,8 +18,8 @@ no policy keeps exact-text comparison (``label``). So a new task needs nothing b
 
 Policies live in the signed release manifest (``Manifest.policies``, only written when non-empty so manifests
 without policies keep their bytes); the gateway (audit rate, comparator, enabled), the night (golden share,
-comparator, target/delta in the certificate), the certificate verifier and the release policy all read them through
-:func:`resolve`.
+comparator, target/delta in the certificate), the certificate verifier and the release rule all read them through
+:func:`resolve` (the policies of the current manifest: ``ratchet_core.manifest.current_policies``).
 """
 
 from __future__ import annotations
@@ -28,6 +28,8 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from ratchet_core.workloads import TASKS
 
 DEFAULT_TARGET = 0.95
 DEFAULT_DELTA = 0.05
@@ -43,7 +45,7 @@ def valid_comparator(name: str) -> str:
         return name
     raise ValueError(
         f"comparator {name!r} is not one of {', '.join(BUILTIN_COMPARATORS)} or custom:<name> "
-        "(a comparator registered with ratchet_core.workloads.compare.register_comparator)"
+        "(a comparator registered with ratchet_core.workloads.comparators.register_comparator)"
     )
 
 
@@ -83,10 +85,6 @@ class ResolvedPolicy:
 
 
 def _builtin_comparator(task: str) -> str | None:
-    try:
-        from ratchet_core.workloads import TASKS
-    except ImportError:  # pragma: no cover
-        return None
     spec = TASKS.get(task)
     return spec.comparator if spec is not None else None
 
@@ -154,12 +152,3 @@ def resolve_in(manifest: Any, task: str, **globals_: float) -> ResolvedPolicy:
         return resolve(task, None, **globals_)
     globals_.setdefault("audit_rate", manifest.flags.audit_rate)
     return resolve(task, manifest.policies, **globals_)
-
-
-def current_policies(engine: Any, public_keys: Any) -> dict[str, TaskPolicy]:
-    """The policies of the newest verified manifest ({} when none)."""
-    from ratchet_core.manifest import ensure_tables, latest_verified
-
-    ensure_tables(engine)
-    manifest, _ = latest_verified(engine, public_keys)
-    return dict(manifest.policies) if manifest is not None else {}

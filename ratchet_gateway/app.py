@@ -42,7 +42,7 @@ from ratchet_core.redact import redact_text
 from ratchet_core.settings import Settings, load_settings
 from ratchet_gateway.chat import ChatHandler
 from ratchet_gateway.errors import GatewayError
-from ratchet_gateway.models import ChatRequest, describe_errors
+from ratchet_gateway.request_body import ChatRequest, describe_errors
 from ratchet_gateway.responses import (
     error_response,
     json_response,

@@ -30,7 +30,7 @@ from ratchet_gateway import answer_guard
 from ratchet_gateway.auth import invalid_key_error
 from ratchet_gateway.breaker import STATE_VALUES, Breaker
 from ratchet_gateway.errors import GatewayError
-from ratchet_gateway.models import parse_chat_body, read_body, receive_body, task_of, validate_chat_body
+from ratchet_gateway.request_body import parse_chat_body, read_body, receive_body, task_of, validate_chat_body
 from ratchet_gateway.responses import error_event, error_response, new_request_id, ratchet_headers
 from ratchet_gateway.serve_http import EXTENSION as HOLD_HEAD
 from ratchet_gateway.upstream import student_timeouts, teacher_timeouts

@@ -14,17 +14,12 @@ from datetime import UTC, datetime
 import sqlalchemy as sa
 from sqlalchemy.engine import Engine
 
-from ratchet_core.control_db import ensure_schema, gateway_safety_events
+from ratchet_core.control_db import gateway_safety_events
 from ratchet_core.routing import SafetyState
 
 # The table is defined with every other control-DB table in ratchet_core.control_db; the state the events impose
 # (SafetyState) is a routing input, defined with the routing decision in ratchet_core.routing.
 KINDS = ("student_disabled", "pin")
-
-
-def ensure_tables(engine: Engine) -> None:
-    """Create (or migrate) the control DB's schema, this table included (idempotent)."""
-    ensure_schema(engine)
 
 
 def record_event(engine: Engine, kind: str, reason: str, actor: str, task: str = "") -> None:

@@ -19,15 +19,16 @@ from typing import Any
 import orjson
 
 from ratchet_core import artifact_store
+from ratchet_core.api_keys import KeyStore, load_pepper, parse_api_keys
 from ratchet_core.layout import ArtifactLayout
+from ratchet_core.pricing import Prices, model_prices
 from ratchet_core.redact import redact_text, redact_value
 from ratchet_core.routing import SafetyState
 from ratchet_core.settings import Settings
-from ratchet_gateway.auth import KeyStore, load_pepper, parse_api_keys
 from ratchet_gateway.ledger import Ledger
 from ratchet_gateway.metrics import Metrics
 from ratchet_gateway.proofs import KeyTreeCache
-from ratchet_gateway.upstream import Prices, Upstream, model_prices
+from ratchet_gateway.upstream import Upstream
 
 log = logging.getLogger("ratchet.gateway")
 
@@ -165,16 +166,15 @@ class Gateway:
         from ratchet_gateway.teacher_equivalent import TeacherEquivalent
 
         self.teacher_equivalent = await TeacherEquivalent.create(s.teacher_model, self.teacher_prices)
-        from ratchet_core.control_db import make_engine
+        from ratchet_core.control_db import ensure_schema, make_engine
 
         self.engine = make_engine(s.control_db_url)
         if self.options.manifest_loader is None:
             self.public_keys = (
                 self.options.public_keys if self.options.public_keys is not None else manifest_public_keys(s)
             )
-        from ratchet_gateway import safety
 
-        await asyncio.to_thread(safety.ensure_tables, self.engine)
+        await asyncio.to_thread(ensure_schema, self.engine)
         await self.poll_once()
         self._poller = asyncio.create_task(self._poll_forever())
         log.info(

@@ -33,7 +33,6 @@ from typing import Any
 
 import orjson
 
-from ratchet_core.pricing import Prices, model_prices  # noqa: F401  (re-exported)
 from ratchet_gateway import http1
 from ratchet_gateway.errors import GatewayError
 
@@ -54,9 +53,6 @@ OPENAI_COMPATIBLE = {
     "xai",
     "mistral",
 }
-
-
-# The teacher's prices live in ratchet_core.pricing (the receipt states the same numbers); re-exported here.
 
 
 @dataclass(frozen=True)

@@ -21,9 +21,10 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+from pathlib import Path
 from typing import Any
 
-__all__ = ["canonical_json", "digest", "sha256_hex"]
+__all__ = ["canonical_json", "digest", "loads_strict", "sha256_file", "sha256_hex"]
 
 _ENCODE = json.JSONEncoder(
     sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False, check_circular=True
@@ -97,9 +98,39 @@ def canonical_json(obj: Any) -> bytes:
         ) from exc
 
 
+def loads_strict(text: str | bytes, *, unique_keys: bool = False) -> Any:
+    """``json.loads`` that refuses what canonical JSON cannot carry: NaN and Infinity (not JSON, RFC 8259 §6), and
+    with ``unique_keys`` an object that repeats a key (RFC 8785 §3.1 wants them unique). Raises ValueError."""
+    return json.loads(
+        text, parse_constant=_no_constant, object_pairs_hook=_no_duplicates if unique_keys else None
+    )
+
+
+def _no_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not JSON")
+
+
+def _no_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in out:
+            raise ValueError(f"duplicate key {key!r}")
+        out[key] = value
+    return out
+
+
 def sha256_hex(data: bytes) -> str:
     """Lower-case hex SHA-256 of `data` (FIPS 180-4)."""
     return hashlib.sha256(data).hexdigest()
+
+
+def sha256_file(path: str | Path) -> str:
+    """Lower-case hex SHA-256 of a file's bytes, read 1 MiB at a time (model weights do not fit twice in memory)."""
+    h = hashlib.sha256()
+    with Path(path).open("rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
 
 
 def digest(obj: Any) -> str:

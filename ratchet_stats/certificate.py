@@ -27,10 +27,12 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from ratchet_stats.bounds import clopper_pearson_lower
-from ratchet_stats.canonical import sha256_hex
+from ratchet_stats.canonical import sha256_file, sha256_hex
+from ratchet_stats.evidence import DocumentFormat
 from ratchet_stats.ltt import DEFAULT_GRID as LTT_DEFAULT_GRID
 from ratchet_stats.ltt import ltt_calibrate
 from ratchet_stats.mcnemar import mcnemar_exact
@@ -63,10 +65,21 @@ def adapter_digest(file_sha256: Mapping[str, str]) -> str:
     """Digest of an adapter directory: SHA-256 of its ``sha256sum`` manifest.
 
     The manifest is the sorted lines ``"<file sha256>  <relative name>\\n"`` (what ``sha256sum`` prints), so
-    ``sha256sum * | sort -k2 | sha256sum`` reproduces it; equals ``ratchet_core.lora_trainer.TrainResult.adapter_sha256``.
+    ``sha256sum * | sort -k2 | sha256sum`` reproduces it; :func:`adapter_dir_digest` computes it for a folder.
     """
     listing = "".join(f"{d}  {n}\n" for n, d in sorted(file_sha256.items()))
     return sha256_hex(listing.encode("utf-8"))
+
+
+def adapter_file_hashes(adapter_dir: str | Path) -> dict[str, str]:
+    """{relative file name: sha256} for every file in an adapter folder (what :func:`adapter_digest` hashes)."""
+    root = Path(adapter_dir)
+    return {p.relative_to(root).as_posix(): sha256_file(p) for p in sorted(root.rglob("*")) if p.is_file()}
+
+
+def adapter_dir_digest(adapter_dir: str | Path) -> str:
+    """The adapter digest of the files in a folder: what a certificate's ``adapter.sha256`` must equal."""
+    return adapter_digest(adapter_file_hashes(adapter_dir))
 
 
 def _finite_or_none(x: float | None) -> float | None:
@@ -344,3 +357,12 @@ def summary_lines(predicate: Mapping[str, Any]) -> list[str]:
             f"{'none' if thr is None else thr}{mc_text}"
         )
     return lines
+
+
+def check_statement(statement: Mapping[str, Any]) -> list[str]:
+    """``check_certificate`` of the statement's predicate (what ``ratchet verify certificate`` runs)."""
+    return check_certificate(statement["predicate"])
+
+
+# The certificate's one version; ``ratchet_stats.cli_verify`` lists it under ``verify certificate``.
+FORMAT = DocumentFormat(PREDICATE_TYPE, check_statement, summary_lines)

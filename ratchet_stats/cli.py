@@ -1,4 +1,4 @@
-"""The auditor's CLI: `python -m ratchet_stats ...` or `ratchet stats|verify|keygen|proof ...`.
+"""The auditor's CLI: `python -m ratchet_stats ...` or `ratchet stats|verify|keygen ...`.
 
 argparse on purpose: this package depends on scipy and cryptography only. Subcommands are contributed by
 modules listed in REGISTRARS; each has ``register(subparsers)`` adding its parsers, whose ``func(args)``
@@ -19,14 +19,12 @@ REGISTRARS: dict[str, list[str]] = {
     "stats": ["ratchet_stats.cli_stats"],
     "keygen": ["ratchet_stats.cli_keys"],
     "verify": ["ratchet_stats.cli_verify", "ratchet_stats.cli_evidence", "ratchet_stats.cli_receipt"],
-    "proof": [],
 }
 
 _HELP = {
     "stats": "exact statistics: plan, bound, mcnemar, ltt",
     "keygen": "generate an Ed25519 signing key",
     "verify": "verify signed evidence offline",
-    "proof": "training-set membership helpers",
 }
 
 

@@ -1,13 +1,10 @@
-"""`verify bom` and `verify proof` (and the certificate recomputation behind `verify certificate`).
+"""`verify bom` and `verify proof`.
 
 - ``verify bom FILE --key PUB [--notice NOTICE.md] [--adapter-dir DIR] [--json]``: signature first, then the
   in-toto Statement, the CycloneDX 1.6 shape, the subjects, NOTICE.md's sha256 and contents, the adapter files;
 - ``verify proof --bom BOM --proof FILE [--key PUB] [--expect member|absent] [--json]``: checks a membership,
   non-membership or disjointness proof (``ratchet_stats.commitment``) against the Merkle roots recorded in the BOM.
   Without ``--key`` the BOM's signature is not checked (said on stderr): only use that for a BOM you trust;
-- ``verify certificate``: provided by ``ratchet_stats.cli_verify``; this module plugs
-  ``ratchet_stats.certificate.check_certificate`` into its PREDICATE_CHECKERS so every bound, the LTT table and
-  threshold and McNemar's p-value are recomputed from the signed rows.
 
 Exit codes: 0 verified, 1 verification failed (the failed check is named), 2 usage or input error.
 """
@@ -20,27 +17,11 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from ratchet_stats import bom as bom_mod
-from ratchet_stats import certificate as cert_mod
+from ratchet_stats import bom_format as bom_mod
 from ratchet_stats import commitment as commit_mod
 from ratchet_stats.cli import CliError, emit
 from ratchet_stats.cli_verify import load_public_keys
-
-
-def _install_certificate_checker() -> bool:
-    """Register check_certificate with cli_verify's PREDICATE_CHECKERS; False if cli_verify has no such hook."""
-    try:
-        from ratchet_stats import cli_verify
-    except ImportError:
-        return False
-    checkers = getattr(cli_verify, "PREDICATE_CHECKERS", None)
-    if checkers is None:
-        return False
-    checkers[cert_mod.PREDICATE_TYPE] = cert_mod.check_certificate
-    summaries = getattr(cli_verify, "PREDICATE_SUMMARIES", None)
-    if summaries is not None:
-        summaries[cert_mod.PREDICATE_TYPE] = cert_mod.summary_lines
-    return True
+from ratchet_stats.evidence import EvidenceError
 
 
 def _read_bytes(path: str, what: str) -> bytes:
@@ -92,7 +73,7 @@ def _bom_for_proof(args: argparse.Namespace) -> tuple[str, Any, Any]:
         try:
             report = bom_mod.verify_bom(envelope, load_public_keys(args.key, args.key_file))
         except bom_mod.BomError as exc:
-            raise _ProofFail(f"bom-{exc.check}", exc.message) from exc
+            raise EvidenceError(f"bom-{exc.check}", exc.message) from exc
         return report.version, report.train, report.golden
     print(
         "warning: no --key: the BOM's signature is NOT checked; the roots are only as trustworthy as the file",
@@ -104,15 +85,8 @@ def _bom_for_proof(args: argparse.Namespace) -> tuple[str, Any, Any]:
     except (ValueError, KeyError, TypeError) as exc:
         raise CliError(f"{args.bom} is not a BOM envelope ({exc})") from exc
     except bom_mod.BomError as exc:
-        raise _ProofFail(f"bom-{exc.check}", exc.message) from exc
+        raise EvidenceError(f"bom-{exc.check}", exc.message) from exc
     return version, train, golden
-
-
-class _ProofFail(Exception):
-    def __init__(self, check: str, message: str) -> None:
-        super().__init__(message)
-        self.check = check
-        self.message = message
 
 
 def cmd_proof(args: argparse.Namespace) -> int:
@@ -120,7 +94,7 @@ def cmd_proof(args: argparse.Namespace) -> int:
     try:
         version, train, golden = _bom_for_proof(args)
         if not isinstance(proof, dict):
-            raise _ProofFail("shape", "the proof is not a JSON object")
+            raise EvidenceError("shape", "the proof is not a JSON object")
         if proof.get("kind") == "disjointness":
             count = commit_mod.verify_disjointness(
                 proof, train.key_root, train.key_count, golden.key_root, golden.key_count
@@ -128,20 +102,18 @@ def cmd_proof(args: argparse.Namespace) -> int:
             data = {"ok": True, "kind": "disjointness", "version": version, "golden_keys_checked": count}
             text = f"OK: none of the {count} golden keys is in the training set of {version}"
             if args.expect == "member":
-                raise _ProofFail("expect", "a disjointness proof shows absence, --expect member was asked")
+                raise EvidenceError("expect", "a disjointness proof shows absence, --expect member was asked")
             emit(args, data, text)
             return 0
         roots = {"training": (train.key_root, train.key_count), "golden": (golden.key_root, golden.key_count)}
         which = next((name for name, (root, _) in roots.items() if proof.get("root") == root), None)
         if which is None:
-            raise _ProofFail(
+            raise EvidenceError(
                 "root",
                 f"the proof's root {proof.get('root')} is neither the training nor the golden key root of {version}",
             )
         key, member = commit_mod.verify_key_proof(proof, *roots[which])
-    except commit_mod.ProofError as exc:
-        return _fail(args, exc.check, exc.message)
-    except _ProofFail as exc:
+    except EvidenceError as exc:  # the proof's own checks (ProofError) and the BOM's and shape's above
         return _fail(args, exc.check, exc.message)
     verdict = "IS" if member else "is NOT"
     data = {
@@ -169,7 +141,7 @@ def _add_key_args(p: argparse.ArgumentParser, required: bool) -> None:
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
-    """Add `bom` and `proof` to the `verify` group (and `certificate` if cli_verify does not provide it)."""
+    """Add `bom` and `proof` to the `verify` group (`verify certificate` is ``ratchet_stats.cli_verify``'s)."""
     p = subparsers.add_parser(
         "bom",
         help="verify an adapter's signed CycloneDX ML-BOM",
@@ -196,41 +168,3 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--expect", choices=["member", "absent"], help="exit 1 unless the proof shows this")
     _add_key_args(p, required=False)
     p.set_defaults(func=cmd_proof)
-
-    if not _install_certificate_checker():
-        p = subparsers.add_parser(
-            "certificate",
-            help="verify an evaluation certificate and recompute every bound",
-            description="Verify an evaluation certificate's signature, then recompute each task's precision, "
-            "Clopper-Pearson bound, LTT table/threshold and McNemar p-value from the signed rows.",
-        )
-        p.add_argument("file", help="<version>.dsse.json")
-        _add_key_args(p, required=True)
-        p.set_defaults(func=cmd_certificate)
-
-
-def cmd_certificate(args: argparse.Namespace) -> int:
-    from ratchet_stats.dsse import VerificationError, verify_statement
-
-    envelope = _read_bytes(args.file, "certificate")
-    try:
-        statement = verify_statement(
-            envelope, load_public_keys(args.key, args.key_file), cert_mod.PREDICATE_TYPE
-        )
-    except VerificationError as exc:
-        return _fail(args, exc.check, str(exc))
-    predicate = statement["predicate"]
-    problems = cert_mod.check_certificate(predicate)
-    if problems:
-        return _fail(args, "recompute", "; ".join(problems[:10]), {"problems": problems})
-    data = {
-        "ok": True,
-        "version": predicate.get("version"),
-        "certified_tasks": predicate.get("certified_tasks"),
-    }
-    emit(
-        args,
-        data,
-        "OK: signature valid, every number recomputed\n" + "\n".join(cert_mod.summary_lines(predicate)),
-    )
-    return 0

@@ -30,9 +30,9 @@ from typing import Any
 from ratchet_stats.cli import CliError, emit
 from ratchet_stats.cli_verify import load_public_keys
 from ratchet_stats.receipt import ReceiptError, verify_client_view, verify_receipt
+from ratchet_stats.receipt.v3 import PAIRS_FILE  # beside receipt.dsse.json
 
 CLIENTS_FILE, ESTIMATES_FILE = "clients.jsonl", "estimates.jsonl"  # beside receipt.dsse.json
-PAIRS_FILE = "pairs.jsonl"  # v3 (ratchet_stats.receipt_v3.PAIRS_FILE), beside receipt.dsse.json
 
 
 def _read(path: str, what: str) -> bytes:

@@ -2,117 +2,40 @@
 
 Order (fails closed, naming the failed check; exit 1): the DSSE signature over PAE first (``envelope``,
 ``payload-type``, ``keyid``, ``signature``), only then the payload is parsed as an in-toto Statement v1
-(``payload``, ``statement-type``, ``subject``, ``predicate-type``, ``predicate``), then the predicate-specific
-checker registered in :data:`PREDICATE_CHECKERS` (check ``predicate``). Exit 0 prints the subjects, their
-digests and the key id that signed.
+(``payload``, ``statement-type``, ``subject``, ``predicate``), then its ``predicateType`` must be one of the
+document's formats (``predicate-type``), whose own ``check`` runs last (``predicate``). Exit 0 prints the
+subjects, their digests and the key id that signed.
 
-Other modules extend this one: add ``PREDICATE_CHECKERS[predicate_type] = fn`` (``fn(predicate) -> list of
-problems``, empty = consistent) and optionally ``PREDICATE_SUMMARIES[predicate_type] = fn(predicate) -> lines``;
-modules that need their own subcommand call :func:`add_document_command` or reuse :func:`add_key_arguments`,
-:func:`load_public_keys` and :func:`verify_document`.
+:data:`DOCUMENTS` maps each subcommand to the formats it accepts (``ratchet_stats.evidence.DocumentFormat``, one
+per version, exported by the document's module); a new version is one more format in its tuple, a new document
+one more entry. Modules that need their own subcommand reuse :func:`add_key_arguments`, :func:`load_public_keys`
+and :func:`verify_document`.
 """
 
 from __future__ import annotations
 
 import argparse
-import importlib
-import importlib.util
 import json
 import re
 import sys
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ratchet_stats.canonical import digest
+from ratchet_stats import certificate, release_manifest
 from ratchet_stats.cli import CliError, emit
 from ratchet_stats.dsse import VerificationError, parse_statement, verify_envelope_detailed
+from ratchet_stats.evidence import DocumentFormat
 from ratchet_stats.keys import Ed25519PublicKey, load_private_key, load_public_key
 
-MANIFEST_PREDICATE = "https://ratchet.dev/release-manifest/v1"
-CERTIFICATE_PREDICATE = "https://ratchet.dev/evaluation-certificate/v1"
-
-Checker = Callable[[dict[str, Any]], list[str]]
-
-# predicateType -> checker of the predicate (problems; [] = consistent). Extended by other modules.
-PREDICATE_CHECKERS: dict[str, Checker] = {}
-# predicateType -> human-readable summary lines of the predicate. Optional.
-PREDICATE_SUMMARIES: dict[str, Callable[[dict[str, Any]], list[str]]] = {}
-# predicateType -> module whose check_certificate-style hooks are loaded on first use if nobody registered one.
-_DEFAULT_HOOK_MODULES: dict[str, tuple[str, str, str]] = {
-    CERTIFICATE_PREDICATE: ("ratchet_stats.certificate", "check_certificate", "summary_lines"),
+# subcommand -> (the formats it accepts, one per version; one-line help)
+DOCUMENTS: dict[str, tuple[tuple[DocumentFormat, ...], str]] = {
+    "manifest": ((release_manifest.FORMAT,), "verify a signed release manifest"),
+    "certificate": ((certificate.FORMAT,), "verify a signed evaluation certificate"),
 }
 
-# subcommand -> (predicateType, one-line help)
-DOCUMENTS: dict[str, tuple[str, str]] = {
-    "manifest": (MANIFEST_PREDICATE, "verify a signed release manifest"),
-    "certificate": (CERTIFICATE_PREDICATE, "verify a signed evaluation certificate"),
-}
-
-_STAGES = {"teacher", "shadow", "canary", "live"}
 _PEM_BLOCK = re.compile(r"-----BEGIN ([A-Z0-9 ]+)-----.*?-----END \1-----", re.S)
-
-
-def check_manifest(predicate: dict[str, Any]) -> list[str]:
-    """Structural checks of a release manifest predicate (``ratchet_core.manifest.Manifest``)."""
-    problems: list[str] = []
-    seq = predicate.get("sequence")
-    if not isinstance(seq, int) or isinstance(seq, bool) or seq < 0:
-        problems.append(f"sequence is {seq!r}, expected a non-negative integer")
-    tasks = predicate.get("tasks")
-    if not isinstance(tasks, dict):
-        problems.append("tasks is not an object")
-        tasks = {}
-    for name, release in sorted(tasks.items()):
-        if not isinstance(release, dict):
-            problems.append(f"tasks.{name} is not an object")
-            continue
-        if release.get("stage", "teacher") not in _STAGES:
-            problems.append(
-                f"tasks.{name}.stage is {release.get('stage')!r}, expected one of {sorted(_STAGES)}"
-            )
-        pct = release.get("canary_percent", 0.0)
-        if not isinstance(pct, int | float) or isinstance(pct, bool) or not 0 <= pct <= 100:
-            problems.append(f"tasks.{name}.canary_percent is {pct!r}, expected a number in [0, 100]")
-    flags = predicate.get("flags", {})
-    if not isinstance(flags, dict):
-        problems.append("flags is not an object")
-    else:
-        rate = flags.get("audit_rate", 0.0)
-        if not isinstance(rate, int | float) or isinstance(rate, bool) or not 0 <= rate <= 1:
-            problems.append(f"flags.audit_rate is {rate!r}, expected a number in [0, 1]")
-    pins = predicate.get("pins", [])
-    if not isinstance(pins, list) or not all(isinstance(p, str) for p in pins):
-        problems.append("pins is not a list of task names")
-    return problems
-
-
-def summarize_manifest(predicate: dict[str, Any]) -> list[str]:
-    lines = [
-        f"sequence {predicate.get('sequence')}  issued {predicate.get('issued_at')}  by {predicate.get('actor')}"
-    ]
-    for name, release in sorted((predicate.get("tasks") or {}).items()):
-        if isinstance(release, dict):
-            extra = f" {release.get('canary_percent')}%" if release.get("stage") == "canary" else ""
-            lines.append(f"{name}: {release.get('stage')} {release.get('version') or ''}{extra}".rstrip())
-    return lines
-
-
-PREDICATE_CHECKERS[MANIFEST_PREDICATE] = check_manifest
-PREDICATE_SUMMARIES[MANIFEST_PREDICATE] = summarize_manifest
-
-
-def _hooks(predicate_type: str) -> tuple[Checker | None, Callable[[dict[str, Any]], list[str]] | None]:
-    if predicate_type not in PREDICATE_CHECKERS and predicate_type in _DEFAULT_HOOK_MODULES:
-        module_name, check_name, summary_name = _DEFAULT_HOOK_MODULES[predicate_type]
-        if importlib.util.find_spec(module_name) is not None:
-            module = importlib.import_module(module_name)
-            if callable(getattr(module, check_name, None)):
-                PREDICATE_CHECKERS.setdefault(predicate_type, getattr(module, check_name))
-            if callable(getattr(module, summary_name, None)):
-                PREDICATE_SUMMARIES.setdefault(predicate_type, getattr(module, summary_name))
-    return PREDICATE_CHECKERS.get(predicate_type), PREDICATE_SUMMARIES.get(predicate_type)
 
 
 @dataclass
@@ -142,19 +65,22 @@ class DocumentReport:
 
 
 def verify_document(
-    envelope: bytes | str | Mapping[str, Any], public_keys: Any, predicate_type: str
+    envelope: bytes | str | Mapping[str, Any], public_keys: Any, formats: Sequence[DocumentFormat]
 ) -> DocumentReport:
-    """Signature first, then the in-toto Statement and its predicateType, then the registered predicate checker."""
+    """Signature first, then the in-toto Statement, its predicateType (one of `formats`), then that format's check."""
     try:
         verified = verify_envelope_detailed(envelope, public_keys)
-        statement = parse_statement(verified.payload, predicate_type)
+        statement = parse_statement(verified.payload)
     except VerificationError as exc:
         return DocumentReport(ok=False, check=exc.check, error=exc.message)
-    checker, summarizer = _hooks(predicate_type)
-    problems = list(checker(statement["predicate"])) if checker else []
-    if predicate_type == MANIFEST_PREDICATE:
-        problems += _manifest_subject_problems(statement)
-    summary = list(summarizer(statement["predicate"])) if summarizer and not problems else []
+    by_type = {f.predicate_type: f for f in formats}
+    fmt = by_type.get(statement["predicateType"])
+    if fmt is None:
+        expected = " or ".join(sorted(by_type))
+        got = statement["predicateType"]
+        error = f"predicateType is {got!r}; expected {expected} (is this the right kind of document?)"
+        return DocumentReport(ok=False, check="predicate-type", error=error, keyid=verified.keyid)
+    problems = list(fmt.check(statement))
     if problems:
         return DocumentReport(
             ok=False,
@@ -164,20 +90,9 @@ def verify_document(
             statement=statement,
             problems=problems,
         )
-    return DocumentReport(ok=True, keyid=verified.keyid, statement=statement, summary=summary)
-
-
-def _manifest_subject_problems(statement: dict[str, Any]) -> list[str]:
-    # ratchet_core.manifest names its subject release-manifest/<sequence> with the predicate's digest.
-    predicate = statement["predicate"]
-    problems = []
-    for s in statement["subject"]:
-        if s["name"].startswith("release-manifest/"):
-            if s["name"] != f"release-manifest/{predicate.get('sequence')}":
-                problems.append(f"subject {s['name']} does not match sequence {predicate.get('sequence')}")
-            if s["digest"].get("sha256") != digest(predicate):
-                problems.append(f"subject {s['name']} digest is not the digest of the signed predicate")
-    return problems
+    return DocumentReport(
+        ok=True, keyid=verified.keyid, statement=statement, summary=list(fmt.summary(statement["predicate"]))
+    )
 
 
 def _key_texts(text: str) -> list[str]:
@@ -270,11 +185,11 @@ def report_text(report: DocumentReport, label: str) -> str:
     return "\n".join(lines)
 
 
-def run_document(args: argparse.Namespace, predicate_type: str, label: str) -> int:
+def run_document(args: argparse.Namespace, formats: Sequence[DocumentFormat], label: str) -> int:
     """The body of a ``verify <document>`` subcommand: exit 0 verified, 1 failed (named check), 2 input error."""
     keys = load_public_keys(args.key, args.key_file)
     data = read_document(args.file)
-    report = verify_document(data, keys, predicate_type)
+    report = verify_document(data, keys, formats)
     if not report.ok:
         if args.json:
             print(json.dumps(report.to_dict(), indent=2, sort_keys=True))
@@ -286,15 +201,16 @@ def run_document(args: argparse.Namespace, predicate_type: str, label: str) -> i
 
 
 def add_document_command(
-    subparsers: argparse._SubParsersAction, name: str, predicate_type: str, help_text: str
+    subparsers: argparse._SubParsersAction, name: str, formats: Sequence[DocumentFormat], help_text: str
 ) -> argparse.ArgumentParser:
-    """Add ``verify NAME FILE --key ... [--json]`` checking documents of `predicate_type`."""
+    """Add ``verify NAME FILE --key ... [--json]`` checking documents of any of `formats`."""
+    types = ", ".join(f.predicate_type for f in formats)
     p = subparsers.add_parser(
         name,
         help=help_text,
         description=(
             f"{help_text[0].upper()}{help_text[1:]} offline: the DSSE signature first, then the in-toto Statement "
-            f"(predicateType {predicate_type}) and the predicate's own checks. Exit 0 verified, 1 failed (the "
+            f"(predicateType {types}) and the predicate's own checks. Exit 0 verified, 1 failed (the "
             "failed check is named), 2 usage or input error."
         ),
     )
@@ -302,10 +218,10 @@ def add_document_command(
     add_key_arguments(p)
     p.add_argument("--json", action="store_true", help="print machine-readable JSON")
     label = name.replace("-", " ")
-    p.set_defaults(func=lambda args: run_document(args, predicate_type, label))
+    p.set_defaults(func=lambda args: run_document(args, formats, label))
     return p
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
-    for name, (predicate_type, help_text) in DOCUMENTS.items():
-        add_document_command(subparsers, name, predicate_type, help_text)
+    for name, (formats, help_text) in DOCUMENTS.items():
+        add_document_command(subparsers, name, formats, help_text)

@@ -32,18 +32,14 @@ from typing import Any
 
 from ratchet_stats import merkle
 from ratchet_stats.canonical import canonical_json
+from ratchet_stats.evidence import EvidenceError
 
 PROOF_TYPE = "https://ratchet.dev/training-set-proof/v1"
 _KEY = re.compile(r"^[0-9a-f]{64}$")
 
 
-class ProofError(Exception):
+class ProofError(EvidenceError):
     """A proof does not verify; ``check`` names the failed check (e.g. "root", "inclusion", "order")."""
-
-    def __init__(self, check: str, message: str) -> None:
-        super().__init__(f"{check}: {message}")
-        self.check = check
-        self.message = message
 
 
 def check_key(key: str) -> str:

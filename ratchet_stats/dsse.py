@@ -31,7 +31,8 @@ from typing import Any
 from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 
-from ratchet_stats.canonical import canonical_json
+from ratchet_stats.canonical import canonical_json, loads_strict
+from ratchet_stats.evidence import EvidenceError
 from ratchet_stats.keys import key_id, load_public_key
 
 __all__ = [
@@ -56,16 +57,8 @@ _B64 = re.compile(r"^(?:[A-Za-z0-9+/]{4})*(?:[A-Za-z0-9+/]{2}==|[A-Za-z0-9+/]{3}
 _HEX = re.compile(r"^[0-9a-f]+$")
 
 
-class VerificationError(Exception):
+class VerificationError(EvidenceError):
     """A signed document failed verification; ``check`` names the check that failed."""
-
-    def __init__(self, check: str, message: str) -> None:
-        super().__init__(message)
-        self.check = check
-        self.message = message
-
-    def __str__(self) -> str:
-        return f"{self.check}: {self.message}"
 
 
 @dataclass(frozen=True)
@@ -246,19 +239,6 @@ def verify_envelope(
     return verify_envelope_detailed(envelope, public_keys, payload_types).payload
 
 
-def _reject_constant(name: str) -> Any:
-    raise ValueError(f"{name} is not JSON")
-
-
-def _no_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    for key, value in pairs:
-        if key in out:
-            raise ValueError(f"duplicate key {key!r}")
-        out[key] = value
-    return out
-
-
 def _subject_problem(subjects: Any) -> str | None:
     if not isinstance(subjects, list | tuple) or not subjects:
         return "subject must be a non-empty list"
@@ -279,9 +259,7 @@ def _subject_problem(subjects: Any) -> str | None:
 def parse_statement(payload: bytes, predicate_type: str | None = None) -> dict[str, Any]:
     """Parse VERIFIED payload bytes as an in-toto Statement v1; raise :class:`VerificationError` naming the check."""
     try:
-        statement = json.loads(
-            payload.decode("utf-8"), object_pairs_hook=_no_duplicates, parse_constant=_reject_constant
-        )
+        statement = loads_strict(payload.decode("utf-8"), unique_keys=True)
     except (UnicodeDecodeError, ValueError) as exc:
         raise VerificationError("payload", f"the signed payload is not UTF-8 JSON ({exc})") from None
     if not isinstance(statement, dict):

@@ -14,14 +14,24 @@ import click
 @click.option(
     "--base-url", default="http://127.0.0.1:8100/v1", show_default=True, help="The gateway's /v1 URL."
 )
-@click.option("--api-key", envvar="OPENAI_API_KEY", required=True, help="Client key (or $OPENAI_API_KEY).")
+@click.option(
+    "--api-key",
+    envvar="OPENAI_API_KEY",
+    required=True,
+    help="Client bearer key for the gateway (or $OPENAI_API_KEY).",
+)
 @click.option(
     "--effects-url",
     default="http://127.0.0.1:8104",
     show_default=True,
     help="The effect gate (`ratchet effects serve`).",
 )
-@click.option("--effects-key", default=None, help="Key for the effect gate (default: the --api-key).")
+@click.option(
+    "--effects-api-key",
+    "effects_key",
+    default=None,
+    help="API key for the effect gate (default: the --api-key).",
+)
 @click.option("--out", "out_dir", default="scout-reports", show_default=True, type=click.Path(path_type=Path))
 @click.option("--model", default="ratchet", show_default=True, help="Model name sent to the gateway.")
 @click.option("--json", "as_json", is_flag=True, help="Print the whole result as JSON.")

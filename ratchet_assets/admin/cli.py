@@ -12,7 +12,7 @@ import importlib.util
 import click
 
 ADMIN_MODULES = (
-    "ratchet_assets.admin.effects_cmd",
+    "ratchet_assets.admin.effect_ledger_cmd",
     "ratchet_assets.admin.approve_cmd",
     "ratchet_assets.admin.erase_cmd",
     "ratchet_assets.admin.release_cmd",

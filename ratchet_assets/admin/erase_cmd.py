@@ -6,7 +6,7 @@ replica's ledger and journal, and kept out of every future night; receipts still
 .erase``). ``--dry-run`` prints the counts per store and changes nothing. Each erasure is signed and logged
 (``ratchet admin erasures`` lists the log, each entry verified).
 
-``--key KEY`` alone forgets one example key from the next night on (the example itself may come from many requests).
+``--example-key KEY`` alone forgets one example key from the next night on (the example itself may come from many requests).
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ from ratchet_assets.admin.common import control_db_option, echo_json, engine_for
 @click.option("--until", default=None, help="Requests before this UTC time (ISO).")
 @click.option("--text", default=None, help="Requests whose prompt, answer or tool calls contain this text.")
 @click.option(
-    "--key", "example_key", default=None, help="Example key (`ratchet proof key`) to forget, alone."
+    "--example-key", "example_key", default=None, help="Example key (`ratchet proof key`) to forget, alone."
 )
 @click.option("--dry-run", is_flag=True, help="Count what would be erased in each store; change nothing.")
 @click.option("--actor", default=None, help="Who asks (logged and signed; default: the OS user).")
@@ -54,7 +54,8 @@ def erase(
     if example_key is not None:
         if scoped:
             click.echo(
-                "error: give exactly one of --key or a request scope (--request-id/--client/...)", err=True
+                "error: give exactly one of --example-key or a request scope (--request-id/--client/...)",
+                err=True,
             )
             sys.exit(2)
         _erase_key(example_key, reason, control_db, as_json)

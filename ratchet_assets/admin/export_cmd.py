@@ -44,7 +44,7 @@ def export_adapter(version: str, out: str, artifacts: str, key: str | None, as_j
     """Copy an adapter with its signed BOM, NOTICE.md and certificate into OUT (verified first)."""
     from ratchet_core.artifact_store import from_settings
     from ratchet_core.settings import load_settings
-    from ratchet_stats.bom import BomError, verify_bom
+    from ratchet_stats.bom_format import BomError, verify_bom
 
     settings = load_settings()
     root = artifacts or settings.artifacts_root

@@ -1,10 +1,11 @@
 """`ratchet admin keys list|add|retire|rotate`: the keys gateways trust, as a signed history in the control DB.
 
-Every change is signed by a key trusted at that moment (DESIGN §7) and recorded with who and why
-(``ratchet_core.keys``); gateways follow it on their next manifest poll. ``rotate`` makes a new signing key, trusts
-it (signed by the current key), retires the current key (signed by the new one) and writes the new key where the
-control plane reads it, so everything is signed with the new key from then on. Documents signed before stay
-verifiable: ``list --keyring-out FILE`` writes every key ever trusted, for ``ratchet verify ... --key-file FILE``.
+Every change is signed by a key trusted at that moment (ARCHITECTURE.md, "Evidence formats") and recorded with
+who and why (``ratchet_core.key_history``); gateways follow it on their next manifest poll. ``rotate`` makes a
+new signing key, trusts it (signed by the current key), retires the current key (signed by the new one) and
+writes the new key where the control plane reads it, so everything is signed with the new key from then on.
+Documents signed before stay verifiable: ``list --keyring-out FILE`` writes every key ever trusted, for
+``ratchet verify ... --key-file FILE``.
 """
 
 from __future__ import annotations
@@ -44,7 +45,7 @@ def _signer(path: str) -> Any:
 
 def _state(engine: Any) -> Any:
     from ratchet_core.control_db import ensure_schema
-    from ratchet_core.keys import key_state
+    from ratchet_core.key_history import key_state
 
     ensure_schema(engine)
     return key_state(engine)
@@ -65,7 +66,7 @@ def keys() -> None:
 @json_option
 def list_cmd(keyring_out: str, control_db: str, as_json: bool) -> None:
     """List the keys trusted now and the signed history of changes (oldest first)."""
-    from ratchet_core.keys import keyring_text
+    from ratchet_core.key_history import keyring_text
 
     state = _state(engine_for(control_db))
     if keyring_out:
@@ -155,7 +156,7 @@ def add_cmd(
     public_key: str, reason: str, actor: str, signing_key_file: str, control_db: str, as_json: bool
 ) -> None:
     """Trust PUBLIC_KEY (a file, PEM or base64) for signing manifests; signed by a key trusted now."""
-    from ratchet_core.keys import append_change
+    from ratchet_core.key_history import append_change
     from ratchet_stats.keys import key_id
 
     public, signer = _load_public(public_key), _signer(signing_key_file)
@@ -188,7 +189,7 @@ def retire_cmd(
             f"{key_id!r} names {'no' if not matches else 'more than one'} trusted key; "
             "see `ratchet admin keys list`"
         )
-    from ratchet_core.keys import retire
+    from ratchet_assets.release.key_rotation import retire
     from ratchet_stats.keys import key_id as kid
 
     signer = _signer(signing_key_file)
@@ -219,7 +220,9 @@ def rotate_cmd(
     reason: str, out: str, actor: str, signing_key_file: str, control_db: str, as_json: bool
 ) -> None:
     """Make a new signing key, trust it, retire the current one; sign with the new key from then on."""
-    from ratchet_core.keys import keyring_path, keyring_text, public_key_path, rotate, signing_key_source
+    from ratchet_assets.release.key_rotation import rotate
+    from ratchet_core.key_history import keyring_text
+    from ratchet_core.keys import keyring_path, public_key_path, signing_key_source
     from ratchet_core.settings import load_settings
     from ratchet_stats.keys import generate_private_key, key_id, public_key_pem, save_private_key
 

@@ -19,6 +19,7 @@ import click
 
 from ratchet_assets.admin.common import control_db_option, echo_json, engine_for, json_option
 from ratchet_assets.admin.common import reason_option as common_reason_option
+from ratchet_core.control_db import ensure_schema
 
 FLAG_NAMES = ("student_disabled", "releases_frozen", "training_paused", "audit_rate")
 TARGETS = ("shadow", "canary-5", "canary-25", "canary-50", "live")
@@ -65,7 +66,7 @@ def _change(
 
     engine = engine_for(control_db)
     key = _private_key(key_file)
-    registry.ensure_tables(engine)
+    ensure_schema(engine)
     actor = actor or getpass.getuser()
     statuses: dict[str, Any] = {}
     try:
@@ -118,13 +119,14 @@ def versions_cmd(status: str | None, artifacts: str, control_db: str, as_json: b
     Every verified certificate under the artifacts is listed, also one the release sensor has not seen yet
     (e.g. the last night's, when the sensor was stopped right after it): it is registered first."""
     from ratchet_assets.release import registry
-    from ratchet_core.keys import keys_ever_trusted, root_public_keys
+    from ratchet_core.key_history import keys_ever_trusted
+    from ratchet_core.keys import root_public_keys
     from ratchet_core.settings import load_settings
 
     engine = engine_for(control_db)
     settings = load_settings()
     folder = Path(artifacts) if artifacts else Path(settings.artifacts_root)
-    registry.ensure_tables(engine)
+    ensure_schema(engine)
     keys = keys_ever_trusted(engine, roots=root_public_keys(settings) or None)
     for note in registry.register_certificates(engine, folder, keys):
         if "not registered" in note:
@@ -182,11 +184,11 @@ def promote_cmd(
     VERSION needs a verified evaluation certificate that certifies --task at the release target; the release
     carries the certificate's calibrated confidence threshold. Without one, nothing is published unless --force.
     """
+    from ratchet_assets.release.decision import LIVE, ReleaseRule, step_of
     from ratchet_assets.release.guard import NotCertified, certified_task
-    from ratchet_assets.release.policy import LIVE, ReleasePolicy, step_of
     from ratchet_assets.release.registry import certificate_file
     from ratchet_assets.release.tick import release_for
-    from ratchet_core.keys import keys_ever_trusted
+    from ratchet_core.key_history import keys_ever_trusted
     from ratchet_core.layout import ArtifactLayout
     from ratchet_core.manifest import ManifestError
     from ratchet_core.settings import load_settings
@@ -198,7 +200,7 @@ def promote_cmd(
     def change(conn: Any, m: Any) -> dict:
         row = _current_version_row(conn, version, task)
         problems = []
-        target = ReleasePolicy().for_task(task, m).target  # the task's own target when its policy sets one
+        target = ReleaseRule().for_task(task, m).target  # the task's own target when its policy sets one
         if row and row["status"] in ("rejected", "rolled_back", "retired"):
             problems.append(f"{version} is {row['status']} on {task}")
         try:
@@ -402,10 +404,10 @@ def export_cmd(out: str, signing_key_file: str, control_db: str) -> None:
     one object a line."""
     from ratchet_assets.release import registry
     from ratchet_core import manifest as mf
-    from ratchet_core.keys import signed_history
+    from ratchet_core.key_history import signed_history
 
     engine = engine_for(control_db)
-    registry.ensure_tables(engine)
+    ensure_schema(engine)
     pub = _private_key(signing_key_file).public_key()
     lines = [{"type": "manifest", **h} for h in mf.history(engine, pub)]
     lines += [{"type": "version", **v} for v in registry.list_versions(engine)]

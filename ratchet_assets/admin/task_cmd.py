@@ -34,10 +34,11 @@ def _resolved_rows(manifest: Any, names: list[str]) -> list[dict[str, Any]]:
 
 
 def _current(control_db: str, signing_key_file: str) -> Any:
-    from ratchet_core.manifest import Manifest, ensure_tables, latest_verified
+    from ratchet_core.control_db import ensure_schema
+    from ratchet_core.manifest import Manifest, latest_verified
 
     engine = engine_for(control_db)
-    ensure_tables(engine)
+    ensure_schema(engine)
     manifest, _ = latest_verified(engine, [_private_key(signing_key_file).public_key()])
     return manifest or Manifest.default()
 

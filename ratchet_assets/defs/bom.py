@@ -2,14 +2,14 @@
 
 Dagster wiring only. Runs only after ``evaluation_certificate``'s blocking check passed; the step (documents,
 proofs, the auditor's verification before anything is written, the files under ``<artifacts>/boms/<version>/``)
-is ``ratchet_assets.night.bom.write_bom``.
+is ``ratchet_assets.night.bom_writer.write_bom``.
 """
 
 import dagster as dg
 
 from ratchet_assets.defs.partitions import daily_partitions
 from ratchet_assets.defs.resources import ModelEndpoints, RatchetPaths, Signer
-from ratchet_assets.night import bom as step
+from ratchet_assets.night import bom_writer as step
 from ratchet_core.artifact_store import publishes_artifacts
 
 

@@ -55,7 +55,8 @@ def cost_report(
     """Teacher spend, student GPU time, training cost and break-even volume for the day, per task."""
     from ratchet_assets.cost import cost_report as compute
     from ratchet_assets.cost import totals
-    from ratchet_assets.night import atomic_write_bytes, markdown_table
+    from ratchet_assets.night import markdown_table
+    from ratchet_core.lake import atomic_write_bytes
 
     day = context.partition_key
     rows = compute(

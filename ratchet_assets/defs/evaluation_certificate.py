@@ -91,7 +91,7 @@ def evaluation_certificate(
     from ratchet_assets.night.adapter import AdapterError
     from ratchet_assets.night.commitments import CommitmentMissing
     from ratchet_assets.night.evaluate import EvaluationError
-    from ratchet_core.task_policy import current_policies
+    from ratchet_core.manifest import current_policies
 
     target = config.target or night.certify_target
     delta = config.delta or night.certify_delta

@@ -19,7 +19,8 @@ def certification_floor(night: NightConfig) -> int:
 
 def _task_policies(control_db: ControlDB, signer: Signer, night: NightConfig) -> tuple[dict, dict]:
     """(task -> golden share, task -> floor from the task's own target/delta) set by signed policies."""
-    from ratchet_core.task_policy import certification_floors, current_policies
+    from ratchet_core.manifest import current_policies
+    from ratchet_core.task_policy import certification_floors
 
     policies = current_policies(control_db.engine(), signer.public_key())
     shares = {t: p.golden_share for t, p in policies.items() if p.golden_share is not None}

@@ -26,8 +26,8 @@ from ratchet_assets.defs.resources import ControlDB, ModelEndpoints, RatchetPath
 from ratchet_assets.defs.training_launcher import TrainingLauncher
 from ratchet_assets.night import adapter as step
 from ratchet_assets.night.commitments import CommitmentMissing
+from ratchet_assets.night.lora_trainer import LoraTrainConfig  # its fields are the config's training fields
 from ratchet_core.artifact_store import publishes_artifacts
-from ratchet_core.lora_trainer import LoraTrainConfig  # its fields are the config's training fields
 
 _DEFAULTS = step.NIGHT_TRAINING
 

@@ -13,7 +13,7 @@ version's stage as an ``AssetObservation`` on ``lora_adapter`` (the partition of
 the lineage page shows what is serving.
 
 Cursor: JSON ``{"tracks": {version|task: e-process states}, "watermark": segments read, "generation": n}``.
-Policy: promote on evidence precision > ``night.certify_target``; roll back on evidence precision < target - 0.05;
+Release rule: promote on evidence precision > ``night.certify_target``; roll back on evidence precision < target - 0.05;
 alpha 0.05 each.
 
 ``adapter_reconciler`` keeps every student endpoint holding exactly the adapter versions the current manifest
@@ -38,11 +38,11 @@ from ratchet_assets.defs.resources import ControlDB, NightConfig, RatchetPaths, 
 LORA_ADAPTER = dg.AssetKey("lora_adapter")
 
 
-def _policy(night: NightConfig):
-    from ratchet_assets.release.policy import ReleasePolicy
+def _release_rule(night: NightConfig):
+    from ratchet_assets.release.decision import ReleaseRule
 
     target = float(night.certify_target)
-    return ReleasePolicy(target=target, floor=max(0.5, round(target - 0.05, 6)))
+    return ReleaseRule(target=target, floor=max(0.5, round(target - 0.05, 6)))
 
 
 @dg.sensor(
@@ -66,7 +66,7 @@ def release_promotion_sensor(
         paths.lake_root(),
         paths.artifacts_root(),
         context.cursor or None,
-        policy=_policy(night),
+        rule=_release_rule(night),
     )
     observations = [
         dg.AssetObservation(

@@ -127,7 +127,7 @@ class Signer(dg.ConfigurableResource):
     def verify_keys(self) -> list[Any]:
         """This key and every key the control DB's history ever trusted: verifies evidence signed before a rotation."""
         from ratchet_core.control_db import ensure_schema
-        from ratchet_core.keys import keys_ever_trusted
+        from ratchet_core.key_history import keys_ever_trusted
 
         engine = make_engine(self.control_db or _settings().control_db_url)
         ensure_schema(engine)

@@ -518,9 +518,3 @@ def scope_from_options(
     )
     scope.check()
     return scope
-
-
-def ledger_files(home: Path) -> list[Path]:
-    """The gateway replicas' own files under ``home/ledger`` (what their erasure hook rewrites)."""
-    folder = Path(home) / "ledger"
-    return sorted(p for p in folder.glob("*") if p.suffix in (".duckdb", ".journal"))

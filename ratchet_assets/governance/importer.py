@@ -213,18 +213,3 @@ def import_examples(
         str(out),
         provenance,
     )
-
-
-def imports_until(artifacts_root: str | Path, day: str) -> list[Path]:
-    """Import files whose rows join the night on or before ``day`` (the import id starts with its day)."""
-    return [p for p in ArtifactLayout(artifacts_root).import_files() if p.parent.name[:10] <= day]
-
-
-def provenance_until(artifacts_root: str | Path, day: str) -> list[dict[str, Any]]:
-    """Provenance of every import in the night of ``day`` (for the BOM and NOTICE)."""
-    layout = ArtifactLayout(artifacts_root)
-    return [
-        json.loads(layout.import_provenance(p.parent.name).read_bytes())
-        for p in imports_until(artifacts_root, day)
-        if layout.import_provenance(p.parent.name).exists()
-    ]

@@ -3,13 +3,14 @@ them to Dagster (config, resources, metadata, checks), and ``ratchet sim`` and t
 DuckDB (in-memory connections) does the heavy lifting.
 
 One module per step, named after its asset: ``traffic``, ``examples``, ``split`` (``golden_split``),
-``training_set``, ``adapter`` (``lora_adapter``; the training process itself is ``train_job``), ``certificate``
-(``evaluation_certificate``, with ``evaluate``), ``bom`` (with ``bom_builder``) and ``receipts``
-(``daily_receipt``). ``commitments`` reads the data-set roots a step wrote once for the steps after it.
+``training_set``, ``adapter`` (``lora_adapter``; the training process itself is ``train_job``, running
+``lora_trainer``), ``certificate`` (``evaluation_certificate``, with ``evaluate``), ``bom_writer`` (``bom``, with
+``bom_document``) and ``receipts`` (``daily_receipt``). ``commitments`` reads the data-set roots a step wrote once
+for the steps after it.
 
 Every file they read and write under the artifacts root is named by ``ratchet_core.layout.ArtifactLayout``
 (traffic, examples, golden, train, adapters, certificates, BOMs, receipts); the lake is read through
-``ratchet_core.lake``, and files are published whole with its ``atomic_write_bytes`` (re-exported here).
+``ratchet_core.lake``, and files are published whole with its ``atomic_write_bytes``.
 """
 
 from __future__ import annotations
@@ -23,8 +24,7 @@ import duckdb
 import orjson
 import pyarrow as pa
 
-from ratchet_core.lake import atomic_write_bytes as atomic_write_bytes  # re-exported: the one atomic write
-from ratchet_stats.canonical import canonical_json
+from ratchet_stats.canonical import canonical_json, loads_strict
 
 
 def connect() -> duckdb.DuckDBPyConnection:
@@ -68,15 +68,6 @@ def canonical_text(obj: Any) -> str:
     if not text.isascii() and _ASTRAL.search(text):
         return canonical_json(obj).decode("utf-8")
     return text
-
-
-def loads_strict(text: str) -> Any:
-    """json.loads that refuses NaN/Infinity (not JSON; canonical JSON cannot carry them)."""
-    return json.loads(text, parse_constant=_no_constant)
-
-
-def _no_constant(name: str) -> Any:
-    raise ValueError(f"{name} is not valid JSON")
 
 
 # Fast canonical check ------------------------------------------------------------------------------------------

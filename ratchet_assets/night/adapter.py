@@ -14,7 +14,7 @@ across reruns, never reused.
 Files: ``adapters/<version>/`` holds only the PEFT files (``adapter_config.json``, ``adapter_model.safetensors``,
 ``ratchet_train.json``) so its digest is the adapter's; ``adapters/day=D/adapter.json`` (the *record*) says which
 version the night produced and how (base identity and licence, config, training numbers, effect key). Later steps
-(``night.certificate``, ``night.bom``) start from that record.
+(``night.certificate``, ``night.bom_writer``) start from that record.
 
 The record, and the ``training.launch`` result in the effect ledger it is reused from, hold no absolute path, so a
 home moved or restored elsewhere reuses its adapters: ``adapter_dir`` is the adapter's name in the artifacts tree
@@ -35,15 +35,15 @@ from pathlib import Path
 from typing import Any
 
 from ratchet_assets.night.commitments import training_commitment
+from ratchet_assets.night.lora_trainer import LoraTrainConfig
 from ratchet_core.layout import ArtifactLayout
-from ratchet_core.lora_trainer import LoraTrainConfig
 
 EFFECT = "training.launch"
 LEASE_SECONDS = 6 * 3600
 
 # The night's training settings: the ones the demo certifies with, and the ``lora_adapter`` asset's defaults (so a
 # run without run config, e.g. the UI's "Materialize all", computes the same config hash and reuses the adapter).
-# They are the trainer's defaults (``ratchet_core.lora_trainer``: rank 32, lr 4e-3, max_len 160, min_steps 150)
+# They are the trainer's defaults (``ratchet_assets.night.lora_trainer``: rank 32, lr 4e-3, max_len 160, min_steps 150)
 # except: one epoch, since the 7-day window grows every night and 4 epochs made each night longer than the last
 # (``min_steps`` still gives a small set enough steps); half the rows trained with made-up e-mails/phones in place
 # of placeholders (``pii_surrogates``); one torch thread, measured 3.6x faster than two on the embedded default's
@@ -106,8 +106,8 @@ def adapter_path(artifacts: str | Path | ArtifactLayout, record: dict[str, Any])
 
 
 def base_license_of(base: Path) -> str:
-    """The base model's licence as the BOM states it (``bom_builder.base_license``), read from the base itself."""
-    from ratchet_assets.night.bom_builder import base_license
+    """The base model's licence as the BOM states it (``bom_document.base_license``), read from the base itself."""
+    from ratchet_assets.night.bom_document import base_license
     from ratchet_core.student_model import is_demo_base
 
     return base_license(base, is_demo_base(base))
@@ -180,13 +180,12 @@ def effective_hyperparameters(adapter_dir: Path, train_config: dict[str, Any]) -
 def row_tasks(artifacts: str | Path, day: str) -> list[str]:
     """The task of each row of ``train/day=D/train.jsonl`` (its ``keys.txt`` is in the same order), read from the
     examples of the set's window and the imports (``"?"`` for a key found in neither)."""
-    from ratchet_assets.governance.importer import imports_until
     from ratchet_assets.night import connect, sql_list
 
     layout = ArtifactLayout(artifacts)
     keys = layout.train_keys(day).read_text(encoding="ascii").split()
     days = json.loads(layout.train_commitment(day).read_text()).get("days") or [day]
-    files = [p for d in days if (p := layout.examples_file(d)).exists()] + imports_until(artifacts, day)
+    files = [p for d in days if (p := layout.examples_file(d)).exists()] + layout.import_files(until=day)
     if not files:
         return ["?"] * len(keys)
     con = connect()

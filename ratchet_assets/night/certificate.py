@@ -18,10 +18,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ratchet_assets.night import atomic_write_bytes
 from ratchet_assets.night import evaluate as ev
 from ratchet_assets.night.adapter import read_record
 from ratchet_assets.night.commitments import golden_commitment
+from ratchet_core.lake import atomic_write_bytes
 from ratchet_core.layout import ArtifactLayout
 
 
@@ -41,9 +41,10 @@ class CertificateResult:
 
 def live_versions(engine: Any, public_key: Any) -> dict[str, str]:
     """task -> live version, from the newest verified release manifest ({} when none)."""
-    from ratchet_core.manifest import ensure_tables, latest_verified
+    from ratchet_core.control_db import ensure_schema
+    from ratchet_core.manifest import latest_verified
 
-    ensure_tables(engine)
+    ensure_schema(engine)
     manifest, _ = latest_verified(engine, public_key)
     if manifest is None:
         return {}
@@ -72,7 +73,6 @@ def certify_adapter(
     (adapter loads); ``log`` gets progress lines; ``policies``: task -> ``TaskPolicy`` from the signed manifest
     (``ratchet_core.task_policy``): a task's comparator and its own target/delta (``target``/``delta`` otherwise).
     """
-    from ratchet_assets.night.bom_builder import adapter_file_hashes
     from ratchet_core.task_policy import resolve
     from ratchet_stats import certificate as cert
     from ratchet_stats.canonical import canonical_json
@@ -109,7 +109,7 @@ def certify_adapter(
         live_dir = layout.adapter_dir(live_version)
         if live_version == version or not task_rows or not live_dir.is_dir():
             continue
-        live_digest = cert.adapter_digest(adapter_file_hashes(live_dir))
+        live_digest = cert.adapter_dir_digest(live_dir)
         ev.ensure_adapter_loaded(url, api_key, live_version, layout, live_digest, effects)
         baselines[task] = (
             live_version,

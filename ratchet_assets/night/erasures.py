@@ -2,7 +2,7 @@
 
 Control-DB table ``erasures(id, example_key, request_id, reason, at)``; one of the two ids per row. The
 ``examples`` and ``training_set`` steps read it every night, so an erasure also drops rows of earlier days
-still inside the training window. (``ratchet admin erase --request-id|--key`` writes here.)
+still inside the training window. (``ratchet admin erase --request-id|--example-key`` writes here.)
 """
 
 from __future__ import annotations
@@ -25,11 +25,6 @@ class Erasures:
     request_ids: frozenset[str] = frozenset()
 
 
-def ensure_tables(engine: Engine) -> None:
-    """Create (or migrate) the control DB's schema, ``erasures`` included (idempotent)."""
-    ensure_schema(engine)
-
-
 def record_erasure(
     engine: Engine, *, reason: str, example_key: str | None = None, request_id: str | None = None
 ) -> None:
@@ -39,7 +34,7 @@ def record_erasure(
     from ratchet_core.reasons import check_reason
 
     reason = check_reason(reason)  # the one rule: 3-500 characters, not blank (ReasonError is a ValueError)
-    ensure_tables(engine)
+    ensure_schema(engine)
     with engine.begin() as conn:
         conn.execute(
             erasures_table.insert().values(
@@ -55,7 +50,7 @@ def load_erasures(engine: Engine | None) -> Erasures:
     """Every erased key and request id (empty when there is no control DB)."""
     if engine is None:
         return Erasures()
-    ensure_tables(engine)
+    ensure_schema(engine)
     with engine.connect() as conn:
         rows = conn.execute(sa.select(erasures_table.c.example_key, erasures_table.c.request_id)).all()
     return Erasures(

@@ -19,7 +19,7 @@
    tokens instead of 512 (measured: an untrained day-1 adapter took ~21 s a row). The cap depends only on the
    row, so a rerun asks the same questions and the certificate stays byte-identical.
 4. ``task_outcomes``: correctness by the task's comparator (``COMPARATORS`` overrides, else
-   ``ratchet_core.workloads.compare``: exact label, canonical JSON, tool-call equality) against the teacher's
+   ``ratchet_core.workloads.comparators``: exact label, canonical JSON, tool-call equality) against the teacher's
    answer; the live version's correctness on the same rows for McNemar.
 
 The certificate itself is built and checked by ``ratchet_stats.certificate``.
@@ -287,7 +287,7 @@ def is_correct(
     task: str, expected: Mapping[str, Any], got: Mapping[str, Any] | None, comparator: str | None = None
 ) -> bool:
     """The task's comparator: a COMPARATORS override, else the task policy's `comparator` when given, else
-    ratchet_core.workloads.compare (unknown: label)."""
+    ratchet_core.workloads.compare (by the task's built-in comparator; unknown: label)."""
     if got is None:
         return False
     custom = COMPARATORS.get(task)

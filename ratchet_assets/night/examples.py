@@ -37,7 +37,6 @@ from ratchet_assets.night import (
     canonical_json_text,
     canonical_text,
     fast_check_sql,
-    loads_strict,
     sql_str,
 )
 from ratchet_assets.night.budget import Budget, iter_shards, resolve, shard_of
@@ -47,7 +46,7 @@ from ratchet_assets.night.ranges import prefetched_chunks
 from ratchet_assets.night.traffic import traffic_path
 from ratchet_core.example_key import split_tools_column
 from ratchet_core.layout import ArtifactLayout
-from ratchet_stats.canonical import sha256_hex
+from ratchet_stats.canonical import loads_strict, sha256_hex
 
 EXAMPLES_SCHEMA = pa.schema(
     [

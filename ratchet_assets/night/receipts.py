@@ -3,7 +3,7 @@
 Files (D = YYYY-MM-DD), under ``<artifacts>/receipts/D/`` (``ratchet_core.layout.ArtifactLayout.receipt_*``):
 
 - ``receipt.dsse.json``: canonical JSON of the DSSE envelope (so the file's SHA-256 is the chain digest); a v3
-  receipt (``ratchet_stats.receipt_v3``; v2 before it) signs the request root, the client root, the estimate root
+  receipt (``ratchet_stats.receipt.v3``; v2 before it) signs the request root, the client root, the estimate root
   and the pair root, no client's name or totals;
 - ``rows.parquet``: the leaves in tree order — columns ``index`` (int64), ``request_id``, ``client``, ``leaf``
   (the canonical JSON text that is hashed), in row groups of ``ratchet_core.receipt_store.ROW_GROUP_ROWS``. The
@@ -12,7 +12,7 @@ Files (D = YYYY-MM-DD), under ``<artifacts>/receipts/D/`` (``ratchet_core.layout
   (``ratchet_stats.merkle_store``), so a proof reads ``O(log n)`` hashes instead of rebuilding the tree;
 - ``clients.jsonl`` / ``estimates.jsonl``: the client lines and the per-task estimate lines, one canonical JSON
   leaf a line, in tree order (the auditor's files; the gateway gives each client only its own, proven);
-- ``pairs.jsonl``: the day's audit and shadow pair calls (``receipt_v3.PAIR_LEAF_FIELDS``), in tree order: their
+- ``pairs.jsonl``: the day's audit and shadow pair calls (``ratchet_stats.receipt.v3.PAIR_LEAF_FIELDS``), in tree order: their
   cost (``actual_cost_usd``: the teacher's price on audits, the student's on shadows) is in each client's paid
   (``pair_cost_micro_usd``) and so subtracted from its savings. Streamed like the rows (``pair_batches``: DuckDB
   sorts the pair rows by request_id, the lines are built and tie-sorted per batch, hashed into the pair root and
@@ -50,7 +50,6 @@ import pyarrow.parquet as pq
 from ratchet_assets.effects import EffectLedger, EffectRecord
 from ratchet_assets.night import (
     ChunkedParquetWriter,
-    atomic_write_bytes,
     canonical_text,
     connect,
     sql_str,
@@ -60,14 +59,15 @@ from ratchet_assets.night.budget import Budget
 from ratchet_assets.night.budget import connect as budget_connect
 from ratchet_assets.night.traffic import traffic_path
 from ratchet_core import receipt_store
+from ratchet_core.lake import atomic_write_bytes
 from ratchet_core.layout import ArtifactLayout
 from ratchet_core.schema import RECEIPT_LEAF_FIELDS
-from ratchet_stats import receipt_v2, receipt_v3
 from ratchet_stats import teacher_equivalent as te
 from ratchet_stats.canonical import canonical_json, digest
 from ratchet_stats.dsse import make_statement, parse_statement, sign_statement, verify_statement
 from ratchet_stats.merkle_store import TreeBuilder
-from ratchet_stats.receipt import PREDICATE_TYPE_V2, PREDICATE_TYPE_V3, envelope_digest, micro
+from ratchet_stats.receipt import FORMATS, envelope_digest, micro, v2, v3
+from ratchet_stats.receipt.common import client_salt
 
 EFFECT_TYPE = "receipt.sign"
 ROWS_SCHEMA = pa.schema(
@@ -269,7 +269,7 @@ def _typed_row(raw: dict[str, Any], ints: tuple[str, ...], null_ts: bool) -> dic
 
 
 class _DayTotals:
-    """Per-client totals of the day's leaves, batch by batch and set-wise (``receipt_v2.totals_from_rows``'s
+    """Per-client totals of the day's leaves, batch by batch and set-wise (``v2.totals_from_rows``'s
     numbers): measured and paid amounts summed per (client, served); student-served rows with status 200 counted
     per (client, task, teacher_prompt_tokens) and priced once the task estimates are known; the teacher's request
     answers per task; each client's first request_id (its salt)."""
@@ -290,8 +290,8 @@ class _DayTotals:
             .aggregate([("t", "count"), ("t", "sum"), ("a", "sum")])
         )
         for g in grouped.to_pylist():
-            totals = self.clients.setdefault(g["client"], receipt_v2.empty_totals())
-            receipt_v2.add(totals, g["served"], int(g["t_count"]), int(g["t_sum"]), 0, int(g["a_sum"]))
+            totals = self.clients.setdefault(g["client"], v2.empty_totals())
+            v2.add(totals, g["served"], int(g["t_count"]), int(g["t_sum"]), 0, int(g["a_sum"]))
         ok = pc.equal(table["status"], 200)
         est = pa.table({"client": client, "task": table["task"], "tp": table["teacher_prompt"]}).filter(
             pc.and_(student, ok)
@@ -319,7 +319,7 @@ class _DayTotals:
         return {task for _, task, _ in self.estimated}
 
     def tasks(self, client: str) -> list[str]:
-        """The tasks of the client's estimated rows (``receipt_v3`` client line ``tasks``)."""
+        """The tasks of the client's estimated rows (``receipt.v3`` client line ``tasks``)."""
         return sorted({task for c, task, _ in self.estimated if c == client})
 
     def add_pairs(self, pairs: _DayPairs) -> dict[str, dict[str, Any]]:
@@ -327,7 +327,7 @@ class _DayTotals:
         what was paid; a pair's request_id counts towards the client's salt like a request's."""
         out = {name: {**t, "pairs": 0, "pair_cost_micro_usd": 0} for name, t in self.clients.items()}
         for name, (n, cost) in pairs.clients.items():
-            receipt_v3.add_pairs(out.setdefault(name, receipt_v3.empty_totals()), n, cost)
+            v3.add_pairs(out.setdefault(name, v3.empty_totals()), n, cost)
         for name, rid in pairs.first.items():
             if name not in self.first or rid < self.first[name]:
                 self.first[name] = rid
@@ -353,24 +353,24 @@ def _pair_row(raw: dict[str, Any]) -> dict[str, Any]:
 
 
 def pair_leaves(traffic_file: str | Path, con: Any = None) -> tuple[list[bytes], list[dict[str, Any]]]:
-    """The day's pair lines (``receipt_v3``: audit and shadow calls) in tree order, and their rows, in memory:
+    """The day's pair lines (``receipt.v3``: audit and shadow calls) in tree order, and their rows, in memory:
     the definition ``pair_batches`` streams (kept for tests and small days)."""
     con = con or connect()
-    cols = ", ".join(receipt_v3.PAIR_LEAF_FIELDS)
+    cols = ", ".join(v3.PAIR_LEAF_FIELDS)
     rows: list[dict[str, Any]] = []
     for batch in stream_batches(
         con, f"SELECT {cols} FROM read_parquet({sql_str(str(traffic_file))}) WHERE kind = 'pair'"
     ):
         rows += [_pair_row(row) for row in batch.to_pylist()]
     con.close()
-    # Tree order (receipt_v3.pair_order): by request_id, then by the line's bytes (UTF-8 sorts as its text).
+    # Tree order (v3.pair_order): by request_id, then by the line's bytes (UTF-8 sorts as its text).
     keyed = sorted((r["request_id"] or "", canonical_text(r), i) for i, r in enumerate(rows))
     return [text.encode("utf-8") for _, text, _ in keyed], [rows[i] for _, _, i in keyed]
 
 
 def _pair_parts_sql(traffic_file: str | Path) -> str:
     """Pair rows sorted by request_id (NULL as ''), ``ts``'s canonical JSON text (NULL where Python must
-    decide) and whether the row is an audit answer (``receipt_v3.is_audit_answer``)."""
+    decide) and whether the row is an audit answer (``v3.is_audit_answer``)."""
     ts = "timezone('UTC', ts)"
     j_ts = (
         f"CASE WHEN ts IS NULL THEN 'null' WHEN year({ts}) BETWEEN 1000 AND 9999 "
@@ -380,7 +380,7 @@ def _pair_parts_sql(traffic_file: str | Path) -> str:
         "coalesce(pair_role = 'audit' AND coalesce(served_by, '') <> 'student' AND coalesce(status_code, 0) = 200 "
         "AND coalesce(completion_tokens, 0) > 0 AND pair_outcome IS NOT NULL AND pair_outcome <> 'error', false)"
     )
-    cols = ", ".join(receipt_v3.PAIR_LEAF_FIELDS)
+    cols = ", ".join(v3.PAIR_LEAF_FIELDS)
     return (
         f"SELECT coalesce(request_id, '') AS sort_key, {cols}, {j_ts}, {audit} AS audit_answer "
         f"FROM read_parquet({sql_str(str(traffic_file))}) WHERE kind = 'pair' ORDER BY sort_key"
@@ -392,17 +392,17 @@ def _pair_lines(table: pa.Table) -> pa.Table:
     completion, actual_micro); each line is ``canonical_text`` of the row ``pair_leaves`` gives."""
     j = _field_texts(table, _PAIR_STRS, _PAIR_INTS)
     pieces: list[Any] = []
-    for i, name in enumerate(sorted(receipt_v3.PAIR_LEAF_FIELDS)):
+    for i, name in enumerate(sorted(v3.PAIR_LEAF_FIELDS)):
         pieces += [("{" if i == 0 else ",") + f'"{name}":', j[name]]
     pieces.append("}")
     line = pc.binary_join_element_wise(*pieces, "")
     if line.null_count:
         slow = pc.is_null(line).to_pylist()
-        fields = {c: table[c].to_pylist() for c in receipt_v3.PAIR_LEAF_FIELDS}
+        fields = {c: table[c].to_pylist() for c in v3.PAIR_LEAF_FIELDS}
         fixed = line.to_pylist()
         for i, is_slow in enumerate(slow):
             if is_slow:
-                fixed[i] = canonical_text(_pair_row({c: fields[c][i] for c in receipt_v3.PAIR_LEAF_FIELDS}))
+                fixed[i] = canonical_text(_pair_row({c: fields[c][i] for c in v3.PAIR_LEAF_FIELDS}))
         line = pa.array(fixed, pa.string())
     return pa.table(
         {
@@ -495,19 +495,20 @@ class _DayPairs:
 
 
 def previous_estimates(artifacts_root: str | Path, link: dict[str, str] | None) -> dict[str, dict[str, Any]]:
-    """The previous receipt's estimate lines by task ({} for none or a v1 receipt); its file must match the root
-    it signed, else the chain is refused."""
+    """The previous receipt's estimate lines by task ({} for none, or for a format that signs none: v1); its file
+    must match the root it signed, else the chain is refused."""
     if link is None:
         return {}
     layout = ArtifactLayout(artifacts_root)
     envelope = json.loads(layout.receipt_envelope(link["day"]).read_bytes())
     statement = parse_statement(base64.b64decode(envelope["payload"]))
-    if statement.get("predicateType") not in (PREDICATE_TYPE_V2, PREDICATE_TYPE_V3):
+    fmt = FORMATS.get(statement.get("predicateType"))
+    if fmt is None or fmt.check_estimates is None:
         return {}
     path = layout.receipt_estimates(link["day"])
     leaves = path.read_bytes().splitlines() if path.exists() else []
     try:
-        lines = receipt_v2.check_estimates(statement["predicate"], leaves)
+        lines = fmt.check_estimates(statement["predicate"], leaves)
     except Exception as exc:
         raise ReceiptConflict(
             f"the previous receipt's estimates ({path}) do not match the root it signed ({exc}); restore the file "
@@ -623,13 +624,11 @@ def _sign(
     day_totals.price(estimates, prices)
     clients = day_totals.add_pairs(pairs)
     client_leaves = [
-        receipt_v3.client_leaf(
-            name, receipt_v2.client_salt(day, name, day_totals.first[name]), day_totals.tasks(name), totals
-        )
+        v3.client_leaf(name, client_salt(day, name, day_totals.first[name]), day_totals.tasks(name), totals)
         for name, totals in clients.items()
     ]
     estimate_leaves = [canonical_json(line) for line in estimate_lines]
-    predicate = receipt_v3.make_predicate_from_root(
+    predicate = v3.make_predicate_from_root(
         day, root_hex, size, client_leaves, estimate_leaves, pairs.root, pairs.size, prices, link
     )
 
@@ -644,7 +643,7 @@ def _sign(
             return None
         try:
             envelope = json.loads(envelope_path.read_bytes())
-            statement = verify_statement(envelope, public_key, PREDICATE_TYPE_V3)
+            statement = verify_statement(envelope, public_key, v3.PREDICATE_TYPE)
         except Exception:
             return None
         if digest(statement["predicate"]) != fingerprint:
@@ -660,7 +659,7 @@ def _sign(
         pairs.publish()  # streamed under a temporary name beside it
 
     if begin.outcome == "execute":
-        statement = make_statement(PREDICATE_TYPE_V3, predicate, receipt_v3.subjects(day, predicate))
+        statement = make_statement(v3.PREDICATE_TYPE, predicate, v3.subjects(day, predicate))
         try:
             write_lines()
             envelope = sign_statement(statement, private_key)
@@ -704,7 +703,7 @@ def _sign(
         envelope_digest=envelope_digest(envelope),
         outcome="execute" if begin.outcome == "execute" else "duplicate",
         previous=predicate["previous"],
-        totals=receipt_v3.sum_totals(clients.values()),
+        totals=v3.sum_totals(clients.values()),
         clients=clients,
         estimates=estimate_lines,
         prices=prices,

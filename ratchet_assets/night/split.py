@@ -211,10 +211,8 @@ def split_golden(
             con.execute("CREATE TABLE reg0 AS SELECT * FROM _reg0")
             reg_src = "reg0"
 
-    from ratchet_assets.governance.importer import imports_until
-
     # imported rows (``ratchet import``) whose keys the registry holds as golden join the golden set too
-    files = layout.examples_files(until=day) + imports_until(artifacts_root, day)
+    files = layout.examples_files(until=day) + layout.import_files(until=day)
     src = f"read_parquet({sql_list(files)})"
     con.register("_ek", pa.table({"k": pa.array(sorted(erasures.example_keys), pa.string())}))
     con.register("_ei", pa.table({"r": pa.array(sorted(erasures.request_ids), pa.string())}))

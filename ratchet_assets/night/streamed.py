@@ -109,7 +109,7 @@ def stream_golden_commitment(con, golden_file: Path, out: Path, day: str) -> tup
 
 def write_golden_commitment(out: Path, day: str, keys: Commitment, rows: Commitment) -> None:
     """Write ``golden/day=D/commitment.json`` (read by ``night.commitments.golden_commitment``)."""
-    from ratchet_assets.night import atomic_write_bytes
+    from ratchet_core.lake import atomic_write_bytes
 
     document = {
         "day": day,

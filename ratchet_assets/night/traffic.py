@@ -28,14 +28,13 @@ from typing import Any
 
 from ratchet_assets.night import (
     ChunkedParquetWriter,
-    atomic_write_bytes,
     sql_list,
     sql_str,
     stream_batches,
 )
 from ratchet_assets.night.budget import MAX_SHARDS, Budget, resolve
 from ratchet_assets.night.budget import connect as budget_connect
-from ratchet_core.lake import Lake, Segment
+from ratchet_core.lake import Lake, atomic_write_bytes
 from ratchet_core.layout import ArtifactLayout
 from ratchet_core.schema import ADDED_COLUMNS, COLUMN_NAMES, LEDGER_SCHEMA, duckdb_type
 
@@ -74,11 +73,6 @@ class TrafficResult:
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
-
-
-def segment_files(lake_root: str | Path, day: str) -> list[Segment]:
-    """Sealed segments of a day, by name (temporary names beginning with '.' are not sealed yet)."""
-    return Lake(lake_root).segments(day)
 
 
 def check_schema(lake: Lake, rel: str) -> list[str]:

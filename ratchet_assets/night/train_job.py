@@ -3,7 +3,7 @@ through Dagster Pipes (``night.adapter.train_adapter`` with the asset's Pipes la
 run the same ``run_training`` in their own process (``night.adapter.train_in_process``).
 
 Pipes hands it ``extras`` = {base_path, train_jsonl, out_dir, result_path, config (LoraTrainConfig fields)};
-it trains with ``ratchet_core.lora_trainer.train_lora``, streams progress to the Dagster UI as log lines (about 20
+it trains with ``ratchet_assets.night.lora_trainer.train_lora``, streams progress to the Dagster UI as log lines (about 20
 per run, each with step/total/loss), writes the ``TrainResult`` as JSON to ``result_path`` and reports the run's
 numbers as materialization metadata (final loss, steps, seconds, adapter sha256).
 
@@ -34,7 +34,7 @@ def _cpu_seconds() -> float:
 
 def run_training(extras: dict[str, Any], log: Callable[[str], None]) -> tuple[dict[str, Any], dict[str, Any]]:
     """Train per ``extras``; return (the TrainResult as a dict, metadata for the UI)."""
-    from ratchet_core.lora_trainer import LoraTrainConfig, train_lora
+    from ratchet_assets.night.lora_trainer import LoraTrainConfig, train_lora
 
     config = LoraTrainConfig(**extras.get("config", {}))
     every = {"n": 1}

@@ -23,7 +23,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from ratchet_assets.night import atomic_write_bytes, connect, sql_list, sql_str
+from ratchet_assets.night import connect, sql_list, sql_str
 from ratchet_assets.night.budget import Budget, resolve
 from ratchet_assets.night.budget import connect as budget_connect
 from ratchet_assets.night.erasures import Erasures
@@ -36,6 +36,7 @@ from ratchet_assets.night.ranges import (
     range_sql,
     snapshot,
 )
+from ratchet_core.lake import atomic_write_bytes
 from ratchet_core.layout import ArtifactLayout
 from ratchet_stats.commitment import Commitment
 from ratchet_stats.merkle_store import TreeBuilder
@@ -102,10 +103,8 @@ def build_training_set(
     files = [p for d in days if (p := layout.examples_file(d)).exists()]
     if layout.examples_file(day) not in files:
         raise TrainingSetError(f"no examples for {day}: materialise `examples` for {day} first")
-    from ratchet_assets.governance.importer import imports_until
-
     # imported training rows of the window (``ratchet import``); imported golden rows are left out by the registry
-    files += [p for p in imports_until(artifacts_root, day) if p.parent.name[:10] >= days[0]]
+    files += [p for p in layout.import_files(until=day) if p.parent.name[:10] >= days[0]]
     reg = layout.golden_registry()
     if not reg.exists():
         raise TrainingSetError(f"no golden registry at {reg}: materialise `golden_split` for {day} first")

@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from ratchet_core import manifest as mf
+from ratchet_stats.certificate import adapter_dir_digest
 
 log = logging.getLogger(__name__)
 
@@ -128,13 +129,6 @@ class _Endpoint:
         self.client.close()
 
 
-def _digest(folder: Path) -> str:
-    from ratchet_assets.night.bom_builder import adapter_file_hashes
-    from ratchet_stats.certificate import adapter_digest
-
-    return adapter_digest(adapter_file_hashes(folder))
-
-
 def _load(
     ep: _Endpoint,
     effects: Any,
@@ -148,7 +142,7 @@ def _load(
 
     `location`: what the endpoint is told to load (the local folder, or the store URL when it downloads);
     `stored`: what the ledger records (the folder's name in the artifacts tree, or that URL)."""
-    digest = _digest(folder)
+    digest = adapter_dir_digest(folder)
     base = f"{ep.base_url}|{version}"
     n = 1
     while (rec := effects.lookup(EFFECT_TYPE, f"{base}#{n}")) is not None and rec.status == "done":

@@ -5,11 +5,11 @@
 
 1. registers new evaluation certificates (``registry.register_certificates``) and verifies the certificate of
    every candidate again (``guard.certified_task``: signature under the trusted keys, numbers, the task certified
-   at the policy's target, a calibrated threshold);
+   at the release rule's target, a calibrated threshold);
 2. the plan admits the newest candidate of a task into ``shadow`` when the task is not mid-rollout (teacher or
    live); each admission is published as its own signed manifest;
 3. the plan feeds unread pair rows, in segment order, into the (version, task) tracks of every version serving a
-   task (``policy.serving_tracks``), stopping at the first promote/rollback decision (one decision per tick: the
+   task (``decision.serving_tracks``), stopping at the first promote/rollback decision (one decision per tick: the
    watermark stays right after the deciding row);
 4. the decision is applied: effect ledger (type ``release.publish``, key = version/task/target/evidence digest) ->
    signed manifest (``tick.apply_decision``), versions registry (``tick.decision_statuses``) and audit log in one
@@ -36,9 +36,9 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Engine
 
 from ratchet_assets.release import registry
+from ratchet_assets.release.decision import Decision, ReleaseRule, Track, serving_tracks
 from ratchet_assets.release.evidence import Watermark, pending_segments, read_pairs
 from ratchet_assets.release.guard import NotCertified, certified_task
-from ratchet_assets.release.policy import Decision, ReleasePolicy, Track, serving_tracks
 from ratchet_assets.release.tick import (
     Admission,
     Candidate,
@@ -53,7 +53,9 @@ from ratchet_assets.release.tick import (
     healthy_versions,
 )
 from ratchet_core import manifest as mf
+from ratchet_core.control_db import ensure_schema
 from ratchet_core.lake import day_of as lake_day_of
+from ratchet_core.reasons import REASON_MAX
 
 EFFECT_TYPE = "release.publish"
 SENSOR_ACTOR = "release-sensor"
@@ -97,7 +99,7 @@ def _probe(engine: Engine, public_keys: Any) -> Callable[[Any], dict[str, Any] |
 
 def _reason(message: str, key: str) -> str:
     tag = f" [effect {key}]"
-    return message[: mf.REASON_MAX - len(tag)] + tag
+    return message[: REASON_MAX - len(tag)] + tag
 
 
 def _healthy(engine: Engine, task: str, tracks: dict[tuple[str, str], Track]) -> Callable[[str], bool]:
@@ -269,16 +271,16 @@ def release_tick(
     lake: str | Path,
     artifacts: Path,
     state: dict[str, Any] | str | None,
-    policy: ReleasePolicy | None = None,
+    rule: ReleaseRule | None = None,
     public_keys: Any = None,
 ) -> TickResult:
     """One evaluation of release control (module docstring); returns the new state and what happened."""
-    policy = policy or ReleasePolicy()
+    rule = rule or ReleaseRule()
     if isinstance(state, str):
         state = json.loads(state) if state else {}
     state = state or {}
     keys = public_keys if public_keys is not None else [private_key.public_key()]
-    registry.ensure_tables(engine)
+    ensure_schema(engine)
     stored = registry.load_state(engine)
     if stored and int(stored.get("generation", 0)) > int(state.get("generation", 0)):
         state = stored  # the cursor is older than the last publish (the sensor died before storing it)
@@ -297,9 +299,9 @@ def release_tick(
         result.notes.append(f"{late} segment(s) of settled days ignored")
     pairs = read_pairs(lake, segments, wm)
     try:
-        targets = {t: policy.for_task(t, manifest).target for t in manifest.policies}
+        targets = {t: rule.for_task(t, manifest).target for t in manifest.policies}
         plan = decide_tick(
-            manifest, candidates(engine, keys, policy.target, artifacts, targets), old, pairs, policy
+            manifest, candidates(engine, keys, rule.target, artifacts, targets), old, pairs, rule
         )
     finally:
         pairs.close()  # a plan stops reading at its decision: close the lake connection now
@@ -318,7 +320,7 @@ def release_tick(
             wm.settle(newest_day)
         decision = plan.decision
         if decision is not None:
-            after = {f"{v}|{t}": tr.to_dict() for (v, t), tr in plan.tracks_after(policy).items()}
+            after = {f"{v}|{t}": tr.to_dict() for (v, t), tr in plan.tracks_after(rule).items()}
             state_after = {"tracks": after, "watermark": wm.to_dict(), "generation": generation + 1}
             _apply(engine, private_key, decision, keys, result, state_after, plan.tracks)
             if result.published:
@@ -335,7 +337,7 @@ def release_tick(
     for (version, task), t in tracks.items():
         step = dict(serving_tracks(latest.task(task))).get(version)
         if step is not None:
-            new_tracks[f"{version}|{task}"] = t.at_step(step, policy).to_dict()
+            new_tracks[f"{version}|{task}"] = t.at_step(step, rule).to_dict()
     result.state = {"tracks": new_tracks, "watermark": wm.to_dict(), "generation": generation}
     with engine.connect() as conn:
         day_of = {

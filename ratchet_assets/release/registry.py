@@ -40,11 +40,6 @@ def now_iso() -> str:
     return datetime.now(UTC).isoformat(timespec="microseconds").replace("+00:00", "Z")
 
 
-def ensure_tables(engine: Engine) -> None:
-    """Create (or migrate) the control DB's schema: :func:`ratchet_core.control_db.ensure_schema`."""
-    ensure_schema(engine)
-
-
 def append_audit(
     conn: Connection,
     actor: str,
@@ -102,7 +97,7 @@ def get_version(conn: Connection, version: str, task: str) -> dict[str, Any] | N
 
 
 def list_versions(engine: Engine, status: str | None = None) -> list[dict[str, Any]]:
-    ensure_tables(engine)
+    ensure_schema(engine)
     q = sa.select(versions).order_by(versions.c.created_at, versions.c.version, versions.c.task)
     if status:
         q = q.where(versions.c.status == status)
@@ -132,11 +127,12 @@ def register_certificates(engine: Engine, artifacts: Path, public_keys: Any) -> 
     A certificate whose signature does not verify under `public_keys`, or whose numbers do not recompute
     (``ratchet_stats.certificate.check_certificate``), registers nothing and is reported (it stays on disk).
     """
-    from ratchet_core.keys import as_key_list, keys_ever_trusted
+    from ratchet_core.key_history import keys_ever_trusted
+    from ratchet_core.keys import as_key_list
     from ratchet_stats.certificate import PREDICATE_TYPE, check_certificate
     from ratchet_stats.dsse import VerificationError, verify_statement
 
-    ensure_tables(engine)
+    ensure_schema(engine)
     # A certificate signed before a key rotation still verifies: every key the history ever trusted counts.
     public_keys = [*as_key_list(public_keys), *keys_ever_trusted(engine)]
     layout = ArtifactLayout(artifacts)
@@ -209,7 +205,7 @@ def store_state(conn: Connection, state: dict[str, Any]) -> None:
 
 def record_failed_night(engine: Engine, run_id: str, job_name: str, partition: str, message: str) -> bool:
     """Store a failed night run once (idempotent by run id); return True when newly recorded."""
-    ensure_tables(engine)
+    ensure_schema(engine)
     with engine.begin() as conn:
         exists = conn.execute(
             sa.select(failed_nights.c.run_id).where(failed_nights.c.run_id == run_id)
@@ -230,7 +226,7 @@ def record_failed_night(engine: Engine, run_id: str, job_name: str, partition: s
 
 def read_audit_log(engine: Engine, limit: int = 1000) -> list[dict[str, Any]]:
     """Release audit-log rows plus the gateway's safety events (``gateway_safety_events``), newest first."""
-    ensure_tables(engine)
+    ensure_schema(engine)
     with engine.connect() as conn:
         rows = [
             {**dict(r), "source": "control-plane", "details": json.loads(r["details"])}

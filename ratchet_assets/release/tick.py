@@ -2,14 +2,14 @@
 
 :func:`decide_tick` takes the current release manifest, the newest certified candidate of each task, the
 e-process tracks from the last tick, the unread audit evidence (batches of :class:`PairRow`, in order) and the
-policy, and returns a :class:`TickPlan`:
+release rule, and returns a :class:`TickPlan`:
 
 1. admissions: the newest candidate of a task enters ``shadow`` when the task is on the teacher or live, releases
-   are not frozen, and its certificate bounds precision at or above the policy's target with a calibrated
+   are not frozen, and its certificate bounds precision at or above the rule's target with a calibrated
    threshold (else it waits, with a line saying why);
-2. the tracks (``policy.serving_tracks``) of the manifest after those admissions, the old ones carried over (a step
+2. the tracks (``decision.serving_tracks``) of the manifest after those admissions, the old ones carried over (a step
    moved by an operator resets promote evidence, never rollback evidence);
-3. at most one decision (``policy.decide`` / ``policy.feed``): first from evidence already in hand (a promotion
+3. at most one decision (``decision.decide`` / ``decision.feed``): first from evidence already in hand (a promotion
    held while frozen), else from the evidence rows in order, stopping at the first promote/rollback; the plan
    says which batches were read to the end and the row it stopped at, so the caller's watermark consumes exactly
    those;
@@ -29,16 +29,16 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
-from ratchet_assets.release.evidence import PairRow
-from ratchet_assets.release.policy import (
+from ratchet_assets.release.decision import (
     LADDER,
     Decision,
-    ReleasePolicy,
+    ReleaseRule,
     Track,
     decide,
     feed,
     serving_tracks,
 )
+from ratchet_assets.release.evidence import PairRow
 from ratchet_core import manifest as mf
 
 
@@ -99,7 +99,7 @@ class TickPlan:
     stop: PairRow | None = None  # the row the decision was made on (read up to and including it)
     holds: list[str] = field(default_factory=list)  # hold lines of the tracks the decision is not about
 
-    def tracks_after(self, policy: ReleasePolicy) -> dict[tuple[str, str], Track]:
+    def tracks_after(self, rule: ReleaseRule) -> dict[tuple[str, str], Track]:
         """The tracks once the decision applies: the decided track moves (promote) or leaves (rollback)."""
         out: dict[tuple[str, str], Track] = {}
         d = self.decision
@@ -107,24 +107,26 @@ class TickPlan:
             if d is None or key != (d.version, d.task):
                 out[key] = t
             elif d.to_step is not None:
-                out[key] = t.at_step(d.to_step, policy.for_task(t.task, self.manifest))
+                out[key] = t.at_step(d.to_step, rule.for_task(t.task, self.manifest))
         return out
 
 
-def certified_at_target(c: Candidate, policy: ReleasePolicy) -> str | None:
-    """Why `c` may not enter shadow under `policy` (None when it may)."""
+def certified_at_target(c: Candidate, rule: ReleaseRule) -> str | None:
+    """Why `c` may not enter shadow under `rule` (None when it may)."""
     if c.problem:
         return c.problem
-    if c.lower_bound is None or c.lower_bound < policy.target:
+    if c.lower_bound is None or c.lower_bound < rule.target:
         bound = "no bound" if c.lower_bound is None else f"lower bound {c.lower_bound:.4f}"
-        return f"its certificate ({c.source}) has {bound} on {c.task}, below the release target {policy.target:g}"
+        return (
+            f"its certificate ({c.source}) has {bound} on {c.task}, below the release target {rule.target:g}"
+        )
     if c.threshold is None:
         return f"its certificate ({c.source}) has no calibrated confidence threshold for {c.task}"
     return None
 
 
 def tracks_for(
-    manifest: mf.Manifest, previous: Mapping[tuple[str, str], Track], policy: ReleasePolicy
+    manifest: mf.Manifest, previous: Mapping[tuple[str, str], Track], rule: ReleaseRule
 ) -> dict[tuple[str, str], Track]:
     """A track per (version, task) serving in `manifest`, carried over from `previous` (moved to its step)."""
     tracks: dict[tuple[str, str], Track] = {}
@@ -132,9 +134,9 @@ def tracks_for(
         for version, step in serving_tracks(rel):
             prev = previous.get((version, task))
             tracks[(version, task)] = (
-                prev.at_step(step, policy.for_task(task, manifest))
+                prev.at_step(step, rule.for_task(task, manifest))
                 if prev
-                else Track.start(version, task, step, policy.for_task(task, manifest))
+                else Track.start(version, task, step, rule.for_task(task, manifest))
             )
     return tracks
 
@@ -144,7 +146,7 @@ def decide_tick(
     candidates: Iterable[Candidate],
     previous: Mapping[tuple[str, str], Track],
     evidence: Iterable[tuple[str, Sequence[PairRow]]],
-    policy: ReleasePolicy,
+    rule: ReleaseRule,
 ) -> TickPlan:
     """One evaluation of release control (module docstring). `candidates` in registration order (the last of a
     task is the newest); `evidence`: (batch name, unread rows) in order, read lazily and only as far as needed."""
@@ -166,7 +168,7 @@ def decide_tick(
         if current.flags.releases_frozen:
             plan.waiting.append(f"{c.version} on {task} waits: releases are frozen")
             continue
-        why_not = certified_at_target(c, policy.for_task(task, current))
+        why_not = certified_at_target(c, rule.for_task(task, current))
         if why_not:
             plan.waiting.append(f"{c.version} on {task} is not admitted: {why_not}")
             continue
@@ -180,7 +182,7 @@ def decide_tick(
         admit(current, adm)
         plan.admissions.append(adm)
     frozen = current.flags.releases_frozen
-    plan.tracks = tracks = tracks_for(current, previous, policy)
+    plan.tracks = tracks = tracks_for(current, previous, rule)
 
     def held(t: Track) -> str:
         rel = current.task(t.task)
@@ -190,7 +192,7 @@ def decide_tick(
 
     decision: Decision | None = None
     for t in tracks.values():  # evidence already in hand (e.g. a promotion held while frozen)
-        d = decide(t, policy.for_task(t.task, current), frozen, held(t))
+        d = decide(t, rule.for_task(t.task, current), frozen, held(t))
         if d.action != "hold":
             decision = d
             break
@@ -200,7 +202,7 @@ def decide_tick(
                 t = tracks.get((row.version, row.task))
                 if t is None or not t.accepts(row.role):
                     continue
-                d, _ = feed(t, [row.error], policy.for_task(t.task, current), frozen, held(t))
+                d, _ = feed(t, [row.error], rule.for_task(t.task, current), frozen, held(t))
                 if d.action != "hold":
                     decision, plan.stop = d, row
                     break
@@ -209,7 +211,7 @@ def decide_tick(
             plan.read.append(name)
     plan.decision = decision
     for t in tracks.values():
-        d = decide(t, policy.for_task(t.task, current), frozen, held(t))
+        d = decide(t, rule.for_task(t.task, current), frozen, held(t))
         if d.action == "hold" and not (decision and (t.version, t.task) == (decision.version, decision.task)):
             plan.holds.append(d.message)
     return plan

@@ -58,7 +58,7 @@ class ReplayError(ValueError):
 
 
 @dataclass
-class Policy:
+class ReplayScenario:
     """What the replay applies. None = what the gateway really applied (the row's threshold, the real audits)."""
 
     threshold: float | None = None
@@ -159,21 +159,25 @@ def _serves(conf: float | None, threshold: float | None, violation_free: bool = 
     return violation_free and (threshold is None or conf >= threshold)
 
 
-def replay(rows: list[dict[str, Any]], task: str, days: list[str], policy: Policy | None = None) -> Replay:
-    """Replay `rows` (one task's ledger rows, :func:`load_rows`) at the real policy and at `policy`."""
+def replay(
+    rows: list[dict[str, Any]], task: str, days: list[str], scenario: ReplayScenario | None = None
+) -> Replay:
+    """Replay `rows` (one task's ledger rows, :func:`load_rows`) as served, and under `scenario` when given."""
     from ratchet_core.routing import unit_hash
 
-    policy = policy or Policy()
+    scenario = scenario or ReplayScenario()
     requests = [r for r in rows if r["kind"] == "request" and r["status_code"] == 200]
     audits = {r["request_id"]: r for r in rows if r["kind"] == "pair" and r["pair_role"] == "audit"}
     shadows = {
         r["request_id"]: r
         for r in rows
-        if r["kind"] == "pair" and r["pair_role"] == "shadow" and r["version"] == policy.candidate
+        if r["kind"] == "pair" and r["pair_role"] == "shadow" and r["version"] == scenario.candidate
     }
     actual, replayed = Outcome(), Outcome()
     what_if = (
-        Outcome() if (policy.threshold, policy.audit_rate, policy.candidate) != (None, None, None) else None
+        Outcome()
+        if (scenario.threshold, scenario.audit_rate, scenario.candidate) != (None, None, None)
+        else None
     )
     answerable = unanswerable = 0
     mismatches: list[str] = []
@@ -214,29 +218,29 @@ def replay(rows: list[dict[str, Any]], task: str, days: list[str], policy: Polic
         if what_if is None:
             continue
         w_conf, w_outcome, w_cost, w_asked = conf, outcome, student_cost, student_asked
-        if policy.candidate is not None:
+        if scenario.candidate is not None:
             sh = shadows.get(rid)
             w_asked = sh is not None
             w_conf = None if sh is None else sh["confidence"]
             w_outcome = None if sh is None else sh["pair_outcome"] == "agree"
             w_cost = 0.0 if sh is None else float(sh["actual_cost_usd"] or 0.0)
-        threshold = policy.threshold if policy.threshold is not None else r["threshold"]
-        if policy.candidate is not None and policy.threshold is None:
+        threshold = scenario.threshold if scenario.threshold is not None else r["threshold"]
+        if scenario.candidate is not None and scenario.threshold is None:
             threshold = None if sh is None else sh["threshold"]
         served = _serves(w_conf, threshold, ok)
         _add(what_if, served, teacher, w_cost, w_asked, w_outcome)
         if served:
-            rate = policy.audit_rate
+            rate = scenario.audit_rate
             audited = (audit_pair is not None) if rate is None else unit_hash("audit", rid) < rate
             if audited:
                 what_if.audits += 1
                 what_if.audit_cost_usd += teacher
-    if policy.candidate is not None:
+    if scenario.candidate is not None:
         notes.append(
-            f"{len(shadows)} request(s) have a shadow answer of {policy.candidate}: only those can be replayed as "
+            f"{len(shadows)} request(s) have a shadow answer of {scenario.candidate}: only those can be replayed as "
             "served by it"
         )
-    if policy.audit_rate is not None:
+    if scenario.audit_rate is not None:
         notes.append(
             "audits: the gateway's deterministic draw (unit_hash('audit', request_id) < rate), exact"
         )
@@ -246,7 +250,7 @@ def replay(rows: list[dict[str, Any]], task: str, days: list[str], policy: Polic
         actual=actual,
         replayed=replayed,
         what_if=what_if,
-        policy={k: v for k, v in asdict(policy).items() if v is not None},
+        policy={k: v for k, v in asdict(scenario).items() if v is not None},
         answerable=answerable,
         unanswerable=unanswerable,
         mismatches=mismatches,

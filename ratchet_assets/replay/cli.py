@@ -46,7 +46,14 @@ def replay_cmd(
     as_json: bool,
 ) -> None:
     """What the stored traffic of TASK would have been served and paid under another threshold/audit rate/target."""
-    from ratchet_assets.replay import Policy, ReplayError, day_range, load_rows, replay, threshold_at_target
+    from ratchet_assets.replay import (
+        ReplayError,
+        ReplayScenario,
+        day_range,
+        load_rows,
+        replay,
+        threshold_at_target,
+    )
     from ratchet_core.settings import load_settings
 
     try:
@@ -72,7 +79,7 @@ def replay_cmd(
                 certificate = str(ArtifactLayout(settings.artifacts_root).certificate(versions[0]))
             threshold = threshold_at_target(certificate, task, target)
         result = replay(
-            rows, task, days, Policy(threshold=threshold, audit_rate=audit_rate, candidate=candidate)
+            rows, task, days, ReplayScenario(threshold=threshold, audit_rate=audit_rate, candidate=candidate)
         )
     except (ReplayError, ValueError, OSError) as exc:
         click.echo(f"error: {exc}", err=True)

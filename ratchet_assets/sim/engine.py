@@ -38,8 +38,8 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
+from ratchet_assets.release.decision import LADDER, Decision, ReleaseRule, Track
 from ratchet_assets.release.evidence import PairRow
-from ratchet_assets.release.policy import LADDER, Decision, ReleasePolicy, Track
 from ratchet_assets.release.tick import (
     Admission,
     Candidate,
@@ -160,7 +160,7 @@ class Deployment:
 @dataclass
 class _State:
     manifest: mf.Manifest
-    policy: ReleasePolicy
+    rule: ReleaseRule
     tracks: dict[tuple[str, str], Track] = field(default_factory=dict)
     pending: list[PairRow] = field(default_factory=list)  # evidence written since the last tick, in order
     candidates: list[Candidate] = field(default_factory=list)  # certified by a night, not admitted yet
@@ -185,7 +185,7 @@ class Simulation:
         self.prices = teacher_prices(config.teacher_model)
         manifest = mf.Manifest.default()
         manifest.flags.audit_rate = config.audit_rate
-        self.s = _State(manifest=manifest, policy=ReleasePolicy(target=config.target))
+        self.s = _State(manifest=manifest, rule=ReleaseRule(target=config.target))
         self.workload = get_workload(config.workload)
         self.pairs_total = {"audit": 0, "shadow": 0}
         self.version_count = 0
@@ -369,7 +369,7 @@ class Simulation:
         """One sensor evaluation: ``decide_tick`` on what is in memory, then apply its plan."""
         s = self.s
         pending = [dataclasses.replace(r, segment="pending", index=k) for k, r in enumerate(s.pending)]
-        plan = decide_tick(s.manifest, s.candidates, s.tracks, [("pending", pending)], s.policy)
+        plan = decide_tick(s.manifest, s.candidates, s.tracks, [("pending", pending)], s.rule)
         for adm in plan.admissions:
             self._admitted(adm, day, i)
         s.tracks = plan.tracks
@@ -387,7 +387,7 @@ class Simulation:
         statuses = {v: st for (v, t), st in s.statuses.items() if t == d.task}
         apply_decision(s.manifest, d, s.history, healthy_versions(statuses, plan.tracks, d.task))
         self._publish(decision_statuses(d, s.manifest.task(d.task)))
-        s.tracks = plan.tracks_after(s.policy)
+        s.tracks = plan.tracks_after(s.rule)
         if d.action == "rollback":
             if dep is not None:
                 dep.rolled_back_day, dep.stage = day, "rolled_back"

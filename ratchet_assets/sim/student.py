@@ -15,7 +15,7 @@ so it can be wrong, and it gives a confidence in [0, 1] for the cascade and Lear
   the rule's training support otherwise, 0.05 when no candidate fits).
 
 It stands in for the LoRA adapter so that a 7-day simulation runs in seconds; ``LoraStudent``
-(``--student lora``) trains the real adapter with ``ratchet_core.lora_trainer.train_lora`` on the demo base and
+(``--student lora``) trains the real adapter with ``ratchet_assets.night.lora_trainer.train_lora`` on the demo base and
 answers by greedy generation in process (minutes per night on a CPU; not used by the tests).
 """
 
@@ -355,7 +355,7 @@ class LoraStudent:
 
     @classmethod
     def train(cls, base_path: Path, train_jsonl: Path, out_dir: Path, seed: int = 0) -> LoraStudent:
-        from ratchet_core.lora_trainer import LoraTrainConfig, train_lora
+        from ratchet_assets.night.lora_trainer import LoraTrainConfig, train_lora
 
         result = train_lora(base_path, train_jsonl, out_dir, LoraTrainConfig(seed=seed))
         return cls(base_path, Path(result.adapter_dir), result.adapter_sha256)

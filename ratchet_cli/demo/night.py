@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any
 
 NIGHT_JOB = "nightly"
-# The sensor's policy (ratchet_assets.defs.release_sensors._policy with NightConfig's default target 0.95).
+# The sensor's release rule (ratchet_assets.defs.release_sensors._release_rule with NightConfig's default target 0.95).
 PROMOTE_TARGET = 0.95
 ROLLBACK_FLOOR = 0.90
 
@@ -185,7 +185,7 @@ def _stop(proc: subprocess.Popen) -> None:
 def release_tick_once(home: Path, state: dict[str, Any] | None) -> tuple[dict[str, Any], str | None]:
     """One release-control evaluation; returns (new state, what it did or None when it held)."""
     from ratchet_assets.release.control import release_tick
-    from ratchet_assets.release.policy import ReleasePolicy
+    from ratchet_assets.release.decision import ReleaseRule
     from ratchet_core.control_db import make_engine
     from ratchet_core.keys import signing_key
     from ratchet_core.settings import load_settings
@@ -199,7 +199,7 @@ def release_tick_once(home: Path, state: dict[str, Any] | None) -> tuple[dict[st
             settings.lake_root,
             Path(settings.artifacts_root),
             state or None,
-            policy=ReleasePolicy(target=PROMOTE_TARGET, floor=ROLLBACK_FLOOR),
+            rule=ReleaseRule(target=PROMOTE_TARGET, floor=ROLLBACK_FLOOR),
         )
     finally:
         engine.dispose()
@@ -230,14 +230,14 @@ def reconcile_adapters_once(home: Path, student_url: str) -> str | None:
 def serving_stages(home: Path, tasks: list[str]) -> dict[str, dict[str, Any]]:
     """Per task: stage, version and canary share from the newest manifest that verifies under the home's key."""
     from ratchet_core import manifest as mf
-    from ratchet_core.control_db import make_engine
+    from ratchet_core.control_db import ensure_schema, make_engine
     from ratchet_core.keys import root_public_keys
     from ratchet_core.settings import load_settings
 
     settings = load_settings()
     engine = make_engine(settings.control_db_url)
     try:
-        mf.ensure_tables(engine)
+        ensure_schema(engine)
         manifest, _ = mf.latest_verified(engine, root_public_keys(settings))
     finally:
         engine.dispose()

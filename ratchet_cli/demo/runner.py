@@ -319,7 +319,7 @@ class DemoRunner:
         self.night(day, Totals())
 
     def run_day(self, day: str) -> Totals:
-        from ratchet_core.loadgen import run_traffic
+        from ratchet_cli.loadgen import run_traffic
 
         index = self.state.index_of(day)
         if self.state.open_day != day:

@@ -16,6 +16,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from .base import (
+    COMPARATORS,
     Example,
     Intent,
     TaskDescription,
@@ -25,7 +26,7 @@ from .base import (
     solve_request,
     validate,
 )
-from .compare import comparator_of, compare, json_equal
+from .comparators import comparator_fn, json_equal
 from .extract import EXTRACT
 from .mixed import MIXED
 from .research import RESEARCH, RESEARCH_TASKS
@@ -83,6 +84,21 @@ def solve(
         raise KeyError(f"unknown task {task!r}: built-in tasks are {', '.join(DESCRIPTIONS)}")
     id_seed = hashlib.sha256(f"{task}\n{last_user_text(messages)}".encode()).hexdigest()
     return solve_request(desc, messages, id_seed)
+
+
+def comparator_of(task_or_comparator: str) -> str:
+    """The comparator name for a task name or comparator name (unknown tasks: ``label``)."""
+    if task_or_comparator in COMPARATORS or task_or_comparator.startswith("custom:"):
+        return task_or_comparator
+    spec = TASKS.get(task_or_comparator)
+    return spec.comparator if spec is not None else "label"
+
+
+def compare(
+    task_or_comparator: str, expected_message: Mapping[str, Any], got_message: Mapping[str, Any] | None
+) -> bool:
+    """True when `got_message` is a correct answer given the correct `expected_message` (see module doc)."""
+    return comparator_fn(comparator_of(task_or_comparator))(expected_message, got_message)
 
 
 __all__ = [

@@ -93,7 +93,7 @@ def _usage(prompt: int, completion: int, reasoning: int) -> dict:
 
 
 def create_app(config: DemoTeacherConfig | None = None) -> FastAPI:
-    """The demo teacher as a FastAPI app (serve with uvicorn, or `ratchet_core.serve.serve_in_thread`)."""
+    """The demo teacher as a FastAPI app (serve it with uvicorn, as `ratchet demo-teacher` does)."""
     config = config or DemoTeacherConfig()
     pricing.warm_up(
         config.model

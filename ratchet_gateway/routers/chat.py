@@ -5,32 +5,11 @@ from __future__ import annotations
 from starlette.requests import Request
 from starlette.responses import Response
 
-from ratchet_core.input_rules import MAX_TASK_NAME_LENGTH, TASK_NAME_PATTERN
+from ratchet_gateway.request_body import CHAT_BODY_OPENAPI
 from ratchet_gateway.responses import error_docs
 
-# The body is read by the handler, not by FastAPI (see below), so its schema is given here for /openapi.json;
-# ``ChatRequest`` is added to the document's components by ``ratchet_gateway.app``.
-_OPENAPI = {
-    "requestBody": {
-        "required": True,
-        "content": {"application/json": {"schema": {"$ref": "#/components/schemas/ChatRequest"}}},
-    },
-    "security": [{"clientKey": []}],
-    "parameters": [
-        {
-            "name": "X-Ratchet-Task",
-            "in": "header",
-            "required": False,
-            "schema": {
-                "type": "string",
-                "pattern": f"^{TASK_NAME_PATTERN}$",
-                "maxLength": MAX_TASK_NAME_LENGTH,
-            },
-            "description": "The request's task when metadata.ratchet_task is absent (default 'default'): 1-64 "
-            "characters of A-Za-z0-9._- (UTF-8; anything else is a 400).",
-        }
-    ],
-}
+# The body is read by the handler, not by FastAPI (see below): its schema comes from CHAT_BODY_OPENAPI.
+_OPENAPI = {**CHAT_BODY_OPENAPI, "security": [{"clientKey": []}]}
 
 
 async def chat_completions(request: Request) -> Response:

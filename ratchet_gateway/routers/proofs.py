@@ -18,10 +18,8 @@ from fastapi import Path as PathParam
 from starlette.requests import Request
 from starlette.responses import Response
 
-from ratchet_core.input_rules import MAX_TASK_NAME_LENGTH, TASK_NAME_PATTERN
 from ratchet_gateway.deps import ClientDep, GatewayDep
 from ratchet_gateway.errors import GatewayError
-from ratchet_gateway.models import parse_chat_body, read_body, task_of, validate_chat_body
 from ratchet_gateway.proofs import (
     client_sent,
     find_request_row,
@@ -29,6 +27,13 @@ from ratchet_gateway.proofs import (
     key_of_row,
     stored_messages,
     valid_version,
+)
+from ratchet_gateway.request_body import (
+    CHAT_BODY_OPENAPI,
+    parse_chat_body,
+    read_body,
+    task_of,
+    validate_chat_body,
 )
 from ratchet_gateway.responses import error_docs, json_response, ratchet_headers
 from ratchet_gateway.state import Gateway
@@ -38,26 +43,6 @@ router = APIRouter(prefix="/ratchet", tags=["proofs"])
 _RID = re.compile(r"^[A-Za-z0-9_.-]{1,128}$")
 Version = Annotated[str, PathParam(description="An adapter version name, e.g. v3-1a2b3c4d.")]
 RequestId = Annotated[str, PathParam(description="An x-ratchet-request-id value.")]
-
-# The body is read like the chat route's (size limit, orjson, one validation), so its schema is given here.
-_BODY_OPENAPI = {
-    "requestBody": {
-        "required": True,
-        "content": {"application/json": {"schema": {"$ref": "#/components/schemas/ChatRequest"}}},
-    },
-    "parameters": [
-        {
-            "name": "X-Ratchet-Task",
-            "in": "header",
-            "required": False,
-            "schema": {
-                "type": "string",
-                "pattern": f"^{TASK_NAME_PATTERN}$",
-                "maxLength": MAX_TASK_NAME_LENGTH,
-            },
-        }
-    ],
-}
 
 
 def _check_version(version: str) -> None:
@@ -112,7 +97,7 @@ async def _prove(gw: Gateway, version: str, key: str) -> Response:
 @router.post(
     "/proofs/{version}",
     summary="Was this chat body in adapter `version`'s training set? (membership or non-membership proof)",
-    openapi_extra=_BODY_OPENAPI,
+    openapi_extra=CHAT_BODY_OPENAPI,  # the body is read like the chat route's
     responses=error_docs(400, 401, 404, 413),
 )
 async def proof_for_body(version: Version, request: Request, gw: GatewayDep, client: ClientDep) -> Response:

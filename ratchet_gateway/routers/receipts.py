@@ -7,7 +7,7 @@ Files read (written by ``ratchet_assets.night.receipts``; paths from ``ratchet_c
 - ``rows.parquet``: the Merkle leaves in tree order, columns ``index``, ``request_id``, ``client``, ``leaf`` (the
   canonical JSON text that is hashed, RFC 9162 leaf = SHA-256(0x00 || leaf)).
 
-``GET /ratchet/receipts/{day}`` returns the calling client's view (``ratchet_core.receipt_views.client_view``):
+``GET /ratchet/receipts/{day}`` returns the calling client's view (``ratchet_gateway.receipt_views.client_view``):
 the signed envelope, its own totals line with an inclusion proof against the signed client root and the estimate
 lines of its tasks, never another client's name or totals (check it with ``ratchet verify receipt --client-proof
 FILE``). For a v3 receipt it is read from the stored client and estimate lines alone (``clients.jsonl``,
@@ -78,7 +78,7 @@ async def receipt(day: Day, gw: GatewayDep, client: ClientDep, rows: WithRows = 
     if not _DAY.match(day):
         raise GatewayError(400, "day must be YYYY-MM-DD")
     folder = _receipt_folder(gw, day)
-    from ratchet_core.receipt_views import client_view
+    from ratchet_gateway.receipt_views import client_view
 
     return json_response(await asyncio.to_thread(client_view, folder, day, client, rows))
 
@@ -93,7 +93,7 @@ async def receipt_audit(day: Day, gw: GatewayDep) -> Response:
     if not _DAY.match(day):
         raise GatewayError(400, "day must be YYYY-MM-DD")
     folder = _receipt_folder(gw, day)
-    from ratchet_core.receipt_views import auditor_view
+    from ratchet_gateway.receipt_views import auditor_view
 
     return json_response(await asyncio.to_thread(auditor_view, folder, day))
 

@@ -27,8 +27,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ratchet_core.chat_encoding import TRAIN_META_FILE, cut_prompt, encode
 from ratchet_core.chat_format import TURN_MARKER
-from ratchet_core.lora_trainer import TRAIN_META_FILE, cut_prompt, encode
 
 _IDENTITY_ADAPTER = "__ratchet_identity__"
 # The text a model writes when it runs on into a new turn; never part of an answer.

@@ -38,8 +38,9 @@ def golden_exact(base: Path, adapter: Path, golden) -> list[bool]:
     from peft import PeftModel
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
+    from ratchet_assets.night.lora_trainer import _exact_rows
+    from ratchet_core.chat_encoding import TRAIN_META_FILE, cut_prompt, encode
     from ratchet_core.chat_format import render_prompt, render_target
-    from ratchet_core.lora_trainer import TRAIN_META_FILE, _exact_rows, cut_prompt, encode
 
     window = json.loads((adapter / TRAIN_META_FILE).read_text())["prompt_window"]
     tok = AutoTokenizer.from_pretrained(base)
@@ -70,11 +71,11 @@ def main() -> int:
     from ratchet_assets.night.evaluate import load_golden
     from ratchet_assets.night.examples import build_examples
     from ratchet_assets.night.fixtures import write_day
+    from ratchet_assets.night.lora_trainer import train_lora
     from ratchet_assets.night.split import split_golden
     from ratchet_assets.night.traffic import consolidate_traffic
     from ratchet_assets.night.training_set import build_training_set
     from ratchet_core import workloads
-    from ratchet_core.lora_trainer import train_lora
     from ratchet_core.student_model import ensure_demo_base
     from ratchet_stats.bounds import clopper_pearson_lower
 

@@ -184,7 +184,7 @@ def test_the_same_data_in_two_homes_gives_the_same_version_and_the_learner_repor
         and sum(t["rows"] for t in per_task.values()) == learner["validation_rows"]
     )
     assert first["examples"] + learner["validation_rows"] == one["train"].rows
-    from ratchet_assets.night.bom_builder import P_LEARNER, learner_properties
+    from ratchet_assets.night.bom_document import P_LEARNER, learner_properties
 
     props = learner_properties({"steps": first["steps"], **learner})
     assert (

@@ -7,10 +7,11 @@ import json
 
 import pytest
 
-from ratchet_assets.night import bom_builder as BB
-from ratchet_stats import bom as B
+from ratchet_assets.night import bom_document as BD
+from ratchet_stats import bom_format as B
 from ratchet_stats import certificate as CERT
 from ratchet_stats import commitment as C
+from ratchet_stats.canonical import sha256_hex
 from ratchet_stats.dsse import make_statement, sign_statement
 from ratchet_stats.keys import generate_private_key, public_key_b64
 
@@ -41,20 +42,20 @@ def built(tmp_path, signing_key):
     adapter.mkdir()
     (adapter / "adapter_config.json").write_text('{"r": 8}')
     (adapter / "adapter_model.safetensors").write_bytes(b"\x00weights" * 10)
-    files = BB.adapter_file_hashes(adapter)
-    train = BB.DataSet(
+    files = CERT.adapter_file_hashes(adapter)
+    train = BD.DataSet(
         "training-set 2026-01-02",
         "teacher answers, 7 days",
         C.key_commitment(TRAIN_KEYS),
         C.row_commitment({"i": i} for i in range(60)),
     )
-    golden = BB.DataSet(
+    golden = BD.DataSet(
         "golden-set 2026-01-02",
         "held-out teacher answers",
         C.key_commitment(GOLDEN_KEYS),
         C.row_commitment({"g": i} for i in range(20)),
     )
-    notice = BB.build_notice(
+    notice = BD.build_notice(
         version="v1-0123abcd",
         base_name="ratchet-demo-base",
         base_license_id="Apache-2.0",
@@ -62,7 +63,7 @@ def built(tmp_path, signing_key):
         teacher_model="openai/demo-teacher",
     ).encode()
     cert = _certificate()
-    bom = BB.build_bom(
+    bom = BD.build_bom(
         version="v1-0123abcd",
         adapter_files=files,
         hyperparameters={"rank": 8, "lr": 0.005, "target_modules": "all-linear"},
@@ -73,7 +74,7 @@ def built(tmp_path, signing_key):
         teacher_model="openai/demo-teacher",
         certificate=cert,
         certificate_sha256="1" * 64,
-        notice_sha256=BB.hashlib.sha256(notice).hexdigest(),
+        notice_sha256=sha256_hex(notice),
         code="0.1.0+gtest",
         learner={
             "steps": 192, "epochs_run": 8, "best_epoch": 8, "stopped": "all 8 epochs", "validation_rows": 40,

@@ -6,8 +6,8 @@ import pytest
 from fastapi import FastAPI, Request
 
 from ratchet_assets.night import evaluate as ev
-from ratchet_core.serve import serve_in_thread
 from ratchet_stats.canonical import canonical_json
+from tests.serve import serve_in_thread
 
 from .conftest import key_of
 
@@ -74,7 +74,7 @@ def test_golden_leaf_is_canonical_row():
 
 
 def test_unreachable_endpoint_says_what_to_do():
-    from ratchet_core.serve import free_port
+    from tests.serve import free_port
 
     with pytest.raises(ev.EvaluationError, match="student-server"):
         ev.loaded_models(f"http://127.0.0.1:{free_port()}/v1")

@@ -20,16 +20,16 @@ pytestmark = pytest.mark.slow  # a Dagster run of the upstream night: ~10 s idle
 def test_training_paused_skips_the_adapter_and_everything_after_it(tmp_path):
     from ratchet_assets.effects import EffectLedger
     from ratchet_assets.night.fixtures import write_day
-    from ratchet_core.control_db import make_engine
-    from ratchet_core.manifest import ensure_tables, write_signed_manifest
+    from ratchet_core.control_db import ensure_schema, make_engine
     from ratchet_stats.keys import generate_private_key, save_private_key
+    from tests.evidence.manifests import write_signed_manifest
 
     home = tmp_path / "home"
     key = generate_private_key()
     save_private_key(key, home / "keys" / "signing.key")
     write_day(home / "lake", DAY, 80, seed=3, workload="tickets", student_share=0.0)
     engine = make_engine(f"sqlite:///{(home / 'control.db').as_posix()}")
-    ensure_tables(engine)
+    ensure_schema(engine)
     write_signed_manifest(engine, key, flags={"training_paused": True}, reason="pause training for the test")
 
     result = dg.materialize(

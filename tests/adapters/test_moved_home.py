@@ -45,8 +45,8 @@ LOW_TARGET = {"target": 0.01, "delta": 0.5, "max_tokens": 16}
 
 def _night(home: Path) -> dg.ExecuteInProcessResult:
     """The night of DAY in `home`: its own Dagster instance (home/dagster) and a student server on its base."""
-    from ratchet_core.serve import serve_in_thread
     from ratchet_gateway.student_server.app import create_app
+    from tests.serve import serve_in_thread
 
     (home / "dagster").mkdir(exist_ok=True)
     instance = dg.DagsterInstance.local_temp(tempdir=str(home / "dagster"))

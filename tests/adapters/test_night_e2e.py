@@ -86,9 +86,9 @@ def _effects(home: Path, effect_type: str) -> list:
 
 @pytest.fixture(scope="module")
 def env(tmp_path_factory):
-    from ratchet_core.serve import serve_in_thread
     from ratchet_gateway.student_server.app import create_app
     from ratchet_stats.keys import public_key_b64
+    from tests.serve import serve_in_thread
 
     home = tmp_path_factory.mktemp("night") / "home"
     key = home_with_a_day(home, DAY1, 900, seed=1)
@@ -189,7 +189,7 @@ def test_proofs_for_a_trained_and_a_golden_example(env, first_night, tmp_path):
     for key, expect in ((train_key, "member"), (golden_key, "absent")):
         path = tmp_path / f"{expect}.json"
         res = runner.invoke(
-            proof, ["make", "--keys", str(out / "train-keys.txt"), "--key", key, "--out", str(path)]
+            proof, ["make", "--keys", str(out / "train-keys.txt"), "--example-key", key, "--out", str(path)]
         )
         assert res.exit_code == 0, res.output
         res = run_cli("verify", "proof", "--bom", str(out / "bom.dsse.json"), "--proof", str(path), "--key",
@@ -276,13 +276,13 @@ def test_export_adapter_copies_verified_files(env, first_night, tmp_path):
 
 def test_new_config_trains_v2_and_is_compared_with_the_live_version(env, first_night):
     """With v1 live on tickets, a candidate trained with another config gets McNemar against v1 on the same rows."""
-    from ratchet_core.control_db import make_engine
-    from ratchet_core.manifest import ensure_tables, write_signed_manifest
+    from ratchet_core.control_db import ensure_schema, make_engine
     from ratchet_stats.keys import load_private_key_file
+    from tests.evidence.manifests import write_signed_manifest
 
     live = first_night.record["version"]
     engine = make_engine(f"sqlite:///{(env.home / 'control.db').as_posix()}")
-    ensure_tables(engine)
+    ensure_schema(engine)
     key = load_private_key_file(env.home / "keys" / "signing.key")
     write_signed_manifest(
         engine, key, tasks={"tickets": {"stage": "live", "version": live}}, reason="v1 live"

@@ -61,16 +61,16 @@ def test_proof_make_and_disjoint_from_key_lists(tmp_path):
     golden = tmp_path / "golden-keys.txt"
     golden.write_text("\n".join(key_of(i) for i in range(1, 10, 2)) + "\n")
     runner = CliRunner()
-    res = runner.invoke(proof, ["make", "--keys", str(train), "--key", key_of(4)])
+    res = runner.invoke(proof, ["make", "--keys", str(train), "--example-key", key_of(4)])
     assert res.exit_code == 0, res.output
     made = json.loads(res.output)
     assert verify_key_proof(made, made["root"], made["size"]) == (key_of(4), True)
-    res = runner.invoke(proof, ["make", "--keys", str(train), "--key", key_of(5)])
+    res = runner.invoke(proof, ["make", "--keys", str(train), "--example-key", key_of(5)])
     assert json.loads(res.output)["kind"] == "non-membership"
     res = runner.invoke(proof, ["disjoint", "--train-keys", str(train), "--golden-keys", str(golden)])
     assert res.exit_code == 0 and len(json.loads(res.output)["proofs"]) == 5
     golden.write_text(key_of(2) + "\n")
     res = runner.invoke(proof, ["disjoint", "--train-keys", str(train), "--golden-keys", str(golden)])
     assert res.exit_code != 0 and "golden key" in res.output
-    res = runner.invoke(proof, ["make", "--keys", str(train), "--key", "nothex"])
+    res = runner.invoke(proof, ["make", "--keys", str(train), "--example-key", "nothex"])
     assert res.exit_code == 2 and "64 lowercase hex" in res.output

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from ratchet_core.serve import serve_in_thread
 from ratchet_core.settings import Settings
+from tests.serve import serve_in_thread
 
 SCOUT_KEY = "sk-scout-0123456789abcdef"
 ADMIN_KEY = "admin-key-for-agent-tests"

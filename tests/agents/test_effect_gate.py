@@ -12,7 +12,7 @@ from click.testing import CliRunner
 
 from ratchet_assets.effects import EffectLedger
 from ratchet_core.control_db import make_engine
-from ratchet_core.serve import serve_in_thread
+from tests.serve import serve_in_thread
 
 ADMIN_KEY = "sk-admin-gate"
 CLIENTS = [("scout", "sk-scout"), ("other", "sk-other")]
@@ -194,7 +194,7 @@ def test_ratchet_effects_serve_reads_the_settings_and_serves_the_gate(tmp_path) 
     import sys
     import time
 
-    from ratchet_core.serve import free_port
+    from tests.serve import free_port
 
     port = free_port()
     env = {k: v for k, v in os.environ.items() if not k.startswith("RATCHET_")}

@@ -10,8 +10,8 @@ import pytest
 import sqlalchemy as sa
 from click.testing import CliRunner
 
-from ratchet_assets.effects import EffectLedger, StaleToken, ensure_tables
-from ratchet_core.control_db import make_engine
+from ratchet_assets.effects import EffectLedger, StaleToken
+from ratchet_core.control_db import ensure_schema, make_engine
 
 
 class Clock:
@@ -35,7 +35,7 @@ def _begin_in_child(url: str, barrier, out) -> None:
 
 def test_eight_processes_begin_one_key_exactly_one_executes(url: str) -> None:
     engine = sa.create_engine(url)  # not make_engine: forked children must not share its pool
-    ensure_tables(engine)
+    ensure_schema(engine)
     engine.dispose()
     ctx = mp.get_context("fork")
     barrier, out = ctx.Barrier(8), ctx.Queue()
@@ -172,7 +172,8 @@ def test_admin_erase_records_an_erasure(url: str, tmp_path: Path) -> None:
     )
     assert ok.exit_code == 0, ok.output
     both = runner.invoke(
-        admin, ["erase", "--request-id", "a", "--key", "b", "--reason", "user asked", "--control-db", url]
+        admin,
+        ["erase", "--request-id", "a", "--example-key", "b", "--reason", "user asked", "--control-db", url],
     )
     assert both.exit_code == 2 and "exactly one" in both.output
     short = runner.invoke(admin, ["erase", "--request-id", "b", "--reason", "x", "--control-db", url])

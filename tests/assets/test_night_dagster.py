@@ -179,9 +179,9 @@ def test_a_ui_rerun_without_run_config_reuses_the_demo_nights_adapter(home: Path
     from ratchet_assets.effects import EffectLedger
     from ratchet_assets.night.fixtures import write_day
     from ratchet_cli.demo.night import night_run_config
-    from ratchet_core.serve import serve_in_thread
     from ratchet_core.student_model import ensure_demo_base
     from ratchet_gateway.student_server.app import create_app
+    from tests.serve import serve_in_thread
 
     assert night_run_config() is None  # what the demo passes with its default options
     write_day(home / "lake", DAY1, 300, seed=5, workload="tickets", student_share=0.0)

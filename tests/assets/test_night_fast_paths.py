@@ -28,7 +28,7 @@ from ratchet_assets.night.receipts import leaf_rows, receipt_leaves
 from ratchet_assets.night.traffic import consolidate_traffic
 from ratchet_core.example_key import example_key
 from ratchet_stats.canonical import canonical_json
-from ratchet_stats.receipt_v2 import totals_from_rows
+from ratchet_stats.receipt.v2 import totals_from_rows
 
 from .conftest import DAY1
 
@@ -158,7 +158,7 @@ def test_receipt_leaves_and_totals_match_the_definition(tmp_path: Path) -> None:
     got = [leaf.encode() for b in batches for leaf in b["leaf"].to_pylist()]
     assert got == [canonical_json(r) for r in want]
     # The set-wise totals (per batch, student rows priced once per distinct prompt length) are the per-row
-    # definition the verifier applies (ratchet_stats.receipt_v2.totals_from_rows).
+    # definition the verifier applies (ratchet_stats.receipt.v2.totals_from_rows).
     from ratchet_assets.night.receipts import _DayTotals
     from ratchet_stats import teacher_equivalent as te
 

@@ -190,8 +190,9 @@ def test_no_golden_key_ever_appears_in_any_training_set(tmp_path_factory, days, 
 
 
 def test_fast_canonical_text_matches_canonical_json_and_rejects_nan() -> None:
-    from ratchet_assets.night import canonical_text, loads_strict
+    from ratchet_assets.night import canonical_text
     from ratchet_core.workloads import get_workload
+    from ratchet_stats.canonical import loads_strict
 
     values = [ex.messages for ex in get_workload("mixed").generate(30, seed=9)]
     values += [{"b": 1.5, "a": [None, True, "é\u0001"]}, {"\U0001f600": 1, "\uffff": 2, "z": "\U0001f600"}]

@@ -22,11 +22,20 @@ from ratchet_assets.night.traffic import consolidate_traffic
 from ratchet_core.control_db import make_engine
 from ratchet_core.layout import ArtifactLayout
 from ratchet_core.pricing import model_prices
-from ratchet_core.receipt_views import auditor_view, client_view
-from ratchet_stats import receipt_v2, receipt_v3
+from ratchet_gateway.receipt_views import auditor_view, client_view
+from ratchet_stats.canonical import canonical_json
 from ratchet_stats.cli import main as stats_main
 from ratchet_stats.keys import generate_private_key, load_private_key_file, load_public_key
-from ratchet_stats.receipt import ReceiptError, verify_client_view, verify_receipt
+from ratchet_stats.receipt import (
+    CURRENT,
+    ReceiptError,
+    common,
+    v1,
+    v2,
+    v3,
+    verify_client_view,
+    verify_receipt,
+)
 
 from .conftest import DAY1, DAY2
 
@@ -56,7 +65,7 @@ def _files(s: dict, day: str, tmp_path: Path) -> dict:
         "envelope": layout.receipt_envelope(day).read_bytes(),
         "clients": layout.receipt_clients(day).read_bytes().splitlines(),
         "estimates": layout.receipt_estimates(day).read_bytes().splitlines(),
-        "pairs": (layout.receipt_dir(day) / receipt_v3.PAIRS_FILE).read_bytes().splitlines(),
+        "pairs": (layout.receipt_dir(day) / v3.PAIRS_FILE).read_bytes().splitlines(),
         "leaves": export_rows_jsonl(s["art"], day, tmp_path / f"rows-{day}.jsonl").read_bytes().splitlines(),
     }
 
@@ -227,7 +236,7 @@ def test_tampering_fails_naming_the_check(signed: dict, tmp_path: Path) -> None:
     line = json.loads(f["clients"][0])
     line["totals"]["actual_cost_micro_usd"] -= 5
     line["totals"]["saved_micro_usd"] += 5
-    forged = receipt_v3.client_leaf(line["client"], line["salt"], line["tasks"], line["totals"])
+    forged = v3.client_leaf(line["client"], line["salt"], line["tasks"], line["totals"])
     _fails("clients", f["envelope"], pub, clients=[forged, *f["clients"][1:]])
     # The pair calls: a dropped pair line, a cheaper one, a client line that leaves them out of what was paid.
     pairs = f["pairs"]
@@ -235,17 +244,17 @@ def test_tampering_fails_naming_the_check(signed: dict, tmp_path: Path) -> None:
     assert "dropped?" in _fails("pairs", f["envelope"], pub, **{**full, "pairs": pairs[1:]})
     cheaper = json.loads(pairs[0])
     cheaper["actual_cost_usd"] = 0.0
-    _fails("pairs", f["envelope"], pub, **{**full, "pairs": [receipt_v2.canonical_json(cheaper), *pairs[1:]]})
+    _fails("pairs", f["envelope"], pub, **{**full, "pairs": [canonical_json(cheaper), *pairs[1:]]})
     line = json.loads(f["clients"][0])
     t = line["totals"]
     t["actual_cost_micro_usd"] -= t["pair_cost_micro_usd"]
     t["saved_micro_usd"] += t["pair_cost_micro_usd"]
     t["pair_cost_micro_usd"] = 0
-    forged = receipt_v3.client_leaf(line["client"], line["salt"], line["tasks"], t)
+    forged = v3.client_leaf(line["client"], line["salt"], line["tasks"], t)
     _fails("clients", f["envelope"], pub, clients=[forged, *f["clients"][1:]])
     est = json.loads(f["estimates"][0])
     est["from_audits"]["completion_tokens"] += 100
-    _fails("estimates", f["envelope"], pub, estimates=[receipt_v2.canonical_json(est), *f["estimates"][1:]])
+    _fails("estimates", f["envelope"], pub, estimates=[canonical_json(est), *f["estimates"][1:]])
     # A broken chain, and a carried estimate that is not the previous receipt's.
     _fails("chain", f["envelope"], pub, prev_envelope=f["envelope"])
     prev = {json.loads(b)["task"]: json.loads(b) for b in f["estimates"]}
@@ -253,7 +262,7 @@ def test_tampering_fails_naming_the_check(signed: dict, tmp_path: Path) -> None:
     task = next(iter(now))
     now[task]["from_requests"]["answers"] += 1
     with pytest.raises(ReceiptError) as info:
-        receipt_v2.check_chained_estimates(now, prev, DAY2)
+        common.check_chained_estimates(now, prev, DAY2)
     assert info.value.check == "chain"
     # A proof with a swapped leaf.
     rows = pq.read_table(layout.receipt_rows(DAY2))
@@ -269,11 +278,9 @@ def test_tampering_fails_naming_the_check(signed: dict, tmp_path: Path) -> None:
 
 
 def test_v1_receipts_still_verify_and_chain_into_v3(two_days: Path, tmp_path: Path) -> None:
-    from ratchet_assets.night import atomic_write_bytes
-    from ratchet_stats.canonical import canonical_json
+    from ratchet_core.lake import atomic_write_bytes
     from ratchet_stats.dsse import make_statement, sign_statement
     from ratchet_stats.merkle import root
-    from ratchet_stats.receipt import LEAF_FIELDS, PREDICATE_TYPE, make_predicate, totals_from_rows
 
     art = two_days / "artifacts"
     key = load_private_key_file(two_days / "keys" / "signing.key")
@@ -281,15 +288,15 @@ def test_v1_receipts_still_verify_and_chain_into_v3(two_days: Path, tmp_path: Pa
     consolidate_traffic(two_days / "lake", art, DAY1)
     rows = pq.read_table(ArtifactLayout(art).traffic_file(DAY1)).to_pylist()
     v1_rows = [
-        {k: (r[k].strftime("%Y-%m-%dT%H:%M:%S.%fZ") if k == "ts" else r[k]) for k in LEAF_FIELDS}
+        {k: (r[k].strftime("%Y-%m-%dT%H:%M:%S.%fZ") if k == "ts" else r[k]) for k in v1.LEAF_FIELDS}
         for r in sorted(rows, key=lambda r: r["request_id"])
         if r["kind"] == "request"
     ]
     leaves = [canonical_json(r) for r in v1_rows]
-    clients, _ = totals_from_rows(v1_rows)
-    predicate = make_predicate(DAY1, root(leaves).hex(), len(leaves), clients, None)
+    clients, _ = v1.totals_from_rows(v1_rows)
+    predicate = v1.make_predicate(DAY1, root(leaves).hex(), len(leaves), clients, None)
     statement = make_statement(
-        PREDICATE_TYPE, predicate, [{"name": "r", "digest": {"sha256": root(leaves).hex()}}]
+        v1.PREDICATE_TYPE, predicate, [{"name": "r", "digest": {"sha256": root(leaves).hex()}}]
     )
     layout = ArtifactLayout(art)
     layout.receipt_dir(DAY1).mkdir(parents=True)
@@ -312,12 +319,12 @@ def test_v1_receipts_still_verify_and_chain_into_v3(two_days: Path, tmp_path: Pa
     ledger = EffectLedger(make_engine(f"sqlite:///{(tmp_path / 'c.db').as_posix()}"))
     r2 = build_receipt(art, DAY2, key, ledger, teacher_model=TEACHER)
     assert r2.previous["day"] == DAY1 and all(e["source"] != "previous" for e in r2.estimates)
-    v2 = verify_receipt(
+    after = verify_receipt(
         layout.receipt_envelope(DAY2).read_bytes(),
         pub,
         prev_envelope=layout.receipt_envelope(DAY1).read_bytes(),
     )
-    assert v2["version"] == 3 and "chain" in v2["checks"]
+    assert after["version"] == 3 and "chain" in after["checks"]
     # A client asking for the v1 day gets its rows and its entry, never the envelope that names everyone.
     view = client_view(layout.receipt_dir(DAY1), DAY1, "acme")
     assert view["envelope"] is None and view["version"] == 1 and view["totals"] == clients["acme"]
@@ -326,10 +333,8 @@ def test_v1_receipts_still_verify_and_chain_into_v3(two_days: Path, tmp_path: Pa
 
 def test_v2_receipts_still_verify_and_chain_into_v3(two_days: Path, tmp_path: Path) -> None:
     """A v2 receipt (signed before pairs counted) verifies with its rows; the v3 day after carries its estimates."""
-    from ratchet_assets.night import atomic_write_bytes
-    from ratchet_stats.canonical import canonical_json
+    from ratchet_core.lake import atomic_write_bytes
     from ratchet_stats.dsse import make_statement, sign_statement
-    from ratchet_stats.receipt import PREDICATE_TYPE_V2
 
     art = two_days / "artifacts"
     key = load_private_key_file(two_days / "keys" / "signing.key")
@@ -342,15 +347,13 @@ def test_v2_receipts_still_verify_and_chain_into_v3(two_days: Path, tmp_path: Pa
     leaves = [s.encode() for s in pq.read_table(layout.receipt_rows(DAY1))["leaf"].to_pylist()]
     estimates = layout.receipt_estimates(DAY1).read_bytes().splitlines()
     lines = {json.loads(b)["task"]: json.loads(b) for b in estimates}
-    totals, first = receipt_v2.totals_from_rows([json.loads(b) for b in leaves], lines, r1.prices)
-    clients = [
-        receipt_v2.client_leaf(c, receipt_v2.client_salt(DAY1, c, first[c]), t) for c, t in totals.items()
-    ]
-    predicate = receipt_v2.make_predicate(DAY1, r1.root, r1.size, clients, estimates, r1.prices, None)
-    statement = make_statement(PREDICATE_TYPE_V2, predicate, receipt_v2.subjects(DAY1, predicate))
+    totals, first = v2.totals_from_rows([json.loads(b) for b in leaves], lines, r1.prices)
+    clients = [v2.client_leaf(c, common.client_salt(DAY1, c, first[c]), t) for c, t in totals.items()]
+    predicate = v2.make_predicate(DAY1, r1.root, r1.size, clients, estimates, r1.prices, None)
+    statement = make_statement(v2.PREDICATE_TYPE, predicate, v2.subjects(DAY1, predicate))
     atomic_write_bytes(layout.receipt_envelope(DAY1), canonical_json(sign_statement(statement, key)))
     atomic_write_bytes(layout.receipt_clients(DAY1), b"".join(c + b"\n" for c in clients))
-    (layout.receipt_dir(DAY1) / receipt_v3.PAIRS_FILE).unlink()
+    (layout.receipt_dir(DAY1) / v3.PAIRS_FILE).unlink()
     env1 = layout.receipt_envelope(DAY1).read_bytes()
     report = verify_receipt(env1, pub, leaves=leaves, clients=clients, estimates=estimates)
     assert report["version"] == 2 and report["checks"][-1] == "rows"
@@ -366,7 +369,7 @@ def test_v2_receipts_still_verify_and_chain_into_v3(two_days: Path, tmp_path: Pa
     ledger = EffectLedger(make_engine(f"sqlite:///{(tmp_path / 'c.db').as_posix()}"))
     build_receipt(art, DAY2, key, ledger, teacher_model=TEACHER)
     f = _files({"art": art, "layout": layout}, DAY2, tmp_path)
-    v3 = verify_receipt(
+    after = verify_receipt(
         f["envelope"],
         pub,
         prev_envelope=env1,
@@ -376,7 +379,9 @@ def test_v2_receipts_still_verify_and_chain_into_v3(two_days: Path, tmp_path: Pa
         estimates=f["estimates"],
         pairs=f["pairs"],
     )
-    assert v3["version"] == 3 and "chained-estimates" in v3["checks"] and v3["checks"][-1] == "rows"
+    # The night signs the current format (CURRENT), chained to the v2 day's estimates.
+    assert after["version"] == CURRENT.version == 3
+    assert "chained-estimates" in after["checks"] and after["checks"][-1] == "rows"
 
 
 def test_cli_verify_receipt_auditor_and_client(signed: dict, tmp_path: Path, capsys) -> None:
@@ -436,7 +441,7 @@ def test_segments_sealed_before_teacher_prompt_tokens_existed_still_make_a_recei
         leaves=export_rows_jsonl(art, DAY1, tmp_path / "rows.jsonl").read_bytes().splitlines(),
         clients=layout.receipt_clients(DAY1).read_bytes().splitlines(),
         estimates=layout.receipt_estimates(DAY1).read_bytes().splitlines(),
-        pairs=(layout.receipt_dir(DAY1) / receipt_v3.PAIRS_FILE).read_bytes().splitlines(),
+        pairs=(layout.receipt_dir(DAY1) / v3.PAIRS_FILE).read_bytes().splitlines(),
     )
     assert report["checks"][-1] == "rows" and report["size"] > 0
 

@@ -16,8 +16,8 @@ import httpx
 import pytest
 
 from ratchet_core.home_files import read_student_key, student_key_path, tighten
-from ratchet_core.serve import free_port
 from ratchet_core.settings import Settings
+from tests.serve import free_port
 
 REPO = Path(__file__).resolve().parents[2]
 

@@ -7,9 +7,11 @@ import json
 import pytest
 import sqlalchemy as sa
 
+from ratchet_assets.release import key_rotation
+from ratchet_core import key_history as KH
 from ratchet_core import keys as K
 from ratchet_core import manifest as mf
-from ratchet_core.control_db import make_engine, release_manifests, trusted_keys
+from ratchet_core.control_db import ensure_schema, make_engine, release_manifests, trusted_keys
 from ratchet_core.settings import load_settings
 from ratchet_stats.keys import (
     generate_private_key,
@@ -18,12 +20,13 @@ from ratchet_stats.keys import (
     public_key_pem,
     save_private_key,
 )
+from tests.evidence.manifests import write_signed_manifest
 
 
 @pytest.fixture
 def engine(tmp_path):
     e = make_engine(f"sqlite:///{(tmp_path / 'control.db').as_posix()}")
-    mf.ensure_tables(e)
+    ensure_schema(e)
     return e
 
 
@@ -82,7 +85,7 @@ def _publish(engine, key, stage="shadow", reason="a change for the test"):
 def test_the_first_publisher_is_the_anchor_and_any_other_key_fails_before_writing(engine) -> None:
     k1, k2 = generate_private_key(), generate_private_key()
     _publish(engine, k1)
-    state = K.key_state(engine)
+    state = KH.key_state(engine)
     assert list(state.trusted) == [key_id(k1)] and state.changes[0].action == "add"
     manifests, history = _count(engine, release_manifests), _count(engine, trusted_keys)
     with pytest.raises(mf.ManifestError, match="not trusted by the gateways") as err:
@@ -93,17 +96,17 @@ def test_the_first_publisher_is_the_anchor_and_any_other_key_fails_before_writin
 
 def test_a_database_from_before_trusted_keys_anchors_only_the_key_that_signed_its_manifests(engine) -> None:
     k1, k2 = generate_private_key(), generate_private_key()
-    mf.write_signed_manifest(engine, k1, tasks={"t": {"stage": "shadow", "version": "v1"}})  # no key history
+    write_signed_manifest(engine, k1, tasks={"t": {"stage": "shadow", "version": "v1"}})  # no key history
     with pytest.raises(mf.ManifestError, match="signed none of the release manifests"):
         _publish(engine, k2)
     assert _count(engine, trusted_keys) == 0
     _publish(engine, k1)
-    assert list(K.key_state(engine).trusted) == [key_id(k1)]
+    assert list(KH.key_state(engine).trusted) == [key_id(k1)]
 
 
 def _rotate(engine, old, new, reason="scheduled rotation"):
     with engine.begin() as conn:
-        return K.rotate(conn, old, new, "ops", reason)
+        return key_rotation.rotate(conn, old, new, "ops", reason)
 
 
 def test_rotation_gateways_follow_it_and_the_old_key_can_no_longer_publish(engine) -> None:
@@ -122,49 +125,49 @@ def test_rotation_gateways_follow_it_and_the_old_key_can_no_longer_publish(engin
     for roots in ([k1.public_key()], [k2.public_key()]):
         latest, _ = mf.latest_verified(engine, roots)
         assert latest.sequence == new.sequence and latest.task("t").stage == "canary"
-        assert [key_id(k) for k in K.trusted_keys(engine, roots)] == [key_id(k2)]
-    mf.write_signed_manifest(engine, k1, tasks={"t": {"stage": "live", "version": "v9"}})
+        assert [key_id(k) for k in KH.trusted_keys(engine, roots)] == [key_id(k2)]
+    write_signed_manifest(engine, k1, tasks={"t": {"stage": "live", "version": "v9"}})
     latest, rejected = mf.latest_verified(engine, [k1.public_key()])
     assert latest.sequence == new.sequence and rejected == 1
     # Old documents still verify with the history: both keys were trusted once.
-    assert {key_id(k) for k in K.keys_ever_trusted(engine)} == {key_id(k1), key_id(k2)}
+    assert {key_id(k) for k in KH.keys_ever_trusted(engine)} == {key_id(k1), key_id(k2)}
     assert all(h["verified"] for h in mf.history(engine, k2.public_key()) if h["sequence"] < 4)
 
 
 def test_forged_and_tampered_history_rows_never_widen_trust(engine) -> None:
     k1, evil = generate_private_key(), generate_private_key()
     _publish(engine, k1)
-    real = K.key_state(engine)
-    fake = K.KeyState({key_id(evil): evil.public_key()}, {}, real.changes)  # pretend evil were trusted
+    real = KH.key_state(engine)
+    fake = KH.KeyState({key_id(evil): evil.public_key()}, {}, real.changes)  # pretend evil were trusted
     with engine.begin() as conn:  # an attacker with DB access but no trusted key signs an addition
-        K.append_change(
+        KH.append_change(
             conn, evil, "add", generate_private_key().public_key(), "mallory", "trust me", state=fake
         )
-    state = K.key_state(engine)
+    state = KH.key_state(engine)
     assert list(state.trusted) == [key_id(k1)] and not state.changes[-1].verified
     assert "no signature is by a trusted key" in state.changes[-1].error
-    mf.write_signed_manifest(engine, evil, tasks={"t": {"stage": "live", "version": "evil"}})
+    write_signed_manifest(engine, evil, tasks={"t": {"stage": "live", "version": "evil"}})
     assert mf.latest_verified(engine, [k1.public_key()])[0].task("t").version == "v1"
     with pytest.raises(mf.ManifestError, match="not trusted"):
         _publish(engine, evil)
     # Editing a signed row's columns (here: who retired what) makes it fail its own signature check.
     k2 = generate_private_key()
     _rotate(engine, k1, k2)
-    assert list(K.key_state(engine).trusted) == [key_id(k2)]  # replayed (and cached) before the edit
+    assert list(KH.key_state(engine).trusted) == [key_id(k2)]  # replayed (and cached) before the edit
     with engine.begin() as conn:
         conn.execute(
             trusted_keys.update().where(trusted_keys.c.sequence == 3).values(reason="nothing to see")
         )
-    assert key_id(k1) in K.key_state(engine).trusted  # the "add k2" row no longer applies, so k1 stays
+    assert key_id(k1) in KH.key_state(engine).trusted  # the "add k2" row no longer applies, so k1 stays
 
 
 def test_retiring_the_last_trusted_key_and_untrusted_signers_are_refused(engine) -> None:
     k1, k2 = generate_private_key(), generate_private_key()
     _publish(engine, k1)
     with engine.begin() as conn, pytest.raises(K.KeyTrustError, match="only trusted key"):
-        K.append_change(conn, k1, "retire", k1.public_key(), "ops", "oops")
+        KH.append_change(conn, k1, "retire", k1.public_key(), "ops", "oops")
     with engine.begin() as conn, pytest.raises(K.KeyTrustError, match="not trusted here"):
-        K.append_change(conn, k2, "add", k2.public_key(), "ops", "let me in")
+        KH.append_change(conn, k2, "add", k2.public_key(), "ops", "let me in")
     assert _count(engine, trusted_keys) == 1
 
 
@@ -176,22 +179,22 @@ def test_a_key_change_is_an_offline_verifiable_signed_statement(engine) -> None:
     _rotate(engine, k1, k2)
     with engine.connect() as conn:
         rows = conn.execute(sa.select(trusted_keys).order_by(trusted_keys.c.sequence)).all()
-    add = verify_statement(json.loads(rows[1].envelope), [k1.public_key()], K.KEY_CHANGE_PREDICATE)[
+    add = verify_statement(json.loads(rows[1].envelope), [k1.public_key()], KH.KEY_CHANGE_PREDICATE)[
         "predicate"
     ]
     assert add["action"] == "add" and add["key_id"] == key_id(k2) and add["previous_digest"] == rows[0].digest
-    retire = verify_statement(json.loads(rows[2].envelope), [k2.public_key()], K.KEY_CHANGE_PREDICATE)
+    retire = verify_statement(json.loads(rows[2].envelope), [k2.public_key()], KH.KEY_CHANGE_PREDICATE)
     assert retire["predicate"]["key_id"] == key_id(k1)
 
 
 def test_the_public_key_listing_follows_the_history(engine) -> None:
     k1, k2 = generate_private_key(), generate_private_key()
-    assert K.public_key_listing(engine, [k1.public_key()]) == {
+    assert KH.public_key_listing(engine, [k1.public_key()]) == {
         "keys": [{"key_id": key_id(k1), "pem": public_key_pem(k1)}],
         "retired_keys": [],
     }
     _publish(engine, k1)
     _rotate(engine, k1, k2)
-    listing = K.public_key_listing(engine, [k1.public_key()])  # a gateway configured with the old key
+    listing = KH.public_key_listing(engine, [k1.public_key()])  # a gateway configured with the old key
     assert [k["key_id"] for k in listing["keys"]] == [key_id(k2)]
     assert [k["key_id"] for k in listing["retired_keys"]] == [key_id(k1)]

@@ -15,9 +15,9 @@ import httpx
 import openai
 import pytest
 
-from ratchet_core.serve import serve_in_thread
 from ratchet_core.settings import Settings
 from tests.evidence.certificates import lower_bound, sign_certificate
+from tests.serve import serve_in_thread
 from tests.system_packages import CHROMIUM, require
 
 LAUNCH_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--no-first-run"]
@@ -48,11 +48,11 @@ def test_dashboard_shows_each_task_with_non_empty_charts(tmp_path) -> None:
     from playwright.sync_api import sync_playwright
 
     from ratchet_core.control_db import make_engine
-    from ratchet_core.manifest import write_signed_manifest
     from ratchet_gateway.app import GatewayOptions, create_app
     from ratchet_gateway.demo_teacher.app import DemoTeacherConfig
     from ratchet_gateway.demo_teacher.app import create_app as demo_app
     from ratchet_stats.keys import generate_private_key
+    from tests.evidence.manifests import write_signed_manifest
 
     with (
         serve_in_thread(demo_app(DemoTeacherConfig(model="demo-teacher"))) as teacher,

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from ratchet_core.serve import free_port
+from tests.serve import free_port
 
 
 @pytest.fixture

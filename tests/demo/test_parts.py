@@ -13,7 +13,7 @@ import pytest
 
 from ratchet_cli.demo.state import DemoState, set_accelerated_clock
 from ratchet_cli.demo.supervisor import Service, ServiceError, Supervisor, port_is_free
-from ratchet_core.serve import free_port
+from tests.serve import free_port
 
 
 def test_the_clock_file_the_demo_writes_is_the_day_ratchet_core_clock_reports(tmp_path, monkeypatch) -> None:
@@ -162,7 +162,7 @@ def test_the_demo_passes_no_run_config_the_nightly_job_defaults_are_its_training
     # With no run config the job trains with one epoch, PII surrogates and one torch thread (what the demo
     # certifies with), and min_steps keeps the trainer's floor, so one epoch still means at least that many steps.
     defaults = dg.validate_run_config(job, {})["ops"]["lora_adapter"]["config"]
-    from ratchet_core.lora_trainer import LoraTrainConfig
+    from ratchet_assets.night.lora_trainer import LoraTrainConfig
 
     assert (defaults["epochs"], defaults["pii_surrogates"], defaults["num_threads"]) == (1, 0.5, 1)
     assert defaults["min_steps"] == LoraTrainConfig().min_steps > 0

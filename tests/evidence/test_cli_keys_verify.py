@@ -14,9 +14,10 @@ from pathlib import Path
 import pytest
 from cryptography.hazmat.primitives import serialization
 
-from ratchet_stats import cli_verify, dsse
+from ratchet_stats import cli_verify, dsse, release_manifest
 from ratchet_stats.canonical import canonical_json, digest
 from ratchet_stats.cli import main
+from ratchet_stats.evidence import DocumentFormat
 from ratchet_stats.keys import load_private_key_file, private_key_pem, public_key_b64, public_key_pem
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -135,20 +136,34 @@ def test_verify_fails_naming_the_check(tmp_path, capsys, signing_key, other_key)
     assert "FAILED (signature)" in capsys.readouterr().err
 
 
-def test_predicate_checkers_are_pluggable(tmp_path, capsys, signing_key, monkeypatch):
+def test_documents_are_registries_of_formats(tmp_path, capsys, signing_key, monkeypatch):
     doc = _write_signed(tmp_path / "m.json", signing_key, _manifest())
-    monkeypatch.setitem(
-        cli_verify.PREDICATE_CHECKERS, MANIFEST, lambda p: [f"sequence {p['sequence']} is cursed"]
-    )
-    assert main(["verify", "manifest", str(doc), "--key", public_key_b64(signing_key), "--json"]) == 1
+    pub = public_key_b64(signing_key)
+    # `verify manifest` runs the check of the format its predicate type names.
+    cursed = DocumentFormat(MANIFEST, lambda st: [f"sequence {st['predicate']['sequence']} is cursed"], list)
+    monkeypatch.setitem(cli_verify.DOCUMENTS, "manifest", ((cursed,), "verify a signed release manifest"))
+    assert main(["verify", "manifest", str(doc), "--key", pub, "--json"]) == 1
     assert json.loads(capsys.readouterr().out)["error"] == "sequence 4 is cursed"
-    other = "https://example.test/thing/v1"
-    monkeypatch.setitem(cli_verify.PREDICATE_CHECKERS, other, lambda p: [] if p.get("fine") else ["not fine"])
+    # A second version of a document is one more format: either type verifies, each by its own check.
+    other = "https://example.test/thing/v2"
+    v2 = DocumentFormat(
+        other, lambda st: [] if st["predicate"].get("fine") else ["not fine"], lambda p: ["fine"]
+    )
+    formats = (release_manifest.FORMAT, v2)
+    keys = [signing_key.public_key()]
+    assert cli_verify.verify_document(doc.read_bytes(), keys, formats).ok
     ok = _write_signed(tmp_path / "t.json", signing_key, {"fine": True}, other)
-    assert cli_verify.verify_document(ok.read_bytes(), [signing_key.public_key()], other).ok
+    assert cli_verify.verify_document(ok.read_bytes(), keys, formats).summary == ["fine"]
     not_ok = _write_signed(tmp_path / "u.json", signing_key, {"fine": False}, other)
-    report = cli_verify.verify_document(not_ok.read_bytes(), [signing_key.public_key()], other)
+    report = cli_verify.verify_document(not_ok.read_bytes(), keys, formats)
     assert (report.ok, report.check, report.problems) == (False, "predicate", ["not fine"])
+    # A type no format names fails closed, naming the types it would take.
+    report = cli_verify.verify_document(ok.read_bytes(), keys, (release_manifest.FORMAT,))
+    assert (
+        (report.ok, report.check) == (False, "predicate-type")
+        and MANIFEST in report.error
+        and other in report.error
+    )
 
 
 def test_key_arguments(tmp_path, capsys, signing_key, other_key):

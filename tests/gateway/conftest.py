@@ -13,8 +13,8 @@ from typing import Any
 import pyarrow.parquet as pq
 import pytest
 
-from ratchet_core.serve import serve_in_thread
 from ratchet_core.settings import Settings
+from tests.serve import serve_in_thread
 
 API_KEY = "sk-app1-0123456789abcdef"
 OTHER_KEY = "sk-app2-fedcba9876543210"
@@ -104,7 +104,7 @@ class RunningGateway:
 
     def publish(self, **tasks: dict) -> None:
         """Sign and store a manifest with these task releases, then make the gateway apply it now."""
-        from ratchet_core.manifest import write_signed_manifest
+        from tests.evidence.manifests import write_signed_manifest
 
         flags = tasks.pop("_flags", None)
         write_signed_manifest(self.engine, self.private_key, tasks=tasks, flags=flags)

@@ -180,8 +180,8 @@ def test_upstream_down_is_503_with_request_id_and_recorded(tmp_path):
 
 
 def test_upstream_500_is_502(tmp_path):
-    from ratchet_core.serve import serve_in_thread
     from ratchet_gateway.demo_teacher.app import DemoTeacherConfig, create_app
+    from tests.serve import serve_in_thread
 
     teacher = create_app(DemoTeacherConfig(error_rate=1.0, error_status=500))
     with serve_in_thread(teacher) as turl, running_gateway(tmp_path, turl + "/v1") as g:

@@ -14,7 +14,7 @@ import aiohttp
 import httpx
 import pytest
 
-from ratchet_core.serve import free_port
+from tests.serve import free_port
 
 from .conftest import API_KEY, sealed_rows
 

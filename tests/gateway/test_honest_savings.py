@@ -17,7 +17,7 @@ import openai
 import orjson
 import pytest
 
-from ratchet_core.serve import serve_in_thread
+from tests.serve import serve_in_thread
 
 from .conftest import API_KEY, OTHER_KEY, STUDENT_VERSION, running_gateway, sealed_rows
 

@@ -7,8 +7,8 @@ import asyncio
 
 import pytest
 
-from ratchet_core.serve import free_port
 from ratchet_gateway import http1
+from tests.serve import free_port
 
 HEADERS = http1.header_block({"Content-Type": "application/json"})
 

@@ -18,7 +18,7 @@ from .conftest import ADMIN_KEY, API_KEY, running_gateway
 CLIENT = {"Authorization": f"Bearer {API_KEY}"}
 ADMIN = {"Authorization": f"Bearer {ADMIN_KEY}"}
 
-# Every route DESIGN §4 promises, with the bearer scheme it needs (None: open).
+# Every route the gateway promises (ARCHITECTURE.md, "Contracts and their homes"), with the bearer scheme it needs (None: open).
 EXPECTED = {
     ("post", "/v1/chat/completions"): "clientKey",
     ("get", "/v1/models"): "clientKey",

@@ -3,7 +3,7 @@
 Traffic goes through a running gateway with the real openai client; the night's own code
 (``consolidate_traffic`` + ``build_examples``) computes every request's example key from the sealed ledger, so the
 keys the gateway proves are compared with the night's, not with the route's own computation. Part of the night's
-keys form an adapter's training set (plus unrelated keys), committed in a BOM built by ``bom_builder`` and signed;
+keys form an adapter's training set (plus unrelated keys), committed in a BOM built by ``bom_document`` and signed;
 the proofs the gateway returns must pass ``ratchet verify proof`` (member / absent) and forgeries must fail.
 """
 
@@ -98,21 +98,21 @@ def _filler(i: int) -> str:
 
 def _write_bom(out: Path, train_keys: list[str], signing_key) -> None:
     """A signed BOM committing to `train_keys` (key tree) via the night's own builder, plus train-keys.txt."""
-    from ratchet_assets.night import bom_builder as BB
-    from ratchet_stats import bom as B
+    from ratchet_assets.night import bom_document as BD
+    from ratchet_stats import bom_format as B
     from ratchet_stats import certificate as CERT
     from ratchet_stats import commitment as C
     from ratchet_stats.canonical import canonical_json
     from ratchet_stats.dsse import make_statement, sign_statement
 
     golden_keys = [_filler(1000 + i) for i in range(10)]
-    train = BB.DataSet(
+    train = BD.DataSet(
         "training-set",
         "teacher answers",
         C.key_commitment(train_keys),
         C.row_commitment({"k": k} for k in train_keys),
     )
-    golden = BB.DataSet(
+    golden = BD.DataSet(
         "golden-set",
         "held out",
         C.key_commitment(golden_keys),
@@ -129,7 +129,7 @@ def _write_bom(out: Path, train_keys: list[str], signing_key) -> None:
         tasks=[CERT.TaskOutcomes("tickets", "label", [0.99] * 60, [True] * 60)],
     )
     files = {"adapter_config.json": "a" * 64, "adapter_model.safetensors": "b" * 64}
-    document = BB.build_bom(
+    document = BD.build_bom(
         version=VERSION,
         adapter_files=files,
         hyperparameters={"rank": 8},

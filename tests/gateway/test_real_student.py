@@ -13,9 +13,9 @@ VERSION = "v0-base"
 
 @pytest.mark.slow
 def test_live_stage_with_the_real_student_server(tmp_path, teacher_url):
-    from ratchet_core.serve import serve_in_thread
     from ratchet_core.student_model import ensure_demo_base
     from ratchet_gateway.student_server.app import create_app
+    from tests.serve import serve_in_thread
 
     base = ensure_demo_base(tmp_path / "base")
     student = create_app(base, served_model_name=VERSION)

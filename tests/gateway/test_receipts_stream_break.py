@@ -72,7 +72,7 @@ def breaking_upstream():
     from fastapi import FastAPI
     from starlette.responses import StreamingResponse
 
-    from ratchet_core.serve import serve_in_thread
+    from tests.serve import serve_in_thread
 
     app = FastAPI()
 

@@ -131,8 +131,8 @@ def test_student_down_falls_back_to_teacher_invisibly(tmp_path, teacher_url):
 
 
 def test_forged_manifest_is_ignored_and_counted(gateway, client):
-    from ratchet_core.manifest import insert_raw_row, write_signed_manifest
     from ratchet_stats.keys import generate_private_key
+    from tests.evidence.manifests import insert_raw_row, write_signed_manifest
 
     gateway.publish(**_live(0.0))
     before = gateway.gw.metrics.manifest_rejected._value.get()

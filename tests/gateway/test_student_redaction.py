@@ -27,7 +27,7 @@ def recording_upstream() -> Iterator[tuple[str, list[dict]]]:
     from fastapi import FastAPI
     from fastapi.responses import StreamingResponse
 
-    from ratchet_core.serve import serve_in_thread
+    from tests.serve import serve_in_thread
 
     seen: list[dict] = []
     app = FastAPI()

@@ -25,12 +25,12 @@ from ratchet_core.control_db import erasure_applied, make_engine
 from ratchet_core.erasure_scope import ScopeMatcher
 from ratchet_core.redact import redact_text
 from ratchet_core.schema import LEDGER_SCHEMA
-from ratchet_core.serve import free_port, serve_in_thread
 from ratchet_gateway.demo_teacher.app import create_app as teacher_app
 from ratchet_gateway.ledger import Ledger
 from ratchet_stats.canonical import canonical_json
 from ratchet_stats.keys import generate_private_key, public_key_pem
 from tests.governance.test_erase import _found
+from tests.serve import free_port, serve_in_thread
 
 DAY = "2026-01-01"
 SERVE = """

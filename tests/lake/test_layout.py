@@ -104,11 +104,12 @@ def test_records_store_names_that_any_root_reads_back(tmp_path):
 
 def test_receipt_file_names_agree_with_the_standalone_verifier(tmp_path):
     """`ratchet verify receipt` (ratchet_stats, no Ratchet imports) finds the lines beside the envelope by name."""
-    from ratchet_stats import cli_receipt, receipt_v3
+    from ratchet_stats import cli_receipt
+    from ratchet_stats.receipt import v3
 
     layout = ArtifactLayout(tmp_path)
     day = "2026-03-01"
-    assert layout.receipt_pairs(day).name == receipt_v3.PAIRS_FILE
+    assert layout.receipt_pairs(day).name == v3.PAIRS_FILE
     assert layout.receipt_clients(day).name == cli_receipt.CLIENTS_FILE
     assert layout.receipt_estimates(day).name == cli_receipt.ESTIMATES_FILE
     assert layout.receipt_pairs(day).parent == layout.receipt_envelope(day).parent

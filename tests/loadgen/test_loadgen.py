@@ -8,11 +8,11 @@ from collections import Counter
 import pytest
 from click.testing import CliRunner
 
+from ratchet_cli.loadgen import normalise_base_url, percentile, run_traffic
 from ratchet_cli.main import cli
-from ratchet_core.loadgen import normalise_base_url, percentile, run_traffic
-from ratchet_core.serve import free_port, serve_in_thread
 from ratchet_core.workloads import get_workload
 from ratchet_gateway.demo_teacher.app import DemoTeacherConfig, create_app
+from tests.serve import free_port, serve_in_thread
 
 
 def _teacher_with_headers(**config):

@@ -1,5 +1,5 @@
 """The receipt's pair lines streamed batch by batch (``receipts.pair_batches`` / ``_DayPairs``) are the in-memory
-definition's: the same lines in ``receipt_v3.pair_order``, the same root, counts, costs and audit answers, with
+definition's: the same lines in ``receipt.v3.pair_order``, the same root, counts, costs and audit answers, with
 pairs sharing a request_id (ties ordered by the line's bytes) split across batches of any size."""
 
 from __future__ import annotations
@@ -14,8 +14,8 @@ import pyarrow.parquet as pq
 import pytest
 
 from ratchet_assets.night.receipts import _DayPairs, pair_batches, pair_leaves
-from ratchet_stats import merkle, receipt_v3
-from ratchet_stats.receipt import micro
+from ratchet_stats import merkle
+from ratchet_stats.receipt import micro, v3
 
 
 def json_rid(line: bytes) -> str | None:
@@ -69,7 +69,7 @@ def test_streamed_pair_lines_equal_the_in_memory_definition(tmp_path: Path, batc
     path = _traffic(tmp_path / "traffic.parquet")
     want, rows = pair_leaves(path)
     assert len(want) > 70 and len(set(want)) < len(want)
-    assert want == receipt_v3.pair_order(want)
+    assert want == v3.pair_order(want)
     assert any(b"\\u" not in w and "\U0001f600".encode() in w for w in want)
     batches = list(pair_batches(path, rows=batch_rows))
     got = [b for t in batches for b in t["line"].to_pylist()]
@@ -91,7 +91,7 @@ def test_streamed_pair_lines_equal_the_in_memory_definition(tmp_path: Path, batc
     assert (tmp_path / "out" / "pairs.jsonl").read_bytes() == b"".join(w + b"\n" for w in want)
     assert [p.name for p in (tmp_path / "out").iterdir()] == ["pairs.jsonl"]
 
-    assert day.audits == receipt_v3.audit_answers(rows) and day.audits
+    assert day.audits == v3.audit_answers(rows) and day.audits
     clients: dict[str, tuple[int, int]] = {}
     first: dict[str, str] = {}
     for r in rows:

@@ -86,11 +86,12 @@ def _million_row_day(folder: Path, n: int, key) -> dict:
     import pyarrow as pa
     import pyarrow.compute as pc
 
-    from ratchet_assets.night import ChunkedParquetWriter, atomic_write_bytes
+    from ratchet_assets.night import ChunkedParquetWriter
     from ratchet_assets.night.receipts import ROWS_SCHEMA
+    from ratchet_core.lake import atomic_write_bytes
     from ratchet_stats.dsse import make_statement, sign_statement
     from ratchet_stats.merkle_store import TreeBuilder, leaf_hashes
-    from ratchet_stats.receipt import PREDICATE_TYPE, empty_totals, make_predicate
+    from ratchet_stats.receipt.v1 import PREDICATE_TYPE, empty_totals, make_predicate
 
     writer = ChunkedParquetWriter(
         folder / receipt_store.ROWS_FILE,
@@ -167,9 +168,9 @@ def test_the_gateway_proof_route_reads_one_row_group_of_a_million_row_day(
     measures the route's latency."""
     import httpx
 
-    from ratchet_core.serve import serve_in_thread
     from ratchet_gateway.app import GatewayOptions, create_app
     from ratchet_stats.receipt import verify_receipt
+    from tests.serve import serve_in_thread
 
     n = 1_000_000
     key = generate_private_key()
@@ -205,13 +206,12 @@ def test_the_client_view_route_reads_only_the_client_lines_of_a_million_row_day(
     against the signed client root."""
     import httpx
 
-    from ratchet_assets.night import atomic_write_bytes
-    from ratchet_core.serve import serve_in_thread
+    from ratchet_core.lake import atomic_write_bytes
     from ratchet_gateway.app import GatewayOptions, create_app
-    from ratchet_stats import receipt_v3
     from ratchet_stats import teacher_equivalent as te
     from ratchet_stats.dsse import make_statement, sign_statement
-    from ratchet_stats.receipt import verify_client_view
+    from ratchet_stats.receipt import v3, verify_client_view
+    from tests.serve import serve_in_thread
 
     n = 1_000_000
     key = generate_private_key()
@@ -220,13 +220,13 @@ def test_the_client_view_route_reads_only_the_client_lines_of_a_million_row_day(
     folder.mkdir(parents=True)
     lines = []
     for i, c in enumerate(("app1", "app2")):
-        totals = receipt_v3.empty_totals()
+        totals = v3.empty_totals()
         totals["requests"] = totals["served_by"]["teacher"] = (n + 1 - i) // 2
-        lines.append(receipt_v3.client_leaf(c, f"{i:064x}", [], totals))
+        lines.append(v3.client_leaf(c, f"{i:064x}", [], totals))
     prices = te.prices_doc("openai/demo-teacher", 1e-6, 2e-6)
     requests_root = "ab" * 32  # the request tree a million rows would have: not read by this route
-    predicate = receipt_v3.make_predicate(DAY, requests_root, n, lines, [], [], prices, None)
-    statement = make_statement(receipt_v3.PREDICATE_TYPE, predicate, receipt_v3.subjects(DAY, predicate))
+    predicate = v3.make_predicate(DAY, requests_root, n, lines, [], [], prices, None)
+    statement = make_statement(v3.PREDICATE_TYPE, predicate, v3.subjects(DAY, predicate))
     atomic_write_bytes(folder / receipt_store.ENVELOPE_FILE, canonical_json(sign_statement(statement, key)))
     atomic_write_bytes(folder / "clients.jsonl", b"".join(b + b"\n" for b in lines))
     atomic_write_bytes(folder / "estimates.jsonl", b"")

@@ -16,6 +16,7 @@ from ratchet_assets.admin.cli import admin
 from ratchet_assets.release import registry
 from ratchet_assets.release.control import release_tick
 from ratchet_core import manifest as mf
+from ratchet_core.control_db import ensure_schema
 from ratchet_stats.keys import save_private_key
 
 from .conftest import write_certificate, write_pairs
@@ -100,7 +101,7 @@ def test_admin_changes_are_signed_audited_and_exported(setup, key, engine, tmp_p
 @pytest.mark.slow
 def test_concurrent_admin_processes_and_a_sensor_tick_keep_one_chain(setup, key, engine, tmp_path):
     url, common = setup
-    registry.ensure_tables(engine)
+    ensure_schema(engine)
     mf.publish(
         engine, key, lambda m: m.tasks.update(t=mf.TaskRelease(stage="shadow", version="v1")), "start", "ops"
     )

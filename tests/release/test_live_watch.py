@@ -7,14 +7,14 @@ from pathlib import Path
 
 from ratchet_assets.release import registry
 from ratchet_assets.release.control import release_tick
-from ratchet_assets.release.policy import LIVE, ReleasePolicy, Track, feed, serving_tracks
+from ratchet_assets.release.decision import LIVE, ReleaseRule, Track, feed, serving_tracks
 from ratchet_assets.release.tick import rollback_release
 from ratchet_core import manifest as mf
 from ratchet_core.lake import segment_relpath
 
 from .conftest import seal_pair_rows, write_certificate
 
-POLICY = ReleasePolicy(target=0.95, floor=0.90, alpha=0.05)
+POLICY = ReleaseRule(target=0.95, floor=0.90, alpha=0.05)
 
 
 def _errors(rate: float, n: int, rng: random.Random) -> list[bool]:

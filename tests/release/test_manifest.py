@@ -12,6 +12,7 @@ import sqlalchemy as sa
 from ratchet_core import manifest as mf
 from ratchet_stats.dsse import sign_statement, verify_statement
 from ratchet_stats.keys import generate_private_key
+from tests.evidence.manifests import insert_raw_row, write_signed_manifest
 
 
 def _rows(engine):
@@ -54,21 +55,21 @@ def test_forged_unsigned_and_replayed_rows_are_ignored(engine, key):
     widen = {"t": {"stage": "live", "version": "evil", "canary_percent": 100}}
     # 2: signed by another key; 3: unsigned JSON; 4: tampered payload under a valid signature;
     # 5: a valid signed manifest replayed into a newer row; 6: right key, wrong predicate type.
-    mf.write_signed_manifest(engine, generate_private_key(), tasks=widen)
-    mf.insert_raw_row(engine, 3, json.dumps({"predicate": widen}))
+    write_signed_manifest(engine, generate_private_key(), tasks=widen)
+    insert_raw_row(engine, 3, json.dumps({"predicate": widen}))
     env = json.loads(_rows(engine)[0].envelope)
     payload = json.loads(base64.b64decode(env["payload"]))
     payload["predicate"]["tasks"]["t"]["stage"] = "live"
     env["payload"] = base64.b64encode(json.dumps(payload).encode()).decode()
-    mf.insert_raw_row(engine, 4, json.dumps(env))
-    mf.insert_raw_row(engine, 5, _rows(engine)[0].envelope)
+    insert_raw_row(engine, 4, json.dumps(env))
+    insert_raw_row(engine, 5, _rows(engine)[0].envelope)
     stmt = {
         "_type": "https://in-toto.io/Statement/v1",
         "subject": [{"name": "x", "digest": {"sha256": "0" * 64}}],
         "predicateType": "x",
         "predicate": {},
     }
-    mf.insert_raw_row(engine, 6, json.dumps(sign_statement(stmt, key)))
+    insert_raw_row(engine, 6, json.dumps(sign_statement(stmt, key)))
     latest, rejected = mf.latest_verified(engine, key.public_key())
     assert latest == good and rejected == 5
     errors = {h["sequence"]: h.get("error", "") for h in mf.history(engine, key.public_key())}

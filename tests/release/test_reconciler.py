@@ -18,7 +18,8 @@ import pytest
 from ratchet_assets.release import registry
 from ratchet_assets.release.adapters import desired_versions
 from ratchet_core import manifest as mf
-from ratchet_core.serve import free_port, serve_in_thread
+from ratchet_core.control_db import ensure_schema
+from tests.serve import free_port, serve_in_thread
 
 pytestmark = pytest.mark.slow
 
@@ -129,7 +130,7 @@ def test_killed_student_server_serves_the_live_version_again_after_the_next_reco
     for i, version in enumerate((OLD, LIVE, CANDIDATE)):
         make_adapter(base, artifacts / "adapters" / version, seed=i)
     engine = make_engine(f"sqlite:///{(home / 'control.db').as_posix()}")
-    registry.ensure_tables(engine)
+    ensure_schema(engine)
     with engine.begin() as conn:
         registry.set_status(conn, OLD, "tickets", "retired", "teacher", "replaced by v2-live")
         registry.set_status(conn, CANDIDATE, "tickets", "candidate", "teacher", "certified tonight")

@@ -24,8 +24,8 @@ from pathlib import Path
 
 import pytest
 
-from ratchet_core.serve import free_port
 from tests.evidence.certificates import sign_certificate as sign_certificate  # the scale tests import it here
+from tests.serve import free_port
 from tests.system_packages import require
 
 

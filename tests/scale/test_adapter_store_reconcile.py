@@ -27,16 +27,17 @@ def _adapter(base: Path, out: Path) -> Path:
 def test_reconciler_loads_an_adapter_that_lives_in_the_store(s3_env, tmp_path: Path) -> None:
     from ratchet_assets.effects import EffectLedger
     from ratchet_assets.release.adapters import EFFECT_TYPE, reconcile_endpoint
-    from ratchet_core.artifact_store import ArtifactStore, _adapter_digest
+    from ratchet_core.artifact_store import ArtifactStore
     from ratchet_core.control_db import make_engine
-    from ratchet_core.serve import serve_in_thread
     from ratchet_core.student_model import ensure_demo_base
     from ratchet_gateway.student_server.app import create_app
+    from ratchet_stats.certificate import adapter_dir_digest
+    from tests.serve import serve_in_thread
 
     url = f"s3://{s3_env.new_bucket()}/artifacts"
     base = ensure_demo_base(tmp_path / "base")
     trainer = ArtifactStore(url, tmp_path / "trainer-cache")  # the machine that trained it
-    digest = _adapter_digest(_adapter(base, trainer.cache / "adapters" / VERSION))
+    digest = adapter_dir_digest(_adapter(base, trainer.cache / "adapters" / VERSION))
     assert f"adapters/{VERSION}/adapter_config.json" in trainer.sync_up()
     shutil.rmtree(trainer.cache)
 
@@ -62,6 +63,6 @@ def test_reconciler_loads_an_adapter_that_lives_in_the_store(s3_env, tmp_path: P
         models = httpx.get(student2 + "/v1/models", timeout=10).json()["data"]
         assert VERSION in {m["id"] for m in models}
         [cached] = [p for p in (tmp_path / "student-cache").iterdir() if not p.name.startswith(".")]
-        assert cached.name.endswith(VERSION) and _adapter_digest(cached) == digest
+        assert cached.name.endswith(VERSION) and adapter_dir_digest(cached) == digest
         paths = {(r.result or {}).get("path") for r in effects.list_effects(effect_type=EFFECT_TYPE)}
         assert f"{url}/adapters/{VERSION}" in paths

@@ -61,9 +61,9 @@ def _runs(server, db: str) -> list[tuple[str, str]]:
 
 
 def test_script_materialises_a_night_and_fails_on_a_blocking_check(postgres_server, tmp_path: Path) -> None:
-    from ratchet_core.serve import serve_in_thread
     from ratchet_core.student_model import ensure_demo_base
     from ratchet_gateway.student_server.app import create_app
+    from tests.serve import serve_in_thread
 
     control_url = postgres_server.url(postgres_server.create_database("control"))
     dagster_db = postgres_server.create_database("dagster")

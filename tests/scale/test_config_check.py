@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from ratchet_core.serve import free_port, serve_in_thread
 from ratchet_gateway.demo_teacher.app import DemoTeacherConfig, create_app
+from tests.serve import free_port, serve_in_thread
 
 RATCHET = [sys.executable, "-m", "ratchet_cli.main"]
 pytestmark = pytest.mark.slow  # each `ratchet config check` is a fresh process (~8 s on the shared machine)

@@ -18,7 +18,7 @@ from click.testing import CliRunner
 from ratchet_assets.effects import EffectLedger, StaleToken
 from ratchet_assets.release import registry
 from ratchet_core import manifest as mf
-from ratchet_core.control_db import make_engine
+from ratchet_core.control_db import ensure_schema, make_engine
 from ratchet_stats.keys import generate_private_key, load_private_key_file, save_private_key
 
 PUBLISHERS, PUBLISHES_EACH = 4, 4
@@ -28,7 +28,7 @@ def _create_schema(url: str) -> None:
     """What a deployment does once before its processes start (not make_engine: forked children must not
     share its pool)."""
     engine = sa.create_engine(url)
-    registry.ensure_tables(engine)
+    ensure_schema(engine)
     EffectLedger(engine)
     engine.dispose()
 
@@ -139,7 +139,7 @@ def test_lapsed_leases_become_indeterminate_then_follow_policy(control_db_url: s
 def test_registry_and_audit_log_commit_with_their_manifest(control_db_url: str) -> None:
     engine = make_engine(control_db_url)
     key = generate_private_key()
-    registry.ensure_tables(engine)
+    ensure_schema(engine)
 
     with engine.begin() as conn:
         new = mf.publish_in(

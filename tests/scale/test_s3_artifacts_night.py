@@ -46,15 +46,16 @@ NIGHT = [
 def test_night_on_s3_then_everything_read_back_from_the_store(s3_env, tmp_path: Path, monkeypatch) -> None:
     from ratchet_assets.night.fixtures import write_day
     from ratchet_cli.main import cli as ratchet
-    from ratchet_core.artifact_store import ArtifactStore, _adapter_digest
-    from ratchet_core.serve import serve_in_thread
+    from ratchet_core.artifact_store import ArtifactStore
     from ratchet_core.settings import Settings
     from ratchet_core.student_model import ensure_demo_base
     from ratchet_gateway.app import GatewayOptions
     from ratchet_gateway.app import create_app as gateway_app
     from ratchet_gateway.student_server.app import create_app as student_app
+    from ratchet_stats.certificate import adapter_dir_digest
     from ratchet_stats.keys import generate_private_key, public_key_b64, save_private_key
     from ratchet_stats.receipt import check_proof
+    from tests.serve import serve_in_thread
 
     bucket = s3_env.new_bucket()
     lake_url, art_url = f"s3://{bucket}/lake", f"s3://{bucket}/artifacts"
@@ -94,7 +95,7 @@ def test_night_on_s3_then_everything_read_back_from_the_store(s3_env, tmp_path: 
         )
         assert result.success, [e.message for e in result.all_events if e.is_failure]
         version = json.loads((artifacts / "adapters" / f"day={DAY}" / "adapter.json").read_text())["version"]
-        digest = _adapter_digest(artifacts / "adapters" / version)
+        digest = adapter_dir_digest(artifacts / "adapters" / version)
         rows = pq.read_table(artifacts / "receipts" / DAY / "rows.parquet", columns=["request_id", "client"])
         rid = next(r for r, c in zip(*rows.to_pydict().values(), strict=True) if c == "acme")
 
@@ -193,7 +194,7 @@ def test_night_on_s3_then_everything_read_back_from_the_store(s3_env, tmp_path: 
         )
         assert ok.status_code == 200, ok.text
         [cached] = [p for p in (tmp_path / "adapter-cache").iterdir() if not p.name.startswith(".")]
-        assert _adapter_digest(cached) == digest
+        assert adapter_dir_digest(cached) == digest
         answer = httpx.post(
             f"{student}/v1/chat/completions",
             json={

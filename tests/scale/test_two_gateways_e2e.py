@@ -26,10 +26,10 @@ import pytest
 from ratchet_core import manifest as mf
 from ratchet_core.control_db import make_engine
 from ratchet_core.lake import Lake, parse_segment_relpath
-from ratchet_core.serve import free_port, serve_in_thread
 from ratchet_core.workloads import get_workload
 from ratchet_gateway.demo_teacher.app import create_app as teacher_app
 from ratchet_stats.keys import generate_private_key, public_key_b64, public_key_pem, save_private_key
+from tests.serve import free_port, serve_in_thread
 
 pytestmark = pytest.mark.slow
 

@@ -47,7 +47,7 @@ def tickets_split():
 
 @pytest.fixture(scope="session")
 def trained_adapter(demo_base, tickets_split, tmp_path_factory):
-    from ratchet_core.lora_trainer import LoraTrainConfig, train_lora
+    from ratchet_assets.night.lora_trainer import LoraTrainConfig, train_lora
 
     root = tmp_path_factory.mktemp("train")
     train_jsonl = write_train_jsonl(tickets_split[0], root / "train.jsonl")

@@ -11,9 +11,9 @@ import httpx
 import pytest
 from openai import NotFoundError, OpenAI
 
-from ratchet_core.serve import serve_in_thread
 from ratchet_core.workloads import TASKS, compare
 from ratchet_gateway.student_server.app import create_app
+from tests.serve import serve_in_thread
 
 pytestmark = pytest.mark.slow
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import math
 
-from ratchet_core.lora_trainer import LoraTrainConfig, epochs_to_run, train_lora
+from ratchet_assets.night.lora_trainer import LoraTrainConfig, epochs_to_run, train_lora
 from ratchet_core.workloads import get_workload
 
 from .conftest import write_train_jsonl
@@ -42,7 +42,7 @@ def test_training_runs_the_extra_epochs(demo_base, tmp_path):
 
 
 def test_pii_surrogates_replace_placeholders_consistently_in_prompt_and_answer():
-    from ratchet_core.lora_trainer import with_surrogates
+    from ratchet_assets.night.lora_trainer import with_surrogates
 
     text = "mail <EMAIL_e017e2c9>, call <PHONE_0a1b2c3d>; again <EMAIL_e017e2c9>; card <CARD_12345678>"
     out = with_surrogates(text)

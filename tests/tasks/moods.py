@@ -141,9 +141,9 @@ def moods_night(tmp_path: Path) -> Callable[..., NightRun]:
         from ratchet_assets.defs.resources import night_resources
         from ratchet_assets.defs.traffic import traffic
         from ratchet_assets.defs.training_set import training_set
-        from ratchet_core.serve import serve_in_thread
         from ratchet_core.student_model import ensure_demo_base
         from ratchet_gateway.student_server.app import create_app
+        from tests.serve import serve_in_thread
 
         before(home)
         url = f"sqlite:///{(home / 'control.db').as_posix()}"

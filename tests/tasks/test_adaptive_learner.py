@@ -18,17 +18,17 @@ DAY = "2026-03-09"
 def test_training_stops_on_its_validation_split_and_reports_its_choices(tmp_path, monkeypatch):
     from ratchet_assets.night.examples import build_examples
     from ratchet_assets.night.fixtures import write_day
-    from ratchet_assets.night.split import split_golden
-    from ratchet_assets.night.traffic import consolidate_traffic
-    from ratchet_assets.night.training_set import build_training_set
-    from ratchet_core import workloads
-    from ratchet_core.lora_trainer import (
+    from ratchet_assets.night.lora_trainer import (
         TRAIN_META_FILE,
         LoraTrainConfig,
         _held_out,
         read_train_jsonl,
         train_lora,
     )
+    from ratchet_assets.night.split import split_golden
+    from ratchet_assets.night.traffic import consolidate_traffic
+    from ratchet_assets.night.training_set import build_training_set
+    from ratchet_core import workloads
     from ratchet_core.student_model import ensure_demo_base
 
     monkeypatch.setitem(workloads.WORKLOADS, "moods", MOODS_WORKLOAD)

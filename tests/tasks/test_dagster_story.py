@@ -136,8 +136,8 @@ def test_the_numeric_series_plot_per_partition_in_the_ui(tmp_path: Path, monkeyp
     from ratchet_assets.night.fixtures import write_day
     from ratchet_cli.demo.runner import write_instance_config
     from ratchet_cli.demo.supervisor import Service, Supervisor
-    from ratchet_core.serve import free_port
     from ratchet_stats.keys import generate_private_key, save_private_key
+    from tests.serve import free_port
 
     home = tmp_path / "home"
     save_private_key(generate_private_key(), home / "keys" / "signing.key")

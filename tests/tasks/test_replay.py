@@ -9,7 +9,7 @@ import json
 import openai
 from click.testing import CliRunner
 
-from ratchet_assets.replay import Policy, load_rows, replay
+from ratchet_assets.replay import ReplayScenario, load_rows, replay
 from ratchet_core.routing import unit_hash
 from tests.gateway.conftest import API_KEY, STUDENT_VERSION, running_gateway, sealed_rows
 from tests.gateway.conftest import student_url as student_url  # noqa: F401 (fixture)
@@ -48,7 +48,9 @@ def test_replay_reproduces_the_served_share_then_answers_a_what_if(
     assert abs(result.replayed.cost_usd - result.actual.cost_usd) < 1e-9
 
     # what-if: a looser threshold serves every answer whose stored confidence reaches it; audits at 0.5 exactly
-    loose = replay(load_rows(lake, [day], "tickets"), "tickets", [day], Policy(threshold=0.8, audit_rate=0.5))
+    loose = replay(
+        load_rows(lake, [day], "tickets"), "tickets", [day], ReplayScenario(threshold=0.8, audit_rate=0.5)
+    )
     want = {r["request_id"] for r in requests if r["confidence"] >= 0.8}
     assert loose.what_if.student_served == len(want) > len(served)
     assert loose.what_if.audits == sum(unit_hash("audit", rid) < 0.5 for rid in want)

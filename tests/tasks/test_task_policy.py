@@ -14,6 +14,7 @@ from ratchet_core.control_db import make_engine
 from ratchet_core.routing import SafetyState, route
 from ratchet_core.task_policy import TaskPolicy, resolve, resolve_in
 from ratchet_stats.keys import generate_private_key, save_private_key
+from tests.evidence.manifests import write_signed_manifest
 
 
 @pytest.fixture
@@ -88,7 +89,7 @@ def test_a_manifest_without_policies_keeps_its_bytes_and_routing_follows_the_tas
     plain = mf.Manifest(tasks={"moods": mf.TaskRelease(stage="live", version="v1", threshold=0.5)})
     assert "policies" not in plain.to_predicate()
     with_policy = plain.model_copy(update={"policies": {"moods": TaskPolicy(audit_rate=1.0)}})
-    written = mf.write_signed_manifest(engine, key, with_policy)
+    written = write_signed_manifest(engine, key, with_policy)
     m, _ = mf.latest_verified(engine, key.public_key())
     assert m.policies == written.policies and m.audit_rate("moods") == 1.0 and m.audit_rate("other") == 0.05
     ids = [f"r{i}" for i in range(200)]
@@ -100,7 +101,8 @@ def test_a_manifest_without_policies_keeps_its_bytes_and_routing_follows_the_tas
 
 
 def test_custom_comparator_registry_and_gateway_compare():
-    from ratchet_core.workloads.compare import UnknownComparator, compare, register_comparator
+    from ratchet_core.workloads import compare
+    from ratchet_core.workloads.comparators import UnknownComparator, register_comparator
 
     name = register_comparator(
         "casefold", lambda e, g: e["content"].casefold() == (g or {}).get("content", "").casefold()
@@ -138,11 +140,11 @@ def test_release_policy_and_golden_split_follow_the_task(tmp_path):
     from ratchet_assets.night.fixtures import write_day
     from ratchet_assets.night.split import split_golden
     from ratchet_assets.night.traffic import consolidate_traffic
-    from ratchet_assets.release.policy import ReleasePolicy
+    from ratchet_assets.release.decision import ReleaseRule
 
     m = mf.Manifest(policies={"moods": TaskPolicy(target=0.85)})
-    p = ReleasePolicy().for_task("moods", m)
-    assert (p.target, p.floor) == (0.85, 0.8) and ReleasePolicy().for_task("tickets", m) == ReleasePolicy()
+    p = ReleaseRule().for_task("moods", m)
+    assert (p.target, p.floor) == (0.85, 0.8) and ReleaseRule().for_task("tickets", m) == ReleaseRule()
 
     write_day(tmp_path / "lake", "2026-01-01", 300, seed=1)
     art = tmp_path / "art"

@@ -8,8 +8,8 @@ from contextlib import ExitStack
 import pytest
 from openai import OpenAI
 
-from ratchet_core.serve import serve_in_thread
 from ratchet_gateway.demo_teacher.app import DemoTeacherConfig, create_app
+from tests.serve import serve_in_thread
 
 
 @pytest.fixture(scope="module")

@@ -2,8 +2,9 @@
 
 Each row ``{"messages": [..., final assistant message], "tools": ..., "response_format": ...}`` becomes
 ``prompt = render_prompt(messages[:-1], tools, response_format)`` and ``target = render_target(messages[-1])``
-(ratchet_core.chat_format, the format the student server decodes with). The loss is the mean token
-cross-entropy over the target tokens and the EOS token only; prompt tokens are masked (label -100).
+(ratchet_core.chat_format, the format the student server decodes with), tokenised and cut as the server does
+(ratchet_core.chat_encoding). The loss is the mean token cross-entropy over the target tokens and the EOS token
+only; prompt tokens are masked (label -100).
 
 Context window: a sequence is at most ``max_len`` tokens. Every prompt is cut to its LAST ``prompt_window``
 tokens, ``prompt_window = max_len - (longest target + 1)`` (at least max_len // 2), and the same number is saved
@@ -62,9 +63,10 @@ from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from ratchet_core.chat_encoding import TRAIN_META_FILE, cut_prompt, encode
 from ratchet_core.chat_format import training_pair
+from ratchet_stats.certificate import adapter_digest, adapter_file_hashes
 
-TRAIN_META_FILE = "ratchet_train.json"
 DEMO_MODULES_TO_SAVE = ["embed_tokens", "lm_head"]
 
 
@@ -128,9 +130,8 @@ class TrainResult:
 
     @property
     def adapter_sha256(self) -> str:
-        """SHA-256 over the sorted ``"<sha256>  <file>\\n"`` lines of the adapter files (sha256sum manifest)."""
-        listing = "".join(f"{d}  {n}\n" for n, d in sorted(self.files.items()))
-        return hashlib.sha256(listing.encode()).hexdigest()
+        """The adapter digest of its files (``ratchet_stats.certificate.adapter_digest``: a sha256sum manifest)."""
+        return adapter_digest(self.files)
 
     def to_dict(self) -> dict:
         d = asdict(self)
@@ -183,26 +184,12 @@ def with_surrogates(text: str) -> str:
     return PLACEHOLDER.sub(lambda m: surrogate(m.group(1), m.group(2)), text)
 
 
-def encode(tokenizer, text: str) -> list[int]:
-    """Token ids of `text` without special tokens (the byte tokenizer would append EOS otherwise)."""
-    return list(tokenizer(text, add_special_tokens=False)["input_ids"])
-
-
-def cut_prompt(prompt_ids: list[int], prompt_window: int) -> list[int]:
-    """The last `prompt_window` prompt tokens: the end of a prompt (latest turn + header) matters most."""
-    return prompt_ids[-prompt_window:] if len(prompt_ids) > prompt_window else prompt_ids
-
-
 def resolve_modules_to_save(base_path: str | Path, config: LoraTrainConfig) -> list[str] | None:
     from ratchet_core.student_model import is_demo_base
 
     if config.modules_to_save is not None:
         return list(config.modules_to_save) or None
     return list(DEMO_MODULES_TO_SAVE) if is_demo_base(base_path) else None
-
-
-def _sha256_file(path: Path) -> str:
-    return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
 def train_lora(
@@ -387,7 +374,7 @@ def train_lora(
         "base": {k: v for k, v in identity.items() if k not in ("files", "path")},
     }
     (out / TRAIN_META_FILE).write_text(json.dumps(meta, indent=2, sort_keys=True))
-    files = {p.name: _sha256_file(p) for p in sorted(out.iterdir()) if p.is_file()}
+    files = adapter_file_hashes(out)
     return TrainResult(
         adapter_dir=out,
         steps=step,

@@ -18,10 +18,11 @@ A policy naming a comparator that is not registered in a process is an error the
 
 from __future__ import annotations
 
-import json
 import math
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
+
+from ratchet_stats.canonical import loads_strict
 
 from .base import COMPARATORS
 
@@ -30,15 +31,11 @@ class _NotCanonical(ValueError):
     pass
 
 
-def _reject_constant(name: str) -> Any:
-    raise _NotCanonical(f"{name} is not JSON")
-
-
 def parse_json(text: Any) -> Any:
     """Parse strict JSON text (no NaN/Infinity); raises ValueError when it is not JSON."""
     if not isinstance(text, str | bytes | bytearray):
         raise _NotCanonical("not text")
-    return json.loads(text, parse_constant=_reject_constant)
+    return loads_strict(text)
 
 
 def canonical_form(value: Any) -> Any:
@@ -144,23 +141,6 @@ def comparator_fn(comparator: str) -> Comparator:
     if fn is None:
         raise UnknownComparator(
             f"comparator {comparator!r} is not registered here: register it with "
-            "ratchet_core.workloads.compare.register_comparator in a module this process imports"
+            "ratchet_core.workloads.comparators.register_comparator in a module this process imports"
         )
     return fn
-
-
-def comparator_of(task_or_comparator: str) -> str:
-    """The comparator name for a task name or comparator name (unknown tasks: ``label``)."""
-    if task_or_comparator in _BY_COMPARATOR or task_or_comparator.startswith("custom:"):
-        return task_or_comparator
-    from . import TASKS  # the registry imports this module
-
-    spec = TASKS.get(task_or_comparator)
-    return spec.comparator if spec is not None else "label"
-
-
-def compare(
-    task_or_comparator: str, expected_message: Mapping[str, Any], got_message: Mapping[str, Any] | None
-) -> bool:
-    """True when `got_message` is a correct answer given the correct `expected_message` (see module doc)."""
-    return comparator_fn(comparator_of(task_or_comparator))(expected_message, got_message)

@@ -1,4 +1,4 @@
-"""The release policy: a version walks shadow -> canary 5% -> 25% -> 50% -> live on evidence, or rolls back.
+"""The release rule: a version walks shadow -> canary 5% -> 25% -> 50% -> live on evidence, or rolls back.
 
 Evidence is a stream of audited answers of one (version, task): ``error`` = the student disagreed with the
 teacher (pair rows, ``pair_role`` shadow or audit). Two betting e-processes (``ratchet_stats.eprocess``) watch it:
@@ -92,7 +92,7 @@ def step_of(release: TaskRelease) -> int | None:
 
 
 @dataclass(frozen=True)
-class ReleasePolicy:
+class ReleaseRule:
     """target: promote on evidence precision > target; floor: roll back on evidence precision < floor."""
 
     target: float = 0.95
@@ -115,8 +115,8 @@ class ReleasePolicy:
                 f"{self.drift_block}, {self.drift_keep}); e.g. 0.05, 50, 6"
             )
 
-    def for_task(self, task: str, manifest: Any) -> ReleasePolicy:
-        """This policy at `task`'s own target when its signed task policy sets one (ratchet_core.task_policy);
+    def for_task(self, task: str, manifest: Any) -> ReleaseRule:
+        """This rule at `task`'s own target when its signed task policy sets one (ratchet_core.task_policy);
         the floor keeps its distance below the target when the task's target is at or under it."""
         policy = (getattr(manifest, "policies", None) or {}).get(task)
         if policy is None or policy.target is None or policy.target == self.target:
@@ -171,8 +171,8 @@ class Track:
     drift_rejected_at: int | None = None  # rollback.n when the restart mixture reached 1/drift_alpha
 
     @classmethod
-    def start(cls, version: str, task: str, step: int, policy: ReleasePolicy) -> Track:
-        return cls(version, task, step, policy.new_promote(), policy.new_rollback())
+    def start(cls, version: str, task: str, step: int, rule: ReleaseRule) -> Track:
+        return cls(version, task, step, rule.new_promote(), rule.new_rollback())
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -201,29 +201,29 @@ class Track:
             d.get("drift_rejected_at"),
         )
 
-    def at_step(self, step: int, policy: ReleasePolicy) -> Track:
+    def at_step(self, step: int, rule: ReleaseRule) -> Track:
         """The track after the manifest moved it to `step` (by us or an operator): fresh promote evidence."""
         if step == self.step:
             return self
-        return dataclasses.replace(self, step=step, promote=policy.new_promote())
+        return dataclasses.replace(self, step=step, promote=rule.new_promote())
 
     def accepts(self, role: str) -> bool:
         """Whether a pair row of this version with `role` is evidence here: a live version only learns from
         audits of the requests it served; a version in shadow or canary from its shadow answers and audits."""
         return self.step < LIVE or role == "audit"
 
-    def observe(self, error: bool, policy: ReleasePolicy) -> None:
+    def observe(self, error: bool, rule: ReleaseRule) -> None:
         """One audited answer: update every process; while live, start a drift restart every ``drift_block``."""
         if self.step == LIVE:
-            if self.live_seen % policy.drift_block == 0:
-                j = self.live_seen // policy.drift_block + 1
-                self.restarts = [*self.restarts, (j, policy.new_restart())][-policy.drift_keep :]
+            if self.live_seen % rule.drift_block == 0:
+                j = self.live_seen // rule.drift_block + 1
+                self.restarts = [*self.restarts, (j, rule.new_restart())][-rule.drift_keep :]
             self.live_seen += 1
         self.promote.update(error)
         self.rollback.update(error)
         for _, proc in self.restarts:
             proc.update(error)
-        if self.drift_rejected_at is None and self.drift_e_value >= 1.0 / policy.drift_alpha:
+        if self.drift_rejected_at is None and self.drift_e_value >= 1.0 / rule.drift_alpha:
             self.drift_rejected_at = self.rollback.n
 
     @property
@@ -303,7 +303,7 @@ def _finite(x: float) -> float | None:
     return x if math.isfinite(x) else None
 
 
-def decide(track: Track, policy: ReleasePolicy, frozen: bool = False, held: str = "") -> Decision:
+def decide(track: Track, rule: ReleaseRule, frozen: bool = False, held: str = "") -> Decision:
     """What the current evidence says for `track` (rollback first, then promotion, else hold).
 
     ``frozen`` (releases frozen) or ``held`` (why promotions of this release wait, e.g. an operator forced it)
@@ -320,7 +320,7 @@ def decide(track: Track, policy: ReleasePolicy, frozen: bool = False, held: str 
             j, first = track.restarts[0]
             what = (
                 f"{first.errors} of its last {first.n} audited answers disagree with the teacher; drift e-value "
-                f"{track.drift_e_value:.3g} >= {1.0 / policy.drift_alpha:g}"
+                f"{track.drift_e_value:.3g} >= {1.0 / rule.drift_alpha:g}"
             )
         return Decision(
             "rollback",
@@ -328,7 +328,7 @@ def decide(track: Track, policy: ReleasePolicy, frozen: bool = False, held: str 
             track.task,
             track.step,
             None,
-            f"rolling back {name}: {what} (evidence precision < {policy.floor:g})",
+            f"rolling back {name}: {what} (evidence precision < {rule.floor:g})",
             ev,
         )
     if track.step < LIVE and track.promote.rejected:
@@ -355,7 +355,7 @@ def decide(track: Track, policy: ReleasePolicy, frozen: bool = False, held: str 
             track.step + 1,
             f"promoting {name} to {nxt.describe()}: {track.promote.n} audits at this step, "
             f"{track.promote.errors} disagree; promote e-value {track.promote.e_value:.3g} >= "
-            f"{track.promote.threshold:g} (evidence precision > {policy.target:g})",
+            f"{track.promote.threshold:g} (evidence precision > {rule.target:g})",
             ev,
         )
     if track.step == LIVE:
@@ -375,7 +375,7 @@ def decide(track: Track, policy: ReleasePolicy, frozen: bool = False, held: str 
 
 
 def feed(
-    track: Track, errors: Iterable[bool | None], policy: ReleasePolicy, frozen: bool = False, held: str = ""
+    track: Track, errors: Iterable[bool | None], rule: ReleaseRule, frozen: bool = False, held: str = ""
 ) -> tuple[Decision, int]:
     """Feed answers one by one until a decision; return it and how many answers were consumed.
 
@@ -383,7 +383,7 @@ def feed(
     promote or rollback decision are NOT consumed: the caller keeps them for the next evaluation.
     """
     consumed = 0
-    decision = decide(track, policy, frozen, held)
+    decision = decide(track, rule, frozen, held)
     if decision.action != "hold":
         return decision, 0
     for err in errors:
@@ -391,26 +391,26 @@ def feed(
         if err is None:
             track.ignored += 1
             continue
-        track.observe(bool(err), policy)
+        track.observe(bool(err), rule)
         # Cheap test first: decide() also works out the hold message, which simulates further audits.
         if track.rolled_back or (track.step < LIVE and track.promote.rejected and not (frozen or held)):
-            return decide(track, policy, frozen, held), consumed
-    return decide(track, policy, frozen, held), consumed
+            return decide(track, rule, frozen, held), consumed
+    return decide(track, rule, frozen, held), consumed
 
 
 def simulate(
-    error_stream: Sequence[bool], policy: ReleasePolicy, start_step: int = 0
+    error_stream: Sequence[bool], rule: ReleaseRule, start_step: int = 0
 ) -> list[tuple[int, Decision]]:
     """Walk a version along the ladder on a stream of audited answers (the sensor's logic without I/O).
 
     Returns ``(answers consumed so far, decision)`` for every promote/rollback; stops after a rollback or when
     the stream ends.
     """
-    track = Track.start("sim", "sim", start_step, policy)
+    track = Track.start("sim", "sim", start_step, rule)
     pos = 0
     events: list[tuple[int, Decision]] = []
     while pos <= len(error_stream):
-        decision, used = feed(track, error_stream[pos:], policy)
+        decision, used = feed(track, error_stream[pos:], rule)
         pos += used
         if decision.action == "hold":
             break
@@ -418,5 +418,5 @@ def simulate(
         if decision.action == "rollback":
             break
         assert decision.to_step is not None
-        track = track.at_step(decision.to_step, policy)
+        track = track.at_step(decision.to_step, rule)
     return events

@@ -8,7 +8,7 @@ keys, for ``ratchet proof make``), ``disjoint.proof.json`` (every golden key abs
 checkable with ``ratchet verify proof --bom bom.dsse.json --proof disjoint.proof.json --key PUB``) and a copy of
 the certificate. The data-set commitments are the ones ``training_set`` and ``golden_split`` wrote
 (``night.commitments``); the key lists are checked against them. The document itself is built by
-``night.bom_builder``, and the BOM is verified with the auditor's own code (``ratchet_stats.bom.verify_bom``)
+``night.bom_document``, and the BOM is verified with the auditor's own code (``ratchet_stats.bom_format.verify_bom``)
 before any file is written.
 """
 
@@ -20,10 +20,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ratchet_assets.night import atomic_write_bytes
-from ratchet_assets.night import bom_builder as BB
+from ratchet_assets.night import bom_document as BD
 from ratchet_assets.night.adapter import adapter_path, read_record
 from ratchet_assets.night.commitments import golden_commitment, training_commitment
+from ratchet_core.lake import atomic_write_bytes
 from ratchet_core.layout import ArtifactLayout
 
 
@@ -36,8 +36,8 @@ class BomResult:
     version: str
     path: Path  # bom.dsse.json
     adapter_sha256: str
-    train: BB.DataSet
-    golden: BB.DataSet
+    train: BD.DataSet
+    golden: BD.DataSet
     license_id: str
     checks: list[str]
 
@@ -53,7 +53,7 @@ def write_bom(
 
     ``public_keys``: the key (or keys) the certificate and the new BOM must verify with.
     """
-    from ratchet_stats import bom as B
+    from ratchet_stats import bom_format as B
     from ratchet_stats import certificate as cert
     from ratchet_stats.canonical import canonical_json, sha256_hex
     from ratchet_stats.commitment import Commitment, KeyTree
@@ -96,20 +96,20 @@ def write_bom(
     ):  # the proof's tree
         raise BomStepError(f"golden/day={day}/keys.txt does not match the golden set's commitment")
 
-    train = BB.DataSet(
+    train = BD.DataSet(
         f"training-set day={train_day}",
         "teacher-labelled requests (PII redacted), one row per example key",
         train_c.keys,
         train_c.rows,
     )
-    golden = BB.DataSet(
+    golden = BD.DataSet(
         f"golden-set day={day}",
         "held-out teacher-labelled requests the certificate was computed on",
         golden_c.keys,
         golden_c.rows,
     )
     license_id = _base_license(record, day)
-    notice = BB.build_notice(
+    notice = BD.build_notice(
         version=version,
         base_name=record["base"]["name"],
         base_license_id=license_id,
@@ -120,7 +120,7 @@ def write_bom(
     hyper = record.get("hyperparameters") or {
         k: v for k, v in record["config"].items() if v is not None and k != "num_threads"
     }
-    document = BB.build_bom(
+    document = BD.build_bom(
         version=version,
         adapter_files=record["files"],
         hyperparameters=hyper,
@@ -132,7 +132,7 @@ def write_bom(
         certificate=predicate,
         certificate_sha256=sha256_hex(certificate_bytes),
         notice_sha256=sha256_hex(notice),
-        code=BB.code_version(),
+        code=BD.code_version(),
         learner={"steps": record.get("steps"), **(record.get("learner") or {})},
     )
     document["properties"] += _governance_properties(artifacts, train_day)
@@ -178,29 +178,37 @@ def _base_license(record: dict[str, Any], day: str) -> str:
     if "base_license" in record:
         return str(record["base_license"])
     if is_demo_identity(record.get("base") or {}):
-        return BB.DEMO_BASE_LICENSE
+        return BD.DEMO_BASE_LICENSE
     base_path = record.get("base_path", "")
     if not base_path or not Path(base_path).is_dir():
         raise BomStepError(
             f"the adapter record of {day} names its base model by a path that is gone ({base_path or 'none'}): "
             f"materialise `lora_adapter` for {day} again (it reuses the adapter and records the base's licence)"
         )
-    return BB.base_license(base_path, False)
+    return BD.base_license(base_path, False)
 
 
 # Data governance (ratchet_assets.governance): imported data's provenance and the erasures honoured ---------------
+def _import_provenance(artifacts: str | Path, day: str) -> list[dict[str, Any]]:
+    """Provenance of every import in the night of ``day`` (``ratchet import`` writes it beside the rows)."""
+    layout = ArtifactLayout(artifacts)
+    return [
+        json.loads(layout.import_provenance(p.parent.name).read_bytes())
+        for p in layout.import_files(until=day)
+        if layout.import_provenance(p.parent.name).exists()
+    ]
+
+
 def _governance_properties(artifacts: str | Path, day: str) -> list[dict[str, str]]:
     """BOM properties: each import in the night (source, licence, role, input sha256) and the erasures the training
     set honoured (count and digest, from its commitment)."""
-    from ratchet_assets.governance.importer import provenance_until
-
     props = [
         {
             "name": f"ratchet:import:{p['import_id']}",
             "value": f"task={p['task']}; role={p['role']}; source={p['source']}; license={p['license']}; "
             f"rows={p['imported']}; sha256={p['input']['sha256']}",
         }
-        for p in provenance_until(artifacts, day)
+        for p in _import_provenance(artifacts, day)
     ]
     commitment = json.loads(ArtifactLayout(artifacts).train_commitment(day).read_bytes())
     erased = commitment.get("erasures")
@@ -212,9 +220,7 @@ def _governance_properties(artifacts: str | Path, day: str) -> list[dict[str, st
 
 def _governance_notice(artifacts: str | Path, day: str) -> bytes:
     """NOTICE lines for imported data (its source and licence travel with the adapter)."""
-    from ratchet_assets.governance.importer import provenance_until
-
-    imports = provenance_until(artifacts, day)
+    imports = _import_provenance(artifacts, day)
     if not imports:
         return b""
     lines = ["", "## Imported data", ""]

@@ -15,7 +15,8 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse
 from starlette.routing import Route
 
-from ratchet_core.input_rules import (
+from ratchet_core.workloads import get_workload
+from ratchet_gateway.input_rules import (
     MAX_NESTING_DEPTH,
     InputRuleError,
     TaskName,
@@ -25,10 +26,9 @@ from ratchet_core.input_rules import (
     validate_task_name,
     value_too_deep,
 )
-from ratchet_core.serve import serve_in_thread
-from ratchet_core.workloads import get_workload
-from ratchet_gateway.models import ChatRequest  # the gateway's strict request model itself
+from ratchet_gateway.request_body import ChatRequest  # the gateway's strict request model itself
 from tests.cpu_time import cpu_seconds_at_most
+from tests.serve import serve_in_thread
 
 GOOD_NAMES = ["default", "tickets", "support.tickets-v2", "A_b-9.x", "x" * 64, "0day"]
 BAD_NAMES = [

@@ -1,4 +1,4 @@
-"""Run an ASGI app on loopback in a background thread (tests, benchmarks, the in-process demo)."""
+"""Run an ASGI app on loopback in a background thread, for tests and benchmarks."""
 
 from __future__ import annotations
 

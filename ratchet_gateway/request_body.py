@@ -3,13 +3,13 @@ chat body is read (size-limited), parsed and validated -- the same for the chat 
 
 Unknown top-level fields are passed through to the upstream unchanged (``extra="allow"``): OpenAI adds
 parameters often and a gateway that rejects them breaks clients. Types of the fields Ratchet reads are checked
-strictly, as OpenAI checks them (``ratchet_core.input_rules``: ``max_tokens: true``, ``stream: "yes"``,
+strictly, as OpenAI checks them (``ratchet_gateway.input_rules``: ``max_tokens: true``, ``stream: "yes"``,
 ``seed: false``, ``temperature: "0.5"`` are rejected), and a wrong one is a 400 that names the field.
 
 Before parsing, a body nested deeper than ``input_rules.MAX_NESTING_DEPTH`` is a 400; the task
 (``metadata.ratchet_task``, else the ``X-Ratchet-Task`` header decoded as UTF-8, else ``default``) must be a
-valid task name (``input_rules.TASK_NAME_PATTERN``: 1-64 of ``A-Za-z0-9._-``) or the request is a 400: it is
-never stored, logged or forwarded upstream unvalidated.
+valid task name (``ratchet_core.names.TASK_NAME_PATTERN``: 1-64 of ``A-Za-z0-9._-``) or the request is a 400:
+it is never stored, logged or forwarded upstream unvalidated.
 """
 
 from __future__ import annotations
@@ -21,7 +21,9 @@ import orjson
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from starlette.requests import ClientDisconnect, Request
 
-from ratchet_core.input_rules import (
+from ratchet_core.names import MAX_TASK_NAME_LENGTH, TASK_NAME_PATTERN
+from ratchet_gateway.errors import GatewayError
+from ratchet_gateway.input_rules import (
     InputRuleError,
     Number,
     StrictBool,
@@ -30,7 +32,6 @@ from ratchet_core.input_rules import (
     check_nesting,
     resolve_task,
 )
-from ratchet_gateway.errors import GatewayError
 
 
 class ChatMessage(BaseModel):
@@ -166,8 +167,32 @@ def input_rule_error(exc: InputRuleError) -> GatewayError:
 
 def task_of(req: ChatRequest, header: str | None) -> str:
     """The request's task: ``metadata.ratchet_task``, else the ``X-Ratchet-Task`` header (UTF-8), else
-    ``default``; a 400 when the one used is not a valid task name (``ratchet_core.input_rules``)."""
+    ``default``; a 400 when the one used is not a valid task name (``ratchet_gateway.input_rules``)."""
     try:
         return resolve_task(req.metadata, header)
     except InputRuleError as exc:
         raise input_rule_error(exc) from None
+
+
+# The chat body is read by the handler, not by FastAPI, so a route that takes one gives its schema (and the task
+# header) to /openapi.json with this; ``ChatRequest`` is added to the document's components by ratchet_gateway.app.
+CHAT_BODY_OPENAPI: dict[str, Any] = {
+    "requestBody": {
+        "required": True,
+        "content": {"application/json": {"schema": {"$ref": "#/components/schemas/ChatRequest"}}},
+    },
+    "parameters": [
+        {
+            "name": "X-Ratchet-Task",
+            "in": "header",
+            "required": False,
+            "schema": {
+                "type": "string",
+                "pattern": f"^{TASK_NAME_PATTERN}$",
+                "maxLength": MAX_TASK_NAME_LENGTH,
+            },
+            "description": "The request's task when metadata.ratchet_task is absent (default 'default'): 1-64 "
+            "characters of A-Za-z0-9._- (UTF-8; anything else is a 400).",
+        }
+    ],
+}

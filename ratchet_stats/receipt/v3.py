@@ -1,4 +1,5 @@
-"""Receipt v3: v2 (``ratchet_stats.receipt_v2``) plus the day's audit and shadow pair calls in what was paid.
+"""Receipt v3 (``PREDICATE_TYPE``, what the night signs now): v2 plus the day's audit and shadow pair calls in
+what was paid.
 
 A pair row is the other model's answer to a request, fetched off the request path (``ratchet_core.schema``): the
 teacher's answer to an audited student-served request (``audit``) or the student's answer to a shadowed
@@ -19,7 +20,8 @@ them out and its savings were overstated on days with audits. v3 commits them in
   client's request and pair rows (a client may have only pairs that day);
 - the estimate lines' ``from_audits`` are recomputed from the pair leaves (v2 could not).
 
-``verify_receipt`` (``ratchet_stats.receipt``) dispatches here for ``PREDICATE_TYPE_V3``.
+v3 is v2 plus the pairs, so it builds on ``v2``'s public functions (its predicate, subjects, TOTALS and their
+checks) and adds the pair tree and the pair amounts; what both share otherwise is in ``common``.
 """
 
 from __future__ import annotations
@@ -29,12 +31,42 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from ratchet_stats import merkle
-from ratchet_stats import receipt_v2 as v2
 from ratchet_stats import teacher_equivalent as te
 from ratchet_stats.canonical import canonical_json
-from ratchet_stats.receipt import PREDICATE_TYPE_V3 as PREDICATE_TYPE
-from ratchet_stats.receipt import micro
+from ratchet_stats.receipt import v2
+from ratchet_stats.receipt.client_view import (
+    proven_view,
+    view_estimates,
+    view_indices_ok,
+    view_line,
+    view_own,
+    view_totals_match,
+)
+from ratchet_stats.receipt.common import (
+    AuditorFiles,
+    FilesReport,
+    Previous,
+    ReceiptError,
+    ReceiptFormat,
+    check_client_and_estimate_lines,
+    check_client_lines,
+    check_day_estimates,
+    check_estimates,
+    check_line_names,
+    check_sorted_rows,
+    check_tree,
+    client_salt,
+    is_count,
+    micro,
+    need,
+    parse_client_fields,
+    parse_line,
+    rows_of,
+    tree_doc,
+    tree_ok,
+)
 
+PREDICATE_TYPE = "https://ratchet.dev/receipt/v3"
 PAIRS_FILE = "pairs.jsonl"
 PAIR_LEAF_FIELDS = (
     "request_id",
@@ -53,7 +85,6 @@ PAIR_LEAF_FIELDS = (
 )
 CLIENT_FIELDS = ("client", "salt", "tasks", "totals")
 PAIR_KEYS = ("pairs", "pair_cost_micro_usd")
-_need = v2._need
 
 
 # Building ------------------------------------------------------------------------------------------------------
@@ -128,7 +159,7 @@ def make_predicate_from_root(
     streamed past (``ratchet_assets.night.receipts``), so a day's million pair lines need not be held."""
     p = v2.make_predicate(day, requests_root, size, client_leaves, estimate_leaves, prices, previous)
     p["clients"]["leaf_fields"] = list(CLIENT_FIELDS)
-    p["pairs"] = v2._tree_doc(pairs_root, pairs_size, "request_id, leaf", PAIR_LEAF_FIELDS)
+    p["pairs"] = tree_doc(pairs_root, pairs_size, "request_id, leaf", PAIR_LEAF_FIELDS)
     return p
 
 
@@ -186,18 +217,18 @@ def totals_from_rows(
 # Verification --------------------------------------------------------------------------------------------------
 def check_shape(p: Any, what: str) -> None:
     v2.check_shape(p, what)
-    _need(v2._tree_ok(p.get("pairs")), "predicate", f"{what}: pairs must be a tree (root, size)")
+    need(tree_ok(p.get("pairs")), "predicate", f"{what}: pairs must be a tree (root, size)")
 
 
 def check_totals_entry(name: str, e: Any, check: str) -> None:
     """One v3 TOTALS adds up by itself (v2's rules, paid including the pairs)."""
-    _need(
-        isinstance(e, dict) and all(v2._is_count(e.get(k)) for k in PAIR_KEYS),
+    need(
+        isinstance(e, dict) and all(is_count(e.get(k)) for k in PAIR_KEYS),
         check,
         f"client {name!r}: pairs and pair_cost_micro_usd must be counts",
     )
     v2.check_totals_entry(name, {k: v for k, v in e.items() if k not in PAIR_KEYS}, check)
-    _need(
+    need(
         e["pair_cost_micro_usd"] <= e["actual_cost_micro_usd"],
         check,
         f"client {name!r}: the pairs cost more than all that was paid",
@@ -205,13 +236,9 @@ def check_totals_entry(name: str, e: Any, check: str) -> None:
 
 
 def parse_client_line(leaf: bytes, check: str = "clients") -> dict[str, Any]:
-    line = v2._parse_line(leaf, check, "a client line")
-    _need(set(line) == set(CLIENT_FIELDS), check, f"a client line must have exactly {list(CLIENT_FIELDS)}")
-    _need(
-        isinstance(line["client"], str) and isinstance(line["salt"], str), check, "client and salt are text"
-    )
+    line = parse_client_fields(leaf, check, CLIENT_FIELDS)
     tasks = line["tasks"]
-    _need(
+    need(
         isinstance(tasks, list) and all(isinstance(t, str) for t in tasks) and tasks == sorted(set(tasks)),
         check,
         f"client {line['client']!r}: tasks must be sorted distinct names",
@@ -222,13 +249,12 @@ def parse_client_line(leaf: bytes, check: str = "clients") -> dict[str, Any]:
 
 def check_clients(predicate: Mapping[str, Any], leaves: Sequence[bytes]) -> dict[str, dict[str, Any]]:
     """Every client line: root and size, canonical and well-formed, sorted; they count every request and pair."""
-    v2._check_tree(predicate["clients"], leaves, "clients", "client lines")
+    check_tree(predicate["clients"], leaves, "clients", "client lines")
     lines = [parse_client_line(b) for b in leaves]
-    names = [line["client"] for line in lines]
-    _need(names == sorted(set(names)), "clients", "client lines are not sorted by client (or repeat one)")
+    check_line_names(lines, "client", "clients", "client lines")
     for key, tree in (("requests", "requests"), ("pairs", "pairs")):
         total = sum(line["totals"][key] for line in lines)
-        _need(
+        need(
             total == predicate[tree]["size"],
             "clients",
             f"client lines count {total} {key}, the tree has {predicate[tree]['size']}",
@@ -238,14 +264,14 @@ def check_clients(predicate: Mapping[str, Any], leaves: Sequence[bytes]) -> dict
 
 def check_pairs(predicate: Mapping[str, Any], leaves: Sequence[bytes]) -> list[dict[str, Any]]:
     """The pair leaves give the signed pair root and size, canonical, in tree order."""
-    v2._check_tree(predicate["pairs"], leaves, "pairs", "pair lines")
-    pairs = [v2._parse_line(b, "pairs", "a pair line") for b in leaves]
-    _need(
+    check_tree(predicate["pairs"], leaves, "pairs", "pair lines")
+    pairs = [parse_line(b, "pairs", "a pair line") for b in leaves]
+    need(
         all(set(p) == set(PAIR_LEAF_FIELDS) for p in pairs),
         "pairs",
         f"a pair line must have exactly {list(PAIR_LEAF_FIELDS)}",
     )
-    _need(list(leaves) == pair_order(leaves), "pairs", "pair lines are not sorted by (request_id, line)")
+    need(list(leaves) == pair_order(leaves), "pairs", "pair lines are not sorted by (request_id, line)")
     return pairs
 
 
@@ -258,19 +284,16 @@ def check_rows(
 ) -> None:
     """The request rows and pair lines give both signed roots, every client line (totals, tasks, salt) and both
     parts of every day-source estimate."""
-    v2._check_tree(predicate["requests"], leaves, "rows", "rows")
+    check_tree(predicate["requests"], leaves, "rows", "rows")
     pairs = check_pairs(predicate, pair_leaves)
-    rows = v2._rows_of(leaves)
-    ids = [r["request_id"] for r in rows]
-    _need(ids == sorted(ids), "rows", "rows are not sorted by request_id")
+    rows = rows_of(leaves)
+    check_sorted_rows(rows)
     totals, first, tasks = totals_from_rows(rows, pairs, estimates, predicate["teacher_equivalent"]["prices"])
-    v2.check_client_lines(predicate["day"], totals, first, clients)
+    check_client_lines(predicate["day"], totals, first, clients)
     for name in totals:
-        _need(
-            clients[name]["tasks"] == tasks[name], "rows", f"client {name!r}: rows give tasks {tasks[name]}"
-        )
-    v2.check_day_estimates(estimates, "from_requests", te.request_answers(rows))
-    v2.check_day_estimates(estimates, "from_audits", audit_answers(pairs))
+        need(clients[name]["tasks"] == tasks[name], "rows", f"client {name!r}: rows give tasks {tasks[name]}")
+    check_day_estimates(estimates, "from_requests", te.request_answers(rows))
+    check_day_estimates(estimates, "from_audits", audit_answers(pairs))
 
 
 # The client view -----------------------------------------------------------------------------------------------
@@ -286,24 +309,8 @@ def make_client_view(
     """What `client` receives: the envelope, its own line proven against the client root and the estimate lines
     of its line's ``tasks`` (each proven), from the small files alone; with `rows` (its ``{index, request_id,
     leaf}`` entries) and `pairs` (its pair lines) also those, which must recompute the line. None: no line."""
-    index = next((i for i, b in enumerate(client_leaves) if json.loads(b)["client"] == client), None)
-    if index is None:
-        return None
-    tasks = set(json.loads(client_leaves[index])["tasks"])
-    est_tree = merkle.MerkleTree(estimate_leaves)
-    view = {
-        "_type": v2.CLIENT_VIEW_TYPE,
-        "day": day,
-        "client": client,
-        "envelope": dict(envelope),
-        "line": v2._proven(merkle.MerkleTree(client_leaves), client_leaves, index),
-        "estimates": [
-            v2._proven(est_tree, estimate_leaves, i)
-            for i, b in enumerate(estimate_leaves)
-            if json.loads(b)["task"] in tasks
-        ],
-    }
-    if rows is not None:
+    view = proven_view(envelope, day, client, client_leaves, estimate_leaves, lambda line: line["tasks"])
+    if view is not None and rows is not None:
         view["rows"] = [dict(r) for r in rows]
         view["pairs"] = [b.decode("utf-8") for b in pairs or []]
     return view
@@ -313,25 +320,25 @@ def check_client_view(
     predicate: Mapping[str, Any], view: Mapping[str, Any]
 ) -> tuple[dict[str, Any], list[str]]:
     """A client's v3 view against its signed predicate; returns (its line, the checks passed)."""
-    line = v2.view_line(predicate, view, parse_client_line)
-    estimates = v2.view_estimates(predicate, view)
+    line = view_line(predicate, view, parse_client_line)
+    estimates = view_estimates(predicate, view)
     missing = sorted(set(line["tasks"]) - set(estimates))
-    _need(not missing, "estimates", f"the estimate lines of tasks {missing} (named by your line) are missing")
+    need(not missing, "estimates", f"the estimate lines of tasks {missing} (named by your line) are missing")
     checks = ["client-line", "estimates"]
     rows_in = view.get("rows")
     if rows_in is not None:
         name = line["client"]
-        rows = v2.view_own([r["leaf"] for r in rows_in], name, "a row")
-        pairs = v2.view_own(view.get("pairs") or [], name, "a pair line")
-        v2.view_indices_ok(predicate, rows_in)
+        rows = view_own([r["leaf"] for r in rows_in], name, "a row")
+        pairs = view_own(view.get("pairs") or [], name, "a pair line")
+        view_indices_ok(predicate, rows_in)
         totals, first, tasks = totals_from_rows(
             rows, pairs, estimates, predicate["teacher_equivalent"]["prices"]
         )
-        v2.view_totals_match(totals.get(name, empty_totals()), line)
-        _need(tasks.get(name, []) == line["tasks"], "client-rows", "your rows give other tasks")
+        view_totals_match(totals.get(name, empty_totals()), line)
+        need(tasks.get(name, []) == line["tasks"], "client-rows", "your rows give other tasks")
         if name in first:
-            _need(
-                line["salt"] == v2.client_salt(predicate["day"], name, first[name]),
+            need(
+                line["salt"] == client_salt(predicate["day"], name, first[name]),
                 "client-rows",
                 "the line's salt does not match your first request",
             )
@@ -339,24 +346,37 @@ def check_client_view(
     return line, checks
 
 
-__all__ = [
-    "CLIENT_FIELDS",
-    "PAIRS_FILE",
-    "PAIR_LEAF_FIELDS",
-    "PREDICATE_TYPE",
-    "add_pairs",
-    "audit_answers",
-    "check_client_view",
-    "check_clients",
-    "check_pairs",
-    "check_rows",
-    "client_leaf",
-    "empty_totals",
-    "make_client_view",
-    "make_predicate",
-    "make_predicate_from_root",
-    "pair_order",
-    "subjects",
-    "sum_totals",
-    "totals_from_rows",
-]
+def check_predicate(predicate: Mapping[str, Any]) -> list[str]:
+    """Nothing beyond the shape: v3 signs roots, whose lines ``check_files`` checks."""
+    return []
+
+
+def check_files(predicate: Mapping[str, Any], files: AuditorFiles, previous: Previous | None) -> FilesReport:
+    """The client and estimate lines, the estimates chained from the previous receipt, the pair lines, then the
+    rows (which need all the lines), each when given."""
+    report, lines, est = check_client_and_estimate_lines(
+        predicate, files, previous, check_clients, sum_totals
+    )
+    if files.pairs is not None:
+        check_pairs(predicate, files.pairs)
+        report.checks.append("pairs")
+    if files.leaves is not None:
+        if lines is None or est is None or files.pairs is None:
+            raise ReceiptError(
+                "rows",
+                "a v3 receipt's rows are checked against its client, estimate and pair lines: give them",
+            )
+        check_rows(predicate, files.leaves, files.pairs, lines, est)
+        report.checks.append("rows")
+    return report
+
+
+FORMAT = ReceiptFormat(
+    version=3,
+    predicate_type=PREDICATE_TYPE,
+    check_shape=check_shape,
+    check_predicate=check_predicate,
+    check_files=check_files,
+    check_estimates=check_estimates,
+    check_client_view=check_client_view,
+)

@@ -1,12 +1,12 @@
-"""The release policy on simulated audits: walk to live, roll back a corrupted version, hold on thin evidence."""
+"""The release rule on simulated audits: walk to live, roll back a corrupted version, hold on thin evidence."""
 
 from __future__ import annotations
 
 import random
 
-from ratchet_assets.release.policy import LADDER, LIVE, ReleasePolicy, Track, feed, simulate
+from ratchet_assets.release.decision import LADDER, LIVE, ReleaseRule, Track, feed, simulate
 
-POLICY = ReleasePolicy(target=0.95, floor=0.90, alpha=0.05)
+POLICY = ReleaseRule(target=0.95, floor=0.90, alpha=0.05)
 
 
 def _stream(rate: float, n: int, seed: int) -> list[bool]:

@@ -1,8 +1,8 @@
 """The answer-contract guard: does an answer stay inside the contract its own request declared?
 
-A student answer is served only when it does (DESIGN.md §7, "the student answers only inside the request's
-contract"); a violation cascades to the teacher, is counted, and is recorded on the ledger row. The contract is
-what an OpenAI-compatible model promises a client:
+A student answer is served only when it does (ARCHITECTURE.md, "The path of a request": the student answers
+only inside the request's contract); a violation cascades to the teacher, is counted, and is recorded on the
+ledger row. The contract is what an OpenAI-compatible model promises a client:
 
 - the answer was not cut short: ``finish_reason`` is not ``length``;
 - ``response_format: {"type": "json_object"}``: the content is a JSON object (RFC 8259, no NaN/Infinity);
@@ -20,7 +20,6 @@ value); its ``detail`` names schema paths and keywords only, never the answer's 
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping
 from dataclasses import dataclass
 from functools import lru_cache
@@ -32,7 +31,8 @@ from jsonschema.exceptions import best_match
 from jsonschema.protocols import Validator
 from referencing import Registry
 
-from ratchet_core.schema_regex import bounded
+from ratchet_gateway.schema_regex import bounded
+from ratchet_stats.canonical import loads_strict
 
 FINISH_LENGTH = "finish_length"
 JSON_INVALID = "json_invalid"
@@ -74,10 +74,6 @@ class Violation:
 _NOT_JSON = object()
 
 
-def _reject_constant(name: str) -> Any:
-    raise ValueError(f"{name} is not JSON")
-
-
 def _parse_json(text: Any) -> Any:
     """The JSON value of `text`, or _NOT_JSON (orjson first; the stdlib for integers beyond 64 bits)."""
     if not isinstance(text, str | bytes):
@@ -87,7 +83,7 @@ def _parse_json(text: Any) -> Any:
     except orjson.JSONDecodeError:
         pass
     try:
-        return json.loads(text, parse_constant=_reject_constant)
+        return loads_strict(text)
     except (ValueError, RecursionError):
         return _NOT_JSON
 

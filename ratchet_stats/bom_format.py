@@ -1,4 +1,4 @@
-"""Verify an adapter's signed ML-BOM: DSSE signature, in-toto Statement, CycloneDX 1.6 shape, NOTICE, files.
+"""The adapter's ML-BOM format, and its verification: DSSE signature, in-toto Statement, CycloneDX 1.6, NOTICE, files.
 
 The BOM is a CycloneDX 1.6 document (``bomFormat`` "CycloneDX", ``specVersion`` "1.6") carried as the predicate of
 an in-toto Statement v1 (predicateType ``https://cyclonedx.org/bom``) in a DSSE envelope. The Statement's subjects
@@ -32,6 +32,7 @@ from typing import Any
 
 from ratchet_stats.certificate import adapter_digest
 from ratchet_stats.dsse import VerificationError, verify_statement
+from ratchet_stats.evidence import EvidenceError
 
 BOM_PREDICATE = "https://cyclonedx.org/bom"
 SPEC_VERSION = "1.6"
@@ -52,13 +53,8 @@ P_CERT = "ratchet:certificate:sha256"
 P_VERSION = "ratchet:version"
 
 
-class BomError(Exception):
+class BomError(EvidenceError):
     """The BOM failed a check; ``check`` names it (signature, statement, cyclonedx, components, ...)."""
-
-    def __init__(self, check: str, message: str) -> None:
-        super().__init__(f"{check}: {message}")
-        self.check = check
-        self.message = message
 
 
 @dataclass(frozen=True)

@@ -7,8 +7,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from jsonschema import Draft202012Validator
 
-from ratchet_core.contract import SCHEMA_MISMATCH, SCHEMA_UNUSABLE, check_answer
-from ratchet_core.schema_regex import bounded
+from ratchet_gateway.contract import SCHEMA_MISMATCH, SCHEMA_UNUSABLE, check_answer
+from ratchet_gateway.schema_regex import bounded
 
 SCHEMA = {
     "type": "object",
@@ -40,7 +40,9 @@ def test_catastrophic_pattern_is_unusable_not_a_stall():
         },
     }
     answer = {"role": "assistant", "content": orjson.dumps({"a": "a" * 40 + "b"}).decode()}
-    v = check_answer(body, answer, "stop")  # plain `re` takes minutes on this input: the search's limit stops it
+    v = check_answer(
+        body, answer, "stop"
+    )  # plain `re` takes minutes on this input: the search's limit stops it
     assert v is not None and v.kind == SCHEMA_UNUSABLE and "PatternTimeout" in v.detail
     answer_ok = {"role": "assistant", "content": '{"a": "b"}'}
     assert check_answer(body, answer_ok, "stop").kind == SCHEMA_MISMATCH  # a quick mismatch stays a mismatch

@@ -1,6 +1,6 @@
 """What a client and what the auditor receive of a day's receipt, read from the files ``daily_receipt`` wrote.
 
-- :func:`client_view`: a v2 receipt's **client view** (``ratchet_stats.receipt_v2.make_client_view``): the signed
+- :func:`client_view`: a v2 receipt's **client view** (``ratchet_stats.receipt.v2.make_client_view``): the signed
   envelope (which names no client), the caller's own client line with an inclusion proof against the signed client
   root, the estimate lines of the tasks its student-served rows used (each proven), and its own request leaves. It
   never holds another client's name, totals or rows. ``ratchet verify receipt --client-proof FILE`` checks it.
@@ -26,9 +26,11 @@ from ratchet_core.layout import (
     RECEIPT_PAIRS_FILE,
     RECEIPT_ROWS_FILE,
 )
-from ratchet_stats import receipt_v3
-from ratchet_stats.receipt import PREDICATE_TYPE, PREDICATE_TYPE_V2, PREDICATE_TYPE_V3
-from ratchet_stats.receipt_v2 import make_client_view
+from ratchet_stats.receipt import v3 as receipt_v3
+from ratchet_stats.receipt.v1 import PREDICATE_TYPE
+from ratchet_stats.receipt.v2 import PREDICATE_TYPE as PREDICATE_TYPE_V2
+from ratchet_stats.receipt.v2 import make_client_view
+from ratchet_stats.receipt.v3 import PREDICATE_TYPE as PREDICATE_TYPE_V3
 
 V1_NOTE = (
     "this day's receipt is v1: it signs every client's totals in one document, so only the auditor receives it; "

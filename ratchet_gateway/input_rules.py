@@ -1,9 +1,10 @@
 """Input rules: what a client request must look like before the gateway does anything with it (else a 400).
 
 - **Task names** are 1-64 characters of ``A-Z a-z 0-9 . _ -`` starting with a letter or digit
-  (:data:`TASK_NAME_PATTERN`; so no ``..``, no control characters, nothing a path, a header or a log line could
-  misread). A task comes from ``metadata.ratchet_task``, else the ``X-Ratchet-Task`` header, else ``default``
-  (an empty value counts as absent). The header is decoded as UTF-8, never Latin-1 (:func:`task_from_header`).
+  (``ratchet_core.names.TASK_NAME_PATTERN``; so no ``..``, no control characters, nothing a path, a header or
+  a log line could misread). A task comes from ``metadata.ratchet_task``, else the ``X-Ratchet-Task`` header,
+  else ``default`` (an empty value counts as absent). The header is decoded as UTF-8, never Latin-1
+  (:func:`task_from_header`).
 - **Nesting depth**: no JSON array/object nested deeper than :data:`MAX_NESTING_DEPTH` (64; real chat bodies
   use about 10). Checked on the raw bytes before parsing (:func:`json_too_deep`) or on a parsed value
   (:func:`value_too_deep`), both iteratively, so a hostile body costs a bounded loop and never a
@@ -25,8 +26,8 @@ from typing import Annotated, Any
 import numpy as np
 from pydantic import Strict, StringConstraints
 
-TASK_NAME_PATTERN = r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}"
-MAX_TASK_NAME_LENGTH = 64
+from ratchet_core.names import TASK_NAME_PATTERN, shown
+
 DEFAULT_TASK = "default"
 TASK_HEADER = "x-ratchet-task"
 MAX_NESTING_DEPTH = 64
@@ -47,13 +48,6 @@ class InputRuleError(ValueError):
         self.code = code
 
 
-def _shown(value: Any, limit: int = 24) -> str:
-    """A short escaped preview of a client value for an error message (never the whole of a 100 KB value)."""
-    text = value if isinstance(value, str) else repr(value)
-    more = f"... ({len(text)} characters)" if len(text) > limit else ""
-    return ascii(text[:limit]) + more
-
-
 # Task names ---------------------------------------------------------------------------------------------------
 def validate_task_name(name: Any, source: str = "metadata.ratchet_task") -> str:
     """`name` if it is a valid task name, else InputRuleError naming `source`."""
@@ -61,7 +55,7 @@ def validate_task_name(name: Any, source: str = "metadata.ratchet_task") -> str:
         raise InputRuleError(f"{source} must be a string: {_TASK_RULE}", source, "invalid_task")
     if _TASK_NAME.fullmatch(name) is None:
         raise InputRuleError(
-            f"{source} {_shown(name)} is not a valid task name: {_TASK_RULE}. Rename the task and retry.",
+            f"{source} {shown(name)} is not a valid task name: {_TASK_RULE}. Rename the task and retry.",
             source,
             "invalid_task",
         )

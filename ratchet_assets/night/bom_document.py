@@ -1,13 +1,12 @@
-"""Build an adapter's CycloneDX 1.6 ML-BOM and its NOTICE.md (the control plane's side of ``ratchet_stats.bom``).
+"""Build an adapter's CycloneDX 1.6 ML-BOM and its NOTICE.md (the format: ``ratchet_stats.bom_format``).
 
 Pure functions over plain values, so ``ratchet sim`` and tests build BOMs without Dagster. The layout (component
-refs, property names) is defined once in ``ratchet_stats.bom`` and verified there. Nothing here reads a clock:
+refs, property names) is defined once in ``ratchet_stats.bom_format`` and verified there. Nothing here reads a clock:
 the same inputs give the same BOM bytes (the serial number is a UUIDv5 of the version and adapter digest).
 """
 
 from __future__ import annotations
 
-import hashlib
 import importlib.metadata
 import re
 import subprocess
@@ -17,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ratchet_stats import bom as B
+from ratchet_stats import bom_format as B
 from ratchet_stats.certificate import adapter_digest
 from ratchet_stats.commitment import Commitment
 
@@ -162,7 +161,7 @@ def build_bom(
     code: str,
     learner: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """The CycloneDX 1.6 document for one adapter version (layout documented in ``ratchet_stats.bom``).
+    """The CycloneDX 1.6 document for one adapter version (layout documented in ``ratchet_stats.bom_format``).
 
     ``adapter_files``: {file name: sha256}; ``base``: ``ratchet_core.student_model.base_identity``;
     ``certificate``: the evaluation certificate predicate (its metrics fill the model card).
@@ -312,13 +311,3 @@ def build_notice(
         "",
     ]
     return "\n".join(lines)
-
-
-def sha256_file(path: str | Path) -> str:
-    return hashlib.sha256(Path(path).read_bytes()).hexdigest()
-
-
-def adapter_file_hashes(adapter_dir: str | Path) -> dict[str, str]:
-    """{relative file name: sha256} for every file in an adapter folder."""
-    root = Path(adapter_dir)
-    return {p.relative_to(root).as_posix(): sha256_file(p) for p in sorted(root.rglob("*")) if p.is_file()}
