@@ -52,12 +52,13 @@ def _demo_cmd(home: Path, ports: list[int]) -> list[str]:
     ]
 
 
-def _sigint_ignored_and_blocked() -> None:
-    """Runs in the demo's process before exec: SIGINT ignored and blocked, the worst a parent can hand down (a
-    background job of a non-interactive shell starts with it ignored). The demo must still stop on Ctrl-C, and the
-    test no longer depends on what the pytest process inherited."""
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-    signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+# Runs `argv[1:]` with SIGINT ignored and blocked (both survive exec): the worst a parent can hand down (a
+# background job of a non-interactive shell starts with SIGINT ignored). The demo must still stop on Ctrl-C, and
+# the test no longer depends on what the pytest process inherited. (No preexec_fn: unsafe in a threaded parent.)
+SIGINT_IGNORED = (
+    "import os, signal, sys; signal.signal(signal.SIGINT, signal.SIG_IGN); "
+    "signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT}); os.execv(sys.argv[1], sys.argv[1:])"
+)
 
 
 def _lake_requests(home: Path, day: str) -> int:
@@ -90,13 +91,12 @@ def test_demo_runs_nights_stops_on_ctrl_c_resumes_and_its_receipts_verify(tmp_pa
     # First run, started with SIGINT ignored and blocked: stop it with Ctrl-C (SIGINT) as soon as the first
     # day's report is out.
     first = subprocess.Popen(
-        cmd,
+        [sys.executable, "-c", SIGINT_IGNORED, *cmd],
         env=clean_env,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
         start_new_session=True,
-        preexec_fn=_sigint_ignored_and_blocked,
     )
     try:
         line = first.stdout.readline()
