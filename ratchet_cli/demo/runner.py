@@ -2,8 +2,10 @@
 
 A day: ``bursts`` bursts of the built-in workload spread over the first 80% of the day (``run_traffic``), then
 wait for the day to end on Ratchet's clock and for the gateway to seal its last segment (two sealing intervals
-after the last answer), then the night (``ratchet_cli.demo.night``), then one line per day: requests, share served
-by the student, accuracy, the receipt, the certificate and every task's stage. Release control and the adapter
+after the last answer, and until the lake holds every request the gateway answered), then the night
+(``ratchet_cli.demo.night``), then one line per day: requests, share served by the student, accuracy, the night's
+steps and their seconds, the receipt, the certificate and every task's stage. On the accelerated clock a day's
+traffic always stays in its day: the clock waits for it (``ratchet_cli.demo.state``). Release control and the adapter
 reconciler run in Dagster's daemon (``release_promotion_sensor``, ``adapter_reconciler``) when `dagster dev` runs,
 else here between bursts (``--no-dagster-ui``).
 """
@@ -28,9 +30,17 @@ from ratchet_cli.demo.night import (
     run_night,
     serving_stages,
 )
-from ratchet_cli.demo.state import DayClock, DemoState, next_day, real_day_clock, set_accelerated_clock
+from ratchet_cli.demo.state import (
+    DayClock,
+    DemoState,
+    hold_clock_at,
+    next_day,
+    real_day_clock,
+    set_accelerated_clock,
+)
 from ratchet_cli.demo.supervisor import Service, Supervisor
 from ratchet_core.layout import ArtifactLayout
+from ratchet_core.partition_window import PartitionWindow, write_window
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 TASKS = ["tickets", "extract", "tools"]
@@ -136,14 +146,12 @@ class DemoRunner:
             LITELLM_LOCAL_MODEL_COST_MAP="True",
             PYTHONUNBUFFERED="1",
         )
-        window = self.partitions_window()
-        if window:  # Dagster's partitions span the demo's own days (ratchet_assets.defs.partitions: UI plots)
-            env.update(RATCHET_PARTITIONS_START=window[0], RATCHET_PARTITIONS_END=window[1])
         return env
 
-    def partitions_window(self) -> tuple[str, str] | None:
-        """(first, last) day the accelerated demo runs with --days: its days lie far before the wall clock, and the
-        UI's Partitions plots graph only the definition's newest 120 partitions. None: real days or no --days."""
+    def partitions_window(self) -> PartitionWindow | None:
+        """First and last day the accelerated demo runs with --days: its days lie far before the wall clock, and the
+        UI's Partitions plots graph only the definition's newest 120 partitions. None: real days or no --days.
+        ``run`` records it in the home (``ratchet_core.partition_window``) for every Dagster process on it."""
         if not self.o.accelerated or self.o.days is None:
             return None
         st = self.state
@@ -152,7 +160,7 @@ class DemoRunner:
         first_new = pending or (next_day(max(known)) if known else self.o.clock_start)
         remaining = max(1, self.o.days - len(st.days_done))
         last = (date.fromisoformat(first_new) + timedelta(days=remaining - 1)).isoformat()
-        return min([*known, first_new]), max([*known, last])
+        return PartitionWindow(min([*known, first_new]), max([*known, last]))
 
     def gateway_env(self) -> dict[str, str]:
         env = self.base_env()
@@ -265,6 +273,11 @@ class DemoRunner:
         self.state = DemoState.load(self.home)
         self.state.save(self.home)
         self.prepare_dagster_home()
+        window = self.partitions_window()
+        if (
+            window is not None
+        ):  # Dagster's partitions are the demo's days, now and in any later UI on this home
+            write_window(self.home, window)
         mode = f"accelerated: one day = {self.o.day_seconds:g} s" if self.o.accelerated else "real UTC days"
         self.echo(f"clock: {mode}; {self.o.requests_per_day} requests a day ({self.o.workload})")
         if self.o.days is not None and len(self.state.days_done) >= self.o.days:
@@ -328,13 +341,15 @@ class DemoRunner:
         self.state.save(self.home)
         done = int(self.state.bursts_done.get(day, 0))
         clock = (
-            set_accelerated_clock(self.home, day, self.o.day_seconds)
+            set_accelerated_clock(self.home, day, self.o.day_seconds, hold_at_day_end=True)
             if self.o.accelerated
             else real_day_clock(day)
         )
         n, b = self.o.requests_per_day, self.o.bursts
         sizes = [n // b + (1 if i < n % b else 0) for i in range(b)]
         total = Totals()
+        # a resumed day's earlier bursts are in the lake already
+        sealed_before = self.sealed_requests(day) if self.o.accelerated else 0
         self.echo(f"day {day} (#{index + 1}): sending {n} requests in {b} bursts ...")
         for j in range(done, b):
             self.wait_until(clock.real_time_at(TRAFFIC_SPAN * j / b), clock)
@@ -357,7 +372,33 @@ class DemoRunner:
             self.tick()
         last_answer = time.time()
         self.wait_until(max(clock.real_end, last_answer + 2 * self.o.segment_seconds + 1.0), clock)
+        if self.o.accelerated:
+            self.wait_sealed(day, sealed_before + total.ok, clock)
+            hold_clock_at(self.home, next_day(day), self.o.day_seconds)  # the night runs between the days
         return total
+
+    def sealed_requests(self, day: str) -> int:
+        """Answered (200) requests of `day` sealed into the lake so far."""
+        import pyarrow.compute as pc
+
+        from ratchet_core.lake import Lake
+        from ratchet_core.settings import load_settings
+
+        return sum(
+            t.filter(pc.and_(pc.equal(t["kind"], "request"), pc.equal(t["status_code"], 200))).num_rows
+            for t in Lake(load_settings().lake_root).day_tables(day, ["kind", "status_code"])
+        )
+
+    def wait_sealed(self, day: str, expected: int, clock: DayClock) -> None:
+        """Until the lake holds `expected` answered requests of `day` (the clock stands at the day's last instant
+        meanwhile, so what is sealed late is still that day's). Gives up with a warning after a minute."""
+        deadline = time.time() + 60.0 + 4 * self.o.segment_seconds
+        sealed = self.sealed_requests(day)
+        while sealed < expected and time.time() < deadline:
+            self.wait_until(time.time() + min(1.0, self.o.segment_seconds), clock)
+            sealed = self.sealed_requests(day)
+        if sealed < expected:
+            self.echo(f"  warning: {sealed} of the day's {expected} answered requests are sealed in the lake")
 
     def wait_until(self, real_time: float, clock: DayClock) -> None:
         """Sleep until `real_time`, checking the children every second and ticking release control when due."""
