@@ -108,6 +108,10 @@ def main(argv: list[str] | None = None) -> int:
         )
         return 2
     day, out = args[:2]
+    from ratchet_core.partition_window import widen_window
+    from ratchet_core.settings import load_settings
+
+    widen_window(load_settings().home, day)  # a home that records its days: this one is a partition too
     summary = _run_night(day, json.loads(args[2]) if len(args) == 3 else None)
     tmp = Path(out).with_suffix(".tmp")
     tmp.write_text(json.dumps(summary, indent=2, sort_keys=True))
