@@ -59,11 +59,40 @@ def night_run_config(
     return {"ops": {"lora_adapter": {"config": config}}} if config else None
 
 
+def step_seconds(instance: Any, run_id: str) -> list[tuple[str, float | None]]:
+    """Each step of the run in the order it started, with its seconds from the step's start to its success or
+    failure as Dagster's event log recorded them (None: it never ended)."""
+    import dagster as dg
+
+    started: dict[str, float] = {}
+    ended: dict[str, float] = {}
+    kinds = {
+        dg.DagsterEventType.STEP_START,
+        dg.DagsterEventType.STEP_SUCCESS,
+        dg.DagsterEventType.STEP_FAILURE,
+    }
+    for entry in instance.all_logs(run_id, of_type=kinds):
+        if not entry.step_key or entry.dagster_event is None:
+            continue
+        if entry.dagster_event.event_type == dg.DagsterEventType.STEP_START:
+            started.setdefault(entry.step_key, entry.timestamp)
+        else:
+            ended[entry.step_key] = entry.timestamp
+    order = sorted(started, key=started.__getitem__)
+    return [(k, round(ended[k] - started[k], 2) if k in ended else None) for k in order]
+
+
+def describe_steps(steps: list[tuple[str, float | None]] | list[list[Any]]) -> str:
+    """``traffic 1.2 s, examples 0.8 s, ...`` (a step that never ended: ``lora_adapter -``)."""
+    return ", ".join(f"{k} {'-' if v is None else f'{v:.1f} s'}" for k, v in steps)
+
+
 def _run_night(day: str, run_config: dict[str, Any] | None = None) -> dict[str, Any]:
     import dagster as dg
 
     from ratchet_assets.definitions import defs as load_defs
 
+    loading = time.monotonic()
     job = load_defs().resolve_job_def(NIGHT_JOB)
     started = time.monotonic()
     with dg.DagsterInstance.get() as instance:
@@ -88,11 +117,14 @@ def _run_night(day: str, run_config: dict[str, Any] | None = None) -> dict[str, 
                 first = message[0] if message else "failed"
                 failures[event.step_key or "?"] = re.sub(r"^[\w.]+(Error|Failure|Exception): ", "", first)
         skipped = [e.step_key for e in result.all_events if e.event_type_value == "STEP_SKIPPED"]
+        steps = step_seconds(instance, result.run_id)
     return {
         "day": day,
         "run_id": result.run_id,
         "success": result.success,
         "seconds": round(time.monotonic() - started, 1),
+        "load_seconds": round(started - loading, 1),  # importing and loading the code location
+        "steps": steps,
         "materialised": materialised,
         "checks": checks,
         "failures": failures,
@@ -126,6 +158,9 @@ class NightResult:
     exit_code: int
     log_path: Path
     summary: dict[str, Any] = field(default_factory=dict)
+    wall_seconds: float | None = (
+        None  # the night's process, start to exit (Python and Dagster start-up included)
+    )
 
     @property
     def materialised(self) -> list[str]:
@@ -147,6 +182,7 @@ def run_night(
     log_path = logs / f"night-{day}.log"
     out = logs / f"night-{day}.json"
     out.unlink(missing_ok=True)
+    started = time.monotonic()
     with open(log_path, "ab") as log:
         proc = subprocess.Popen(
             [
@@ -170,7 +206,7 @@ def run_night(
             _stop(proc)
             raise
     summary = json.loads(out.read_text()) if out.exists() else {}
-    return NightResult(day, code, log_path, summary)
+    return NightResult(day, code, log_path, summary, round(time.monotonic() - started, 1))
 
 
 def _stop(proc: subprocess.Popen) -> None:

@@ -24,6 +24,7 @@ from typing import Any
 
 from ratchet_cli.demo.night import (
     describe_stage,
+    describe_steps,
     night_run_config,
     reconcile_adapters_once,
     release_tick_once,
@@ -472,6 +473,9 @@ class DemoRunner:
             "night": {
                 "exit_code": result.exit_code,
                 "seconds": result.summary.get("seconds"),
+                "load_seconds": result.summary.get("load_seconds"),
+                "wall_seconds": result.wall_seconds,
+                "steps": result.summary.get("steps", []),
                 "run_id": result.summary.get("run_id"),
                 "materialised": result.materialised,
                 "failures": result.summary.get("failures", {}),
@@ -514,7 +518,14 @@ class DemoRunner:
         for sample in r["error_samples"]:
             self.echo(f"  error: {sample}")
         night = r["night"]
-        self.echo(f"  night: {', '.join(night['materialised']) or 'nothing'} ({night['seconds']} s)")
+        self.echo(
+            f"  night: {night['wall_seconds']} s ({night['seconds']} s running the job, "
+            f"{night['load_seconds']} s loading the code location, the rest starting Python and Dagster)"
+        )
+        if night["steps"]:
+            self.echo(f"  steps: {describe_steps(night['steps'])}")
+        else:
+            self.echo(f"  materialised: {', '.join(night['materialised']) or 'nothing'}")
         num = r["numbers"]
         if num["new_examples"] is not None:
             self.echo(
