@@ -175,6 +175,19 @@ class Settings(BaseSettings):
         pattern=r"^\d{4}-\d{2}-\d{2}$",
         description="Accelerated clock: the day it starts at (with RATCHET_DAY_SECONDS).",
     )
+    # The cost report's prices (ratchet_assets.cost: its pricing models).
+    student_tokens_per_second: float | None = Field(
+        None,
+        gt=0,
+        description="Cost report: the deployment's vLLM throughput, prompt + completion tokens per second per GPU "
+        "(pricing model 'configured'); unset = the student endpoint's measured speed (pricing model 'measured').",
+    )
+    student_gpu_price_per_hour: float = Field(
+        2.5, ge=0, description="Cost report: USD per hour of one GPU (or machine) of the student endpoint."
+    )
+    training_price_per_hour: float = Field(
+        2.5, ge=0, description="Cost report: USD per hour of the machine the night's training runs on."
+    )
 
     @field_validator("home", mode="after")
     @classmethod
