@@ -72,6 +72,25 @@ class CostConfig:
         return self.gpu_price_per_hour / 3600.0 / tokens_per_second * 1e6
 
 
+def cost_config(
+    settings: Any,
+    gpu_price_per_hour: float | None = None,
+    training_price_per_hour: float | None = None,
+    tokens_per_second: float | None = None,
+) -> CostConfig:
+    """The report's prices: each given value, else the setting's (``ratchet_core.settings``)."""
+
+    def given(value: float | None, default: float | None) -> float:
+        return float(default or 0.0) if value is None else float(value)
+
+    return CostConfig(
+        teacher_model=settings.teacher_model or "gpt-4o",
+        gpu_price_per_hour=given(gpu_price_per_hour, settings.student_gpu_price_per_hour),
+        training_price_per_hour=given(training_price_per_hour, settings.training_price_per_hour),
+        tokens_per_second=given(tokens_per_second, settings.student_tokens_per_second),
+    )
+
+
 @dataclass
 class TaskDayCost:
     day: str
@@ -170,12 +189,19 @@ def cost_report(
         c.training_cost_usd = c.training_seconds / 3600.0 * config.training_price_per_hour
         c.total_cost_usd = c.teacher_paid_usd + c.student_cost_usd + c.training_cost_usd
         c.saved_usd = c.teacher_equivalent_usd - c.total_cost_usd
-        per_request_saving = (c.teacher_equivalent_usd - c.teacher_paid_usd - c.student_cost_usd) / max(
-            c.requests, 1
+        c.break_even_requests_per_day = break_even_requests_per_day(
+            c.requests, c.teacher_equivalent_usd, c.teacher_paid_usd, c.student_cost_usd, c.training_cost_usd
         )
-        if per_request_saving > 0:
-            c.break_even_requests_per_day = c.training_cost_usd / per_request_saving
     return [out[t] for t in sorted(out)]
+
+
+def break_even_requests_per_day(
+    requests: int, teacher_equivalent_usd: float, teacher_paid_usd: float, student_cost_usd: float,
+    training_cost_usd: float,
+) -> float | None:  # fmt: skip
+    """The day's training cost over the saving per request (module docstring); None: it saves nothing per request."""
+    per_request = (teacher_equivalent_usd - teacher_paid_usd - student_cost_usd) / max(requests, 1)
+    return training_cost_usd / per_request if per_request > 0 else None
 
 
 def totals(rows: list[TaskDayCost]) -> dict[str, Any]:

@@ -13,6 +13,7 @@ import click
 import dagster as dg
 
 from ratchet_assets.cli_names import names_checked
+from ratchet_assets.cost import cost_config
 from ratchet_assets.defs.partitions import daily_partitions
 from ratchet_assets.defs.resources import ModelEndpoints, RatchetPaths
 from ratchet_core.artifact_store import publishes_artifacts
@@ -26,26 +27,6 @@ class CostReportConfig(dg.Config):
     gpu_price_per_hour: float | None = None
     training_price_per_hour: float | None = None
     tokens_per_second: float | None = None
-
-
-def cost_config(
-    settings: Any,
-    gpu_price_per_hour: float | None = None,
-    training_price_per_hour: float | None = None,
-    tokens_per_second: float | None = None,
-) -> Any:
-    """The report's prices: each given value, else the setting's (``ratchet_core.settings``)."""
-    from ratchet_assets.cost import CostConfig
-
-    def given(value: float | None, default: float | None) -> float:
-        return float(default or 0.0) if value is None else float(value)
-
-    return CostConfig(
-        teacher_model=settings.teacher_model or "gpt-4o",
-        gpu_price_per_hour=given(gpu_price_per_hour, settings.student_gpu_price_per_hour),
-        training_price_per_hour=given(training_price_per_hour, settings.training_price_per_hour),
-        tokens_per_second=given(tokens_per_second, settings.student_tokens_per_second),
-    )
 
 
 def report_path(artifacts: str | Path, day: str) -> Path:

@@ -22,6 +22,7 @@ from datetime import date, timedelta
 from pathlib import Path
 from typing import Any
 
+from ratchet_cli.demo.costs import demo_price_env, side_by_side
 from ratchet_cli.demo.night import (
     describe_stage,
     describe_steps,
@@ -147,6 +148,7 @@ class DemoRunner:
             LITELLM_LOCAL_MODEL_COST_MAP="True",
             PYTHONUNBUFFERED="1",
         )
+        env.update(demo_price_env(env))  # the nights' cost_report prices the deployment the demo stands for
         return env
 
     def partitions_window(self) -> PartitionWindow | None:
@@ -269,6 +271,7 @@ class DemoRunner:
         from ratchet_cli.init_cmd import ensure_home
 
         os.environ["RATCHET_HOME"] = str(self.home)  # this process's own settings (release ticks, manifests)
+        os.environ.update(demo_price_env(os.environ))  # ... and the cost report of its last lines
         info = ensure_home(self.home)
         self.echo(f"Ratchet home {info['home']} (signing key id {info['key_id'][:16]}…)")
         self.state = DemoState.load(self.home)
@@ -287,6 +290,7 @@ class DemoRunner:
                 f"pass --days {len(self.state.days_done) + 1} or more to continue"
             )
             self.print_verify()
+            self.print_costs()
             return []
         try:
             self.start_services()
@@ -301,6 +305,7 @@ class DemoRunner:
             if killed:
                 self.echo(f"had to kill: {', '.join(killed)}")
         self.print_verify()
+        self.print_costs()
         return self.reports
 
     def next_day(self) -> str:
@@ -574,3 +579,10 @@ class DemoRunner:
             extra = f" --notice {notice}" if notice.exists() else ""
             extra += f" --adapter-dir {adapter}" if adapter.exists() else ""
             self.echo(f"  ratchet verify bom {bom} --key {pub}{extra}")
+
+    def print_costs(self) -> None:
+        """The last lines: each day's receipt beside its cost report (``ratchet_cli.demo.costs``)."""
+        days = self.layout.receipt_days()
+        if days:
+            for line in side_by_side(self.home, days):
+                self.echo(line)
