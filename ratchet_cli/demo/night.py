@@ -1,12 +1,14 @@
 """The demo's nights and release control.
 
-``python -m ratchet_cli.demo.night DAY OUT.json [RUN_CONFIG_JSON]`` runs the code location's ``nightly`` job for partition DAY in
-the Dagster instance of ``$DAGSTER_HOME`` (the one `dagster dev` shows, so each night appears in the UI's runs and
-asset lineage) and writes a summary: which assets materialised (with their key metadata), which checks passed,
-which steps failed and why. RUN_CONFIG_JSON is the job's run config: the demo passes none, since
-``lora_adapter``'s defaults are the training settings it certifies with (``night_run_config``: only
-``--train-epochs`` / ``--train-min-steps`` override them). It runs in its own process so a night never shares memory with the demo's driver and
-Ctrl-C can stop it by process group.
+``python -m ratchet_cli.demo.night DAY OUT.json [RUN_CONFIG_JSON]`` runs the code location's ``nightly`` job for
+partition DAY in the Dagster instance of ``$DAGSTER_HOME`` (the one `dagster dev` shows, so each night appears in
+the UI's runs and asset lineage) and writes a summary: which assets materialised (with their key metadata), which
+checks passed, which steps failed and why, and how long each step took (``step_seconds``: the run's step events).
+A home that records its partition window (``ratchet_core.partition_window``) has it widened to DAY first.
+RUN_CONFIG_JSON is the job's run config: the demo passes none, since ``lora_adapter``'s defaults are the training
+settings it certifies with (``night_run_config``: only ``--train-epochs`` / ``--train-min-steps`` override them).
+It runs in its own process so a night never shares memory with the demo's driver and Ctrl-C can stop it by process
+group.
 
 ``release_tick_once``: one evaluation of release control (what Dagster's ``release_promotion_sensor`` runs each
 tick), and ``reconcile_adapters_once`` (``adapter_reconciler``'s pass), for ``ratchet demo --no-dagster-ui`` where

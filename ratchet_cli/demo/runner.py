@@ -104,6 +104,8 @@ class Totals:
     served_by: Counter = field(default_factory=Counter)
     by_task: dict[str, Counter] = field(default_factory=dict)
     error_samples: list[str] = field(default_factory=list)
+    day_seconds: float | None = None  # real seconds from the day's midnight to its traffic sealed
+    past_day_end: float = 0.0  # of which the clock stood at the day's end waiting for its traffic
 
     def add(self, s: dict[str, Any]) -> None:
         self.sent += s["sent"]
@@ -381,6 +383,8 @@ class DemoRunner:
         if self.o.accelerated:
             self.wait_sealed(day, sealed_before + total.ok, clock)
             hold_clock_at(self.home, next_day(day), self.o.day_seconds)  # the night runs between the days
+            total.day_seconds = round(time.time() - clock.real_start, 1)
+            total.past_day_end = round(max(0.0, time.time() - clock.real_end), 1)
         return total
 
     def sealed_requests(self, day: str) -> int:
@@ -468,6 +472,8 @@ class DemoRunner:
         return {
             "day": day,
             "requests": totals.sent,
+            "day_seconds": totals.day_seconds,
+            "past_day_end_seconds": totals.past_day_end,
             "ok": totals.ok,
             "errors": totals.sent - totals.ok,
             "error_samples": totals.error_samples,
@@ -520,6 +526,16 @@ class DemoRunner:
             f"day {r['day']}: {r['requests']} requests ({r['errors']} errors), "
             f"student served {r['student_share']:.1%}, accuracy {acc}"
         )
+        if r["day_seconds"] is not None:
+            waited = r["past_day_end_seconds"]
+            self.echo(
+                f"  day: {r['day_seconds']:.0f} s"
+                + (
+                    f" (the clock stood at the day's end {waited:.0f} s for its traffic to be sealed)"
+                    if waited
+                    else ""
+                )
+            )
         for sample in r["error_samples"]:
             self.echo(f"  error: {sample}")
         night = r["night"]

@@ -57,6 +57,7 @@ def test_a_day_whose_traffic_runs_late_keeps_every_row_and_no_segment_is_late(tm
         ledger.close()
 
     assert totals.ok == 12
+    assert totals.day_seconds > DAY_SECONDS and totals.past_day_end > 0  # what the day's line reports
     assert sent_at[-1] - started > DAY_SECONDS  # the traffic did outlast its day
     assert Lake(home / "lake").days() == [DAY]  # ... and not one row went to a later day
     result = consolidate_traffic(home / "lake", tmp_path / "artifacts", DAY)
