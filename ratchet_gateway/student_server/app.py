@@ -1,10 +1,13 @@
 """The student server: an OpenAI-compatible chat endpoint over a local base + LoRA adapters, with vLLM's
 runtime LoRA admin API, so the gateway talks to it exactly as it talks to vLLM ``--enable-lora`` at scale.
 
-Routes: ``POST /v1/chat/completions`` (``model`` = the base's name or a loaded adapter's name; greedy when
-temperature is 0 or absent; ``max_tokens``/``max_completion_tokens``; ``stop``; ``logprobs`` + ``top_logprobs``
-in OpenAI's shape; ``tools`` answered as ``tool_calls`` parsed from the model's text; ``stream`` as SSE with
-usage when ``stream_options.include_usage``), ``POST /v1/load_lora_adapter {"lora_name", "lora_path"}``,
+Routes: ``POST /v1/chat/completions`` (``model`` = the base's name or a loaded adapter's name; the prompt rendered
+by the base's chat template as vLLM renders it, ``ratchet_core.chat_format``; greedy when temperature is 0 or
+absent; ``max_tokens``/``max_completion_tokens``; ``stop``; ``logprobs`` + ``top_logprobs`` in OpenAI's shape;
+``tools`` answered as ``tool_calls`` read from the model's text as vLLM's ``hermes`` tool parser reads them,
+``ratchet_core.tool_calls``; ``response_format`` honoured by constrained decoding, ``constrained``; a prompt that
+does not fit the base's context refused with HTTP 400, never cut; ``stream`` as SSE with usage when
+``stream_options.include_usage``), ``POST /v1/load_lora_adapter {"lora_name", "lora_path"}``,
 ``POST /v1/unload_lora_adapter {"lora_name"}``, ``GET /v1/models``, ``GET /health``, ``GET /healthz``.
 Errors have OpenAI's shape ``{"error": {"message", "type", "param", "code"}}``.
 """
@@ -27,9 +30,12 @@ from fastapi.exceptions import RequestValidationError
 from pydantic import BaseModel, ConfigDict, Field
 from starlette.responses import PlainTextResponse, Response, StreamingResponse
 
-from ratchet_core.chat_format import parse_completion, render_prompt
+from ratchet_core.chat_format import chat_template, render_prompt
+from ratchet_core.tool_calls import HERMES, answer_message, tool_parser_of
+from ratchet_gateway.student_server.constrained import FormatError
 from ratchet_gateway.student_server.engine import (
     AdapterError,
+    ContextError,
     Generation,
     GenerationRequest,
     StudentEngine,
@@ -134,6 +140,9 @@ def create_app(
         import asyncio
 
         await asyncio.to_thread(engine.load_base)
+        chat_template(
+            engine.tokenizer
+        )  # a base without one cannot be served as it is trained (a clear error)
         engine.start()
         try:
             for name, path in (adapters or {}).items():
@@ -231,8 +240,9 @@ def create_app(
         stop = [body.stop] if isinstance(body.stop, str) else list(body.stop or [])
         top = body.top_logprobs or 0
         request = GenerationRequest(
-            prompt=render_prompt(body.messages, body.tools, body.response_format),
+            prompt=await asyncio.to_thread(render_prompt, engine.tokenizer, body.messages, body.tools),
             adapter=adapter,
+            response_format=body.response_format,
             max_tokens=body.max_completion_tokens or body.max_tokens,
             temperature=body.temperature or 0.0,
             top_p=body.top_p or 1.0,
@@ -244,12 +254,13 @@ def create_app(
             gen = await engine.generate(request)
         except UnknownModelError as exc:  # unloaded while the request waited
             return error_response(404, str(exc), code="model_not_found")
-        message = (
-            parse_completion(gen.text, body.tools)
-            if body.tools and body.tool_choice != "none"
-            else {"role": "assistant", "content": gen.text, "tool_calls": None}
+        except (ContextError, FormatError) as exc:
+            return error_response(400, str(exc))
+        hermes = tool_parser_of(chat_template(engine.tokenizer)) == HERMES
+        message = answer_message(gen.text, body.tools if hermes else None, body.tool_choice)
+        finish = (
+            "tool_calls" if message.get("tool_calls") and gen.finish_reason == "stop" else gen.finish_reason
         )
-        finish = "tool_calls" if message.get("tool_calls") else gen.finish_reason
         usage = {
             "prompt_tokens": gen.prompt_tokens,
             "completion_tokens": gen.completion_tokens,
