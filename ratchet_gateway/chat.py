@@ -33,6 +33,7 @@ from ratchet_gateway.errors import GatewayError
 from ratchet_gateway.request_body import parse_chat_body, read_body, receive_body, task_of, validate_chat_body
 from ratchet_gateway.responses import error_event, error_response, new_request_id, ratchet_headers
 from ratchet_gateway.serve_http import EXTENSION as HOLD_HEAD
+from ratchet_gateway.student_answer import read_tool_calls, student_request
 from ratchet_gateway.upstream import student_timeouts, teacher_timeouts
 
 if TYPE_CHECKING:
@@ -459,7 +460,10 @@ class ChatHandler:
             gw.metrics.breaker_bypassed.labels(_endpoint_label(gw.student.base)).inc()
             raise GatewayError(503, "the student endpoint's circuit breaker is open", "student_circuit_open")
         try:
-            resp = await gw.student.complete(body, model=version, task=task, timeouts=self.student_timeouts)
+            resp = await gw.student.complete(
+                student_request(body), model=version, task=task, timeouts=self.student_timeouts
+            )
+            read_tool_calls(body, resp)  # an endpoint without a tool parser answers tool calls as text
         except GatewayError as err:
             gw.metrics.upstream_faults.labels("student", err.code or "").inc()
             # a 4xx is an answer (an adapter not loaded, a request it refuses): the endpoint itself is healthy
