@@ -4,7 +4,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 export LITELLM_LOCAL_MODEL_COST_MAP := True
 
-.PHONY: install test test-fast lint bench bench-scale demo clean
+.PHONY: install test test-fast lint bench bench-scale reference demo clean
 
 $(BIN)/python:
 	$(PY) -m venv $(VENV)
@@ -30,6 +30,9 @@ bench: $(BIN)/python  ## benchmarks; JSON results under benchmarks/results/ (BEN
 
 bench-scale: $(BIN)/python  ## make bench plus the night at 10M requests a day (slow: ~10+ min on 2 cores)
 	$(BIN)/python -m benchmarks.run --out benchmarks/results --scale $(BENCH_ARGS)
+
+reference: $(BIN)/python  ## pinned `ratchet sim` runs reproduce byte for byte (REFERENCE_ARGS="--write --note '...'" rewrites)
+	$(BIN)/python -m benchmarks.sim_reference $(REFERENCE_ARGS)
 
 demo: $(BIN)/python  ## the whole loop on this machine (Ctrl-C stops it; run again to resume)
 	$(BIN)/ratchet demo --days 4 --day-seconds 60 $(DEMO_ARGS)

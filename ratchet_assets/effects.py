@@ -36,11 +36,21 @@ or again:
   whose estimate would take the window's reserved + spent total over the cap is ``denied`` with the remaining
   budget (``remaining_usd``). ``report(..., cost_usd=actual)`` replaces the estimate with what it cost; a
   failure keeps the reservation unless it says what was spent, so the cap is never overrun by unknown spend.
+  Costs are finite numbers >= 0 (NaN, infinities and negatives are refused).
+
+Tenancy. The control plane's own types (``training.launch``, ``release.live``, ``liverun.<run>``...) have no
+``/``. A client of the HTTP gate owns the namespace ``<client>/``: every type it names is ``<client>/<name>``
+(:func:`client_effect_type`), so no client can begin, report, read or exhaust the cap of the control plane's
+types or another client's, and ``report``/``fail`` with a ``namespace`` only settle effects of that namespace.
+Rules on ``<client>/*`` (:func:`client_cap_type`) hold the client's own cap: every ``execute`` of any of its
+types reserves against it too (and against its type's own cap, if any).
 """
 
 from __future__ import annotations
 
 import json
+import math
+import re
 import uuid
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
@@ -70,6 +80,11 @@ DEFAULT_POLICIES: dict[str, IndeterminateAction] = {
 # The ``effects`` table is defined with every other control-DB table in ratchet_core.control_db.
 effects_table = effects
 
+NAMESPACE_SEP = "/"
+ALL_TYPES = "*"  # rules on "<client>/*" cap the client's spend over all its types
+EFFECT_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
+MAX_TYPE_LENGTH = 64  # the control DB's effect_type column
+
 
 class EffectError(RuntimeError):
     """Misuse of the effect ledger (unknown row, bad resolution)."""
@@ -77,6 +92,52 @@ class EffectError(RuntimeError):
 
 class StaleToken(EffectError):
     """The caller's token is no longer the row's: its lease lapsed and another holder took over."""
+
+
+class ForeignType(EffectError):
+    """A client named an effect type outside its own namespace (the control plane's or another client's)."""
+
+
+def namespace_of(effect_type: str) -> str | None:
+    """The client whose namespace holds `effect_type`; None for the control plane's own types."""
+    client, sep, _ = effect_type.partition(NAMESPACE_SEP)
+    return client if sep else None
+
+
+def client_cap_type(client: str) -> str:
+    """The rules target of `client`'s whole namespace (its own spend cap): ``<client>/*``."""
+    return f"{client}{NAMESPACE_SEP}{ALL_TYPES}"
+
+
+def _is_namespace_rule(effect_type: str) -> bool:
+    return effect_type.endswith(NAMESPACE_SEP + ALL_TYPES)
+
+
+def client_effect_type(client: str, name: str) -> str:
+    """The type `client` means by `name`: ``<client>/<name>`` (``<client>/<name>`` itself is accepted too).
+
+    :class:`ForeignType` for a name in another namespace, :class:`EffectError` for a name that is not
+    1 or more of ``A-Z a-z 0-9 . _ -`` starting with a letter or digit, or too long for the control DB."""
+    own = client + NAMESPACE_SEP
+    bare = name.removeprefix(own)
+    if NAMESPACE_SEP in bare:
+        raise ForeignType(
+            f"effect type {name[:80]!r} is outside your namespace: a client's effect types are {own}<name> "
+            f"(name them with or without the {own!r} prefix); the control plane's and other clients' types "
+            "cannot be used with a client key"
+        )
+    full = own + bare
+    if EFFECT_NAME.fullmatch(bare) is None or len(full) > MAX_TYPE_LENGTH:
+        raise EffectError(
+            f"effect type {name[:80]!r}: a name is 1-{MAX_TYPE_LENGTH - len(own)} characters of A-Z, a-z, 0-9, "
+            "'.', '_' and '-', starting with a letter or digit"
+        )
+    return full
+
+
+def _check_cost(cost_usd: float | None, what: str = "cost_usd") -> None:
+    if cost_usd is not None and not (math.isfinite(cost_usd) and cost_usd >= 0):
+        raise EffectError(f"{what} must be a finite number >= 0, not {cost_usd!r}")
 
 
 class _Record:
@@ -201,8 +262,7 @@ class EffectLedger:
         ``cost_usd`` is the caller's estimate (required when the type has a spend cap); ``summary`` and
         ``requested_by`` are shown to the operator who approves.
         """
-        if cost_usd is not None and not cost_usd >= 0:
-            raise EffectError(f"cost_usd must be a number >= 0, not {cost_usd!r}")
+        _check_cost(cost_usd)
         gate = _Gate(cost_usd, summary, requested_by)
         if self.rules(effect_type).policy == "probe" and probe is None:
             raise EffectError(f"effect type {effect_type!r} has policy 'probe': pass probe=... to begin()")
@@ -328,27 +388,52 @@ class EffectLedger:
             detail="lease lapsed without a report; resolve with `ratchet admin effects resolve`",
         )
 
-    def report(self, token: str, result: dict[str, Any], cost_usd: float | None = None) -> None:
-        """Record that the effect holding ``token`` happened, with its result (and what it cost, if known)."""
-        self._finish(token, "done", json.dumps(result, sort_keys=True), None, cost_usd)
+    def report(
+        self,
+        token: str,
+        result: dict[str, Any],
+        cost_usd: float | None = None,
+        *,
+        namespace: str | None = None,
+    ) -> None:
+        """Record that the effect holding ``token`` happened, with its result (and what it cost, if known).
 
-    def fail(self, token: str, error: str, cost_usd: float | None = None) -> None:
+        With ``namespace`` (a client of the HTTP gate) only an effect of that client's types can be settled; any
+        other token is answered like a stale one, so a client learns nothing about other clients' effects."""
+        try:
+            text = json.dumps(result, sort_keys=True, allow_nan=False)
+        except ValueError:
+            raise EffectError("result must be JSON: NaN and Infinity are not") from None
+        self._finish(token, "done", text, None, cost_usd, namespace)
+
+    def fail(
+        self, token: str, error: str, cost_usd: float | None = None, *, namespace: str | None = None
+    ) -> None:
         """Record that the effect holding ``token`` did not happen (it may be retried per policy).
 
         Its spend reservation stays unless ``cost_usd`` says what was actually spent (0 when nothing was).
+        ``namespace`` as for :meth:`report`.
         """
-        self._finish(token, "failed", None, error, cost_usd)
+        self._finish(token, "failed", None, error, cost_usd, namespace)
 
     def _finish(
-        self, token: str, status: str, result: str | None, error: str | None, cost_usd: float | None
+        self,
+        token: str,
+        status: str,
+        result: str | None,
+        error: str | None,
+        cost_usd: float | None,
+        namespace: str | None,
     ) -> None:
         t = effects_table
-        if cost_usd is not None and not cost_usd >= 0:
-            raise EffectError(f"cost_usd must be a number >= 0, not {cost_usd!r}")
+        _check_cost(cost_usd)
+        where = sa.and_(t.c.token == token, t.c.status == "in_flight")
+        if namespace is not None:
+            where = sa.and_(where, t.c.effect_type.startswith(namespace + NAMESPACE_SEP, autoescape=True))
         with self.engine.begin() as conn:
             updated = conn.execute(
                 t.update()
-                .where(sa.and_(t.c.token == token, t.c.status == "in_flight"))
+                .where(where)
                 .values(status=status, result=result, error=error, updated_at=_iso(self.clock()))
             ).rowcount
             if updated == 1 and cost_usd is not None:
@@ -359,8 +444,8 @@ class EffectLedger:
                 )
         if updated != 1:
             raise StaleToken(
-                "this effect's lease was taken over (or already reported); its outcome is recorded by the "
-                "new holder — see `ratchet admin effects list`"
+                "this token holds no effect in flight: its lease was taken over (or it was already reported, "
+                "or it was never yours); the outcome is recorded by the holder — see `ratchet admin effects list`"
             )
 
     def resolve(
@@ -449,7 +534,9 @@ class EffectLedger:
         cap_usd: float | None = None,
         cap_window_seconds: int | None = None,
     ) -> Rules:
-        """Set (replace) the gate's rules for ``effect_type``; the reason follows the one rule."""
+        """Set (replace) the gate's rules for ``effect_type``; the reason follows the one rule.
+
+        ``<client>/*`` (:func:`client_cap_type`) takes only a spend cap: the client's, over all its types."""
         from ratchet_core.reasons import ReasonError, check_reason
 
         try:
@@ -460,10 +547,15 @@ class EffectLedger:
             raise EffectError(f"policy must be block, retry or probe, not {policy!r}")
         if max_attempts is not None and max_attempts < 1:
             raise EffectError("max_attempts must be >= 1 (leave it unset for no limit)")
-        if cap_usd is not None and not cap_usd >= 0:
-            raise EffectError("cap_usd must be >= 0 (leave it unset for no cap)")
+        if cap_usd is not None and not (math.isfinite(cap_usd) and cap_usd >= 0):
+            raise EffectError("cap_usd must be a finite number >= 0 (leave it unset for no cap)")
         if cap_window_seconds is not None and cap_window_seconds < 1:
             raise EffectError("cap_window_seconds must be >= 1 (leave it unset for a cap over all time)")
+        if _is_namespace_rule(effect_type) and (policy or approval_required or max_attempts is not None):
+            raise EffectError(
+                f"{effect_type} holds the client's own spend cap over all its types: give only cap_usd and "
+                "cap_window_seconds (set policy, approval and max_attempts on one of its types)"
+            )
         values = dict(
             policy=policy,
             approval_required=approval_required,
@@ -497,9 +589,13 @@ class EffectLedger:
         }
 
     def _used_in(self, conn: Connection, rules: Rules, now: datetime) -> float:
-        query = sa.select(sa.func.coalesce(sa.func.sum(effect_spend.c.usd), 0.0)).where(
-            effect_spend.c.effect_type == rules.effect_type
-        )
+        t = effect_spend
+        if _is_namespace_rule(rules.effect_type):  # the client's spend over all its types
+            prefix = rules.effect_type.removesuffix(ALL_TYPES)
+            of_type = t.c.effect_type.startswith(prefix, autoescape=True)
+        else:
+            of_type = t.c.effect_type == rules.effect_type
+        query = sa.select(sa.func.coalesce(sa.func.sum(t.c.usd), 0.0)).where(of_type)
         if rules.cap_window_seconds is not None:
             since = _iso(now - timedelta(seconds=rules.cap_window_seconds))
             query = query.where(effect_spend.c.at > since)
@@ -561,27 +657,32 @@ class EffectLedger:
                     attempts=attempts,
                     detail=f"denied by {row['decided_by']}: {row['reason']}",
                 )
-        if rules.cap_usd is not None:
+        caps = [rules]
+        if (
+            client := namespace_of(rules.effect_type)
+        ) is not None:  # the client's own cap, over all its types
+            caps.append(self._rules_in(conn, client_cap_type(client)))
+        for cap in caps:
+            if cap.cap_usd is None:
+                continue
             if gate.cost_usd is None:
                 return Begin(
                     "denied",
                     attempts=attempts,
-                    detail=f"{rules.effect_type} has a spend cap: begin it with its estimated cost_usd",
+                    detail=f"{cap.effect_type} has a spend cap: begin it with its estimated cost_usd",
                 )
-            used = self._used_in(conn, rules, now)
-            remaining = max(0.0, rules.cap_usd - used)
+            remaining = max(0.0, cap.cap_usd - self._used_in(conn, cap, now))
             if gate.cost_usd > remaining + 1e-12:
-                window = (
-                    f"per {rules.cap_window_seconds} s" if rules.cap_window_seconds is not None else "in all"
-                )
+                window = f"per {cap.cap_window_seconds} s" if cap.cap_window_seconds is not None else "in all"
                 return Begin(
                     "denied",
                     attempts=attempts,
                     remaining_usd=remaining,
-                    detail=f"spend cap: {rules.effect_type} may spend ${rules.cap_usd:.6f} {window}; "
+                    detail=f"spend cap: {cap.effect_type} may spend ${cap.cap_usd:.6f} {window}; "
                     f"${remaining:.6f} remains, this effect is estimated at ${gate.cost_usd:.6f}",
                 )
-            gate.remaining = remaining - gate.cost_usd
+            left = remaining - gate.cost_usd
+            gate.remaining = left if gate.remaining is None else min(gate.remaining, left)
         if gate.cost_usd is not None:
             conn.execute(
                 effect_spend.insert().values(
@@ -661,13 +762,14 @@ class EffectLedger:
         effect_type: str | None = None,
         status: str | None = None,
         limit: int = 100,
-        key_prefix: str | None = None,
+        namespace: str | None = None,
     ) -> list[EffectRecord]:
-        """Newest first; ``status='indeterminate'`` also returns in-flight rows whose lease lapsed."""
+        """Newest first; ``status='indeterminate'`` also returns in-flight rows whose lease lapsed; with
+        ``namespace`` only that client's types."""
         t = effects_table
         query = sa.select(t).order_by(t.c.updated_at.desc(), t.c.key).limit(limit)
-        if key_prefix:
-            query = query.where(t.c.key.startswith(key_prefix, autoescape=True))
+        if namespace:
+            query = query.where(t.c.effect_type.startswith(namespace + NAMESPACE_SEP, autoescape=True))
         if effect_type:
             query = query.where(t.c.effect_type == effect_type)
         if status == "indeterminate":

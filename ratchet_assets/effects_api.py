@@ -5,41 +5,173 @@ state that lives in ``ratchet_assets``, and the gateway must never import ``ratc
 "Layers"). Moving the ledger into ``ratchet_core`` only to mount it in the gateway would put the control
 plane's decision logic on the data plane's request path and on every replica; the gate is small, low-traffic
 and shares nothing with chat serving but the control DB. So it is its own FastAPI app on the same control DB
-that the night and the admin CLI use: one state machine, three doors (Python, CLI, HTTP).
+that the night and the admin CLI use: one state machine, four doors (Python, CLI, REST, MCP).
 
 Authentication, per caller (``Authorization: Bearer <key>``):
 
 - a client key from ``RATCHET_API_KEYS`` (``clientKey``): begin / report / fail / list / show and read the rules
-  and spend of a type. A client's keys are namespaced as ``<client>/<key>``, so two clients never share an
-  effect and each lists and shows only its own;
-- the admin key ``RATCHET_ADMIN_KEY`` (``adminKey``): everything, plus resolve, grant/deny approvals and set rules.
+  and spend of its own types. A client's effect types live in its namespace: the type it calls ``report.file``
+  is ``<client>/report.file`` (``ratchet_assets.effects``, "Tenancy"), so it can never begin, report, read or
+  exhaust the cap of the control plane's types (``training.launch``...) or another client's; ``report``/``fail``
+  settle only effects the caller began; the rules it reads show only its own spend (its type's and its own cap's);
+- the admin key ``RATCHET_ADMIN_KEY`` (``adminKey``): everything, with types named in full (``scout/report.file``),
+  plus resolve, grant/deny approvals and set rules (``PUT /rules/<client>/*`` sets a client's own cap).
 
-Errors have OpenAI's shape ``{"error": {"message", "type", "code"}}`` like the gateway's. ``/openapi.json``
-documents every route, body and both schemes.
+A hostile client cannot hurt the others: a body is at most :data:`MAX_BODY_BYTES` (413), strict JSON (no NaN,
+Infinity or a number too large for a float: 400), and every error, validation included, has OpenAI's shape
+``{"error": {"message", "type", "param", "code"}}`` like the gateway's. The bodies are the pydantic models of
+``ratchet_assets.effects_models``; ``/openapi.json`` documents every route, body and both schemes.
+
+The routes are thin: each authenticates its caller and calls one
+:class:`~ratchet_assets.effects_caller.CallerGate` method, the same one the MCP tool of that route runs. The same
+app serves the MCP door ``/mcp`` (``ratchet_assets.effects_mcp``: the caller's bearer key, the same body limit),
+and ``/.well-known/agent-manifest.json`` and ``/llms.txt`` (``ratchet_assets.effects_manifest``), which say what
+the gate does and does not do.
 """
 
 from __future__ import annotations
 
-import secrets
+import logging
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from typing import Annotated, Any, Literal
 
 from fastapi import Depends, FastAPI, Query, Security
-from fastapi.responses import JSONResponse
+from fastapi.exceptions import RequestValidationError
+from fastapi.openapi.utils import get_openapi
+from fastapi.responses import JSONResponse, PlainTextResponse
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import ValidationError
 from sqlalchemy.engine import Engine
+from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.requests import Request
+from starlette.types import ASGIApp, Receive, Scope, Send
 
-from ratchet_assets.effects import EffectError, EffectLedger, StaleToken
-from ratchet_core.api_keys import KeyStore
+from ratchet_assets.effects import EffectError, EffectLedger
+from ratchet_assets.effects_caller import (
+    ADMIN,
+    MAX_BODY_BYTES,
+    ApiError,
+    CallerGate,
+    api_error,
+    error_body,
+    invalid_request,
+    key_store,
+    non_finite,
+)
+from ratchet_assets.effects_manifest import agent_manifest, llms_txt
+from ratchet_assets.effects_mcp import McpHttpDoor
+from ratchet_assets.effects_models import (
+    Approval,
+    BeginAnswer,
+    BeginBody,
+    DecisionBody,
+    EffectRecord,
+    EffectRef,
+    ErrorBody,
+    FailBody,
+    Finished,
+    Forgotten,
+    ListQuery,
+    ReportBody,
+    ResolveBody,
+    RulesBody,
+    RulesView,
+    SpendView,
+    TypeRef,
+    UsageQuery,
+)
+from ratchet_stats.canonical import loads_strict
 
-ADMIN = ""  # the admin caller; no client can be named "" (name:secret needs a name)
+log = logging.getLogger(__name__)
 
 
-class ApiError(Exception):
-    def __init__(self, status: int, message: str, code: str) -> None:
-        super().__init__(message)
-        self.status, self.message, self.code = status, message, code
+def error_response(status: int, message: str, code: str, param: str | None = None) -> JSONResponse:
+    """OpenAI's error document: ``{"error": {"message", "type", "param", "code"}}``."""
+    return JSONResponse(error_body(status, message, code, param).model_dump(), status_code=status)
+
+
+ERROR_DOCS: dict[int | str, dict[str, Any]] = {
+    status: {"model": ErrorBody, "description": what}
+    for status, what in {
+        400: "Invalid request: the message names the field (param) and what to fix",
+        401: "Missing or unknown key",
+        403: "The admin key is needed, or the effect type is outside the caller's namespace",
+        409: "The token holds no effect of the caller's in flight (stale_token)",
+        413: "The body is larger than 64 KiB",
+    }.items()
+}
+
+
+def _openapi(app: FastAPI) -> dict[str, Any]:
+    """FastAPI's document without its ``422 {"detail": ...}`` validation body: the gate answers those with 400 in
+    OpenAI's shape (``ERROR_DOCS``)."""
+    if app.openapi_schema is None:
+        doc = get_openapi(title=app.title, version=app.version, summary=app.summary, routes=app.routes)
+        for operations in doc.get("paths", {}).values():
+            for operation in operations.values():
+                operation.get("responses", {}).pop("422", None)
+        for name in ("HTTPValidationError", "ValidationError"):
+            doc.get("components", {}).get("schemas", {}).pop(name, None)
+        app.openapi_schema = doc
+    return app.openapi_schema
+
+
+def _json_problem(body: bytes) -> str | None:
+    """Why `body` is not strict JSON (NaN, Infinity and numbers past a float's range are not), or None."""
+    try:
+        value = loads_strict(body)
+    except (ValueError, RecursionError) as exc:
+        return f"the request body is not JSON ({str(exc)[:120]}); send a JSON object"
+    return non_finite(value)  # `1e999` parses as infinity: no cost or result a client can mean
+
+
+class BodyGuard:
+    """Reads every request body before a route does: at most `limit` bytes (413, declared or sent) and strict
+    JSON (400); the route then reads the same bytes."""
+
+    def __init__(self, app: ASGIApp, limit: int = MAX_BODY_BYTES) -> None:
+        self.app, self.limit = app, limit
+
+    def _too_big(self) -> JSONResponse:
+        return error_response(
+            413, f"the request body is larger than {self.limit} bytes; send a smaller result or summary",
+            "body_too_large",
+        )  # fmt: skip
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        declared = dict(scope["headers"]).get(b"content-length", b"")
+        if declared.isdigit() and int(declared) > self.limit:
+            await self._too_big()(scope, receive, send)
+            return
+        chunks, size, more = [], 0, True
+        while more:
+            message = await receive()
+            if message["type"] == "http.disconnect":
+                return  # the client went away: nobody to answer
+            chunks.append(message.get("body", b""))
+            size += len(chunks[-1])
+            if size > self.limit:
+                await self._too_big()(scope, receive, send)
+                return
+            more = message.get("more_body", False)
+        body = b"".join(chunks)
+        if body and (problem := _json_problem(body)) is not None:
+            await error_response(400, problem, "invalid_json")(scope, receive, send)
+            return
+        sent = False
+
+        async def replay() -> dict[str, Any]:
+            nonlocal sent
+            if sent:
+                return await receive()
+            sent = True
+            return {"type": "http.request", "body": body, "more_body": False}
+
+        await self.app(scope, replay, send)
 
 
 bearer = HTTPBearer(
@@ -77,188 +209,153 @@ def ledger(request: Request) -> EffectLedger:
 Ledger = Annotated[EffectLedger, Depends(ledger)]
 
 
-def _scoped(who: str, key: str) -> str:
-    """A client's keys live under ``<client>/``; the admin names full keys."""
-    return key if who == ADMIN else f"{who}/{key}"
+def caller_gate(who: Caller, gate: Ledger) -> CallerGate:
+    return CallerGate(gate, who)
 
 
-class BeginBody(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-    effect_type: str = Field(min_length=1, max_length=64, examples=["report.file"])
-    key: str = Field(
-        min_length=1, max_length=400, description="Derived from the effect's content, not a run id."
-    )
-    fingerprint: str = Field(
-        min_length=1, max_length=128, description="Hash of the payload the effect acts on."
-    )
-    lease_seconds: float = Field(600.0, gt=0, le=86400)
-    cost_usd: float | None = Field(
-        None, ge=0, description="Estimated cost; required where a spend cap is set."
-    )
-    summary: str = Field("", max_length=2000, description="Shown to the operator who approves.")
-
-
-class ReportBody(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-    token: str = Field(min_length=1, max_length=64)
-    result: dict[str, Any] = Field(default_factory=dict)
-    cost_usd: float | None = Field(None, ge=0, description="What the effect actually cost.")
-
-
-class FailBody(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-    token: str = Field(min_length=1, max_length=64)
-    error: str = Field(min_length=1, max_length=2000)
-    cost_usd: float | None = Field(
-        None, ge=0, description="What was spent anyway (0 releases the reservation)."
-    )
-
-
-class ResolveBody(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-    effect_type: str
-    key: str
-    resolution: Literal["done", "failed", "forget"]
-    reason: str
-    force: bool = False
-
-
-class DecisionBody(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-    effect_type: str
-    key: str
-    reason: str
-
-
-class RulesBody(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-    reason: str
-    policy: Literal["block", "retry", "probe"] | None = None
-    approval_required: bool = False
-    max_attempts: int | None = Field(None, ge=1)
-    cap_usd: float | None = Field(None, ge=0)
-    cap_window_seconds: int | None = Field(None, ge=1)
+Gate = Annotated[CallerGate, Depends(caller_gate)]
 
 
 def create_app(engine: Engine, clients: list[tuple[str, str]], admin_key: str) -> FastAPI:
-    """The effect gate's app over the control DB behind ``engine``."""
+    """The effect gate's app over the control DB behind ``engine``: REST, ``/mcp`` and the agent manifest."""
+    ledger = EffectLedger(engine)
+    keys = key_store(clients, admin_key)
+    mcp_door = McpHttpDoor(ledger, keys)
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        async with mcp_door.running():
+            yield
+
     app = FastAPI(
         title="Ratchet effect gate",
         summary="Irreversible effects at most once: begin/report/fail/resolve, approvals, max_attempts, spend caps.",
         version="1",
+        responses=ERROR_DOCS,
+        lifespan=lifespan,
     )
-    app.state.ledger = EffectLedger(engine)
-    # The admin key last: a client secret equal to it still authenticates as the admin.
-    app.state.keys = KeyStore(
-        [*clients, (ADMIN, admin_key)] if admin_key else clients, secrets.token_bytes(32)
-    )
+    app.openapi = lambda: _openapi(app)  # type: ignore[method-assign]
+    app.add_middleware(BodyGuard)
+    app.state.ledger = ledger
+    app.state.keys = keys
+    # POST only: stateless, the server has nothing to push, so no GET stream held open per client (405)
+    app.add_route("/mcp", mcp_door, methods=["POST"], include_in_schema=False)
 
     @app.exception_handler(ApiError)
     async def _api_error(request: Request, exc: ApiError) -> JSONResponse:
-        kind = "authentication_error" if exc.status in (401, 403) else "invalid_request_error"
-        return JSONResponse(
-            {"error": {"message": exc.message, "type": kind, "code": exc.code}}, status_code=exc.status
-        )
+        return error_response(exc.status, exc.message, exc.code, exc.param)
 
     @app.exception_handler(EffectError)
     async def _effect_error(request: Request, exc: EffectError) -> JSONResponse:
-        status, code = (409, "stale_token") if isinstance(exc, StaleToken) else (400, "effect_error")
-        return JSONResponse(
-            {"error": {"message": str(exc), "type": "invalid_request_error", "code": code}},
-            status_code=status,
+        return await _api_error(request, api_error(exc))
+
+    @app.exception_handler(RequestValidationError)
+    async def _invalid(request: Request, exc: RequestValidationError) -> JSONResponse:
+        # FastAPI's locations start with where the field was sent (body, query, path): the field is the rest
+        errors = [{**e, "loc": tuple(e.get("loc", ()))[1:] or tuple(e.get("loc", ()))} for e in exc.errors()]
+        return await _api_error(request, invalid_request(errors))
+
+    @app.exception_handler(ValidationError)
+    async def _invalid_parameters(request: Request, exc: ValidationError) -> JSONResponse:
+        return await _api_error(request, invalid_request(exc.errors()))  # a path's parameters (EffectRef)
+
+    @app.exception_handler(StarletteHTTPException)
+    async def _http_error(request: Request, exc: StarletteHTTPException) -> JSONResponse:
+        message = {
+            404: f"no route {request.url.path}; the routes are listed at /openapi.json",
+            405: f"method {request.method} is not allowed on {request.url.path}",
+        }.get(exc.status_code, str(exc.detail))
+        return error_response(
+            exc.status_code, message, "not_found" if exc.status_code == 404 else "http_error"
+        )
+
+    @app.exception_handler(Exception)
+    async def _unexpected(request: Request, exc: Exception) -> JSONResponse:
+        log.error("effect gate: %s %s failed: %s", request.method, request.url.path, type(exc).__name__)
+        return error_response(
+            500, "internal error of the effect gate; retry, and report it if it persists", "internal"
         )
 
     @app.post("/effects/begin", tags=["effects"])
-    def begin(body: BeginBody, who: Caller, gate: Ledger) -> dict[str, Any]:
+    def begin(body: BeginBody, gate: Gate) -> BeginAnswer:
         """Ask before acting; act only on ``execute`` (then report or fail with its token)."""
-        if gate.rules(body.effect_type).policy == "probe":
-            raise ApiError(
-                400, f"{body.effect_type} has policy 'probe', which only in-process callers can use", "probe"
-            )
-        decided = gate.begin(
-            body.effect_type,
-            _scoped(who, body.key),
-            body.fingerprint,
-            lease_seconds=body.lease_seconds,
-            cost_usd=body.cost_usd,
-            summary=body.summary,
-            requested_by=who,
-        )
-        return {**decided.to_dict(), "key": _scoped(who, body.key)}
+        return gate.begin(body)
 
     @app.post("/effects/report", tags=["effects"])
-    def report(body: ReportBody, who: Caller, gate: Ledger) -> dict[str, str]:
-        """The effect holding ``token`` happened; ``result`` is what later duplicates receive."""
-        gate.report(body.token, body.result, cost_usd=body.cost_usd)
-        return {"status": "done"}
+    def report(body: ReportBody, gate: Gate) -> Finished:
+        """The effect holding ``token`` (one the caller began) happened; ``result`` is what duplicates receive."""
+        return gate.report(body)
 
     @app.post("/effects/fail", tags=["effects"])
-    def fail(body: FailBody, who: Caller, gate: Ledger) -> dict[str, str]:
-        """The effect holding ``token`` did not happen (may run again per policy and max_attempts)."""
-        gate.fail(body.token, body.error, cost_usd=body.cost_usd)
-        return {"status": "failed"}
+    def fail(body: FailBody, gate: Gate) -> Finished:
+        """The effect holding ``token`` (one the caller began) did not happen (may run again per its rules)."""
+        return gate.fail(body)
 
     @app.post("/effects/resolve", tags=["admin"])
-    def resolve(body: ResolveBody, who: Admin, gate: Ledger) -> dict[str, Any]:
+    def resolve(body: ResolveBody, who: Admin, gate: Gate) -> EffectRecord | Forgotten:
         """Operator decision on a stuck effect (same rules as `ratchet admin effects resolve`)."""
-        record = gate.resolve(body.effect_type, body.key, body.resolution, body.reason, force=body.force)
-        return (
-            record.to_dict()
-            if record
-            else {"effect_type": body.effect_type, "key": body.key, "forgotten": True}
-        )
+        return gate.resolve(body)
 
     @app.get("/effects", tags=["effects"])
-    def list_effects(
-        who: Caller,
-        gate: Ledger,
-        effect_type: str | None = None,
-        status: str | None = None,
-        limit: Annotated[int, Query(ge=1, le=1000)] = 100,
-    ) -> list[dict[str, Any]]:
-        """Newest first; a client sees only its own effects."""
-        prefix = None if who == ADMIN else f"{who}/"
-        rows = gate.list_effects(effect_type=effect_type, status=status, limit=limit, key_prefix=prefix)
-        return [r.to_dict() for r in rows]
+    def list_effects(query: Annotated[ListQuery, Query()], gate: Gate) -> list[EffectRecord]:
+        """The caller's effects, newest first (a client sees only its own)."""
+        return gate.list(query)
 
     @app.get("/effects/{effect_type}/{key:path}", tags=["effects"])
-    def show(effect_type: str, key: str, who: Caller, gate: Ledger) -> dict[str, Any]:
-        """One effect (a client names its key without its ``<client>/`` prefix)."""
-        record = gate.lookup(effect_type, _scoped(who, key))
-        if record is None:
-            raise ApiError(404, f"no effect {effect_type} {key!r}; list them with GET /effects", "not_found")
-        return record.to_dict()
+    def show(effect_type: str, key: str, gate: Gate) -> EffectRecord:
+        """One effect of the caller's (the admin reads a client's with ``GET /effects?effect_type=<client>/<type>``)."""
+        return gate.get(EffectRef(effect_type=effect_type, key=key))
 
     @app.get("/approvals", tags=["admin"])
     def approvals(
         who: Admin, gate: Ledger, state: Literal["pending", "granted", "denied"] | None = "pending"
-    ) -> list[dict[str, Any]]:
+    ) -> list[Approval]:
         """Approvals in a state (pending by default), newest first."""
-        return [a.to_dict() for a in gate.approvals(state)]
+        return gate.approvals(state)
 
     @app.post("/approvals/grant", tags=["admin"])
-    def grant(body: DecisionBody, who: Admin, gate: Ledger) -> dict[str, Any]:
+    def grant(body: DecisionBody, who: Admin, gate: Ledger) -> Approval:
         """Grant a requested approval, with the reason (3-500 characters)."""
-        return gate.decide(body.effect_type, body.key, True, body.reason, actor="admin-api").to_dict()
+        return gate.decide(body.effect_type, body.key, True, body.reason, actor="admin-api")
 
     @app.post("/approvals/deny", tags=["admin"])
-    def deny(body: DecisionBody, who: Admin, gate: Ledger) -> dict[str, Any]:
+    def deny(body: DecisionBody, who: Admin, gate: Ledger) -> Approval:
         """Deny a requested approval, with the reason; the effect's next begin is ``denied`` with it."""
-        return gate.decide(body.effect_type, body.key, False, body.reason, actor="admin-api").to_dict()
+        return gate.decide(body.effect_type, body.key, False, body.reason, actor="admin-api")
 
-    @app.get("/rules/{effect_type}", tags=["effects"])
-    def get_rules(effect_type: str, who: Caller, gate: Ledger) -> dict[str, Any]:
-        """The type's rules and its spend in the current window (cap, used, remaining)."""
-        return {**gate.rules(effect_type).to_dict(), "spend": gate.spend(effect_type)}
+    @app.get("/rules/{effect_type:path}", tags=["effects"])
+    def get_rules(effect_type: str, gate: Gate) -> RulesView:
+        """The type's rules and its spend in the current window; for a client's type also the client's own cap
+        (``client_spend``). A client reads only its own types (``*``: its own cap)."""
+        return gate.rules(TypeRef(effect_type=effect_type))
 
-    @app.put("/rules/{effect_type}", tags=["admin"])
-    def put_rules(effect_type: str, body: RulesBody, who: Admin, gate: Ledger) -> dict[str, Any]:
-        """Replace the type's rules (approval, max_attempts, spend cap per window), with the reason."""
+    @app.put("/rules/{effect_type:path}", tags=["admin"])
+    def put_rules(effect_type: str, body: RulesBody, who: Admin, gate: Ledger) -> RulesView:
+        """Replace the type's rules (approval, max_attempts, spend cap per window), with the reason;
+        ``<client>/*`` takes a client's own cap over all its types."""
         fields = body.model_dump(exclude={"reason"})
-        return gate.set_rules(effect_type, reason=body.reason, actor="admin-api", **fields).to_dict()
+        rules = gate.set_rules(effect_type, reason=body.reason, actor="admin-api", **fields)
+        return RulesView(**rules.to_dict(), spend=SpendView(**gate.spend(effect_type)))
+
+    @app.get("/usage", tags=["effects"])
+    def usage(query: Annotated[UsageQuery, Query()], gate: Gate) -> SpendView:
+        """The caller's spend over all its types in its own cap's current window, the cap and what remains (the
+        admin names the client: ``?client=<name>``)."""
+        return gate.usage(query)
+
+    @app.get("/.well-known/agent-manifest.json", tags=["discovery"])
+    def manifest() -> dict[str, Any]:
+        """What the gate does and does not do, its tools, routes, authentication and limits, for agents."""
+        return agent_manifest(app.openapi())
+
+    @app.get("/llms.txt", tags=["discovery"], response_class=PlainTextResponse)
+    def llms() -> str:
+        """The agent manifest as Markdown (llms.txt)."""
+        return llms_txt(app.openapi())
 
     @app.get("/healthz", tags=["health"])
     def healthz() -> dict[str, str]:
+        """Liveness: 200 while the gate serves."""
         return {"status": "ok"}
 
     return app

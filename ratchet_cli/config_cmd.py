@@ -9,7 +9,43 @@ import click
 
 from ratchet_core.settings import Settings, SettingsError, describe, load_settings, unknown_variables
 
-SECRET_FIELDS = {"api_keys", "admin_key", "signing_key", "pepper", "teacher_api_key", "student_api_key"}
+SECRET_FIELDS = {
+    "api_keys",
+    "admin_key",
+    "effects_api_key",
+    "signing_key",
+    "pepper",
+    "teacher_api_key",
+    "student_api_key",
+}
+
+
+def key_problems(settings: Settings) -> list[str]:
+    """What the settings hold only as text and the services read at start: the client keys (the same parse the
+    gateway and the effect gate run, ``ratchet_core.api_keys.parse_api_keys``) and the signing key when one is
+    configured or present (``ratchet_core.keys.signing_key``). A key file not made yet is no problem: `ratchet init`
+    makes it. Messages name the variable or file, never a secret."""
+    from ratchet_core.api_keys import parse_api_keys
+    from ratchet_core.keys import KeyTrustError, signing_key, signing_key_source
+
+    problems = []
+    try:
+        parse_api_keys(settings.api_keys)
+    except (ValueError, OSError) as exc:
+        problems.append(str(exc))
+    source = signing_key_source(settings)
+    explicit = settings.signing_key.strip().startswith("@")
+    if source.kind == "setting" or explicit or (source.path is not None and source.path.exists()):
+        try:
+            signing_key(settings)
+        except (KeyTrustError, ValueError, OSError) as exc:
+            text = str(exc)
+            if source.kind == "setting":
+                problems.append(text)  # already "RATCHET_SIGNING_KEY: ..."
+            else:
+                where = f"RATCHET_SIGNING_KEY=@{source.path}: " if explicit else "signing key file "
+                problems.append(where + text)
+    return problems
 
 
 def _mask(name: str, value: object) -> object:
@@ -40,6 +76,8 @@ def check(as_json: bool, offline: bool, strict: bool) -> None:
         settings = load_settings()
     except SettingsError as exc:
         problems = [line.strip() for line in str(exc).splitlines()[1:]]
+    if settings is not None:
+        problems += key_problems(settings)
     rows = [
         {
             "variable": row["variable"],

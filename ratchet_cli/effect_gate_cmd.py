@@ -1,6 +1,8 @@
-"""`ratchet effects serve`: the effect gate's HTTP API (ratchet_assets.effects_api) on the control DB."""
+"""`ratchet effects serve|mcp`: the effect gate over HTTP (REST and MCP) or MCP over stdio, on the control DB."""
 
 from __future__ import annotations
+
+import sys
 
 import click
 
@@ -16,10 +18,35 @@ def effects() -> None:
 def serve(host: str, port: int) -> None:
     """Serve the gate (control DB from RATCHET_CONTROL_DB, clients RATCHET_API_KEYS, admin RATCHET_ADMIN_KEY).
 
-    The OpenAPI document is at /openapi.json, the interactive page at /docs.
+    The REST API is documented at /openapi.json (interactive page /docs); MCP clients connect to /mcp with their
+    bearer key; /.well-known/agent-manifest.json and /llms.txt describe the gate for agents.
     """
     import uvicorn
 
     from ratchet_assets.effects_api import app_from_settings
 
     uvicorn.run(app_from_settings(), host=host, port=port, log_level="warning", access_log=False)
+
+
+@effects.command("mcp")
+@click.option(
+    "--api-key",
+    default=None,
+    help="Client bearer key from RATCHET_API_KEYS (or RATCHET_ADMIN_KEY) the tools act as "
+    "(default $RATCHET_EFFECTS_API_KEY).",
+)
+def mcp(api_key: str | None) -> None:
+    """Serve the gate's MCP tools over stdin/stdout, for an agent host (Claude Desktop, Cursor, the Agents SDK).
+
+    The process opens the control DB itself (RATCHET_CONTROL_DB) and acts as the client its key names, with the
+    tenancy of `ratchet effects serve`; stdout carries only MCP messages.
+    """
+    from ratchet_assets.effects_mcp import serve_stdio, stdio_caller
+    from ratchet_core.settings import SettingsError
+
+    try:
+        ledger, caller = stdio_caller(api_key)
+    except (SettingsError, ValueError) as exc:
+        click.echo(f"error: {exc}", err=True)
+        sys.exit(2)
+    serve_stdio(ledger, caller)

@@ -15,6 +15,8 @@ import sys
 
 import click
 
+import ratchet_core  # noqa: F401  (first: it keeps litellm from fetching its price map when a command imports it)
+
 COMMANDS: dict[str, str] = {
     "init": "ratchet_cli.init_cmd:init",
     "config": "ratchet_cli.config_cmd:config",
@@ -86,7 +88,7 @@ _SHORT_HELP = {
     "admin": "Operate releases: versions, promote, rollback, flags, effects, trusted keys, audit log.",
     "demo": "Run the whole loop on this machine.",
     "sim": "Simulate days of traffic, training and release offline.",
-    "effects": "Serve the effect gate (approvals, attempts, spend caps) over HTTP.",
+    "effects": "Serve the effect gate (approvals, attempts, spend caps) over HTTP and MCP.",
     "scout": "Ask Scout, the research agents, a question through the gateway.",
     "liverun": "Plan, smoke-test, run, report and verify a capped live run.",
     "replay": "What stored traffic would have served and paid at another threshold, audit rate or target.",

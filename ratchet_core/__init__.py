@@ -4,3 +4,11 @@ Nothing here imports Dagster, FastAPI or torch at import time: settings, row sch
 format, keys, the built-in workloads and the chat format the student is trained and served with. A module with
 one user lives beside that user instead; tests/layers.py holds the layers (ARCHITECTURE.md, "Layers").
 """
+
+import os
+
+# Ratchet never reaches for the network unless configured to: litellm fetches its price map from the internet when
+# it is imported, unless LITELLM_LOCAL_MODEL_COST_MAP is set. Every Ratchet process imports this package before
+# litellm (``ratchet_core.pricing`` is the one reader of prices; ``ratchet_cli.main`` imports this package first),
+# so the bundled map is used; a user who wants the remote map sets the variable to False.
+os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")

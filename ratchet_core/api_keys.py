@@ -35,7 +35,15 @@ def load_pepper(pepper: str, home: Path) -> bytes:
 
 
 def parse_api_keys(spec: str) -> list[tuple[str, str]]:
-    """``name:secret,...`` or ``@file`` -> [(name, secret)]; raises ValueError naming the bad entry (not the secret)."""
+    """``name:secret,...`` or ``@file`` -> [(name, secret)]; ValueError naming ``RATCHET_API_KEYS`` and the bad entry
+    (never the secret).
+
+    The one check of the setting: the gateway and the effect gate call it at start, ``ratchet config check`` calls
+    it too, so what the check accepts starts. Each entry is ``name:secret`` with a name that follows the client
+    name rule (``ratchet_core.names``) and a non-empty secret; names and secrets are unique (a secret shared by
+    two names would authenticate as whichever came last)."""
+    from ratchet_core.names import NameRuleError, check
+
     spec = spec.strip()
     if spec.startswith("@"):
         path = Path(spec[1:]).expanduser()
@@ -47,12 +55,26 @@ def parse_api_keys(spec: str) -> list[tuple[str, str]]:
         entries = [e for e in entries if e and not e.startswith("#")]
     else:
         entries = [e.strip() for e in spec.split(",") if e.strip()]
-    out = []
+    out: list[tuple[str, str]] = []
+    names: dict[str, int] = {}
+    secrets_at: dict[str, int] = {}
     for i, entry in enumerate(entries, 1):
-        name, sep, secret = entry.partition(":")
-        if not sep or not name.strip() or not secret.strip():
-            raise ValueError(f"RATCHET_API_KEYS: entry {i} is not name:secret (e.g. app1:sk-abc...)")
-        out.append((name.strip(), secret.strip()))
+        name, sep, secret = (part.strip() for part in entry.partition(":"))
+        if not sep or not name or not secret:
+            what = "has no ':'" if not sep else "has an empty name" if not name else "has an empty secret"
+            raise ValueError(f"RATCHET_API_KEYS: entry {i} {what}: write name:secret (e.g. app1:sk-abc...)")
+        try:
+            check("client", name)
+        except NameRuleError as exc:
+            raise ValueError(f"RATCHET_API_KEYS: entry {i}: {exc.message}") from None
+        if name in names:
+            raise ValueError(f"RATCHET_API_KEYS: entries {names[name]} and {i} both name client {name!r}")
+        if secret in secrets_at:
+            raise ValueError(
+                f"RATCHET_API_KEYS: entries {secrets_at[secret]} and {i} share a secret; give each client its own"
+            )
+        names[name], secrets_at[secret] = i, i
+        out.append((name, secret))
     return out
 
 

@@ -190,6 +190,18 @@ class Lake:
             out.append(Segment(f"{folder}/{name}", name, int(info.get("size") or 0), _mtime(self.fs, info)))
         return sorted(out, key=lambda s: s.name)
 
+    def unreadable_entries(self, day: str, kind: str = TRAFFIC) -> list[str]:
+        """Lake-relative paths of a day's ``*.parquet`` entries that are not regular files (a symlink, a folder,
+        a device): :meth:`segments` leaves them out, so a reader that must see every row (an erasure) refuses
+        them instead."""
+        folder = day_folder(day, kind)
+        out = []
+        for info in self._ls(folder):
+            name = info["name"].rstrip("/").rsplit("/", 1)[-1]
+            if name.endswith(".parquet") and not name.startswith(".") and info.get("type") != "file":
+                out.append(f"{folder}/{name}")
+        return sorted(out)
+
     def replica_segments(self, replica: str) -> list[str]:
         """Lake-relative paths of every sealed segment of ``replica``, any day (the sealer's crash recovery)."""
         self.fs.invalidate_cache(self.path(TRAFFIC))

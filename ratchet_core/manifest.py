@@ -46,6 +46,7 @@ from sqlalchemy.engine import Connection, Engine
 from ratchet_core.control_db import ensure_schema, release_manifest_lock, release_manifests
 from ratchet_core.key_history import keys_ever_trusted, require_trusted, trusted_keys
 from ratchet_core.keys import KeyTrustError, as_key_list
+from ratchet_core.names import NameRuleError, check
 from ratchet_core.reasons import ReasonError, check_reason
 from ratchet_core.task_policy import TaskPolicy
 from ratchet_stats.release_manifest import PREDICATE_TYPE as MANIFEST_PREDICATE
@@ -70,6 +71,16 @@ class TaskRelease(BaseModel):
     # An operator put `version` here with `ratchet admin promote --force` (no certificate was required); the
     # release sensor never promotes a forced release further.
     forced: bool = False
+
+    @property
+    def live_version(self) -> str | None:
+        """The version serving as live: a live release's own, or during a rollout (shadow, canary) the previous
+        live version serving the rest; None when the teacher serves."""
+        if self.stage == "live":
+            return self.version or None
+        if self.stage in ("shadow", "canary"):
+            return self.previous_live or None
+        return None
 
 
 class Flags(BaseModel):
@@ -116,9 +127,14 @@ class Manifest(BaseModel):
         return self.task(name)
 
     def audit_rate(self, name: str) -> float:
-        """The audit rate of task `name`: its policy's when set, else ``flags.audit_rate``."""
+        """The audit rate of task `name`: its policy's ``canary_audit_rate`` while a candidate is in shadow or
+        canary, else its policy's ``audit_rate`` when set, else ``flags.audit_rate``."""
         policy = self.policies.get(name)
-        return self.flags.audit_rate if policy is None or policy.audit_rate is None else policy.audit_rate
+        if policy is None:
+            return self.flags.audit_rate
+        if policy.canary_audit_rate is not None and self.task(name).stage in ("shadow", "canary"):
+            return policy.canary_audit_rate
+        return self.flags.audit_rate if policy.audit_rate is None else policy.audit_rate
 
     def to_predicate(self) -> dict[str, Any]:
         data = self.model_dump(mode="json")
@@ -233,6 +249,22 @@ def latest_verified(engine: Engine | Connection, public_keys: Any) -> tuple[Mani
 ChangeFn = Callable[[Manifest], "Manifest | None"]
 
 
+def _check_new_names(base: Manifest, new: Manifest) -> None:
+    """ManifestError unless every task and version the change adds follows the one name rule
+    (``ratchet_core.names``): nothing with a CR/LF or markup is ever signed. Names already signed stay readable."""
+    try:
+        for task in (set(new.tasks) | set(new.policies) | set(new.pins)) - (
+            set(base.tasks) | set(base.policies) | set(base.pins)
+        ):
+            check("task", task, "task")
+        for task, release in new.tasks.items():
+            for version in (release.version, release.previous_live):
+                if version and version not in (base.task(task).version, base.task(task).previous_live):
+                    check("version", version, f"{task}'s version")
+    except NameRuleError as exc:
+        raise ManifestError(f"nothing was published: {exc.message}") from None
+
+
 def publish_in(
     conn: Connection,
     private_key: Any,
@@ -266,6 +298,7 @@ def publish_in(
     draft = base.model_copy(deep=True)
     changed = change_fn(draft)
     new = Manifest.model_validate((changed if isinstance(changed, Manifest) else draft).model_dump())
+    _check_new_names(base, new)
     # Rows we could not verify still hold their sequence number: go above them so the primary key never collides.
     top = conn.execute(sa.select(sa.func.max(release_manifests.c.sequence))).scalar()
     new = new.model_copy(

@@ -14,7 +14,8 @@ For a task whose release (``Manifest.serving``, which already applies signed pin
 A student answer is kept only when its confidence (``ratchet_core.confidence.answer_confidence``) >= threshold
 (a threshold of None means the version was published without one: its answers are kept). A student-served
 request is audited (the teacher answers it too, off the request path) when
-``int(sha256("audit:" + request_id)[:8], 16) / 2**32 < audit rate`` (the task's policy's, else ``flags.audit_rate``;
+``int(sha256("audit:" + request_id)[:8], 16) / 2**32 < audit rate`` (``Manifest.audit_rate``: the task's policy's
+``canary_audit_rate`` while a candidate is in shadow or canary, else its ``audit_rate``, else ``flags.audit_rate``;
 ``ratchet_core.task_policy``; a task whose policy is disabled is served by the teacher).
 
 Evidence is always against the teacher (:func:`pairs`): a shadowed candidate is compared with the teacher's

@@ -15,9 +15,6 @@ from typing import NamedTuple
 from pydantic import Field, ValidationError, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-# litellm otherwise fetches its price map from the internet at import time.
-os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
-
 ENV_PREFIX = "RATCHET_"
 # Read by tools around Ratchet (`make bench`), not by Ratchet itself: a gateway started by the benchmark inherits them.
 TOOL_VARIABLES = frozenset({"RATCHET_BENCH_DIR", "RATCHET_BENCH_DURATION", "RATCHET_BENCH_ROUNDS"})
@@ -58,6 +55,11 @@ class Settings(BaseSettings):
     )
     admin_key: str = Field(
         "", description="Bearer key for the gateway's /ratchet/admin routes (safety-only)."
+    )
+    effects_api_key: str = Field(
+        "",
+        description="The key (a client's from RATCHET_API_KEYS, or the admin key) whose caller `ratchet effects mcp` "
+        "acts as.",
     )
     signing_key: str = Field(
         "", description="Ed25519 private key (base64 or PEM) or `@file`; default key file."

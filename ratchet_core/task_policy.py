@@ -10,6 +10,20 @@ A task is any name a client sends (``x-ratchet-task`` or a recognised system pro
 - ``golden_share``: share of new example keys the night holds out as golden (evaluation only, never training).
 - ``enabled``: False sends every request of the task to the teacher (as a pin does).
 
+How a version of the task is released (``ratchet_assets.release.decision.ReleaseRule.for_task``; the sensor and
+``ratchet sim`` read the same fields, so what the simulator compared is what production runs):
+
+- ``release_rule``: ``sequential`` (default: betting e-processes, anytime-valid) | ``wilson`` (a Wilson score bound
+  per stage over that stage's audited answers): what rolls a version back, and by default what promotes it.
+- ``promote_evidence``: ``e-value`` (promote only when the stage's e-process rejects "precision <= target") |
+  ``bound`` (only when the stage's Wilson lower bound exceeds the target); default: the release rule's own.
+- ``canary_audit_rate``: the audit rate while a candidate is in shadow or canary (default: ``audit_rate``).
+- ``calibration``: ``ltt`` (default: the certificate's Learn-then-Test threshold) | ``point`` (the loosest grid
+  threshold whose observed golden precision reaches the target, ``ratchet_stats.ltt.point_threshold``).
+- ``paired_gate``: admit a candidate only if exact McNemar on the certificate's paired golden rows does not show it
+  worse than the live version at level ``delta`` (``ratchet_stats.mcnemar``).
+- ``min_certified``: admit a candidate only if its certified lower bound is at least this (default: ``target``).
+
 Every field is optional (None = the default). Defaults, in order: the task's built-in workload
 (``ratchet_core.workloads``: its comparator) -> the global settings (``NightConfig.certify_target`` /
 ``certify_delta`` / ``golden_share``, the manifest's ``flags.audit_rate``). A task Ratchet does not know and that has
@@ -17,7 +31,8 @@ no policy keeps exact-text comparison (``label``). So a new task needs nothing b
 ``ratchet admin task set NAME --target 0.9 ... --reason ...``.
 
 Policies live in the signed release manifest (``Manifest.policies``, only written when non-empty so manifests
-without policies keep their bytes); the gateway (audit rate, comparator, enabled), the night (golden share,
+without policies keep their bytes; the release fields, ``RELEASE_FIELDS``, are only written when set, so a policy
+without them keeps its bytes too); the gateway (audit rate, comparator, enabled), the night (golden share,
 comparator, target/delta in the certificate), the certificate verifier and the release rule all read them through
 :func:`resolve` (the policies of the current manifest: ``ratchet_core.manifest.current_policies``).
 """
@@ -25,9 +40,16 @@ comparator, target/delta in the certificate), the certificate verifier and the r
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
-from typing import Any
+from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    SerializerFunctionWrapHandler,
+    field_validator,
+    model_serializer,
+)
 
 from ratchet_core.workloads import TASKS
 
@@ -35,6 +57,18 @@ DEFAULT_TARGET = 0.95
 DEFAULT_DELTA = 0.05
 DEFAULT_GOLDEN_SHARE = 0.2
 BUILTIN_COMPARATORS = ("label", "json", "tool_call")
+RELEASE_RULES = ("sequential", "wilson")
+PROMOTE_EVIDENCE = ("e-value", "bound")
+CALIBRATIONS = ("ltt", "point")
+# Fields added after policies were first signed: written only when set (None is left out of the predicate).
+RELEASE_FIELDS = (
+    "release_rule",
+    "promote_evidence",
+    "canary_audit_rate",
+    "calibration",
+    "paired_gate",
+    "min_certified",
+)
 
 
 def valid_comparator(name: str) -> str:
@@ -60,11 +94,25 @@ class TaskPolicy(BaseModel):
     audit_rate: float | None = Field(None, ge=0.0, le=1.0)
     golden_share: float | None = Field(None, ge=0.0, lt=1.0)
     enabled: bool = True
+    release_rule: Literal["sequential", "wilson"] | None = None
+    promote_evidence: Literal["e-value", "bound"] | None = None
+    canary_audit_rate: float | None = Field(None, ge=0.0, le=1.0)
+    calibration: Literal["ltt", "point"] | None = None
+    paired_gate: bool | None = None
+    min_certified: float | None = Field(None, gt=0.0, lt=1.0)
 
     @field_validator("comparator")
     @classmethod
     def _comparator(cls, v: str | None) -> str | None:
         return None if v is None else valid_comparator(v)
+
+    @model_serializer(mode="wrap")
+    def _leave_out_unset_release_fields(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        data = handler(self)
+        for name in RELEASE_FIELDS:
+            if data.get(name) is None:
+                data.pop(name, None)
+        return data
 
 
 @dataclass(frozen=True)
@@ -79,6 +127,12 @@ class ResolvedPolicy:
     golden_share: float
     enabled: bool
     source: dict[str, str]
+    release_rule: str = "sequential"
+    promote_evidence: str = "e-value"
+    canary_audit_rate: float = 0.05
+    calibration: str = "ltt"
+    paired_gate: bool = False
+    min_certified: float = DEFAULT_TARGET
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -116,16 +170,35 @@ def resolve(
         builtin or "label",
         "built-in workload" if builtin else "unknown task: exact text",
     )
+    t = float(pick("target", p.target, target))
+    rate = float(pick("audit_rate", p.audit_rate, audit_rate))
+    rule = pick("release_rule", p.release_rule, "sequential", "default")
     return ResolvedPolicy(
         task=task,
         comparator=comparator,
-        target=float(pick("target", p.target, target)),
+        target=t,
         delta=float(pick("delta", p.delta, delta)),
-        audit_rate=float(pick("audit_rate", p.audit_rate, audit_rate)),
+        audit_rate=rate,
         golden_share=float(pick("golden_share", p.golden_share, golden_share)),
         enabled=bool(p.enabled),
         source=source,
+        release_rule=rule,
+        promote_evidence=pick(
+            "promote_evidence",
+            p.promote_evidence,
+            default_promote_evidence(rule),
+            f"the {rule} release rule",
+        ),
+        canary_audit_rate=float(pick("canary_audit_rate", p.canary_audit_rate, rate, "audit rate")),
+        calibration=pick("calibration", p.calibration, "ltt", "default"),
+        paired_gate=bool(pick("paired_gate", p.paired_gate, False, "default")),
+        min_certified=float(pick("min_certified", p.min_certified, t, "target")),
     )
+
+
+def default_promote_evidence(release_rule: str) -> str:
+    """What promotes under `release_rule` when the policy sets no ``promote_evidence``: its own evidence."""
+    return "bound" if release_rule == "wilson" else "e-value"
 
 
 def certification_floors(

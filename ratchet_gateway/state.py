@@ -50,6 +50,8 @@ class GatewayOptions:
     teacher_via_litellm: bool = (
         False  # force litellm.acompletion for the teacher (measuring; non-OpenAI providers)
     )
+    # ``ratchet_gateway.hooks.RequestHook``s, run after the app's own (registered by ``create_app``)
+    hooks: list[Any] = field(default_factory=list)
 
 
 def manifest_public_keys(settings: Settings) -> list[Any]:

@@ -10,6 +10,7 @@ Learn-then-Test uses (ratchet_stats.ltt), so planning, bounds and calibration ag
 
 from __future__ import annotations
 
+import functools
 import math
 import operator
 from dataclasses import asdict, dataclass
@@ -96,11 +97,17 @@ def clopper_pearson_upper(successes: int, n: int, delta: float) -> float:
     return float(stats.beta.isf(d, k + 1, m - k))
 
 
+@functools.lru_cache(maxsize=64)
+def _z(delta: float) -> float:
+    """Phi^-1(1 - delta); cached: the release rule asks for the same level after every audited answer."""
+    return float(stats.norm.isf(delta))
+
+
 def _wilson(successes: object, n: object, delta: object) -> tuple[float, float]:
     k, m, d = _check(successes, n, delta)
     if m == 0:
         return 0.0, 1.0
-    z = float(stats.norm.isf(d))
+    z = _z(d)
     p_hat = k / m
     denom = 1.0 + z * z / m
     centre = (p_hat + z * z / (2 * m)) / denom

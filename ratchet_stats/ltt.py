@@ -14,6 +14,11 @@ P(certified threshold has precision < target) <= delta.
 
 Reference: Angelopoulos, Bates, Candes, Jordan & Lei (2021), "Learn then Test: Calibrating Predictive Algorithms
 to Achieve Risk Control", arXiv:2110.01052 (Sections 2-4, fixed-sequence testing with binomial p-values).
+
+:func:`point_threshold` is the rule LTT replaces, kept to compare against (``ratchet sim --calibration point``):
+the same grid and sequence, but a threshold passes when its observed precision (n(t) - e(t)) / n(t) reaches the
+target. It controls nothing: when the true precision at the chosen threshold is just under the target, the
+observed share is above it about half the time, so it serves more and is wrong more often than LTT's choice.
 """
 
 from __future__ import annotations
@@ -27,7 +32,7 @@ from scipy import stats
 
 from ratchet_stats.bounds import _open_unit, clopper_pearson_lower
 
-__all__ = ["DEFAULT_GRID", "LTTResult", "LTTRow", "default_grid", "ltt_calibrate"]
+__all__ = ["DEFAULT_GRID", "LTTResult", "LTTRow", "default_grid", "ltt_calibrate", "point_threshold"]
 
 
 def default_grid(step: float = 0.05, top: float = 0.95) -> list[float]:
@@ -173,3 +178,21 @@ def ltt_calibrate(
         n_total=int(conf.size),
         precision_lower_bound=clopper_pearson_lower(best.n - best.errors, best.n, d),
     )
+
+
+def point_threshold(
+    confidences: Sequence[float], correct: Sequence[bool], grid: Sequence[float], target: float
+) -> float | None:
+    """The loosest grid threshold t, tested highest first and stopping at the first failure, whose observed
+    precision (n(t) - e(t)) / n(t) >= target (n(t) > 0); None when the highest fails. No error control (module
+    docstring): the plug-in rule, to compare with :func:`ltt_calibrate`."""
+    t = _open_unit(target, "target", "0.95 for a 95% precision claim")
+    conf, ok = _as_arrays(confidences, correct)
+    chosen: float | None = None
+    for thr in _check_grid(grid):
+        accepted = conf >= thr
+        n = int(accepted.sum())
+        if n == 0 or int((accepted & ok).sum()) / n < t:
+            break
+        chosen = float(thr)
+    return chosen

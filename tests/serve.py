@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import socket
+import subprocess
 import threading
 import time
 from collections.abc import Iterator
@@ -38,3 +39,22 @@ def serve_in_thread(app, port: int | None = None, host: str = "127.0.0.1") -> It
     finally:
         server.should_exit = True
         thread.join(timeout=15)
+
+
+def wait_healthy(proc: subprocess.Popen, url: str, what: str, seconds: float = 60) -> None:
+    """Wait until ``GET url`` answers 200 from the server `proc` started; fail with its output if it exits or
+    `seconds` pass."""
+    import httpx
+
+    deadline = time.monotonic() + seconds
+    while True:
+        if proc.poll() is not None:
+            out = proc.stdout or proc.stderr
+            raise AssertionError(f"{what} exited: {out.read()[-2000:] if out else ''}")
+        try:
+            if httpx.get(url).status_code == 200:
+                return
+        except httpx.HTTPError:
+            pass
+        assert time.monotonic() < deadline, f"{what} did not start in {seconds:g} s"
+        time.sleep(0.2)

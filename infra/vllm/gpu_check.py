@@ -9,7 +9,7 @@ Run by ``infra/vllm/gpu_check.sh`` (which installs vLLM and starts it); never pa
    ``vllm_compatible``. Writes ``WORK/base``, ``WORK/adapter`` and ``WORK/golden.json``.
 2. ``compare URL``: loads the adapter into vLLM at ``URL`` (``POST /v1/load_lora_adapter``), starts Ratchet's
    student server on the same base and adapter, and asks both every golden request as the gateway sends it
-   (``ratchet_gateway.student_answer.student_request``; greedy, logprobs). Per request: the prompt token count
+   (``ratchet_gateway.chat.student_format.student_request``; greedy, logprobs). Per request: the prompt token count
    (vLLM's ``/tokenize`` and ``usage.prompt_tokens`` against Ratchet's rendering), the answer (content or tool
    calls, vLLM's through ``--tool-call-parser hermes``), the tokens' logprobs (within ``LOGPROB_TOLERANCE`` where
    the tokens agree; float32 on CPU against the GPU's kernels) and the format (a json_schema answer valid for its
@@ -61,7 +61,7 @@ def build(work: Path) -> None:
 
 
 def _ask(client: Any, url: str, model: str, row: dict) -> dict:
-    from ratchet_gateway.student_answer import read_tool_calls, student_request
+    from ratchet_gateway.chat.student_format import read_tool_calls, student_request
 
     body = {"messages": row["messages"]}
     body.update({k: row[k] for k in ("tools", "response_format") if row.get(k)})
@@ -106,7 +106,7 @@ def compare(work: Path, vllm_url: str, api_key: str) -> int:
 
     from ratchet_core.chat_encoding import encode
     from ratchet_core.chat_format import render_prompt
-    from ratchet_gateway.student_answer import student_request
+    from ratchet_gateway.chat.student_format import student_request
     from ratchet_gateway.student_server.app import create_app
     from tests.serve import serve_in_thread
 

@@ -15,14 +15,31 @@ import sys
 
 import click
 
-from ratchet_assets.admin.common import control_db_option, echo_json, engine_for, json_option, reason_option
+from ratchet_assets.admin.common import (
+    control_db_option,
+    echo_json,
+    engine_for,
+    json_option,
+    reason_option,
+)
+from ratchet_assets.cli_names import names_checked
 
 
 @click.command()
 @click.option(
-    "--request-id", "request_ids", multiple=True, help="Request id (x-ratchet-request-id); repeatable."
+    "--request-id",
+    "request_ids",
+    multiple=True,
+    callback=names_checked("request id"),
+    help="Request id (x-ratchet-request-id); repeatable.",
 )
-@click.option("--client", "clients", multiple=True, help="API key name of the caller; repeatable.")
+@click.option(
+    "--client",
+    "clients",
+    multiple=True,
+    callback=names_checked("client"),
+    help="API key name of the caller; repeatable.",
+)
 @click.option("--user", "users", multiple=True, help="End user: the request's `user` field; repeatable.")
 @click.option("--since", default=None, help="Requests at or after this UTC time (ISO: 2026-01-31[T12:00]).")
 @click.option("--until", default=None, help="Requests before this UTC time (ISO).")
@@ -92,7 +109,17 @@ def erase(
         echo_json(report.to_dict())
         return
     head = "would erase" if dry_run else f"erased (log #{report.log_id})"
+    if not report.request_ids:
+        click.echo("nothing matched: no sealed request (lake segment or traffic file) is in this scope")
     click.echo(f"{head}: {len(report.request_ids)} requests, {len(report.example_keys)} example keys")
+    if report.request_ids_not_found:
+        shown = ", ".join(report.request_ids_not_found[:5]) + (
+            " ..." if len(report.request_ids_not_found) > 5 else ""
+        )
+        click.echo(
+            f"{len(report.request_ids_not_found)} given request ids are in no sealed row ({shown}): not counted; "
+            "recorded so a gateway replica still holding one unsealed blanks it"
+        )
     for store, n in sorted(report.counts.items()):
         click.echo(f"  {store:<16} {n}")
     if report.adapters_trained_on_erased:
@@ -101,7 +128,7 @@ def erase(
             + ", ".join(report.adapters_trained_on_erased)
         )
     if not dry_run:
-        click.echo("gateway replicas blank these requests in their own ledgers at their next poll")
+        click.echo("gateway replicas blank rows in this scope in their own ledgers at their next poll")
 
 
 def _erase_key(example_key: str, reason: str, control_db: str, as_json: bool) -> None:

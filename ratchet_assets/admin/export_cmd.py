@@ -14,6 +14,7 @@ from pathlib import Path
 import click
 
 from ratchet_assets.admin.common import echo_json, json_option
+from ratchet_assets.cli_names import names_checked
 from ratchet_core.layout import BOM_FILE, BOM_FILES, BOM_NOTICE_FILE, AdapterExport, ArtifactLayout
 
 
@@ -30,7 +31,11 @@ def _public_key(key: str | None):
 
 @click.command("export-adapter")
 @click.option(
-    "--version", "version", required=True, help="adapter version, e.g. v3-1a2b3c4d (`ratchet admin versions`)"
+    "--version",
+    "version",
+    required=True,
+    callback=names_checked("version"),
+    help="adapter version, e.g. v3-1a2b3c4d (`ratchet admin versions`)",
 )
 @click.option("--out", "out", required=True, type=click.Path(file_okay=False), help="folder to create")
 @click.option(

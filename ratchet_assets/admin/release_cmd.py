@@ -19,6 +19,7 @@ import click
 
 from ratchet_assets.admin.common import control_db_option, echo_json, engine_for, json_option
 from ratchet_assets.admin.common import reason_option as common_reason_option
+from ratchet_assets.cli_names import names_checked
 from ratchet_core.control_db import ensure_schema
 
 FLAG_NAMES = ("student_disabled", "releases_frozen", "training_paused", "audit_rate")
@@ -146,8 +147,8 @@ def versions_cmd(status: str | None, artifacts: str, control_db: str, as_json: b
 
 
 @click.command("promote")
-@click.argument("version")
-@click.option("--task", required=True, help="Task to promote the version on.")
+@click.argument("version", callback=names_checked("version"))
+@click.option("--task", required=True, callback=names_checked("task"), help="Task to promote the version on.")
 @click.option(
     "--to", "to", type=click.Choice(TARGETS), default=None, help="Target stage (default: next step)."
 )
@@ -200,7 +201,7 @@ def promote_cmd(
     def change(conn: Any, m: Any) -> dict:
         row = _current_version_row(conn, version, task)
         problems = []
-        target = ReleaseRule().for_task(task, m).target  # the task's own target when its policy sets one
+        task_rule = ReleaseRule().for_task(task, m)  # the task's own target and calibration (its policy)
         if row and row["status"] in ("rejected", "rolled_back", "retired"):
             problems.append(f"{version} is {row['status']} on {task}")
         try:
@@ -209,7 +210,8 @@ def promote_cmd(
                 version,
                 task,
                 keys_ever_trusted(conn, roots=[signer]),  # a certificate signed before a key rotation counts
-                target,
+                task_rule.target,
+                task_rule.calibration,
             )
         except NotCertified as exc:
             cert = None
@@ -259,7 +261,10 @@ def promote_cmd(
 
 @click.command("rollback")
 @click.option(
-    "--task", required=True, help="Task to roll back to its previous live version (or the teacher)."
+    "--task",
+    required=True,
+    callback=names_checked("task"),
+    help="Task to roll back to its previous live version (or the teacher).",
 )
 @reason_option
 @actor_option
@@ -287,8 +292,8 @@ def rollback_cmd(
 
 
 @click.command("retire")
-@click.argument("version")
-@click.option("--task", required=True, help="Task to retire the version on.")
+@click.argument("version", callback=names_checked("version"))
+@click.option("--task", required=True, callback=names_checked("task"), help="Task to retire the version on.")
 @reason_option
 @actor_option
 @key_option
@@ -319,7 +324,7 @@ def retire_cmd(
 
 def _pin_cmd(pin: bool) -> click.Command:
     @click.command("pin" if pin else "unpin")
-    @click.argument("task")
+    @click.argument("task", callback=names_checked("task"))
     @reason_option
     @actor_option
     @key_option

@@ -1,7 +1,9 @@
 """`ratchet admin task set|show|list`: per-task policy (``ratchet_core.task_policy``), signed into the manifest.
 
 ``set NAME`` changes only the options given (``--comparator``, ``--target``, ``--delta``, ``--audit-rate``,
-``--golden-share``, ``--enable/--disable``; ``--clear FIELD`` returns a field to its default), needs ``--reason``
+``--golden-share``, ``--enable/--disable``, and the release rules: ``--release``, ``--promote-evidence``,
+``--canary-audit-rate``, ``--calibration``, ``--paired-gate/--no-paired-gate``, ``--min-certified``, the same
+names ``ratchet sim`` compares them under; ``--clear FIELD`` returns a field to its default), needs ``--reason``
 and is published like every release change: a new signed manifest plus an audit-log row, in one transaction. A task
 needs no other definition: its name and ``ratchet admin task set`` are enough for the gateway, the night, the
 certificate and the release policy to follow it.
@@ -22,8 +24,11 @@ from ratchet_assets.admin.release_cmd import (
     key_option,
     reason_option,
 )
+from ratchet_assets.cli_names import names_checked
+from ratchet_assets.release.options import release_options
+from ratchet_core.task_policy import RELEASE_FIELDS
 
-FIELDS = ("comparator", "target", "delta", "audit_rate", "golden_share")
+FIELDS = ("comparator", "target", "delta", "audit_rate", "golden_share", *RELEASE_FIELDS)
 
 
 def _resolved_rows(manifest: Any, names: list[str]) -> list[dict[str, Any]]:
@@ -45,11 +50,11 @@ def _current(control_db: str, signing_key_file: str) -> Any:
 
 @click.group("task")
 def task_group() -> None:
-    """Per-task policy: comparator, certification target/delta, audit rate, golden share, enabled."""
+    """Per-task policy: comparator, certification target/delta, audit rate, golden share, enabled, release rules."""
 
 
 @task_group.command("set")
-@click.argument("name")
+@click.argument("name", callback=names_checked("task"))
 @click.option("--comparator", default=None, help="label | json | tool_call | custom:<registered name>.")
 @click.option("--target", type=float, default=None, help="Certification and release target, in (0, 1).")
 @click.option("--delta", type=float, default=None, help="Certification level delta, in (0, 1).")
@@ -60,6 +65,7 @@ def task_group() -> None:
     "--golden-share", type=float, default=None, help="Share of new example keys held out as golden."
 )
 @click.option("--enable/--disable", "enabled", default=None, help="--disable sends the task to the teacher.")
+@release_options
 @click.option("--clear", multiple=True, type=click.Choice(FIELDS), help="Return a field to its default.")
 @reason_option
 @actor_option
@@ -74,6 +80,12 @@ def set_cmd(
     audit_rate: float | None,
     golden_share: float | None,
     enabled: bool | None,
+    release_rule: str | None,
+    promote_evidence: str | None,
+    canary_audit_rate: float | None,
+    calibration: str | None,
+    paired_gate: bool | None,
+    min_certified: float | None,
     clear: tuple[str, ...],
     reason: str,
     actor: str,
@@ -86,9 +98,6 @@ def set_cmd(
 
     from ratchet_core.task_policy import TaskPolicy
 
-    name = name.strip()
-    if not name:
-        _fail("the task name is empty")
     given = {
         k: v
         for k, v in dict(
@@ -98,13 +107,20 @@ def set_cmd(
             audit_rate=audit_rate,
             golden_share=golden_share,
             enabled=enabled,
+            release_rule=release_rule,
+            promote_evidence=promote_evidence,
+            canary_audit_rate=canary_audit_rate,
+            calibration=calibration,
+            paired_gate=paired_gate,
+            min_certified=min_certified,
         ).items()
         if v is not None
     }
     if not given and not clear:
         _fail(
             "nothing to set: give at least one of --comparator/--target/--delta/--audit-rate/--golden-share/"
-            "--enable/--disable/--clear"
+            "--enable/--disable/--release/--promote-evidence/--canary-audit-rate/--calibration/--paired-gate/"
+            "--min-certified/--clear"
         )
     both = set(clear) & set(given)
     if both:
@@ -127,7 +143,7 @@ def set_cmd(
 
 
 @task_group.command("show")
-@click.argument("name")
+@click.argument("name", callback=names_checked("task"))
 @key_option
 @control_db_option
 @json_option
@@ -138,9 +154,9 @@ def show_cmd(name: str, signing_key_file: str, control_db: str, as_json: bool) -
     if as_json:
         echo_json(row)
         return
-    for field in ("comparator", "target", "delta", "audit_rate", "golden_share"):
-        click.echo(f"{field:<13} {row[field]!s:<12} ({row['source'][field]})")
-    click.echo(f"{'enabled':<13} {row['enabled']}")
+    for field in FIELDS:
+        click.echo(f"{field:<17} {row[field]!s:<12} ({row['source'][field]})")
+    click.echo(f"{'enabled':<17} {row['enabled']}")
 
 
 @task_group.command("list")
@@ -157,12 +173,14 @@ def list_cmd(signing_key_file: str, control_db: str, as_json: bool) -> None:
         echo_json(rows)
         return
     click.echo(
-        f"{'task':<20} {'comparator':<16} {'target':<7} {'delta':<6} {'audit':<6} {'golden':<7} enabled"
+        f"{'task':<20} {'comparator':<16} {'target':<7} {'delta':<6} {'audit':<6} {'golden':<7} {'enabled':<8}"
+        f"{'release':<11} {'promote':<8} {'calibr.':<8} paired"
     )
     for r in rows:
         click.echo(
             f"{r['task']:<20} {r['comparator']:<16} {r['target']:<7g} {r['delta']:<6g} {r['audit_rate']:<6g} "
-            f"{r['golden_share']:<7g} {r['enabled']}"
+            f"{r['golden_share']:<7g} {r['enabled']!s:<8}{r['release_rule']:<11} {r['promote_evidence']:<8} "
+            f"{r['calibration']:<8} {r['paired_gate']}"
         )
 
 

@@ -13,6 +13,7 @@ from typing import Any
 import click
 import dagster as dg
 
+from ratchet_assets.cli_names import names_checked
 from ratchet_assets.defs.partitions import daily_partitions
 from ratchet_assets.defs.resources import ModelEndpoints, RatchetPaths
 from ratchet_core.artifact_store import publishes_artifacts
@@ -118,7 +119,13 @@ def cost() -> None:
 
 
 @cost.command("report")
-@click.option("--day", "days", multiple=True, help="Day(s) YYYY-MM-DD (default: every day in the lake).")
+@click.option(
+    "--day",
+    "days",
+    multiple=True,
+    callback=names_checked("day"),
+    help="Day(s) YYYY-MM-DD (default: every day in the lake).",
+)
 @click.option("--gpu-price-per-hour", type=float, default=2.5, show_default=True)
 @click.option("--training-price-per-hour", type=float, default=2.5, show_default=True)
 @click.option("--tokens-per-second", type=float, default=0.0, help="> 0: student time from tokens.")

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import click
 
+from ratchet_assets.cli_names import names_checked
 from ratchet_assets.governance.when import parse_when
 
 
@@ -63,9 +64,19 @@ def import_cmd(
 
 
 @click.command("export")
-@click.option("--out", default=None, type=click.Path(file_okay=False), help="Folder to write the export to.")
-@click.option("--task", default=None, help="Only this task.")
-@click.option("--client", default=None, help="Only this client's requests (and the examples they taught).")
+@click.option(
+    "--out",
+    default=None,
+    type=click.Path(file_okay=False),
+    help="Folder to write the export to (outside the Ratchet home, the lake and the artifacts).",
+)
+@click.option("--task", default=None, callback=names_checked("task"), help="Only this task.")
+@click.option(
+    "--client",
+    default=None,
+    callback=names_checked("client"),
+    help="Only this client's requests (and the examples they taught).",
+)
 @click.option("--since", default=None, help="From this UTC time (ISO).")
 @click.option("--until", default=None, help="Before this UTC time (ISO).")
 @click.option("--format", "fmt", type=click.Choice(["jsonl", "parquet"]), default="jsonl", show_default=True)
@@ -119,6 +130,7 @@ def export_cmd(
             kinds=kinds or KINDS,
             engine=make_engine(control_db or settings.control_db_url),
             private_key=signing_key(settings) if sign else None,
+            home=settings.home,
         )
     except (ExportError, ValueError, FileNotFoundError) as exc:
         click.echo(f"error: {exc}", err=True)

@@ -29,6 +29,13 @@ receipt of the day still give the signed root. Adapters whose BOM lists an erase
 to remove their influence). Each erasure is logged in the control DB's ``erasure_log``, signed (DSSE, predicate
 :data:`PREDICATE_TYPE`): who, why, the scope (end user and text only as SHA-256), counts per store and when.
 ``dry_run`` counts per store and changes nothing.
+
+Refused, changing nothing: a lake segment the erasure cannot read (a ``*.parquet`` entry that is a symlink or not a
+regular file, a file Parquet cannot open) fails the erasure with :class:`ErasureError` naming it, since a row it
+holds could not be erased. A scope that matches no sealed row is no error: its log entry says ``requests: 0``
+(``request_ids`` lists only what matched; ids given with ``--request-id`` that no sealed row has are signed apart,
+as ``request_ids_not_found``) and is still written, because gateway replicas apply the scope to rows they have
+not sealed yet.
 """
 
 from __future__ import annotations
@@ -114,6 +121,7 @@ class ErasureReport:
     counts: dict[str, int] = field(default_factory=dict)
     files: list[str] = field(default_factory=list)  # every file rewritten (or that would be)
     adapters_trained_on_erased: list[str] = field(default_factory=list)
+    request_ids_not_found: list[str] = field(default_factory=list)  # given ids no sealed row has (yet)
     golden_days: list[str] = field(default_factory=list)  # golden sets rewritten (their commitment too)
     train_days: list[str] = field(default_factory=list)  # training sets rewritten (their commitment too)
     log_id: int | None = None
@@ -127,15 +135,45 @@ def _sha(text: str) -> str:
 
 
 # Resolving the scope -------------------------------------------------------------------------------------------
+def _unreadable(where: str, exc: BaseException) -> ErasureError:
+    first = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:200]
+    return ErasureError(
+        f"{where} cannot be read ({first}): nothing was erased. Its rows could not be checked; restore or move "
+        "the file, then erase again"
+    )
+
+
+def check_lake_readable(lake: Lake) -> None:
+    """ErasureError naming the first ``*.parquet`` entry of the lake that is not a regular file (a symlink...)."""
+    for day in lake.days():
+        for rel in lake.unreadable_entries(day):
+            raise ErasureError(
+                f"lake entry {lake.uri(rel)} is not a regular file (a symlink?): nothing was erased. The "
+                "erasure cannot vouch for rows it cannot read; replace it with the segment itself or move it "
+                "out of the lake, then erase again"
+            )
+
+
 def resolve(matcher: ScopeMatcher, lake: Lake, layout: ArtifactLayout) -> list[str]:
-    """Request ids with a row matching ``matcher`` in a sealed segment or a day's consolidated traffic, sorted."""
+    """Request ids with a row matching ``matcher`` in a sealed segment or a day's consolidated traffic, sorted.
+
+    ErasureError for a lake entry or file that cannot be read (see the module docstring)."""
+    check_lake_readable(lake)
     ids: set[str] = set()
     for day in lake.days():
         for seg in lake.segments(day):
-            ids |= matcher.matched_request_ids(lake.read_table(seg.rel, columns=SCOPE_COLUMNS))
+            try:
+                table = lake.read_table(seg.rel, columns=SCOPE_COLUMNS)
+            except (OSError, ValueError) as exc:  # pyarrow's ArrowInvalid is a ValueError
+                raise _unreadable(f"lake segment {lake.uri(seg.rel)}", exc) from None
+            ids |= matcher.matched_request_ids(table)
     for day in layout.days(TRAFFIC):
         if (path := layout.traffic_file(day)).exists():
-            ids |= matcher.matched_request_ids(pq.read_table(path, columns=SCOPE_COLUMNS))
+            try:
+                table = pq.read_table(path, columns=SCOPE_COLUMNS)
+            except (OSError, ValueError) as exc:
+                raise _unreadable(f"traffic file {path}", exc) from None
+            ids |= matcher.matched_request_ids(table)
     return sorted(ids)
 
 
@@ -329,9 +367,11 @@ def erase(
     # Taken before the lake is read: a segment sealed from now on is the night's sweep's (:func:`sweep`).
     at = datetime.now(UTC).isoformat(timespec="microseconds")
     matcher = scope.matcher(clock_now())
-    # Ids given explicitly are erased even when no sealed row has them yet (still in a replica's ledger).
-    ids = sorted(set(resolve(matcher, lake, layout)) | set(scope.request_ids))
+    ids = resolve(matcher, lake, layout)
     report = ErasureReport(dry_run=dry_run, request_ids=ids, example_keys=[])
+    # Ids given explicitly but in no sealed row are not counted as erased; they are still recorded (a replica may
+    # hold them unsealed, and blanks them when it applies the scope).
+    report.request_ids_not_found = sorted(set(scope.request_ids) - set(ids))
     if ids:
         idset = set(ids)
         _erase_lake(lake, idset, dry_run, report)
@@ -373,6 +413,7 @@ def _record(
         "scope": scope.describe(),
         "counts": dict(sorted(report.counts.items())),
         "request_ids": report.request_ids,
+        "request_ids_not_found": report.request_ids_not_found,
         "example_keys": report.example_keys,
         "adapters_trained_on_erased": report.adapters_trained_on_erased,
     }
@@ -392,7 +433,10 @@ def _record(
         ).inserted_primary_key[0]
         # the predicate every replica applies to its unsealed rows, and each night to rows sealed after scope_at
         conn.execute(erasure_scopes.insert().values(log_id=log_id, at=scope_at, matcher=matcher.to_json()))
-        rows = [{"request_id": r, "example_key": None} for r in report.request_ids]
+        rows = [
+            {"request_id": r, "example_key": None}
+            for r in (*report.request_ids, *report.request_ids_not_found)
+        ]
         rows += [{"request_id": None, "example_key": k} for k in report.example_keys]
         if rows:
             conn.execute(

@@ -15,6 +15,10 @@ A JSONL file's lines are exactly its leaves. When a signing key is given the man
 
 The transforms are Polars (lazy frames over the lake's and the artifacts' Parquet: filter, join, select): a
 DataFrame pipeline per kind reads better here than four SQL strings. Erased requests are left out.
+
+Refused before anything is written (:class:`ExportError`): an output folder inside the Ratchet home, the lake or
+the artifacts (an export is for outside them: keys and the control DB live there), ``since`` not before
+``until`` (it would export nothing, silently).
 """
 
 from __future__ import annotations
@@ -27,7 +31,7 @@ from typing import Any
 
 import polars as pl
 
-from ratchet_core.lake import Lake, atomic_write_bytes
+from ratchet_core.lake import Lake, atomic_write_bytes, is_url
 from ratchet_core.layout import EXAMPLES, GOLDEN, ArtifactLayout, DataExport
 from ratchet_stats import merkle
 from ratchet_stats.canonical import canonical_json, sha256_hex
@@ -53,6 +57,13 @@ class ExportFilters:
     client: str | None = None
     since: datetime | None = None
     until: datetime | None = None
+
+    def check(self) -> None:
+        if self.since and self.until and self.since >= self.until:
+            raise ExportError(
+                f"--since {self.since.isoformat()} is not before --until {self.until.isoformat()}: the export "
+                "would be empty; swap them or widen the range"
+            )
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -166,6 +177,21 @@ def _root(items: list[bytes]) -> str:
     return merkle.root(items).hex()
 
 
+def check_out_folder(out: str | Path, protected: dict[str, str | Path | None]) -> None:
+    """ExportError when `out` is one of the `protected` folders (name -> folder: the home, the lake, the artifacts)
+    or inside one; object-store URLs are skipped (a local folder cannot be inside them)."""
+    target = Path(out).expanduser().resolve()
+    for name, root in protected.items():
+        if root is None or is_url(root):
+            continue
+        folder = Path(root).expanduser().resolve()
+        if target == folder or folder in target.parents:
+            raise ExportError(
+                f"--out {out} is inside the {name} ({folder}): an export is for outside it (keys, the control DB "
+                "and the lake live there); choose a folder outside it"
+            )
+
+
 def export_data(
     out: str | Path,
     *,
@@ -176,8 +202,12 @@ def export_data(
     kinds: tuple[str, ...] = KINDS,
     engine: Any = None,
     private_key: Any = None,
+    home: str | Path | None = None,
 ) -> dict[str, Any]:
-    """Write the export and its manifest (module docstring); return the manifest."""
+    """Write the export and its manifest (module docstring); return the manifest. `home`: the Ratchet home, which
+    the export must stay out of (as it must stay out of the lake and the artifacts)."""
+    check_out_folder(out, {"Ratchet home": home, "lake": lake_root, "artifacts": artifacts_root})
+    filters.check()
     if fmt not in FORMATS:
         raise ExportError(f"format {fmt!r}: use one of {', '.join(FORMATS)}")
     unknown = set(kinds) - set(KINDS)

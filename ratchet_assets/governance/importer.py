@@ -1,14 +1,21 @@
 """``ratchet import``: labelled chat examples for a task, as golden-only rows or as training rows, with provenance.
 
-Input: JSONL (one object a line) or Parquet with ``messages`` (a list of chat messages, or its JSON text) and the
-correct answer as ``answer`` (text, or an assistant message ``{"content", "tool_calls"}``; ``expected`` is read as
-``answer``), optionally ``tools`` and ``response_format``. Read and shaped with Polars.
+Input: JSONL (one object a line, UTF-8) or Parquet with ``messages`` (a list of chat messages, or its JSON text)
+and the correct answer as ``answer`` (text, or an assistant message ``{"content", "tool_calls"}``; ``expected`` is
+read as ``answer``), optionally ``tools`` and ``response_format``. JSONL is parsed line by line (strict JSON),
+Parquet read with Polars.
+
+Bad input is refused before anything is written, with one :class:`ImportRowError` line naming the file and the
+line (JSONL) or row (Parquet): an empty file, bytes that are not UTF-8, a line that is not a JSON object, a file
+that is not Parquet, a row without messages or answer. The task and the day follow the one name rule
+(``ratchet_core.names``: ``--task '../../evil'`` and ``--day 2026-13-45`` are refused).
 
 Each row becomes an example (its key from ``ratchet_core.example_key``'s document, exactly as a request's) in
 ``imports/<id>/examples.parquet`` (the examples file's columns, ``source`` = ``import``), where ``<id>`` is
-``<day>-<digest>`` (the day the rows join the night, then the first 12 hex of the file's content digest), with
-``provenance.json`` (source, licence, role, task, counts, sha256 of the input). The keys enter the golden registry
-under the registry's lock with reason ``import``:
+``<day>-<task>-<role>-<digest>`` (the day the rows join the night, the task, ``golden`` or ``train``, then the
+first 12 hex of the file's content digest: the same file imported for two tasks, or as both kinds, keeps both),
+with ``provenance.json`` (source, licence, role, task, counts, sha256 of the input). The keys enter the golden
+registry under the registry's lock with reason ``import``:
 
 - ``golden``: golden for good — the night's golden set (``golden_split``) carries them from ``day`` on, so they
   certify a task before it has traffic (or strengthen its certificate), and the training set never takes them:
@@ -34,6 +41,8 @@ import pyarrow.parquet as pq
 
 from ratchet_core.lake import atomic_write_bytes
 from ratchet_core.layout import ArtifactLayout
+from ratchet_core.names import NameRuleError, check
+from ratchet_stats.canonical import loads_strict
 
 ROLES = ("golden", "train")
 
@@ -59,20 +68,68 @@ class ImportResult:
         return asdict(self)
 
 
-def _read(path: Path) -> pl.DataFrame:
-    if path.suffix == ".parquet":
+COLUMNS = ("messages", "answer", "tools", "response_format")
+
+
+def _row(row: dict[str, Any], where: str) -> dict[str, Any]:
+    """The columns of one input row (``expected`` read as ``answer``); ImportRowError naming `where`."""
+    if "answer" not in row and "expected" in row:
+        row = {**row, "answer": row["expected"]}
+    missing = sorted({"messages", "answer"} - set(row))
+    if missing:
+        raise ImportRowError(f"{where}: missing {' and '.join(missing)} (each row needs messages and answer)")
+    return {name: row.get(name) for name in COLUMNS}
+
+
+def _read_jsonl(path: Path, data: bytes) -> list[tuple[str, dict[str, Any]]]:
+    rows = []
+    for n, line in enumerate(data.splitlines(), 1):
+        where = f"{path.name} line {n}"
+        try:
+            text = line.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            raise ImportRowError(
+                f"{where}: not UTF-8 (byte {exc.start + 1}); save the file as UTF-8"
+            ) from None
+        if not text.strip():
+            continue
+        try:
+            row = loads_strict(text)
+        except (ValueError, RecursionError) as exc:
+            raise ImportRowError(
+                f"{where}: not JSON ({str(exc)[:120]}); write one JSON object a line"
+            ) from None
+        if not isinstance(row, dict):
+            raise ImportRowError(
+                f"{where}: not a JSON object; write one object with messages and answer a line"
+            )
+        rows.append((where, _row(row, where)))
+    return rows
+
+
+def _read_parquet(path: Path) -> list[tuple[str, dict[str, Any]]]:
+    try:
         frame = pl.read_parquet(path)
-    else:
-        frame = pl.read_ndjson(path, infer_schema_length=None)
+    except Exception as exc:  # Polars and Arrow raise many kinds for a file that is not Parquet
+        first = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:160]
+        raise ImportRowError(f"{path.name}: not a readable Parquet file ({first})") from None
     if "answer" not in frame.columns and "expected" in frame.columns:
         frame = frame.rename({"expected": "answer"})
-    missing = {"messages", "answer"} - set(frame.columns)
+    missing = sorted({"messages", "answer"} - set(frame.columns))
     if missing:
-        raise ImportRowError(f"{path}: missing columns {sorted(missing)} (need messages and answer)")
-    for name in ("tools", "response_format"):
-        if name not in frame.columns:
-            frame = frame.with_columns(pl.lit(None).alias(name))
-    return frame.select("messages", "answer", "tools", "response_format")
+        raise ImportRowError(f"{path.name}: missing columns {missing} (need messages and answer)")
+    wheres = (f"{path.name} row {n}" for n in range(1, frame.height + 1))
+    return [(where, _row(row, where)) for where, row in zip(wheres, frame.to_dicts(), strict=True)]
+
+
+def _read(path: Path, data: bytes) -> list[tuple[str, dict[str, Any]]]:
+    """``(where, row)`` for each input row (``where`` names the file and its line or row)."""
+    if not data.strip():
+        raise ImportRowError(f"{path.name}: the file is empty; give a JSONL or Parquet file of labelled rows")
+    rows = _read_parquet(path) if path.suffix == ".parquet" else _read_jsonl(path, data)
+    if not rows:
+        raise ImportRowError(f"{path.name}: no rows; give a JSONL or Parquet file of labelled rows")
+    return rows
 
 
 def _json(value: Any) -> Any:
@@ -93,13 +150,30 @@ def _clean(value: Any) -> Any:
     return value
 
 
-def _example(task: str, row: dict[str, Any], n: int) -> dict[str, Any]:
+def _example(task: str, row: dict[str, Any], where: str) -> dict[str, Any]:
+    try:
+        return _shaped(task, row, where)
+    except ImportRowError:
+        raise
+    except (TypeError, ValueError, KeyError, AttributeError) as exc:  # a shape the checks did not foresee
+        raise ImportRowError(
+            f"{where}: cannot be read as a chat example ({type(exc).__name__}: {exc})"
+        ) from None
+
+
+def _shaped(task: str, row: dict[str, Any], where: str) -> dict[str, Any]:
     from ratchet_assets.night import canonical_text
     from ratchet_assets.night.examples import key_parts
 
     messages = _clean(_json(row["messages"]))
-    if not isinstance(messages, list) or not messages:
-        raise ImportRowError(f"row {n}: messages must be a non-empty list of chat messages")
+    if (
+        not isinstance(messages, list)
+        or not messages
+        or not all(isinstance(m, dict) and isinstance(m.get("role"), str) for m in messages)
+    ):
+        raise ImportRowError(
+            f"{where}: messages must be a non-empty list of chat messages (each with a role)"
+        )
     answer = _json(row["answer"])
     if isinstance(answer, dict):
         answer = _clean(answer)
@@ -107,7 +181,7 @@ def _example(task: str, row: dict[str, Any], n: int) -> dict[str, Any]:
     else:
         content, calls = (None if answer in (None, "") else str(answer)), None
     if not content and not calls:
-        raise ImportRowError(f"row {n}: empty answer")
+        raise ImportRowError(f"{where}: empty answer")
     tools = _clean(_json(row["tools"])) or None
     rf = _clean(_json(row["response_format"])) or None
     ledger_tools = canonical_text({"tools": tools, "tool_choice": None}) if tools else ""
@@ -141,13 +215,16 @@ def import_examples(
         raise ImportRowError(f"role {role!r}: use golden or train")
     if not task or not source.strip() or not license.strip():
         raise ImportRowError("give --task, --source and --license (they travel to the BOM and NOTICE)")
+    try:
+        task = check("task", task, "--task")
+        day = check("day", day or datetime.now(UTC).date().isoformat(), "--day")
+    except NameRuleError as exc:
+        raise ImportRowError(exc.message) from None
     path = Path(path)
     data = path.read_bytes()
     digest = hashlib.sha256(data).hexdigest()
-    day = day or datetime.now(UTC).date().isoformat()
-    import_id = f"{day}-{digest[:12]}"
-    frame = _read(path)
-    examples = pl.DataFrame([_example(task, row, n) for n, row in enumerate(frame.to_dicts(), 1)])
+    import_id = f"{day}-{task}-{role}-{digest[:12]}"
+    examples = pl.DataFrame([_example(task, row, where) for where, row in _read(path, data)])
     rows = examples.height
     examples = examples.unique("example_key", keep="first", maintain_order=True)
     duplicates = rows - examples.height

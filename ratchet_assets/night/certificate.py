@@ -40,7 +40,8 @@ class CertificateResult:
 
 
 def live_versions(engine: Any, public_key: Any) -> dict[str, str]:
-    """task -> live version, from the newest verified release manifest ({} when none)."""
+    """task -> live version (``TaskRelease.live_version``: during a rollout, the live version behind the
+    candidate), from the newest verified release manifest ({} when none): what the paired gate compares with."""
     from ratchet_core.control_db import ensure_schema
     from ratchet_core.manifest import latest_verified
 
@@ -48,7 +49,7 @@ def live_versions(engine: Any, public_key: Any) -> dict[str, str]:
     manifest, _ = latest_verified(engine, public_key)
     if manifest is None:
         return {}
-    return {task: rel.version for task, rel in manifest.tasks.items() if rel.stage == "live" and rel.version}
+    return {task: live for task, rel in manifest.tasks.items() if (live := rel.live_version)}
 
 
 def certify_adapter(

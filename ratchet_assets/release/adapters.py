@@ -40,7 +40,7 @@ from ratchet_stats.certificate import adapter_dir_digest
 log = logging.getLogger(__name__)
 
 EFFECT_TYPE = "adapter.load"
-RETIRED_STATUSES = ("retired", "rolled_back", "rejected")
+RETIRED_STATUSES = ("retired", "rolled_back", "superseded", "rejected")
 
 
 def desired_versions(manifest: mf.Manifest) -> dict[str, list[str]]:

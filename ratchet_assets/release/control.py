@@ -16,7 +16,8 @@
    control-DB transaction.
 
 When the manifest moved under the plan (an operator published in between), an admission or the decision is
-dropped (``Superseded``) and, for an admission, nothing of the evidence is consumed: the next tick plans again.
+dropped (``ManifestMoved``) and, for an admission, nothing of the evidence is consumed: the next tick plans again.
+An admission that supersedes a version in shadow or canary keeps that version's evidence in its audit-log row.
 Rollback targets: ``tick.rollback_release``.
 
 The state (the sensor cursor) is JSON: the tracks' e-process states and the segment watermark. A tick that fails
@@ -36,15 +37,15 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Engine
 
 from ratchet_assets.release import registry
+from ratchet_assets.release.admission import Candidate
 from ratchet_assets.release.decision import Decision, ReleaseRule, Track, serving_tracks
 from ratchet_assets.release.evidence import Watermark, pending_segments, read_pairs
 from ratchet_assets.release.guard import NotCertified, certified_task
 from ratchet_assets.release.tick import (
     Admission,
-    Candidate,
     Frozen,
+    ManifestMoved,
     StatusChange,
-    Superseded,
     admission_statuses,
     admit,
     apply_decision,
@@ -204,7 +205,7 @@ def _apply(
                 decision.evidence,
                 new.sequence,
             )
-    except (Superseded, Frozen) as exc:
+    except (ManifestMoved, Frozen) as exc:
         ledger.fail(begin.token, str(exc))
         result.notes.append(f"dropped {decision.action} of {decision.version} on {decision.task}: {exc}")
         return
@@ -224,10 +225,13 @@ def _admit(engine: Engine, private_key: Any, adm: Admission, public_keys: Any, r
                 conn, private_key, lambda m: admit(m, adm), adm.message, SENSOR_ACTOR, public_keys=public_keys
             )
             _set_statuses(conn, admission_statuses(adm))
-            registry.append_audit(
-                conn, SENSOR_ACTOR, "admit", f"{adm.version}/{adm.task}", adm.message, {}, new.sequence
+            details = (
+                {"supersedes": adm.replaces, "its_evidence": adm.replaced_evidence} if adm.replaces else {}
             )
-    except Superseded as exc:
+            registry.append_audit(
+                conn, SENSOR_ACTOR, "admit", f"{adm.version}/{adm.task}", adm.message, details, new.sequence
+            )
+    except ManifestMoved as exc:
         result.notes.append(f"{adm.version} on {adm.task} not admitted: {exc}")
         return False
     result.admitted.append(adm.message)
@@ -236,32 +240,42 @@ def _admit(engine: Engine, private_key: Any, adm: Admission, public_keys: Any, r
 
 
 def candidates(
-    engine: Engine,
-    public_keys: Any,
-    target: float,
-    artifacts: str | Path,
-    targets: dict[str, float] | None = None,
+    engine: Engine, public_keys: Any, rule: ReleaseRule, artifacts: str | Path, manifest: mf.Manifest
 ) -> list[Candidate]:
     """Registry candidates in registration order; the newest of each task with its certificate (under
     `artifacts`) verified again now (``guard.certified_task``: signature under `public_keys`, numbers, the task
-    certified at `target`, or at its own target in `targets`: its signed task policy, ``ratchet_core.task_policy``)."""
-    rows = registry.list_versions(engine, status="candidate")
+    certified at its target and calibration: `rule` as the task's signed policy sets it in `manifest`,
+    ``ratchet_core.task_policy``). A candidate registered before the version now in shadow or canary on its task
+    is older than that version and never supersedes it."""
+    every = registry.list_versions(engine)
+    order = {(r["version"], r["task"]): i for i, r in enumerate(every)}
+    rows = [r for r in every if r["status"] == "candidate"]
     newest = {row["task"]: row["version"] for row in rows}  # only these can be admitted; older ones retire
     out = []
     for row in rows:
         version, task = row["version"], row["task"]
         path = registry.certificate_file(artifacts, row, version)
+        name = Path(path).name
         if newest[task] != version:
             out.append(
-                Candidate(version, task, row["threshold"], None, Path(path).name, problem="superseded")
+                Candidate(version, task, row["threshold"], None, name, problem="a newer candidate exists")
             )
             continue
-        try:
-            ct = certified_task(path, version, task, public_keys, (targets or {}).get(task, target))
-        except NotCertified as exc:
-            out.append(Candidate(version, task, row["threshold"], None, Path(path).name, problem=str(exc)))
+        rel = manifest.task(task)
+        if rel.stage in ("shadow", "canary") and order.get((rel.version, task), -1) > order[(version, task)]:
+            problem = f"it was certified before {rel.version}, which is in {rel.stage} now"
+            out.append(Candidate(version, task, row["threshold"], None, name, problem=problem))
             continue
-        out.append(Candidate(version, task, ct.threshold, ct.lower_bound, Path(path).name))
+        task_rule = rule.for_task(task, manifest)
+        try:
+            ct = certified_task(path, version, task, public_keys, task_rule.target, task_rule.calibration)
+        except NotCertified as exc:
+            out.append(Candidate(version, task, row["threshold"], None, name, problem=str(exc)))
+            continue
+        n = ct.numbers
+        out.append(
+            Candidate(version, task, n.ltt_threshold, n.lower_bound, name, "", n.point_threshold, n.paired)
+        )
     return out
 
 
@@ -299,10 +313,7 @@ def release_tick(
         result.notes.append(f"{late} segment(s) of settled days ignored")
     pairs = read_pairs(lake, segments, wm)
     try:
-        targets = {t: rule.for_task(t, manifest).target for t in manifest.policies}
-        plan = decide_tick(
-            manifest, candidates(engine, keys, rule.target, artifacts, targets), old, pairs, rule
-        )
+        plan = decide_tick(manifest, candidates(engine, keys, rule, artifacts, manifest), old, pairs, rule)
     finally:
         pairs.close()  # a plan stops reading at its decision: close the lake connection now
     result.holds.extend(plan.waiting)

@@ -33,21 +33,41 @@ When releases are frozen, promotions are held (the promote process keeps its rej
 which stays valid because an e-process may be stopped at any stopping time) while rollbacks still happen: a
 rollback only narrows what the student serves.
 
+The rules a task's signed policy chooses (``ratchet_core.task_policy``; :meth:`ReleaseRule.for_task`), each one
+pure function of the track and the rule, looked up in ``ROLLBACK_RULES`` and ``PROMOTE_RULES``:
+
+- release rule ``sequential`` (the default, :func:`sequential_rollback`): the e-processes above. Anytime-valid:
+  checked after every answer, the chance of ever rolling back a version with precision >= floor stays
+  <= rollback_alpha + drift_alpha.
+- release rule ``wilson`` (:func:`wilson_rollback`): the Wilson score interval at level 1 - rollback_alpha over the
+  stage's own audited answers (at live: its newest ``wilson_window``), once the stage has ``min_stage_audits``;
+  roll back when its upper bound is below the floor. A fixed-sample interval looked at after every answer: its
+  error is not controlled under this continuous monitoring (each look spends another ~rollback_alpha), which is
+  what ``ratchet sim --compare-release`` shows beside the sequential rule.
+- promote evidence ``e-value`` (:func:`e_value_promotes`): the stage's promote e-process rejects "precision <=
+  target" at alpha. ``bound`` (:func:`bound_promotes`): the Wilson lower bound at level 1 - alpha over the stage's
+  answers (at least ``min_stage_audits``) exceeds the target, with the same caveat. Default: ``e-value`` under the
+  sequential rule, ``bound`` under the Wilson rule.
+
 References: Ramdas, Grünwald, Vovk & Shafer (2023), "Game-theoretic statistics and safe anytime-valid
 inference", Statistical Science 38(4); Waudby-Smith & Ramdas (2023), JRSS-B 86(1) (the betting rule); Shin,
 Ramdas & Rinaldo (2024), "E-detectors: a nonparametric framework for sequential change detection", New England
-Journal of Statistics in Data Science 2(2) (restarted e-processes with summable weights).
+Journal of Statistics in Data Science 2(2) (restarted e-processes with summable weights); Wilson (1927), JASA
+22(158) (the score interval); Armitage, McPherson & Rowe (1969), JRSS-A 132(2) (repeated significance tests on
+accumulating data: why looking after every answer inflates a fixed-sample test's error).
 """
 
 from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from ratchet_core.manifest import TaskRelease
+from ratchet_core.task_policy import default_promote_evidence
+from ratchet_stats.bounds import wilson_lower, wilson_upper
 from ratchet_stats.canonical import digest
 from ratchet_stats.eprocess import BettingEProcess
 
@@ -93,7 +113,11 @@ def step_of(release: TaskRelease) -> int | None:
 
 @dataclass(frozen=True)
 class ReleaseRule:
-    """target: promote on evidence precision > target; floor: roll back on evidence precision < floor."""
+    """target: promote on evidence precision > target; floor: roll back on evidence precision < floor.
+
+    ``release_rule`` and ``promote_evidence`` choose the canary rules (module docstring); ``calibration``,
+    ``paired_gate``, ``min_certified`` and ``delta`` are the admission rules (``ratchet_assets.release.admission``).
+    All of them come from the task's signed policy (:meth:`for_task`)."""
 
     target: float = 0.95
     floor: float = 0.90
@@ -102,6 +126,14 @@ class ReleaseRule:
     drift_alpha: float = 0.05  # level of the restarted rollback processes together (module docstring)
     drift_block: int = 50  # answers between restarts
     drift_keep: int = 6  # restarts kept (the newest)
+    release_rule: Literal["sequential", "wilson"] = "sequential"
+    promote_evidence: Literal["e-value", "bound"] | None = None  # None: the release rule's own
+    min_stage_audits: int = 30  # wilson / bound: answers at a stage before its interval decides
+    wilson_window: int = 200  # wilson at live: the newest answers its interval is over
+    calibration: Literal["ltt", "point"] = "ltt"
+    paired_gate: bool = False
+    min_certified: float | None = None  # None: the target
+    delta: float = 0.05  # the certification level; the paired gate tests at it
 
     def __post_init__(self) -> None:
         if not 0.0 < self.floor < self.target < 1.0:
@@ -114,15 +146,44 @@ class ReleaseRule:
                 f"need 0 < drift_alpha < 1, drift_block >= 1, drift_keep >= 1 (got {self.drift_alpha}, "
                 f"{self.drift_block}, {self.drift_keep}); e.g. 0.05, 50, 6"
             )
+        if self.release_rule not in ROLLBACK_RULES or self.promotes_on not in PROMOTE_RULES:
+            raise ValueError(
+                f"release rule {self.release_rule!r} / promote evidence {self.promote_evidence!r}: choose one of "
+                f"{', '.join(ROLLBACK_RULES)} / {', '.join(PROMOTE_RULES)}"
+            )
+        if self.min_stage_audits < 1 or self.wilson_window < self.min_stage_audits:
+            raise ValueError(
+                f"need 1 <= min_stage_audits <= wilson_window (got {self.min_stage_audits}, {self.wilson_window})"
+            )
+
+    @property
+    def promotes_on(self) -> str:
+        """The evidence that promotes: ``promote_evidence``, else the release rule's own."""
+        return self.promote_evidence or default_promote_evidence(self.release_rule)
 
     def for_task(self, task: str, manifest: Any) -> ReleaseRule:
-        """This rule at `task`'s own target when its signed task policy sets one (ratchet_core.task_policy);
-        the floor keeps its distance below the target when the task's target is at or under it."""
+        """This rule as `task`'s signed policy sets it (ratchet_core.task_policy): its own target (the floor keeps
+        its distance below the target when the task's target is at or under it), release rule, promote
+        evidence, calibration, paired gate, minimum certified bound and delta."""
         policy = (getattr(manifest, "policies", None) or {}).get(task)
-        if policy is None or policy.target is None or policy.target == self.target:
+        if policy is None:
             return self
-        floor = self.floor if self.floor < policy.target else policy.target - (self.target - self.floor)
-        return dataclasses.replace(self, target=policy.target, floor=max(floor, policy.target / 2))
+        changes: dict[str, Any] = {
+            name: value
+            for name in (
+                "release_rule",
+                "promote_evidence",
+                "calibration",
+                "paired_gate",
+                "min_certified",
+                "delta",
+            )
+            if (value := getattr(policy, name)) is not None and value != getattr(self, name)
+        }
+        if policy.target is not None and policy.target != self.target:
+            floor = self.floor if self.floor < policy.target else policy.target - (self.target - self.floor)
+            changes.update(target=policy.target, floor=max(floor, policy.target / 2))
+        return dataclasses.replace(self, **changes) if changes else self
 
     def new_promote(self) -> BettingEProcess:
         return BettingEProcess.promote(1.0 - self.target, self.alpha)
@@ -169,13 +230,16 @@ class Track:
     )  # (j, drift restart), oldest first
     live_seen: int = 0  # answers seen while live (restart j starts at live_seen = (j - 1) * drift_block)
     drift_rejected_at: int | None = None  # rollback.n when the restart mixture reached 1/drift_alpha
+    recent: str = (
+        ""  # wilson rule at live: its newest answers, oldest first ("1" = disagreed), <= wilson_window
+    )
 
     @classmethod
     def start(cls, version: str, task: str, step: int, rule: ReleaseRule) -> Track:
         return cls(version, task, step, rule.new_promote(), rule.new_rollback())
 
     def to_dict(self) -> dict[str, Any]:
-        return {
+        out = {
             "version": self.version,
             "task": self.task,
             "step": self.step,
@@ -186,6 +250,9 @@ class Track:
             "live_seen": self.live_seen,
             "drift_rejected_at": self.drift_rejected_at,
         }
+        if self.recent:  # only the wilson rule keeps it: a sequential track keeps its state's bytes
+            out["recent"] = self.recent
+        return out
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> Track:
@@ -199,6 +266,7 @@ class Track:
             [(int(j), BettingEProcess.from_json(p)) for j, p in d.get("restarts", [])],
             int(d.get("live_seen", 0)),
             d.get("drift_rejected_at"),
+            str(d.get("recent", "")),
         )
 
     def at_step(self, step: int, rule: ReleaseRule) -> Track:
@@ -219,6 +287,8 @@ class Track:
                 j = self.live_seen // rule.drift_block + 1
                 self.restarts = [*self.restarts, (j, rule.new_restart())][-rule.drift_keep :]
             self.live_seen += 1
+            if rule.release_rule == "wilson":
+                self.recent = (self.recent + ("1" if error else "0"))[-rule.wilson_window :]
         self.promote.update(error)
         self.rollback.update(error)
         for _, proc in self.restarts:
@@ -233,8 +303,16 @@ class Track:
 
     @property
     def rolled_back(self) -> bool:
-        """Whether either rollback rule (whole-life process, drift restarts) has rejected."""
+        """Whether either sequential rollback process (whole-life, drift restarts) has rejected: the track's
+        e-processes run under every release rule, so this says whether a version is known bad."""
         return self.rollback.rejected or self.drift_rejected_at is not None
+
+    def wilson_sample(self) -> tuple[int, int, str]:
+        """(answers, disagreements, what they are) the Wilson interval is over: the stage's answers (the promote
+        process restarts at every step), at live the newest answers kept in ``recent``."""
+        if self.step == LIVE and self.recent:
+            return len(self.recent), self.recent.count("1"), f"of its newest {len(self.recent)} at live"
+        return self.promote.n, self.promote.errors, f"at {LADDER[self.step].describe()}"
 
     def evidence_digest(self) -> str:
         """SHA-256 of the e-process states a decision rests on (part of the effect key)."""
@@ -259,6 +337,60 @@ class Decision:
         return "rollback" if self.to_step is None else LADDER[self.to_step].label
 
 
+# --- the rules: one pure function each (module docstring) -------------------------------------------------------
+def sequential_rollback(track: Track, rule: ReleaseRule) -> str | None:
+    """Why the betting e-processes roll `track` back (whole-life process, then the drift restarts), or None."""
+    if track.rollback.rejected:
+        return (
+            f"{track.rollback.errors} of {track.rollback.n} audited answers disagree with the teacher; "
+            f"rollback e-value {track.rollback.e_value:.3g} >= {track.rollback.threshold:g}"
+        )
+    if track.drift_rejected_at is not None:
+        j, first = track.restarts[0]
+        return (
+            f"{first.errors} of its last {first.n} audited answers disagree with the teacher; drift e-value "
+            f"{track.drift_e_value:.3g} >= {1.0 / rule.drift_alpha:g}"
+        )
+    return None
+
+
+def wilson_rollback(track: Track, rule: ReleaseRule) -> str | None:
+    """Why the Wilson rule rolls `track` back: the upper bound at level 1 - rollback_alpha over the stage's answers
+    (at live its newest ``wilson_window``), once there are ``min_stage_audits``, is below the floor; or None."""
+    n, errors, where = track.wilson_sample()
+    if n < rule.min_stage_audits:
+        return None
+    upper = wilson_upper(n - errors, n, rule.rollback_alpha)
+    if upper >= rule.floor:
+        return None
+    return (
+        f"{errors} of {n} audited answers {where} disagree with the teacher; Wilson upper bound {upper:.4f} "
+        f"< floor {rule.floor:g}"
+    )
+
+
+def e_value_promotes(track: Track, rule: ReleaseRule) -> bool:
+    """The stage's promote e-process rejects "precision <= target" at alpha (anytime-valid)."""
+    return track.promote.rejected
+
+
+def bound_promotes(track: Track, rule: ReleaseRule) -> bool:
+    """The Wilson lower bound at level 1 - alpha over the stage's answers (at least ``min_stage_audits``) exceeds
+    the target."""
+    n, e = track.promote.n, track.promote.errors
+    return n >= rule.min_stage_audits and wilson_lower(n - e, n, rule.alpha) > rule.target
+
+
+ROLLBACK_RULES: dict[str, Callable[[Track, ReleaseRule], str | None]] = {
+    "sequential": sequential_rollback,
+    "wilson": wilson_rollback,
+}
+PROMOTE_RULES: dict[str, Callable[[Track, ReleaseRule], bool]] = {
+    "e-value": e_value_promotes,
+    "bound": bound_promotes,
+}
+
+
 def _needed_agreements(proc: BettingEProcess, cap: int = 5000) -> int | None:
     """How many further agreeing answers in a row would make `proc` reject (None if more than `cap`)."""
     if proc.rejected:
@@ -271,9 +403,27 @@ def _needed_agreements(proc: BettingEProcess, cap: int = 5000) -> int | None:
     return None
 
 
-def _evidence(track: Track) -> dict[str, Any]:
+def _needed_for_bound(track: Track, rule: ReleaseRule, cap: int = 5000) -> int | None:
+    """How many further agreeing answers in a row would make the stage's Wilson lower bound exceed the target
+    (None if more than `cap`); the bound grows with each agreeing answer, so a binary search finds it."""
+    n, e = track.promote.n, track.promote.errors
+
+    def ok(i: int) -> bool:
+        return n + i >= rule.min_stage_audits and wilson_lower(n + i - e, n + i, rule.alpha) > rule.target
+
+    if not ok(cap):
+        return None
+    lo, hi = 0, cap
+    while lo < hi:
+        mid = (lo + hi) // 2
+        lo, hi = (lo, mid) if ok(mid) else (mid + 1, hi)
+    return lo
+
+
+def evidence_of(track: Track, rule: ReleaseRule) -> dict[str, Any]:
+    """The evidence a decision about `track` rests on (a decision's ``evidence``; the audit log keeps it)."""
     p, r = track.promote, track.rollback
-    return {
+    out = {
         "step": LADDER[track.step].label,
         "stage_audits": p.n,
         "stage_disagreements": p.errors,
@@ -296,42 +446,58 @@ def _evidence(track: Track) -> dict[str, Any]:
         ],
         "ignored": track.ignored,
         "evidence_digest": track.evidence_digest(),
+        "release_rule": rule.release_rule,
+        "promote_evidence": rule.promotes_on,
     }
+    if rule.release_rule == "wilson" or rule.promotes_on == "bound":
+        n, errors, where = track.wilson_sample()
+        out["wilson"] = {
+            "audits": n,
+            "disagreements": errors,
+            "over": where,
+            "lower": wilson_lower(p.n - p.errors, p.n, rule.alpha) if p.n else 0.0,
+            "upper": wilson_upper(n - errors, n, rule.rollback_alpha) if n else 1.0,
+            "min_stage_audits": rule.min_stage_audits,
+        }
+    return out
 
 
 def _finite(x: float) -> float | None:
     return x if math.isfinite(x) else None
 
 
+def _promote_text(track: Track, rule: ReleaseRule) -> str:
+    """The evidence that promotes, as a message fragment."""
+    p = track.promote
+    if rule.promotes_on == "bound":
+        return (
+            f"Wilson lower bound {wilson_lower(p.n - p.errors, p.n, rule.alpha) if p.n else 0.0:.4f} > "
+            f"{rule.target:g} (level {1 - rule.alpha:g})"
+        )
+    return f"promote e-value {p.e_value:.3g} >= {p.threshold:g} (evidence precision > {rule.target:g})"
+
+
 def decide(track: Track, rule: ReleaseRule, frozen: bool = False, held: str = "") -> Decision:
-    """What the current evidence says for `track` (rollback first, then promotion, else hold).
+    """What the current evidence says for `track` under `rule` (rollback first, then promotion, else hold): the
+    one release decision, used by the sensor and the simulator alike. The rule's release rule picks the rollback
+    evidence (``ROLLBACK_RULES``) and its promote evidence what promotes (``PROMOTE_RULES``).
 
     ``frozen`` (releases frozen) or ``held`` (why promotions of this release wait, e.g. an operator forced it)
     turn a promotion into a hold; rollbacks still happen."""
     name = f"{track.version} on {track.task} at {LADDER[track.step].describe()}"
-    ev = _evidence(track)
-    if track.rolled_back:
-        if track.rollback.rejected:
-            what = (
-                f"{track.rollback.errors} of {track.rollback.n} audited answers disagree with the teacher; "
-                f"rollback e-value {track.rollback.e_value:.3g} >= {track.rollback.threshold:g}"
-            )
-        else:
-            j, first = track.restarts[0]
-            what = (
-                f"{first.errors} of its last {first.n} audited answers disagree with the teacher; drift e-value "
-                f"{track.drift_e_value:.3g} >= {1.0 / rule.drift_alpha:g}"
-            )
+    ev = evidence_of(track, rule)
+    why = ROLLBACK_RULES[rule.release_rule](track, rule)
+    if why:
         return Decision(
             "rollback",
             track.version,
             track.task,
             track.step,
             None,
-            f"rolling back {name}: {what} (evidence precision < {rule.floor:g})",
+            f"rolling back {name}: {why} (evidence precision < {rule.floor:g})",
             ev,
         )
-    if track.step < LIVE and track.promote.rejected:
+    if track.step < LIVE and PROMOTE_RULES[rule.promotes_on](track, rule):
         nxt = LADDER[track.step + 1]
         if frozen or held:
             why = held or (
@@ -343,8 +509,7 @@ def decide(track: Track, rule: ReleaseRule, frozen: bool = False, held: str = ""
                 track.task,
                 track.step,
                 track.step,
-                f"holding {name}: evidence supports {nxt.describe()} (promote e-value "
-                f"{track.promote.e_value:.3g}) but {why}",
+                f"holding {name}: evidence supports {nxt.describe()} ({_promote_text(track, rule)}) but {why}",
                 ev,
             )
         return Decision(
@@ -354,8 +519,7 @@ def decide(track: Track, rule: ReleaseRule, frozen: bool = False, held: str = ""
             track.step,
             track.step + 1,
             f"promoting {name} to {nxt.describe()}: {track.promote.n} audits at this step, "
-            f"{track.promote.errors} disagree; promote e-value {track.promote.e_value:.3g} >= "
-            f"{track.promote.threshold:g} (evidence precision > {rule.target:g})",
+            f"{track.promote.errors} disagree; {_promote_text(track, rule)}",
             ev,
         )
     if track.step == LIVE:
@@ -364,12 +528,16 @@ def decide(track: Track, rule: ReleaseRule, frozen: bool = False, held: str = ""
             f"disagree, rollback e-value {track.rollback.e_value:.3g} of {track.rollback.threshold:g})"
         )
     else:
-        need = _needed_agreements(track.promote)
+        if rule.promotes_on == "bound":
+            need = _needed_for_bound(track, rule)
+            have = f"Wilson lower bound of {rule.target:g} needed"
+        else:
+            need = _needed_agreements(track.promote)
+            have = f"promote e-value {track.promote.e_value:.3g} of {track.promote.threshold:g} needed"
         need_text = f"at least {need} more agreeing audits" if need is not None else "far more audits"
         msg = (
             f"holding {name}: has {track.promote.n} audits at this step ({track.promote.errors} disagree), "
-            f"promote e-value {track.promote.e_value:.3g} of {track.promote.threshold:g} needed; needs "
-            f"{need_text} for {LADDER[track.step + 1].describe()}"
+            f"{have}; needs {need_text} for {LADDER[track.step + 1].describe()}"
         )
     return Decision("hold", track.version, track.task, track.step, track.step, msg, ev)
 
@@ -386,6 +554,7 @@ def feed(
     decision = decide(track, rule, frozen, held)
     if decision.action != "hold":
         return decision, 0
+    rollback, promotes = ROLLBACK_RULES[rule.release_rule], PROMOTE_RULES[rule.promotes_on]
     for err in errors:
         consumed += 1
         if err is None:
@@ -393,7 +562,7 @@ def feed(
             continue
         track.observe(bool(err), rule)
         # Cheap test first: decide() also works out the hold message, which simulates further audits.
-        if track.rolled_back or (track.step < LIVE and track.promote.rejected and not (frozen or held)):
+        if rollback(track, rule) or (track.step < LIVE and not (frozen or held) and promotes(track, rule)):
             return decide(track, rule, frozen, held), consumed
     return decide(track, rule, frozen, held), consumed
 

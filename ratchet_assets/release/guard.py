@@ -2,8 +2,9 @@
 
 :func:`certified_task` reads ``<artifacts>/certificates/<version>.dsse.json`` (the name the versions registry
 recorded, ``registry.certificate_file``), checks its signature with the trusted public keys BEFORE parsing it, recomputes its numbers
-(``ratchet_stats.certificate.check_certificate``) and returns the task's lower bound and calibrated (LTT)
-confidence threshold; every way it can fail raises :class:`NotCertified` with a message that names the failed
+(``ratchet_stats.certificate.check_certificate``) and returns the task's lower bound, its confidence threshold
+under the task's calibration (``ltt`` or ``point``, ``ratchet_assets.release.admission``) and the numbers the
+admission rules read; every way it can fail raises :class:`NotCertified` with a message that names the failed
 check and what to do. The release sensor admits a candidate only through it (``control.release_tick``), and
 ``ratchet admin promote`` refuses a version without it unless ``--force`` (recorded as forced).
 """
@@ -13,6 +14,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+from ratchet_assets.release.admission import CertificateNumbers, certificate_numbers
 
 
 class NotCertified(ValueError):
@@ -24,16 +27,23 @@ class CertifiedTask:
     version: str
     task: str
     lower_bound: float
-    threshold: float
+    threshold: float  # under the calibration asked for
     target: float  # the certificate's own target
     certificate: str  # path of the certificate file
     day: str
+    numbers: CertificateNumbers  # both thresholds and the paired comparison (admission rules)
 
 
 def certified_task(
-    path: str | Path, version: str, task: str, public_keys: Any, target: float | None = None
+    path: str | Path,
+    version: str,
+    task: str,
+    public_keys: Any,
+    target: float | None = None,
+    calibration: str = "ltt",
 ) -> CertifiedTask:
-    """The verified certificate at `path` certifies `task` for `version` (at `target` when given); else raises."""
+    """The verified certificate at `path` certifies `task` for `version` (at `target` when given) with a threshold
+    under `calibration` (``ltt`` | ``point``); else raises."""
     from ratchet_stats.certificate import PREDICATE_TYPE, check_certificate
     from ratchet_stats.dsse import VerificationError, verify_statement
 
@@ -63,8 +73,8 @@ def certified_task(
     if not isinstance(section, dict):
         known = ", ".join(sorted(predicate.get("tasks") or {})) or "none"
         raise NotCertified(f"the certificate of {version} does not evaluate {task} (it evaluates: {known})")
-    bound = float(section.get("lower_bound") or 0.0)
-    cert_target = float(section.get("target") or predicate.get("target") or 0.0)  # a task's own level first
+    numbers = certificate_numbers(predicate, task)
+    bound, cert_target = numbers.lower_bound, numbers.target  # a task's own level first
     if section.get("certified") is not True:
         raise NotCertified(
             f"{version} is not certified for {task}: lower bound {bound:.4f} < target {cert_target:g} "
@@ -75,11 +85,21 @@ def certified_task(
             f"{version} is certified for {task} at {cert_target:g} only: lower bound {bound:.4f} < the release "
             f"target {target:g}"
         )
-    threshold = (section.get("ltt") or {}).get("threshold")
+    threshold = numbers.point_threshold if calibration == "point" else numbers.ltt_threshold
     if threshold is None:
-        raise NotCertified(
-            f"the certificate of {version} has no calibrated confidence threshold for {task} (LTT certified none)"
+        how = (
+            "point-rule threshold for {task} (no grid threshold's golden precision reaches the target)"
+            if calibration == "point"
+            else "calibrated confidence threshold for {task} (LTT certified none)"
         )
+        raise NotCertified(f"the certificate of {version} has no {how.format(task=task)}")
     return CertifiedTask(
-        version, task, bound, float(threshold), cert_target, str(path), str(predicate.get("day") or "")
+        version,
+        task,
+        bound,
+        float(threshold),
+        cert_target,
+        str(path),
+        str(predicate.get("day") or ""),
+        numbers,
     )

@@ -1,7 +1,9 @@
 """Control-DB tables of release control: the versions registry, the admin audit log, failed nights.
 
 ``versions`` has one row per (version, task): ``status`` is candidate | shadow | canary | live | rolled_back |
-retired | rejected and ``stage`` the manifest stage it was last published at. A verified, consistent evaluation
+superseded | retired | rejected and ``stage`` the manifest stage it was last published at. ``superseded``: a newer
+certified version took its place in shadow or canary (``ratchet_assets.release.tick``); it was not rolled back,
+and the audit-log row of that admission keeps its evidence. A verified, consistent evaluation
 certificate (``<artifacts>/certificates/<version>.dsse.json``, ``ratchet_stats.certificate``) registers the version:
 ``candidate`` for each certified task (with the certificate's LTT threshold), ``rejected`` for the others.
 
@@ -30,7 +32,16 @@ from ratchet_core.control_db import (
 )
 from ratchet_core.layout import ArtifactLayout
 
-VERSION_STATUSES = ("candidate", "shadow", "canary", "live", "rolled_back", "retired", "rejected")
+VERSION_STATUSES = (
+    "candidate",
+    "shadow",
+    "canary",
+    "live",
+    "rolled_back",
+    "superseded",
+    "retired",
+    "rejected",
+)
 
 # The tables live with every other control-DB table in ratchet_core.control_db (one MetaData, one migration path).
 audit_log = release_audit_log

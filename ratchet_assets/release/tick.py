@@ -4,9 +4,13 @@
 e-process tracks from the last tick, the unread audit evidence (batches of :class:`PairRow`, in order) and the
 release rule, and returns a :class:`TickPlan`:
 
-1. admissions: the newest candidate of a task enters ``shadow`` when the task is on the teacher or live, releases
-   are not frozen, and its certificate bounds precision at or above the rule's target with a calibrated
-   threshold (else it waits, with a line saying why);
+1. admissions: the newest candidate of a task enters ``shadow`` when releases are not frozen and the task's
+   admission rules pass (``ratchet_assets.release.admission``: its certificate bounds precision at or above the
+   target and ``min_certified``, a threshold under the task's calibration, the paired gate); else it waits, with a
+   line saying why. When the task is in shadow or canary, the newcomer supersedes the version there
+   (:func:`supersedable`: in shadow, or in canary with a live version serving the rest; never one an operator
+   forced): that version leaves the manifest, the live version behind it keeps serving, and the versions
+   registry records it as ``superseded`` (not rolled back) with its evidence in the audit log;
 2. the tracks (``decision.serving_tracks``) of the manifest after those admissions, the old ones carried over (a step
    moved by an operator resets promote evidence, never rollback evidence);
 3. at most one decision (``decision.decide`` / ``decision.feed``): first from evidence already in hand (a promotion
@@ -18,7 +22,7 @@ release rule, and returns a :class:`TickPlan`:
 The decision does not depend on the clock: evidence order alone decides (the e-processes are anytime-valid).
 
 The callers apply the plan with the pure helpers below: :func:`admit` and :func:`apply_decision` change a draft
-manifest (raising :class:`Superseded` or :class:`Frozen` when the manifest moved since the plan was made) and
+manifest (raising :class:`ManifestMoved` or :class:`Frozen` when the manifest moved since the plan was made) and
 :func:`admission_statuses` / :func:`decision_statuses` say how the versions registry changes.
 ``ratchet_assets.release.control.release_tick`` does it on the control DB and the lake (signed manifests, effect
 ledger); ``ratchet_assets.sim.engine`` on an in-memory manifest.
@@ -28,13 +32,17 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
+from ratchet_assets.release.admission import Candidate, admission_problem, calibrated_threshold
 from ratchet_assets.release.decision import (
     LADDER,
+    ROLLBACK_RULES,
     Decision,
     ReleaseRule,
     Track,
     decide,
+    evidence_of,
     feed,
     serving_tracks,
 )
@@ -42,7 +50,7 @@ from ratchet_assets.release.evidence import PairRow
 from ratchet_core import manifest as mf
 
 
-class Superseded(Exception):
+class ManifestMoved(Exception):
     """The manifest moved since the evidence was read (an operator acted): drop the decision."""
 
 
@@ -51,30 +59,17 @@ class Frozen(Exception):
 
 
 @dataclass(frozen=True)
-class Candidate:
-    """A version whose verified certificate certifies `task` (the newest per task is considered).
-
-    ``lower_bound``: the certificate's Clopper-Pearson lower bound for the task; ``threshold``: its calibrated
-    (LTT) confidence threshold; ``source``: the certificate's name, for messages; ``problem``: why the caller
-    could not verify the certificate (then it is never admitted)."""
-
-    version: str
-    task: str
-    threshold: float | None
-    lower_bound: float | None
-    source: str
-    problem: str = ""
-
-
-@dataclass(frozen=True)
 class Admission:
-    """Put `version` into shadow on `task`; `retire`: the task's older candidates it supersedes."""
+    """Put `version` into shadow on `task`; `retire`: the task's older candidates (never served) it retires;
+    `replaces`: the version in shadow or canary it supersedes ('' for none), with that version's evidence."""
 
     version: str
     task: str
     threshold: float | None
     message: str
     retire: tuple[str, ...] = ()
+    replaces: str = ""
+    replaced_evidence: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -109,20 +104,6 @@ class TickPlan:
             elif d.to_step is not None:
                 out[key] = t.at_step(d.to_step, rule.for_task(t.task, self.manifest))
         return out
-
-
-def certified_at_target(c: Candidate, rule: ReleaseRule) -> str | None:
-    """Why `c` may not enter shadow under `rule` (None when it may)."""
-    if c.problem:
-        return c.problem
-    if c.lower_bound is None or c.lower_bound < rule.target:
-        bound = "no bound" if c.lower_bound is None else f"lower bound {c.lower_bound:.4f}"
-        return (
-            f"its certificate ({c.source}) has {bound} on {c.task}, below the release target {rule.target:g}"
-        )
-    if c.threshold is None:
-        return f"its certificate ({c.source}) has no calibrated confidence threshold for {c.task}"
-    return None
 
 
 def tracks_for(
@@ -160,24 +141,54 @@ def decide_tick(
     plan = TickPlan(manifest=current)
     for task, c in sorted(newest.items()):
         cur = current.task(task)
-        if cur.stage not in ("teacher", "live"):
+        task_rule = rule.for_task(task, current)
+        replaces = cur.version if cur.stage in ("shadow", "canary") and cur.version != c.version else ""
+        if replaces and cur.forced:
             plan.waiting.append(
-                f"{c.version} on {task} waits: {cur.version} is in {cur.stage} (it must reach live or roll back)"
+                f"{c.version} on {task} waits: an operator forced {cur.version} into {cur.stage} "
+                "(`ratchet admin promote --force`); roll it back or promote it by hand"
+            )
+            continue
+        if replaces and not supersedable(cur):
+            plan.waiting.append(
+                f"{c.version} on {task} waits: {cur.version} is in canary {cur.canary_percent:g}% with no live "
+                "version behind it (the only student serving the task): it must reach live or roll back"
+            )
+            continue
+        prev = previous.get((replaces, task)) if replaces else None
+        if prev is not None and ROLLBACK_RULES[task_rule.release_rule](prev, task_rule):
+            plan.waiting.append(
+                f"{c.version} on {task} waits: the evidence in hand rolls {replaces} back first (a rollback, "
+                "not a supersede)"
             )
             continue
         if current.flags.releases_frozen:
             plan.waiting.append(f"{c.version} on {task} waits: releases are frozen")
             continue
-        why_not = certified_at_target(c, rule.for_task(task, current))
+        why_not = admission_problem(c, task_rule, cur.live_version)
         if why_not:
             plan.waiting.append(f"{c.version} on {task} is not admitted: {why_not}")
             continue
+        message = f"admitting {c.version} on {task} to shadow: certified by {c.source}"
+        replaced_evidence: dict[str, Any] = {}
+        if replaces:
+            step = LADDER[serving_tracks(cur)[0][1]].describe()
+            if prev is not None:
+                replaced_evidence = evidence_of(prev, task_rule)
+            seen = (
+                f"{prev.rollback.n} audited answers, {prev.rollback.errors} disagreeing, kept in the audit log"
+                if prev is not None
+                else "no evidence yet"
+            )
+            message += f"; supersedes {replaces} at {step} ({seen}), which was not rolled back"
         adm = Admission(
             c.version,
             task,
-            c.threshold,
-            f"admitting {c.version} on {task} to shadow: certified by {c.source}",
+            calibrated_threshold(c, task_rule),
+            message,
             tuple(v for v in older.get(task, []) if v != c.version),
+            replaces,
+            replaced_evidence,
         )
         admit(current, adm)
         plan.admissions.append(adm)
@@ -329,11 +340,27 @@ def healthy_versions(
 
 
 def admit(m: mf.Manifest, adm: Admission) -> None:
-    """Put the admitted version into shadow in draft `m` (raises Superseded when the task is mid-rollout now)."""
+    """Put the admitted version into shadow in draft `m`, in place of the version it supersedes (the live version
+    behind that one stays ``previous_live``); raises ManifestMoved when the task is not where the plan saw it."""
     cur = m.task(adm.task)
-    if cur.stage not in ("teacher", "live") or m.flags.releases_frozen:
-        raise Superseded(f"{adm.task} is now {cur.stage}")
+    if m.flags.releases_frozen:
+        raise ManifestMoved("releases are frozen now")
+    if adm.replaces:
+        if cur.stage not in ("shadow", "canary") or cur.version != adm.replaces or cur.forced:
+            raise ManifestMoved(f"{adm.task} is now {cur.stage} {cur.version or '(teacher)'}")
+    elif cur.stage not in ("teacher", "live"):
+        raise ManifestMoved(f"{adm.task} is now {cur.stage}")
+    if adm.replaces and not supersedable(cur):
+        raise ManifestMoved(f"{adm.task} is now canary {cur.version} with nothing live behind it")
     m.tasks[adm.task] = release_for(0, adm.version, adm.threshold, cur)
+
+
+def supersedable(rel: mf.TaskRelease) -> bool:
+    """Whether a newer certified version may take the place of `rel`'s version: one in shadow (it serves nothing),
+    or in canary with the live version serving the rest (that one keeps serving while the newcomer earns its
+    evidence). A canary with nothing live behind it is the only student serving the task: replacing it would
+    hand its traffic back to the teacher and restart the rollout each night, so it finishes or rolls back."""
+    return rel.stage == "shadow" or (rel.stage == "canary" and bool(rel.previous_live))
 
 
 def apply_decision(
@@ -342,26 +369,30 @@ def apply_decision(
     history: Sequence[mf.Manifest] = (),
     healthy: Callable[[str], bool] = lambda v: True,
 ) -> None:
-    """Apply a promote/rollback to draft `m`; raises Superseded (the version left that step) or Frozen."""
+    """Apply a promote/rollback to draft `m`; raises ManifestMoved (the version left that step) or Frozen."""
     cur = m.task(decision.task)
     if (decision.version, decision.from_step) not in serving_tracks(cur):
-        raise Superseded(f"{decision.task} is now {cur.stage} {cur.version or '(teacher)'}")
+        raise ManifestMoved(f"{decision.task} is now {cur.stage} {cur.version or '(teacher)'}")
     if decision.action == "rollback":
         m.tasks[decision.task] = rollback_release(cur, decision.task, decision.version, history, healthy)
         return
     if m.flags.releases_frozen:
         raise Frozen("releases were frozen")
     if cur.forced:
-        raise Superseded(f"an operator forced {cur.version} on {decision.task}")
+        raise ManifestMoved(f"an operator forced {cur.version} on {decision.task}")
     assert decision.to_step is not None
     m.tasks[decision.task] = release_for(decision.to_step, decision.version, cur.threshold, cur)
 
 
 def admission_statuses(adm: Admission) -> list[StatusChange]:
+    """Registry changes of an admission: the newcomer in shadow, the version it replaces ``superseded``, older
+    candidates that never served ``retired``."""
     out = [StatusChange(adm.version, adm.task, "shadow", "shadow", adm.message)]
-    out += [
-        StatusChange(v, adm.task, "retired", "teacher", f"superseded by {adm.version}") for v in adm.retire
-    ]
+    if adm.replaces:
+        out.append(
+            StatusChange(adm.replaces, adm.task, "superseded", "teacher", f"superseded by {adm.version}")
+        )
+    out += [StatusChange(v, adm.task, "retired", "teacher", f"replaced by {adm.version}") for v in adm.retire]
     return out
 
 

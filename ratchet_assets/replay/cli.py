@@ -12,11 +12,13 @@ import sys
 
 import click
 
+from ratchet_assets.cli_names import names_checked
+
 
 @click.command("replay")
-@click.option("--task", required=True, help="Task to replay.")
-@click.option("--from", "start", required=True, help="First day (YYYY-MM-DD).")
-@click.option("--to", "end", default=None, help="Last day (default: --from).")
+@click.option("--task", required=True, callback=names_checked("task"), help="Task to replay.")
+@click.option("--from", "start", required=True, callback=names_checked("day"), help="First day (YYYY-MM-DD).")
+@click.option("--to", "end", default=None, callback=names_checked("day"), help="Last day (default: --from).")
 @click.option("--threshold", type=float, default=None, help="What-if confidence threshold.")
 @click.option(
     "--target",

@@ -17,7 +17,37 @@ Per simulated day d (1-based; workload day index d - 1):
    .build_examples`` -> ``night.split.split_golden`` -> ``night.training_set.build_training_set``; the student is
    trained on that ``train.jsonl`` (``sim.student``), answers the golden set, and
    ``ratchet_stats.certificate.build_certificate`` computes the Clopper-Pearson bound, the LTT threshold and McNemar
-   against the live version; tasks whose bound reaches the target become candidates (as the versions registry does).
+   against the live version; tasks whose bound reaches the target become candidates (as the versions registry does),
+   with the numbers the admission rules read (``ratchet_assets.release.admission.certificate_numbers``). With
+   ``receipts`` the night also seals the day's receipt with its own code (``night.receipts.build_receipt``, signed
+   by a key derived from the seed, its public half in ``<home>/sim-receipt-key.pub``), shown beside the true
+   all-teacher cost the simulator knows (every request's teacher answer, reasoning tokens included).
+
+The rules it compares are the task policy's (``SimConfig.task_policy``, signed into the simulated manifest for every
+task of the workload, as ``ratchet admin task set`` signs them), read by the same functions as the sensor's:
+
+- ``--release sequential`` (default): betting e-processes; promotion when the stage's e-process rejects
+  "precision <= target" at alpha, rollback when the whole-life one (or a drift restart) rejects "precision >=
+  floor"; anytime-valid, so the chance of ever rolling back a version whose precision is >= floor is <=
+  rollback_alpha + drift_alpha however often it is looked at (Ramdas et al. 2023, Statistical Science 38(4);
+  ``ratchet_assets.release.decision``).
+- ``--release wilson``: the Wilson score interval over the stage's own audited answers (Wilson 1927, JASA 22(158)),
+  checked after every answer once the stage has 30: promote when its lower bound exceeds the target, roll back
+  when its upper bound is below the floor. Each look is a level-alpha test of a fixed sample, so looking after
+  every answer spends alpha again and again (Armitage, McPherson & Rowe 1969, JRSS-A 132(2)).
+- ``--promote-evidence e-value|bound``: promote only on the e-value, or only on the Wilson bound, whatever rolls
+  back.
+- ``--calibration ltt`` (default): the Learn-then-Test threshold, P(served precision < target) <= delta
+  (Angelopoulos et al. 2021, arXiv:2110.01052); ``point``: the loosest grid threshold whose observed golden
+  precision reaches the target, no error control (``ratchet_stats.ltt.point_threshold``).
+- ``--cert-target/--cert-delta``: the Clopper-Pearson certificate's level (Clopper & Pearson 1934, Biometrika 26).
+- ``--paired-gate``: exact one-sided McNemar of the candidate against the live version on the same golden rows at
+  level delta; a significantly worse candidate is not admitted (McNemar 1947, Psychometrika 12(2)).
+- ``--min-certified``: the least certified lower bound that may enter shadow.
+- ``--canary-audit-rate``: the audit rate while a candidate is in shadow or canary (more evidence per day).
+
+A newer certified version supersedes one still in shadow or canary (``tick.decide_tick``): the old one leaves the
+manifest as ``superseded``, not rolled back.
 
 Who answers off the request path is the gateway's own decision too (``ratchet_core.routing.pairs``): the canary's
 rest is shadowed by the canary version, and a request served by the previous live version that is audited is also
@@ -30,19 +60,17 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, date, datetime, timedelta
-from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
+from ratchet_assets.release.admission import Candidate, certificate_numbers
 from ratchet_assets.release.decision import LADDER, Decision, ReleaseRule, Track
 from ratchet_assets.release.evidence import PairRow
 from ratchet_assets.release.tick import (
     Admission,
-    Candidate,
     StatusChange,
     TickPlan,
     admission_statuses,
@@ -52,6 +80,7 @@ from ratchet_assets.release.tick import (
     decision_statuses,
     healthy_versions,
 )
+from ratchet_assets.sim.config import SimConfig, SimError, teacher_prices, tokens_of
 from ratchet_assets.sim.student import CorruptedStudent, FastStudent, Student
 from ratchet_core import manifest as mf
 from ratchet_core.lake import segment_relpath
@@ -69,72 +98,6 @@ REPLICA = "sim"
 _NO_SAFETY = SafetyState()  # no local safety switch: the manifest alone decides
 
 
-class SimError(ValueError):
-    """The simulation cannot run with these arguments; the message says what to change."""
-
-
-@dataclass(frozen=True)
-class SimConfig:
-    """Arguments of one simulation (days are 1-based; ``drift_day`` is the first day with drifted traffic)."""
-
-    days: int = 7
-    requests: int = 600
-    workload: str = "tickets"
-    drift_day: int | None = None
-    bad_deploy_version: int | None = None  # the V-th deployed version serves 30% wrong answers
-    seed: int = 0
-    student: str = "fast"
-    audit_rate: float = 0.05
-    start_day: str = "2026-01-05"
-    tick_requests: int = 20
-    target: float = 0.95
-    delta: float = 0.05
-    golden_share: float = 0.2
-    window_days: int = 7
-    teacher_model: str = "gpt-4o"
-    corrupt_share: float = 0.3
-
-    def check(self) -> None:
-        if self.days < 1:
-            raise SimError(f"--days must be at least 1 (got {self.days})")
-        if self.requests < 1:
-            raise SimError(f"--requests must be at least 1 (got {self.requests})")
-        if self.student not in ("fast", "lora"):
-            raise SimError(f"--student is fast or lora (got {self.student!r})")
-        if not 0.0 <= self.audit_rate <= 1.0:
-            raise SimError(f"--audit-rate must be between 0 and 1, e.g. 0.05 (got {self.audit_rate})")
-        if self.drift_day is not None and self.drift_day < 1:
-            raise SimError(f"--drift-day is a day number from 1 (got {self.drift_day})")
-        if self.bad_deploy_version is not None and self.bad_deploy_version < 1:
-            raise SimError(f"--bad-deploy-version counts deployments from 1 (got {self.bad_deploy_version})")
-        if self.tick_requests < 1:
-            raise SimError(f"tick_requests must be at least 1 (got {self.tick_requests})")
-        try:
-            get_workload(self.workload)
-        except KeyError as exc:
-            raise SimError(str(exc.args[0])) from None
-        teacher_prices(self.teacher_model)
-
-
-@lru_cache(maxsize=8)
-def teacher_prices(model: str) -> tuple[float, float]:
-    """USD per (input, output) token of `model` from litellm's bundled price map (``ratchet_core.pricing``)."""
-    from ratchet_core.pricing import known_prices
-
-    try:
-        p = known_prices(model)
-    except RuntimeError as exc:  # litellm is not installed
-        raise SimError(str(exc)) from None
-    if p is None:
-        raise SimError(f"litellm's price map has no price for {model!r}; pass --teacher-model, e.g. gpt-4o")
-    return p.input_per_token, p.output_per_token
-
-
-def tokens_of(text: str) -> int:
-    """Token count estimate: one token per 4 UTF-8 bytes, at least 1 (OpenAI's rule of thumb)."""
-    return max(1, math.ceil(len(text.encode("utf-8")) / 4))
-
-
 def _cj(value: Any) -> str:
     return canonical_json(value).decode("utf-8")
 
@@ -148,10 +111,16 @@ class Deployment:
     corrupted: bool
     max_percent: float = 0.0
     stage: str = "shadow"
-    pair_rows: int = 0  # pair rows about this version from its deployment to its rollback or the end
+    pair_rows: int = 0  # pair rows about this version from its deployment until it left (rollback, supersede)
     rolled_back_day: int | None = None
     audits_to_rollback: int | None = None  # evidence rows its rollback e-process had seen when it fired
     live_day: int | None = None
+    superseded_day: int | None = None
+    superseded_by: str | None = None
+
+    @property
+    def gone(self) -> bool:
+        return self.rolled_back_day is not None or self.superseded_day is not None
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -185,9 +154,13 @@ class Simulation:
         self.prices = teacher_prices(config.teacher_model)
         manifest = mf.Manifest.default()
         manifest.flags.audit_rate = config.audit_rate
-        self.s = _State(manifest=manifest, rule=ReleaseRule(target=config.target))
         self.workload = get_workload(config.workload)
+        # The release options as the task policy production signs: the release functions read them from here.
+        manifest.policies = {task: config.task_policy() for task in self.workload.tasks}
+        # The sensor's global rule; each task's own target, delta and rules come from its policy (for_task).
+        self.s = _State(manifest=manifest, rule=ReleaseRule())
         self.pairs_total = {"audit": 0, "shadow": 0}
+        self.waits_seen: set[tuple[str, str]] = set()
         self.version_count = 0
 
     # one request -----------------------------------------------------------------------------------------
@@ -214,6 +187,10 @@ class Simulation:
         teacher_msg = solve(task, ex.messages, ex.tools, ex.response_format)
         messages_text = _cj(redact_messages(ex.messages))
         p = tokens_of(messages_text)
+        # What the teacher bills for this request: its answer plus its reasoning tokens (the true all-teacher cost).
+        reasoning = cfg.reasoning_tokens(rid, "answer")
+        teacher_c = tokens_of(_cj(teacher_msg)) + reasoning
+        true_teacher_cost = self._cost(self.prices, p, teacher_c)
         served_by, answer, confidence, threshold, version = "teacher", teacher_msg, None, None, ""
         student_cost = 0.0
         if r.student_version:
@@ -222,9 +199,12 @@ class Simulation:
             student_cost = self._cost((STUDENT_PRICE_IN, STUDENT_PRICE_OUT), p, tokens_of(_cj(msg)))
             if threshold is None or confidence >= threshold:
                 served_by, answer = "student", msg
-        c = tokens_of(_cj(answer))
-        teacher_cost = self._cost(self.prices, p, c)
-        actual = student_cost if served_by == "student" else teacher_cost + student_cost
+        if served_by == "teacher":
+            c, row_reasoning, teacher_cost = teacher_c, reasoning, true_teacher_cost
+            actual = teacher_cost + student_cost
+        else:  # the row's teacher cost is the gateway's estimate: the student's answer at the teacher's prices
+            c, row_reasoning = tokens_of(_cj(answer)), 0
+            teacher_cost, actual = self._cost(self.prices, p, c), student_cost
         tools = {"tools": ex.tools, "tool_choice": ex.tool_choice} if ex.tools else None
         base = dict(
             request_id=rid,
@@ -239,6 +219,8 @@ class Simulation:
             tools=_cj(tools) if tools else "",
             response_format=_cj(ex.response_format) if ex.response_format else "",
             status_code=200,
+            prompt_tokens=p,
+            teacher_prompt_tokens=p,  # the simulator counts every model's tokens alike (tokens_of)
         )
         off_path = pairs(r, served_by)
         audit, shadow_version, role = off_path.audit, off_path.shadow_version, off_path.role
@@ -252,8 +234,8 @@ class Simulation:
                 answer=redact_text(answer["content"]) if answer.get("content") else "",
                 tool_calls=_cj(answer["tool_calls"]) if answer.get("tool_calls") else "",
                 finish_reason="tool_calls" if answer.get("tool_calls") else "stop",
-                prompt_tokens=p,
                 completion_tokens=c,
+                reasoning_tokens=row_reasoning,
                 total_tokens=p + c,
                 teacher_cost_usd=teacher_cost,
                 actual_cost_usd=actual,
@@ -263,31 +245,34 @@ class Simulation:
             )
         ]
         pair_costs = 0.0
-        if audit:
+        if audit:  # the teacher is asked again: another call, its own reasoning
             outcome = "agree" if compare(task, teacher_msg, answer) else "disagree"
+            audit_reasoning = cfg.reasoning_tokens(rid, "audit")
             seq[0] += 1
-            rows.append(
-                self._pair_row(base, seq[0], "audit", version, teacher_msg, outcome, None, threshold, p)
+            row = self._pair_row(
+                base, seq[0], "audit", version, teacher_msg, outcome, None, threshold, audit_reasoning
             )
+            rows.append(row)
             s.pending.append(PairRow("", 0, version, task, "audit", outcome, None, None))
-            pair_costs += teacher_cost
+            pair_costs += row["actual_cost_usd"]
         if shadow_version:
             msg, conf = self._ask_student(shadow_version, rid, ex)
             outcome = "agree" if compare(task, teacher_msg, msg) else "disagree"
             thr = r.shadow_threshold
             seq[0] += 1
-            rows.append(self._pair_row(base, seq[0], "shadow", shadow_version, msg, outcome, conf, thr, p))
+            row = self._pair_row(base, seq[0], "shadow", shadow_version, msg, outcome, conf, thr, 0)
+            rows.append(row)
             s.pending.append(PairRow("", 0, shadow_version, task, "shadow", outcome, conf, thr))
-            pair_costs += self._cost((STUDENT_PRICE_IN, STUDENT_PRICE_OUT), p, tokens_of(_cj(msg)))
+            pair_costs += row["actual_cost_usd"]
         for row in rows[1:]:
             dep = self._deployment(row["version"], task)
-            if dep is not None and dep.rolled_back_day is None:
+            if dep is not None and not dep.gone:
                 dep.pair_rows += 1
         correct = compare(task, ex.expected, answer)
         stats = {
             "served_by": served_by,
             "correct": correct,
-            "teacher_cost": teacher_cost,
+            "teacher_cost": true_teacher_cost,
             "actual": actual + pair_costs,
             "audit": int(audit),
             "shadow": int(bool(shadow_version)),
@@ -304,9 +289,10 @@ class Simulation:
         outcome: str,
         confidence: float | None,
         threshold: float | None,
-        p: int,
+        reasoning: int,
     ) -> dict:
-        c = tokens_of(_cj(msg))
+        c = tokens_of(_cj(msg)) + reasoning
+        p = base["prompt_tokens"]
         teacher_cost = self._cost(self.prices, p, c)
         student_cost = self._cost((STUDENT_PRICE_IN, STUDENT_PRICE_OUT), p, c)
         return pair_row(
@@ -317,8 +303,8 @@ class Simulation:
             answer=redact_text(msg["content"]) if msg.get("content") else "",
             tool_calls=_cj(msg["tool_calls"]) if msg.get("tool_calls") else "",
             finish_reason="tool_calls" if msg.get("tool_calls") else "stop",
-            prompt_tokens=p,
             completion_tokens=c,
+            reasoning_tokens=reasoning,
             total_tokens=p + c,
             teacher_cost_usd=teacher_cost,
             actual_cost_usd=student_cost if role == "shadow" else teacher_cost,
@@ -350,26 +336,37 @@ class Simulation:
         gone = {adm.version, *adm.retire}
         s.candidates = [c for c in s.candidates if not (c.task == adm.task and c.version in gone)]
         number = len(s.deployments) + 1
-        corrupted = number == self.cfg.bad_deploy_version
-        if corrupted and not isinstance(s.models[adm.version], CorruptedStudent):
+        if number == self.cfg.bad_deploy_version and not isinstance(s.models[adm.version], CorruptedStudent):
             s.models[adm.version] = CorruptedStudent(s.models[adm.version], self.cfg.corrupt_share)
+        corrupted = isinstance(s.models[adm.version], CorruptedStudent)
+        old = self._deployment(adm.replaces, adm.task) if adm.replaces else None
+        if old is not None:
+            old.stage, old.superseded_day, old.superseded_by = "superseded", day, adm.version
         s.deployments.append(Deployment(adm.version, adm.task, number, day, corrupted))
-        s.events.append(
-            {
-                "day": day,
-                "request": i,
-                "action": "admit",
-                "version": adm.version,
-                "task": adm.task,
-                "to": "shadow",
-            }
-        )
+        event: dict[str, Any] = {
+            "day": day,
+            "request": i,
+            "action": "admit",
+            "version": adm.version,
+            "task": adm.task,
+            "to": "shadow",
+        }
+        if adm.replaces:  # what the manifest's reason and the audit log say, with the replaced evidence
+            event.update(message=adm.message, supersedes=adm.replaces, its_evidence=adm.replaced_evidence)
+        s.events.append(event)
 
     def _tick(self, day: int, i: int) -> None:
         """One sensor evaluation: ``decide_tick`` on what is in memory, then apply its plan."""
         s = self.s
         pending = [dataclasses.replace(r, segment="pending", index=k) for k, r in enumerate(s.pending)]
         plan = decide_tick(s.manifest, s.candidates, s.tracks, [("pending", pending)], s.rule)
+        for line in plan.waiting:  # why a candidate is not admitted: once per version and reason
+            version = line.split(" ", 1)[0]
+            if (version, line) not in self.waits_seen:
+                self.waits_seen.add((version, line))
+                s.events.append(
+                    {"day": day, "request": i, "action": "wait", "version": version, "message": line}
+                )
         for adm in plan.admissions:
             self._admitted(adm, day, i)
         s.tracks = plan.tracks
@@ -428,22 +425,21 @@ class Simulation:
         student = self._train(Path(train.path), day)
         self.version_count += 1
         version = f"v{self.version_count}-{student.digest[:8]}"
+        if self.version_count == cfg.worse_version:  # wrong everywhere, on the golden rows too
+            student = CorruptedStudent(student, cfg.worse_share, evaluated=True)
         s.models[version] = student
         golden = load_golden(self.artifacts, date_s)
-        answers = [Answer(*student.answer(g.task, g.messages, g.tools, g.response_format)) for g in golden]
+        answers = [Answer(*_golden_answer(student, g)) for g in golden]
         baselines = {}
         for task in sorted({g.task for g in golden}):
-            rel = s.manifest.task(task)
-            if rel.stage == "live" and rel.version in s.models:
-                live = s.models[rel.version]
-                live = live.inner if isinstance(live, CorruptedStudent) else live
+            live = s.manifest.task(
+                task
+            ).live_version  # the live version, also behind a candidate (night step's)
+            if live in s.models:
+                model = s.models[live]
                 baselines[task] = (
-                    rel.version,
-                    [
-                        Answer(*live.answer(g.task, g.messages, g.tools, g.response_format))
-                        for g in golden
-                        if g.task == task
-                    ],
+                    live,
+                    [Answer(*_golden_answer(model, g)) for g in golden if g.task == task],
                 )
         outcomes = task_outcomes(golden, answers, baselines)
         predicate = build_certificate(
@@ -463,17 +459,35 @@ class Simulation:
         cert_file.write_bytes(canonical_json(predicate))
         tasks = {}
         for task, sec in sorted(predicate["tasks"].items()):
-            threshold = sec["ltt"]["threshold"]
+            n = certificate_numbers(predicate, task)
             tasks[task] = {
                 "n": sec["n"],
                 "correct": sec["correct"],
                 "lower_bound": round(sec["lower_bound"], 6),
                 "certified": sec["certified"],
-                "threshold": threshold,
-                "mcnemar_p": round(sec["mcnemar"]["p_value"], 6) if sec["mcnemar"] else None,
+                "threshold": n.ltt_threshold,
+                "point_threshold": n.point_threshold,
+                "mcnemar": None
+                if n.paired is None
+                else {
+                    "live": n.paired.baseline,
+                    "b": n.paired.b,
+                    "c": n.paired.c,
+                    "p": round(sec["mcnemar"]["p_value"], 6),
+                },
             }
             if sec["certified"]:  # what the versions registry does with a signed certificate
-                s.candidates.append(Candidate(version, task, threshold, sec["lower_bound"], cert_file.name))
+                s.candidates.append(
+                    Candidate(
+                        version,
+                        task,
+                        n.ltt_threshold,
+                        n.lower_bound,
+                        cert_file.name,
+                        point_threshold=n.point_threshold,
+                        paired=n.paired,
+                    )
+                )
         return {
             "version": version,
             "traffic_rows": traffic.rows,
@@ -504,6 +518,11 @@ class Simulation:
         records = []
         cum_audits = 0
         totals = {"teacher": 0.0, "actual": 0.0, "requests": 0, "student": 0, "correct": 0}
+        sealer = None
+        if cfg.receipts:
+            from ratchet_assets.sim.receipts import ReceiptSealer
+
+            sealer = ReceiptSealer(self.home, cfg.seed, cfg.teacher_model)
         for day in range(1, cfg.days + 1):
             date_s = (date.fromisoformat(cfg.start_day) + timedelta(days=day - 1)).isoformat()
             drift = None if cfg.drift_day is None else cfg.drift_day - 1
@@ -579,6 +598,8 @@ class Simulation:
                 "events": s.events[first_event:],
                 "night": night,
             }
+            if sealer is not None:  # the night's receipt step, on the traffic the night consolidated
+                record["receipt"] = sealer.seal(self.artifacts, date_s, agg["teacher"])
             records.append(record)
             totals["teacher"] += agg["teacher"]
             totals["actual"] += agg["actual"]
@@ -587,7 +608,10 @@ class Simulation:
             totals["correct"] += agg["correct"]
             if self.on_day is not None:
                 self.on_day(record)
+        if sealer is not None:
+            sealer.close()
         first_90 = next((r["day"] for r in records if r["student_share"] >= 0.9), None)
+        deps = s.deployments
         summary = {
             "requests": totals["requests"],
             "student_share": round(totals["student"] / totals["requests"], 6),
@@ -597,7 +621,14 @@ class Simulation:
             "saved_usd": round(totals["teacher"] - totals["actual"], 6),
             "cost_ratio": round(totals["actual"] / totals["teacher"], 6) if totals["teacher"] else None,
             "first_day_student_share_90": first_90,
-            "deployments": [d.to_dict() for d in s.deployments],
+            "deployments": [d.to_dict() for d in deps],
+            "releases": {
+                "rolled_back": [d.version for d in deps if d.rolled_back_day is not None],
+                "audits_to_rollback": [d.audits_to_rollback for d in deps if d.rolled_back_day is not None],
+                "superseded": [d.version for d in deps if d.superseded_day is not None],
+                "reached_live": [d.version for d in deps if d.live_day is not None],
+            },
+            "task_policy": cfg.task_policy().model_dump(mode="json"),
             "manifest_sequence": s.manifest.sequence,
             "teacher_price_per_token": {
                 "model": cfg.teacher_model,
@@ -606,7 +637,26 @@ class Simulation:
             },
             "student_price_per_token": {"input": STUDENT_PRICE_IN, "output": STUDENT_PRICE_OUT},
         }
+        if sealer is not None:
+            signed = [r["receipt"] for r in records]
+            te, true = (
+                sum(r["teacher_equivalent_usd"] for r in signed),
+                sum(r["true_all_teacher_usd"] for r in signed),
+            )
+            summary["receipts"] = {
+                "teacher_equivalent_usd": round(te, 6),
+                "true_all_teacher_usd": round(true, 6),
+                "estimate_error": round(te / true - 1.0, 6) if true else None,
+                "public_key": "sim-receipt-key.pub",
+            }
         return {"config": dataclasses.asdict(cfg), "days": records, "summary": summary}
+
+
+def _golden_answer(model: Student, row: Any) -> tuple[dict[str, Any], float]:
+    """A version's answer to a golden row as the night's evaluation sees it (``CorruptedStudent.evaluate``)."""
+    if isinstance(model, CorruptedStudent):
+        return model.evaluate(row.key, row.task, row.messages, row.tools, row.response_format)
+    return model.answer(row.task, row.messages, row.tools, row.response_format)
 
 
 def run_sim(

@@ -296,15 +296,18 @@ class FastStudent:
 
 
 class CorruptedStudent:
-    """A version that passed its certificate but serves badly: a wrong answer on `share` of the requests.
+    """A version that serves badly: a wrong answer on `share` of the requests.
 
     Which requests is a hash of the request id (deterministic); the wrong answer keeps the version's confidence,
-    so the cascade cannot catch it and only audits can.
+    so the cascade cannot catch it and only audits can. By default it passed its certificate (the night evaluated
+    the clean version: a bad deploy); with ``evaluated`` it is wrong on its share of the golden rows too (a
+    version certified at a low target that is worse than the live one: what the paired gate is for).
     """
 
-    def __init__(self, inner: Student, share: float = 0.3) -> None:
+    def __init__(self, inner: Student, share: float = 0.3, evaluated: bool = False) -> None:
         self.inner = inner
         self.share = share
+        self.evaluated = evaluated
         self.digest = inner.digest
 
     def hit(self, request_id: str) -> bool:
@@ -323,6 +326,14 @@ class CorruptedStudent:
         self, task: str, messages: Any, tools: Any, response_format: Any
     ) -> tuple[dict[str, Any], float]:
         return self.inner.answer(task, messages, tools, response_format)
+
+    def evaluate(
+        self, example_key: str, task: str, messages: Any, tools: Any, response_format: Any
+    ) -> tuple[dict[str, Any], float]:
+        """Its answer to golden row `example_key` in the night's evaluation (module docstring)."""
+        if self.evaluated:
+            return self.answer_for(f"golden:{example_key}", task, messages, tools, response_format)
+        return self.answer(task, messages, tools, response_format)
 
 
 def _wrong(task: str, message: dict[str, Any]) -> dict[str, Any]:

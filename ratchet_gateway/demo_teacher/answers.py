@@ -11,7 +11,9 @@ Pure functions, cheap enough for the request path (a few regular expressions per
   teacher bills the same requests. ``count_tokens`` (~4 characters a token) is only the max_tokens cut.
 - Requests of no built-in task get an answer inside their own contract (:func:`contract_reply`): a call to a
   declared tool with schema-valid arguments, or a JSON instance of the ``json_schema``
-  (``ratchet_gateway.demo_teacher.instances``).
+  (``ratchet_gateway.demo_teacher.instances``). So do requests of a built-in task whose declared tools or schema
+  are not the task's own (:func:`answer`): like a real model, the demo teacher never calls a function the request
+  did not declare, nor answers a schema the request did not ask for.
 - Log-probabilities are deterministic in (text, position): the chosen token gets p in [0.74, 0.999], the
   alternatives share what is left, so a top-k list is a valid sub-distribution.
 """
@@ -30,6 +32,7 @@ from ratchet_core import pricing
 from ratchet_core.workloads import DESCRIPTIONS, detect_task, solve
 from ratchet_core.workloads.base import compact_json, last_user_text, tool_call_id
 from ratchet_core.workloads.tickets import LABELS
+from ratchet_gateway.contract import check_answer
 
 from .instances import instance_for
 
@@ -210,12 +213,29 @@ def contract_reply(body: Mapping[str, Any], salt: str = "") -> dict:
     return {"role": "assistant", "content": content, "tool_calls": None}
 
 
+def _declares_own_schema(body: Mapping[str, Any], task: str) -> bool:
+    """Whether the request asks for `task`'s own ``json_schema`` (always true for a task without one)."""
+    own = DESCRIPTIONS[task].response_format
+    if not own or own.get("type") != "json_schema":
+        return True
+    rf = body.get("response_format")
+    spec = rf.get("json_schema") if isinstance(rf, Mapping) and rf.get("type") == "json_schema" else None
+    return isinstance(spec, Mapping) and spec.get("schema") == own["json_schema"].get("schema")
+
+
 def answer(body: Mapping[str, Any], task: str | None, wrong: bool) -> dict:
-    """The assistant message {role, content, tool_calls} the demo teacher returns for this request."""
-    if task is None:  # outside the workloads: honour the request's contract; "wrong" is another valid answer
-        return contract_reply(body, salt="wrong" if wrong else "")
-    msg = solve(task, body.get("messages") or [], body.get("tools"), body.get("response_format"))
-    return _wrongify(task, msg) if wrong else msg
+    """The assistant message {role, content, tool_calls} the demo teacher returns for this request.
+
+    A built-in task's own answer only inside the request's contract: its schema only when the request declares
+    it, its tool call only to a function the request declares with arguments valid there, ``tool_choice``
+    honoured (``ratchet_gateway.contract.check_answer``, the gateway's own guard); otherwise, as for any other
+    request, :func:`contract_reply`. ``wrong`` gives a wrong answer of the same shape (another valid one outside
+    the workloads)."""
+    if task is not None and _declares_own_schema(body, task):
+        msg = solve(task, body.get("messages") or [], body.get("tools"), body.get("response_format"))
+        if check_answer(body, msg, "stop") is None:
+            return _wrongify(task, msg) if wrong else msg
+    return contract_reply(body, salt="wrong" if wrong else "")
 
 
 def generated_text(message: Mapping[str, Any]) -> str:

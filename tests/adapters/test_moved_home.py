@@ -139,7 +139,9 @@ def first(tmp_path_factory):
 def test_a_renamed_home_and_a_copy_restored_elsewhere_rerun_their_night_without_training(first, tmp_path):
     from ratchet_assets.release import registry
     from ratchet_assets.release.control import candidates
+    from ratchet_assets.release.decision import ReleaseRule
     from ratchet_core.control_db import make_engine
+    from ratchet_core.manifest import Manifest
 
     born = first.home
     engine = make_engine(f"sqlite:///{(born / 'control.db').as_posix()}")
@@ -164,7 +166,8 @@ def test_a_renamed_home_and_a_copy_restored_elsewhere_rerun_their_night_without_
     [row] = registry.list_versions(engine)
     assert row["certificate_path"] == f"certificates/{first.version}.dsse.json"
     assert registry.register_certificates(engine, restored / "artifacts", first.public_key) == []
-    [candidate] = candidates(engine, [first.public_key], 0.01, restored / "artifacts")
+    rule = ReleaseRule(target=0.01, floor=0.005)
+    [candidate] = candidates(engine, [first.public_key], rule, restored / "artifacts", Manifest.default())
     assert "missing" not in (candidate.problem or ""), candidate.problem
 
 

@@ -96,28 +96,34 @@ def test_http_api_per_client_namespaces_admin_decisions_and_openapi(tmp_path) ->
         assert httpx.get(f"{url}/effects").status_code == 401
         bad = httpx.get(f"{url}/effects", headers={"Authorization": "Bearer nope"})
         assert bad.status_code == 401 and bad.json()["error"]["code"] == "invalid_api_key"
-        assert scout.put("/rules/report.file", json={"reason": "x" * 10}).status_code == 403
+        assert scout.put("/rules/scout/report.file", json={"reason": "x" * 10}).status_code == 403
 
+        # The admin sets the rules of scout's own type `report.file` under its full name.
         rules = {"reason": "filing needs a person", "approval_required": True, "max_attempts": 3}
-        assert admin.put("/rules/report.file", json=rules).json()["approval_required"] is True
+        assert admin.put("/rules/scout/report.file", json=rules).json()["approval_required"] is True
         body = {"effect_type": "report.file", "key": "q1", "fingerprint": "f1", "summary": "file report q1"}
         began = scout.post("/effects/begin", json=body).json()
-        assert began["outcome"] == "awaiting_approval" and began["key"] == "scout/q1"
+        assert began["outcome"] == "awaiting_approval"
+        assert (began["effect_type"], began["key"]) == ("scout/report.file", "q1")
         pending = admin.get("/approvals").json()
-        assert [(p["key"], p["requested_by"]) for p in pending] == [("scout/q1", "scout")]
+        assert [(p["effect_type"], p["key"], p["requested_by"]) for p in pending] == [
+            ("scout/report.file", "q1", "scout")
+        ]
         too_short = admin.post(
-            "/approvals/grant", json={"effect_type": "report.file", "key": "scout/q1", "reason": "x"}
+            "/approvals/grant", json={"effect_type": "scout/report.file", "key": "q1", "reason": "x"}
         )
         assert too_short.status_code == 400 and "3-500" in too_short.json()["error"]["message"]
         ok = admin.post(
             "/approvals/grant",
-            json={"effect_type": "report.file", "key": "scout/q1", "reason": "looks right"},
+            json={"effect_type": "scout/report.file", "key": "q1", "reason": "looks right"},
         )
         assert ok.json()["state"] == "granted"
         go = scout.post("/effects/begin", json=body).json()
         assert go["outcome"] == "execute"
-        # The same key from another client is another effect (its own approval), and invisible to scout.
-        assert other.post("/effects/begin", json=body).json()["outcome"] == "awaiting_approval"
+        # The same type and key from another client is another client's effect (its own type, no rules on it),
+        # and invisible to scout.
+        theirs = other.post("/effects/begin", json=body).json()
+        assert (theirs["outcome"], theirs["effect_type"]) == ("execute", "other/report.file")
         assert (
             scout.post("/effects/report", json={"token": go["token"], "result": {"filed": "r1"}}).status_code
             == 200
@@ -126,11 +132,14 @@ def test_http_api_per_client_namespaces_admin_decisions_and_openapi(tmp_path) ->
         assert stale.status_code == 409 and stale.json()["error"]["code"] == "stale_token"
         again = scout.post("/effects/begin", json=body).json()
         assert again["outcome"] == "duplicate" and again["result"] == {"filed": "r1"}
-        assert [e["key"] for e in scout.get("/effects").json()] == ["scout/q1"]
-        assert other.get("/effects").json() == []
+        assert [(e["effect_type"], e["key"]) for e in scout.get("/effects").json()] == [
+            ("scout/report.file", "q1")
+        ]
+        assert [e["effect_type"] for e in other.get("/effects").json()] == ["other/report.file"]
         assert scout.get("/effects/report.file/q1").json()["status"] == "done"
-        assert other.get("/effects/report.file/q1").status_code == 404
-        assert len(admin.get("/effects").json()) == 1
+        assert other.get("/effects/report.file/q1").json()["status"] == "in_flight"
+        assert scout.get("/effects/report.file/q2").status_code == 404
+        assert len(admin.get("/effects").json()) == 2
 
         spec = httpx.get(f"{url}/openapi.json").json()
         paths = set(spec["paths"])
@@ -192,9 +201,8 @@ def test_ratchet_effects_serve_reads_the_settings_and_serves_the_gate(tmp_path) 
     import os
     import subprocess
     import sys
-    import time
 
-    from tests.serve import free_port
+    from tests.serve import free_port, wait_healthy
 
     port = free_port()
     env = {k: v for k, v in os.environ.items() if not k.startswith("RATCHET_")}
@@ -205,16 +213,7 @@ def test_ratchet_effects_serve_reads_the_settings_and_serves_the_gate(tmp_path) 
     proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
     try:
         url = f"http://127.0.0.1:{port}"
-        deadline = time.monotonic() + 60
-        while True:
-            assert proc.poll() is None, proc.stdout.read().decode()[-2000:]
-            try:
-                if httpx.get(f"{url}/healthz").status_code == 200:
-                    break
-            except httpx.HTTPError:
-                pass
-            assert time.monotonic() < deadline, "ratchet effects serve did not start in 60 s"
-            time.sleep(0.2)
+        wait_healthy(proc, f"{url}/healthz", "ratchet effects serve")
         began = httpx.post(
             f"{url}/effects/begin",
             headers={"Authorization": "Bearer sk-scout"},
@@ -223,7 +222,7 @@ def test_ratchet_effects_serve_reads_the_settings_and_serves_the_gate(tmp_path) 
         assert began.json()["outcome"] == "execute"
         # the gate's control DB is the settings' one: the CLI sees the same effect
         assert EffectLedger(make_engine(f"sqlite:///{tmp_path / 'home' / 'control.db'}")).lookup(
-            "report.file", "scout/k"
+            "scout/report.file", "k"
         )
     finally:
         proc.terminate()

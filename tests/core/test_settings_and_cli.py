@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 
@@ -114,3 +115,58 @@ def test_no_module_reads_a_ratchet_variable_around_the_settings():
         if read.search(line)
     ]
     assert offenders == [], "read RATCHET_* through ratchet_core.settings, not os.environ"
+
+
+@pytest.mark.parametrize(
+    ("env", "expected"),
+    [
+        ({"RATCHET_API_KEYS": ":sk-x,alice"}, "RATCHET_API_KEYS: entry 1 has an empty name"),
+        ({"RATCHET_API_KEYS": "alice"}, "RATCHET_API_KEYS: entry 1 has no ':'"),
+        ({"RATCHET_API_KEYS": "alice: "}, "RATCHET_API_KEYS: entry 1 has an empty secret"),
+        ({"RATCHET_API_KEYS": "a:sk-1,a:sk-2"}, "RATCHET_API_KEYS: entries 1 and 2 both name client 'a'"),
+        (
+            {"RATCHET_API_KEYS": "ok:sk-0,<b>x:sk-1"},
+            "RATCHET_API_KEYS: entry 2: '<b>x' is not a valid client",
+        ),
+        ({"RATCHET_API_KEYS": "a:sk-1,b:sk-1"}, "RATCHET_API_KEYS: entries 1 and 2 share a secret"),
+        ({"RATCHET_SIGNING_KEY": "sk-not-a-key"}, "RATCHET_SIGNING_KEY: private key"),
+        ({"RATCHET_SIGNING_KEY": "@{home}/missing.key"}, "RATCHET_SIGNING_KEY=@"),
+        ({"signing.key": "not a key"}, "signing key file"),
+    ],
+)
+def test_config_check_refuses_the_keys_the_services_would_refuse(tmp_path, env, expected):
+    from click.testing import CliRunner
+
+    from ratchet_cli.config_cmd import config
+    from ratchet_core.api_keys import parse_api_keys
+
+    home = tmp_path / "home"
+    if "signing.key" in env:
+        (home / "keys").mkdir(parents=True)
+        (home / "keys" / "signing.key").write_text(env.pop("signing.key"))
+    env = {k: v.format(home=home) for k, v in env.items()}
+    cleared = {k: None for k in os.environ if k.startswith("RATCHET_")}
+    result = CliRunner(env={**cleared, "RATCHET_HOME": str(home), **env}).invoke(
+        config, ["check", "--offline", "--json"]
+    )
+    assert result.exit_code == 1, result.output
+    report = json.loads(result.stdout)
+    assert not report["ok"] and any(p.startswith(expected) for p in report["problems"]), report["problems"]
+    assert "sk-1" not in result.output and "sk-not-a-key" not in result.output
+    if (
+        "RATCHET_API_KEYS" in env
+    ):  # the gateway and the effect gate start with the same parse: they refuse it too
+        with pytest.raises(ValueError) as refused:
+            parse_api_keys(env["RATCHET_API_KEYS"])
+        assert str(refused.value).startswith(expected)
+
+
+def test_config_check_accepts_good_keys_and_a_key_file_not_made_yet(tmp_path):
+    from click.testing import CliRunner
+
+    from ratchet_cli.config_cmd import config
+
+    cleared = {k: None for k in os.environ if k.startswith("RATCHET_")}
+    env = {**cleared, "RATCHET_HOME": str(tmp_path / "home"), "RATCHET_API_KEYS": "app1:sk-a,app.2:sk-b"}
+    result = CliRunner(env=env).invoke(config, ["check", "--offline"])
+    assert result.exit_code == 0 and "configuration OK" in result.output, result.output

@@ -307,3 +307,66 @@ def test_adapters_trained_on_erased_examples_are_named(tmp_path: Path) -> None:
         layout.bom_train_keys(version).write_text("".join(k + "\n" for k in keys))
     assert adapters_trained_on(layout, {"k2", "k9"}) == ["v1-a"]
     assert adapters_trained_on(layout, {"k9"}) == []
+
+
+def _signed_home(tmp_path: Path) -> tuple[Path, object]:
+    """A Ratchet home with a signing key (erasures are signed) and a day of sealed traffic; and a CLI runner."""
+    from click.testing import CliRunner
+
+    from ratchet_stats.keys import public_key_pem, save_private_key
+
+    home = tmp_path / "home"
+    key = generate_private_key()
+    save_private_key(key, home / "keys" / "signing.key")
+    (home / "keys" / "signing.pub").write_text(public_key_pem(key.public_key()))
+    write_day(home / "lake", DAY1, 30, seed=5)
+    return home, CliRunner(env={"RATCHET_HOME": str(home)})
+
+
+def test_an_erasure_that_matches_nothing_says_so_and_signs_zero_requests(tmp_path: Path) -> None:
+    from ratchet_assets.admin.cli import admin
+
+    home, runner = _signed_home(tmp_path)
+    done = runner.invoke(
+        admin, ["erase", "--request-id", "req-nobody-sent", "--reason", "user asked to erase"]
+    )
+    assert done.exit_code == 0, done.output
+    assert "nothing matched" in done.output and "erased (log #1): 0 requests" in done.output
+    assert "1 given request ids are in no sealed row (req-nobody-sent): not counted" in done.output
+    [entry] = json.loads(runner.invoke(admin, ["erasures", "--json"]).output)  # the signature verified
+    assert entry["counts"]["requests"] == 0 and entry["request_ids"] == []
+    assert entry["request_ids_not_found"] == ["req-nobody-sent"]
+    # still recorded: a replica that holds the id unsealed blanks it when it applies the erasure
+    assert load_erasures(make_engine(f"sqlite:///{home / 'control.db'}")).request_ids == {"req-nobody-sent"}
+    bad = runner.invoke(admin, ["erase", "--request-id", "req-1\nx", "--reason", "user asked to erase"])
+    assert bad.exit_code == 2 and "is not a valid request id" in bad.output
+
+
+@pytest.mark.parametrize("kind", ["symlink", "not parquet", "folder"])
+def test_a_lake_segment_the_erasure_cannot_read_fails_it_loudly_and_changes_nothing(
+    tmp_path: Path, kind: str
+) -> None:
+    from ratchet_assets.admin.cli import admin
+
+    home, runner = _signed_home(tmp_path)
+    day = home / "lake" / "traffic" / f"day={DAY1}"
+    first = sorted(day.glob("*.parquet"))[0]
+    odd = day / "zz-odd.parquet"
+    if kind == "symlink":  # a segment moved out of the lake, a link left in its place
+        moved = tmp_path / "elsewhere.parquet"
+        first.rename(moved)
+        odd = first
+        odd.symlink_to(moved)
+    elif kind == "not parquet":
+        odd.write_bytes(b"PAR1 half a segment")
+    else:
+        odd.mkdir()
+    before = {p: p.read_bytes() for p in sorted(day.glob("*.parquet")) if p.is_file() and not p.is_symlink()}
+    args = ["erase", "--client", "acme", "--reason", "customer offboarding"]
+    for extra in (["--dry-run"], []):
+        failed = runner.invoke(admin, [*args, *extra])
+        assert failed.exit_code == 2, failed.output
+        assert odd.name in failed.output and "nothing was erased" in failed.output
+        assert "Traceback" not in failed.output and "erased (log" not in failed.output
+    assert {p: p.read_bytes() for p in before} == before
+    assert runner.invoke(admin, ["erasures", "--json"]).output.strip() == "[]"

@@ -118,3 +118,42 @@ def test_cli_export_then_verify_then_tamper(tmp_path: Path) -> None:
     (out / "requests.jsonl").write_bytes((out / "requests.jsonl").read_bytes()[:-1] + b" \n")
     bad = runner.invoke(export_cmd, ["--verify", str(out)])
     assert bad.exit_code == 2 and "requests" in bad.output
+
+
+@pytest.mark.parametrize(
+    ("args", "expected"),
+    [
+        (["--out", "{home}/keys/export"], "is inside the Ratchet home"),
+        (["--out", "{home}"], "is inside the Ratchet home"),
+        (["--out", "{home}/lake/x"], "is inside the Ratchet home"),
+        (["--out", "{tmp}/out", "--since", "2026-01-02", "--until", "2026-01-01"], "is not before --until"),
+        (["--out", "{tmp}/out", "--since", "2026-01-01", "--until", "2026-01-01"], "is not before --until"),
+        (["--out", "{tmp}/out", "--task", "../../evil"], "is not a valid task"),
+        (["--out", "{tmp}/out", "--client", "<b>x</b>"], "is not a valid client"),
+    ],
+)
+def test_cli_export_refuses_a_folder_in_the_home_an_empty_range_and_bad_names(
+    tmp_path: Path, args: list[str], expected: str
+) -> None:
+    from click.testing import CliRunner
+
+    from ratchet_assets.governance.cli import export_cmd
+
+    home = tmp_path / "home"
+    write_day(home / "lake", DAY1, 10, seed=6)
+    before = sorted(p for p in tmp_path.rglob("*"))
+    args = [a.format(home=home, tmp=tmp_path) for a in args]
+    result = CliRunner(env={"RATCHET_HOME": str(home)}).invoke(export_cmd, [*args, "--no-sign"])
+    assert result.exit_code == 2 and expected in result.output, result.output
+    assert sorted(p for p in tmp_path.rglob("*")) == before  # nothing written
+
+
+def test_an_out_folder_linked_into_the_home_is_refused(tmp_path: Path) -> None:
+    from ratchet_assets.governance.export import check_out_folder
+
+    home = tmp_path / "home"
+    (home / "keys").mkdir(parents=True)
+    (tmp_path / "link").symlink_to(home / "keys")
+    with pytest.raises(ExportError, match="inside the Ratchet home"):
+        check_out_folder(tmp_path / "link" / "export", {"Ratchet home": home})
+    check_out_folder(tmp_path / "outside", {"Ratchet home": home, "lake": "s3://bucket/lake"})

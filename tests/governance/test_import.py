@@ -77,8 +77,107 @@ def test_imported_golden_rows_join_the_golden_set_and_never_the_training_set(tmp
 def test_bad_input_is_named(tmp_path: Path) -> None:
     bad = tmp_path / "bad.jsonl"
     bad.write_text(json.dumps({"messages": [], "answer": "x"}) + "\n")
-    with pytest.raises(ImportRowError, match="row 1: messages"):
+    with pytest.raises(ImportRowError, match="bad.jsonl line 1: messages"):
         import_examples(bad, artifacts_root=str(tmp_path), task="t", role="golden", source="s", license="MIT")
     bad.write_text(json.dumps({"prompt": "x"}) + "\n")
-    with pytest.raises(ImportRowError, match="missing columns"):
+    with pytest.raises(ImportRowError, match="bad.jsonl line 1: missing answer and messages"):
         import_examples(bad, artifacts_root=str(tmp_path), task="t", role="golden", source="s", license="MIT")
+
+
+def test_the_same_file_for_two_tasks_and_both_kinds_keeps_every_import(tmp_path: Path) -> None:
+    rows = tmp_path / "rows.jsonl"
+    rows.write_text("".join(json.dumps(r) + "\n" for r in _rows(3)))
+    common = dict(artifacts_root=str(tmp_path / "art"), source="s", license="MIT", day=DAY1)
+    a = import_examples(rows, task="moods", role="golden", **common)
+    b = import_examples(rows, task="notes", role="golden", **common)
+    c = import_examples(rows, task="notes", role="train", **common)  # refused rows: golden for notes already
+    assert len({a.import_id, b.import_id, c.import_id}) == 3
+    assert a.import_id.startswith(f"{DAY1}-moods-golden-") and c.import_id.startswith(f"{DAY1}-notes-train-")
+    kept = {
+        p.parent.name: pl.read_parquet(p)["task"].unique().to_list()
+        for p in (tmp_path / "art").rglob("examples.parquet")
+    }
+    assert kept == {a.import_id: ["moods"], b.import_id: ["notes"], c.import_id: []}
+    assert (a.imported, b.imported, c.refused) == (3, 3, 3)
+
+
+BAD_FILES = {
+    "empty.jsonl": (b"", "empty.jsonl: the file is empty"),
+    "blank.jsonl": (b"\n  \n", "blank.jsonl: the file is empty"),
+    "broken.jsonl": (
+        json.dumps({"messages": [{"role": "user", "content": "hi"}], "answer": "a"}).encode()
+        + b"\n{not json\n",
+        "broken.jsonl line 2: not JSON",
+    ),
+    "latin1.jsonl": (
+        json.dumps({"messages": [{"role": "user", "content": "x"}], "answer": "a"}).encode()
+        + b'\n{"messages": [{"role": "user", "content": "caf\xe9"}], "answer": "a"}\n',
+        "latin1.jsonl line 2: not UTF-8",
+    ),
+    "list.jsonl": (b"[1, 2]\n", "list.jsonl line 1: not a JSON object"),
+    "nan.jsonl": (
+        b'{"messages": [{"role": "user", "content": "x"}], "answer": NaN}\n',
+        "nan.jsonl line 1: not JSON",
+    ),
+    "roles.jsonl": (b'{"messages": ["hi"], "answer": "a"}\n', "roles.jsonl line 1: messages must be"),
+    "corrupt.parquet": (
+        b"PAR1 this is not parquet at all PAR1",
+        "corrupt.parquet: not a readable Parquet file",
+    ),
+}
+
+
+@pytest.mark.parametrize("name", sorted(BAD_FILES))
+def test_a_bad_file_is_one_clear_line_naming_it_and_nothing_is_written(tmp_path: Path, name: str) -> None:
+    from click.testing import CliRunner
+
+    from ratchet_assets.governance.cli import import_cmd
+
+    data, expected = BAD_FILES[name]
+    path = tmp_path / name
+    path.write_bytes(data)
+    home = tmp_path / "home"
+    result = CliRunner(env={"RATCHET_HOME": str(home)}).invoke(
+        import_cmd, [str(path), "--task", "moods", "--as", "golden", "--source", "s", "--license", "MIT"]
+    )
+    assert result.exit_code == 2, result.output
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith(f"error: {expected}"), result.stderr
+    assert "Traceback" not in result.output and not (home / "artifacts").exists()
+
+
+@pytest.mark.parametrize(
+    ("option", "value", "expected"),
+    [
+        ("--task", "../../evil", "--task '../../evil' is not a valid task"),
+        ("--task", "moods\nrm", "is not a valid task"),
+        ("--day", "2026-13-45", "--day '2026-13-45' is not a valid day"),
+        ("--day", "2026-01-01/../x", "is not a valid day"),
+    ],
+)
+def test_a_bad_task_or_day_is_refused_and_nothing_is_written(
+    tmp_path: Path, option: str, value: str, expected: str
+) -> None:
+    from click.testing import CliRunner
+
+    from ratchet_assets.governance.cli import import_cmd
+
+    rows = tmp_path / "rows.jsonl"
+    rows.write_text("".join(json.dumps(r) + "\n" for r in _rows(2)))
+    args = {"--task": "moods", "--day": DAY1, option: value}
+    home = tmp_path / "home"
+    result = CliRunner(env={"RATCHET_HOME": str(home)}).invoke(
+        import_cmd,
+        [
+            str(rows),
+            "--as",
+            "golden",
+            "--source",
+            "s",
+            "--license",
+            "MIT",
+            *[x for kv in args.items() for x in kv],
+        ],
+    )
+    assert result.exit_code == 2 and expected in result.stderr, result.stderr
+    assert not (home / "artifacts").exists()

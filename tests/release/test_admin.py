@@ -225,3 +225,55 @@ def test_versions_lists_a_certificate_the_sensor_has_not_seen_yet(setup, key, en
         "v5-forged.dsse.json: not registered" in res.stderr
         and "no signature is by a trusted key" in res.stderr
     )
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["task", "set", "evil\r\nFORGED: promote", "--target", "0.9"],
+        ["task", "set", "<script>alert(1)</script>", "--target", "0.9"],
+        ["pin", "tickets\n"],
+        ["unpin", "../tickets"],
+        ["rollback", "--task", "<b>tickets</b>"],
+        ["promote", "v1/../../keys", "--task", "tickets", "--force"],
+        ["retire", "v1-abc", "--task", "tick ets"],
+    ],
+)
+def test_names_with_newlines_markup_or_paths_are_refused_before_anything_is_signed(setup, engine, args):
+    url, common = setup
+    refused = _run([*args, "--reason", "an operator's typo", *common], ok=False)
+    assert refused.exit_code == 2 and "is not a valid" in refused.output, refused.output
+    ensure_schema(engine)
+    with engine.connect() as conn:
+        assert conn.execute(sa.select(sa.func.count()).select_from(mf.release_manifests)).scalar() == 0
+    assert registry.read_audit_log(engine) == []
+
+
+def test_publishing_refuses_a_new_task_or_version_name_that_breaks_the_rule(key, engine):
+    ensure_schema(engine)
+    with pytest.raises(mf.ManifestError, match="nothing was published: task 'a\\\\nb' is not a valid task"):
+        mf.publish(engine, key, lambda m: m.pins.append("a\nb"), "pin from a script", "test")
+    bad_version = mf.TaskRelease(stage="live", version="v1\r\n<x>")
+    with pytest.raises(mf.ManifestError, match="is not a valid version"):
+        mf.publish(engine, key, lambda m: m.tasks.update(tickets=bad_version), "release by hand", "test")
+    published = mf.publish(engine, key, lambda m: m.pins.append("tickets"), "pin tickets", "test")
+    assert published.pins == ["tickets"]
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["replay", "--task", "a/../b", "--from", "2026-01-01"],
+        ["replay", "--task", "tickets", "--from", "2026-01-01\n"],
+        ["cost", "report", "--day", "2026-02-30"],
+        ["admin", "export-adapter", "--version", "../keys", "--out", "x"],
+        ["export", "--out", "x", "--client", "acme\r\nx"],
+        ["admin", "erase", "--client", "<i>acme</i>", "--reason", "offboarding acme"],
+    ],
+)
+def test_every_control_plane_command_taking_a_name_refuses_a_bad_one(tmp_path, args):
+    from ratchet_cli.main import cli
+
+    result = CliRunner(env={"RATCHET_HOME": str(tmp_path / "home")}).invoke(cli, args)
+    assert result.exit_code == 2 and "is not a valid" in result.output, result.output
+    assert not (tmp_path / "home").exists()

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from ratchet_assets.sim.engine import SimConfig, run_sim
+from ratchet_assets.sim.config import SimConfig
+from ratchet_assets.sim.engine import run_sim
 
 
 @pytest.fixture(scope="session")
@@ -19,5 +20,9 @@ def tickets_run(tickets_home):
 
 @pytest.fixture(scope="session")
 def bad_run(tmp_path_factory):
-    cfg = SimConfig(days=5, requests=400, workload="tickets", seed=7, bad_deploy_version=2)
+    # Audits at 0.3 during a rollout: the bad version meets enough audits on its first day to be rolled back
+    # before the next night's version supersedes it.
+    cfg = SimConfig(
+        days=5, requests=400, workload="tickets", seed=7, bad_deploy_version=2, canary_audit_rate=0.3
+    )
     return run_sim(cfg, tmp_path_factory.mktemp("b"))

@@ -7,7 +7,7 @@ import pytest
 from scipy import stats
 
 from ratchet_stats.bounds import clopper_pearson_lower
-from ratchet_stats.ltt import DEFAULT_GRID, default_grid, ltt_calibrate
+from ratchet_stats.ltt import DEFAULT_GRID, default_grid, ltt_calibrate, point_threshold
 
 
 def _oracle(conf: list[float], ok: list[bool], grid: list[float], target: float, delta: float):
@@ -133,3 +133,37 @@ def test_invalid_input_says_what_to_fix(kwargs: dict, needle: str) -> None:
     args.update(kwargs)
     with pytest.raises(ValueError, match=needle):
         ltt_calibrate(**args)
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2, 3])
+def test_point_threshold_matches_its_oracle_and_is_never_stricter_than_ltt(seed: int) -> None:
+    rng = np.random.default_rng(seed)
+    conf = np.round(rng.random(300), 2).tolist()
+    ok = (rng.random(300) < 0.8 + 0.2 * np.asarray(conf)).tolist()
+    grid = [0.0, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8]
+    _, table = _oracle(conf, ok, grid, 0.9, 0.05)
+    want = None
+    for t, n, errors, _ in table:  # highest first, stop at the first observed precision under the target
+        if n == 0 or (n - errors) / n < 0.9:
+            break
+        want = t
+    got = point_threshold(conf, ok, grid, 0.9)
+    assert got == want
+    ltt = ltt_calibrate(conf, ok, grid, 0.9, 0.05).threshold
+    assert ltt is None or (got is not None and got <= ltt)  # a passing binomial test implies the point passes
+
+
+def test_point_threshold_misses_the_target_far_more_often_than_delta() -> None:
+    """Same model as above: precision(t) = 0.85 + 0.15 t, so thresholds under 1/3 serve below 0.9."""
+    target, delta, reps, n = 0.9, 0.05, 400, 1000
+    t_star = (target - 0.85) / 0.15
+    grid = default_grid(0.05, top=0.9)
+    rng = np.random.default_rng(11)
+    conf = rng.random((reps, n))
+    ok = rng.random((reps, n)) < 0.7 + 0.3 * conf
+    point = [point_threshold(conf[i], ok[i], grid, target) for i in range(reps)]
+    ltt = [ltt_calibrate(conf[i], ok[i], grid, target, delta).threshold for i in range(reps)]
+    point_fail = np.mean([t is not None and t < t_star - 1e-12 for t in point])
+    ltt_fail = np.mean([t is not None and t < t_star - 1e-12 for t in ltt])
+    assert ltt_fail <= delta + 3 * np.sqrt(delta * (1 - delta) / reps)
+    assert point_fail > 0.2 and point_fail > 4 * max(ltt_fail, 0.01)

@@ -204,7 +204,7 @@ def test_tool_calls_round_trip_through_the_parser(tokenizer):
     from ratchet_core.chat_encoding import encode_answer
     from ratchet_core.chat_format import render_answer
     from ratchet_core.tool_calls import answer_message
-    from ratchet_gateway.student_answer import read_tool_calls
+    from ratchet_gateway.chat.student_format import read_tool_calls
 
     for example in get_workload("tools").generate(20, seed=9):
         ids = encode_answer(
@@ -431,7 +431,7 @@ def test_the_adapter_answers_the_same_rendered_by_apply_chat_template(night, cha
 
     from ratchet_assets.night.evaluate import load_golden
     from ratchet_core.tool_calls import answer_message
-    from ratchet_gateway.student_answer import student_request
+    from ratchet_gateway.chat.student_format import student_request
     from ratchet_gateway.student_server.app import create_app
 
     base = AutoModelForCausalLM.from_pretrained(chatml_base, dtype=torch.float32)

@@ -155,3 +155,46 @@ def test_release_policy_and_golden_split_follow_the_task(tmp_path):
         r.golden_by_task.get("tickets", 0) == 0
         and r.golden_by_task["extract"] > 3 * r.golden_by_task["tools"]
     )
+
+
+def test_release_rules_are_set_signed_shown_and_only_written_when_set(env):
+    key, engine, common = env
+    old_bytes = TaskPolicy(target=0.9, audit_rate=0.3).model_dump(mode="json")
+    assert set(old_bytes) == {"comparator", "target", "delta", "audit_rate", "golden_share", "enabled"}
+    bad = _run(["task", "set", "moods", "--release", "bayes", "--reason", "try a rule", *common], ok=False)
+    assert bad.exit_code == 2 and "sequential" in bad.output and "wilson" in bad.output
+    name = _run(["task", "set", "../moods", "--release", "wilson", "--reason", "odd name", *common], ok=False)
+    assert name.exit_code == 2 and "not a valid task" in name.output
+    _run(["task", "set", "moods", "--release", "wilson", "--calibration", "point", "--paired-gate",
+          "--min-certified", "0.97", "--canary-audit-rate", "0.5", "--reason", "compare in production", *common])  # fmt: skip
+    m, _ = mf.latest_verified(engine, key.public_key())
+    p = m.policies["moods"]
+    assert (p.release_rule, p.calibration, p.paired_gate, p.min_certified, p.canary_audit_rate) == (
+        "wilson",
+        "point",
+        True,
+        0.97,
+        0.5,
+    )
+    assert "promote_evidence" not in m.to_predicate()["policies"]["moods"]  # unset: not written
+    shown = json.loads(_run(["task", "show", "moods", "--json", *common]).output)
+    assert (shown["promote_evidence"], shown["source"]["promote_evidence"]) == (
+        "bound",
+        "the wilson release rule",
+    )
+    text = _run(["task", "show", "moods", *common]).output
+    assert "release_rule" in text and "wilson" in text
+    _run(["task", "set", "moods", "--clear", "release_rule", "--no-paired-gate", "--reason", "back to e-values",
+          *common])  # fmt: skip
+    m, _ = mf.latest_verified(engine, key.public_key())
+    assert (m.policies["moods"].release_rule, m.policies["moods"].paired_gate) == (None, False)
+
+
+def test_canary_audit_rate_applies_while_a_candidate_is_in_shadow_or_canary():
+    policy = {"moods": TaskPolicy(audit_rate=0.0, canary_audit_rate=1.0)}
+    ids = [f"r{i}" for i in range(100)]
+    for stage, audited in (("live", 0), ("canary", 100), ("shadow", 100)):
+        rel = mf.TaskRelease(stage=stage, version="v2", canary_percent=50.0, previous_live="v1")
+        m = mf.Manifest(tasks={"moods": rel}, policies=policy)
+        assert m.audit_rate("moods") == (1.0 if audited else 0.0)
+        assert sum(route(m, SafetyState(), "moods", r).audit for r in ids) == audited, stage

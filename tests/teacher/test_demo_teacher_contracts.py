@@ -204,3 +204,39 @@ def test_instances_for_unsatisfiable_or_odd_schemas_do_not_raise():
     assert jsonschema.Draft202012Validator(
         {"type": "string", "pattern": "^(foo|bar)[0-9a-f]{4}\\.json$"}
     ).is_valid(instance_for({"type": "string", "pattern": "^(foo|bar)[0-9a-f]{4}\\.json$"}))
+
+
+def _workload_request(task: str) -> dict:
+    from ratchet_core.workloads import get_workload
+
+    return get_workload(task).generate(1, seed=5)[0].request_body()
+
+
+def test_a_workloads_own_tool_call_only_when_the_request_declares_that_tool(teacher_server):
+    client = teacher_server()
+    own = _workload_request("tools")
+    own_names = {t["function"]["name"] for t in own["tools"]}
+    body, msg, finish = _ask(client, **own)  # its own tools: the workload's call
+    assert {c["function"]["name"] for c in msg["tool_calls"]} <= own_names
+    for tools, hint in ((TOOLS, {}), (TOOLS, {"metadata": {"ratchet_task": "tools"}})):
+        body, msg, finish = _ask(client, **{**own, "tools": tools, **hint})
+        names = {c["function"]["name"] for c in msg["tool_calls"] or []}
+        assert names and not names & own_names and check_answer(body, msg, finish) is None, msg
+    no_tools = {k: v for k, v in own.items() if k not in ("tools", "tool_choice")}
+    body, msg, finish = _ask(client, **no_tools)
+    assert not msg["tool_calls"] and msg["content"] and check_answer(body, msg, finish) is None
+    body, msg, finish = _ask(client, **{**own, "tool_choice": "none"})
+    assert not msg["tool_calls"] and check_answer(body, msg, finish) is None
+
+
+def test_a_workloads_own_schema_only_when_the_request_declares_that_schema(teacher_server):
+    client = teacher_server()
+    own = _workload_request("extract")
+    _, mine, _ = _ask(client, **own)
+    rf = {"type": "json_schema", "json_schema": {"name": "order", "schema": SCHEMAS["order"], "strict": True}}
+    body, msg, finish = _ask(client, **{**own, "response_format": rf})
+    jsonschema.validate(json.loads(msg["content"]), SCHEMAS["order"], cls=jsonschema.Draft202012Validator)
+    assert check_answer(body, msg, finish) is None and msg["content"] != mine["content"]
+    plain = {k: v for k, v in own.items() if k != "response_format"}
+    body, msg, finish = _ask(client, **plain)
+    assert msg["content"].startswith("Demo teacher reply")  # no schema asked: text, not the workload's JSON
