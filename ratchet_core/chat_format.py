@@ -19,9 +19,9 @@ Ratchet's student server (``ratchet_gateway.student_server.constrained``).
 The training target is what the template renders for the answer turn: the conversation with the answer rendered
 without a generation prompt, minus the prompt (:func:`render_answer`; the prompt must be a prefix of it, or the
 template cannot be trained on and says so). A ``json_schema`` answer is written as structured decoding will
-write it: keys in the order of the schema the student gets, sorted (:func:`structured_answer`). Tool calls are in the template's own format (hermes-style
-``<tool_call>`` blocks for Qwen2.5-style templates and the demo base's), which a vLLM tool parser reads back
-(``ratchet_core.tool_calls``).
+write it: keys in the order of the schema the student gets, sorted (:func:`structured_answer`). Tool calls are
+in the template's own format (hermes-style ``<tool_call>`` blocks for Qwen2.5-style templates and the demo
+base's), which a vLLM tool parser reads back (``ratchet_core.tool_calls``).
 
 The demo base ships :data:`RATCHET_CHAT_TEMPLATE`, Ratchet's compact format, as its template (in its
 ``tokenizer_config.json``): tools as signatures ``name(arg1,arg2)``, a tool call as
@@ -184,15 +184,31 @@ def render_answer(tokenizer: Any, messages: list[dict], tools: list[dict] | None
     return full[len(prompt) :]
 
 
+def structured_answer(answer: dict, response_format: dict | None) -> dict:
+    """`answer` as structured decoding writes it for `response_format`: for a ``json_schema``, a JSON content
+    re-written with its keys sorted and no spaces (the schema the student gets has its keys sorted, as the ledger
+    stores it, and decoding writes properties in the schema's order: ``ratchet_gateway.chat.student_format``);
+    the same JSON value, so the same answer to the comparator and the guard. Anything else unchanged."""
+    content = answer.get("content")
+    if not response_format or response_format.get("type") != "json_schema" or not isinstance(content, str):
+        return answer
+    try:
+        value = json.loads(content)
+    except json.JSONDecodeError:
+        return answer
+    return {**answer, "content": json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)}
+
+
 def training_pair(tokenizer: Any, row: dict) -> tuple[str, str]:
-    """(prompt, target) of one train.jsonl row in OpenAI chat fine-tuning format (last message = the answer)."""
+    """(prompt, target) of one train.jsonl row in OpenAI chat fine-tuning format (last message = the answer);
+    the answer as structured decoding writes it (:func:`structured_answer`)."""
     messages = row.get("messages") or []
     if not messages or messages[-1].get("role") != "assistant":
         raise ValueError(
             "a training row must end with the assistant's answer: add it as the last message "
             '{"role": "assistant", ...} (OpenAI chat fine-tuning format)'
         )
-    tools = row.get("tools")
+    tools, answer = row.get("tools"), structured_answer(messages[-1], row.get("response_format"))
     return render_prompt(tokenizer, messages[:-1], tools), render_answer(
-        tokenizer, messages[:-1], tools, messages[-1]
+        tokenizer, messages[:-1], tools, answer
     )

@@ -55,6 +55,20 @@ def test_the_answer_turn_is_the_target_and_parses_back_to_the_answer(task, demo_
         assert compare(TASKS[task].comparator, example.expected, got), (target, got)
 
 
+def test_a_json_schema_answer_is_trained_in_the_schemas_sorted_key_order(demo_tokenizer):
+    """The student gets the schema with its keys sorted (as the ledger stores it) and structured decoding writes
+    properties in the schema's order: the target is the teacher's JSON value in that order."""
+    example = get_workload("extract").generate(1, seed=4)[0]
+    row = {"messages": [*example.messages, example.expected], "response_format": example.response_format}
+    _, target = training_pair(demo_tokenizer, row)
+    content = target.removesuffix("</s>\n")
+    assert list(json.loads(content)) == sorted(example.response_format["json_schema"]["schema"]["properties"])
+    assert json.loads(content) == json.loads(example.expected["content"]) and " " not in content
+    assert list(json.loads(example.expected["content"])) != sorted(
+        json.loads(content)
+    )  # the teacher's order differs
+
+
 def test_tool_calls_are_hermes_blocks_with_canonical_arguments(demo_tokenizer):
     call = {"id": "x", "type": "function", "function": {"name": "refund", "arguments": '{"b": 1, "a": "é"}'}}
     answer = {"role": "assistant", "content": None, "tool_calls": [call, call]}
