@@ -48,7 +48,8 @@ that carry fully trained ``embed_tokens``/``lm_head`` weights (peft ``modules_to
 issue #9280 (closed unresolved) and the unmerged PRs #8082 / #11714 ("LoRA with lm_head and embed_tokens fully
 trained"); the older ``lora_extra_vocab_size`` path only covered added tokens. So ``modules_to_save`` is used
 only for the demo base (random weights: its embeddings and head must be learnt, and it is served by Ratchet's
-own student server), and is empty by default for a real base, whose adapters must stay vLLM-loadable.
+own student server), and is empty by default for a real base, whose adapters must stay vLLM-loadable (the adapter
+reconciler checks it before loading into vLLM: ``ratchet_assets.release.vllm_compat``).
 
 torch/transformers/peft are imported inside the functions: importing this module stays light.
 """
