@@ -252,6 +252,41 @@ def test_prompts_are_never_cut(chatml_base, tokenizer, tmp_path):
         assert r.json()["usage"]["prompt_tokens"] == len(tokenizer(prompt)["input_ids"]) > 900
 
 
+def test_the_student_server_decodes_under_the_response_format(chatml_base, tokenizer):
+    """response_format is not in the prompt; it constrains decoding (xgrammar, as vLLM): even the untrained base
+    writes only what the grammar allows, and a format it cannot constrain to is refused, as vLLM refuses it."""
+    from xgrammar import GrammarCompiler, GrammarMatcher, TokenizerInfo
+
+    from ratchet_gateway.student_server.app import create_app
+
+    schema = {"type": "object", "properties": {"ok": {"type": "boolean"}}, "required": ["ok"]}
+    messages = [{"role": "user", "content": "Is order A-12345 late?"}]
+    with serve_in_thread(create_app(chatml_base)) as url:
+
+        def ask(response_format, max_tokens=24) -> httpx.Response:
+            body = {"model": "chatml-base", "messages": messages, "max_tokens": max_tokens, "logprobs": True}
+            return httpx.post(
+                f"{url}/v1/chat/completions", json={**body, "response_format": response_format}, timeout=60
+            )
+
+        free = ask({"type": "text"}).json()
+        fmt = {"type": "json_schema", "json_schema": {"name": "late", "schema": schema}}
+        bound = ask(fmt).json()
+        assert free["usage"]["prompt_tokens"] == bound["usage"]["prompt_tokens"]  # the same prompt
+        written = bound["choices"][0]["message"]["content"]
+        # an independent matcher accepts what the server wrote under the schema's grammar, and refuses more
+        matcher = GrammarMatcher(
+            GrammarCompiler(TokenizerInfo.from_huggingface(tokenizer)).compile_json_schema(json.dumps(schema))
+        )
+        assert written.strip() and matcher.accept_string(written)
+        assert not matcher.accept_string("}}")
+        text = free["choices"][0]["message"]["content"]
+        assert not text.lstrip().startswith("{")  # unconstrained, the untrained base writes no JSON
+        for refused in ({"type": "json_schema", "json_schema": {"name": "late"}}, {"type": "structural_tag"}):
+            r = ask(refused)
+            assert r.status_code == 400 and "response_format" in r.json()["error"]["message"]
+
+
 def _tiny_adapter(base: Path, out: Path, work: Path) -> Path:
     from ratchet_assets.night.lora_trainer import LoraTrainConfig, train_lora
 
