@@ -84,6 +84,7 @@ class Recorder:
             "status_code": err.status if err else 200,
             "error_type": err.type if err else "",
             "error": red(err.message) if err else "",
+            "api": rec.api,
         }
 
     def request_row(
@@ -159,6 +160,10 @@ class Recorder:
         """Settle the row's teacher-equivalent columns and append it durably; a 503 when the ledger cannot take it
         (the answer is not released unrecorded)."""
         await self.gw.teacher_equivalent.settle(row, call.student.teacher_prompt)
+        await self.append(row)
+
+    async def append(self, row: dict) -> None:
+        """Append a row durably (the journal's group commit); a 503 when the ledger cannot take it."""
         try:
             await self.gw.ledger.append(row)
         except OSError as exc:
