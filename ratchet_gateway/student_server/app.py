@@ -8,7 +8,9 @@ absent; ``max_tokens``/``max_completion_tokens``; ``stop``; ``logprobs`` + ``top
 ``ratchet_core.tool_calls``; ``response_format`` honoured by constrained decoding, ``constrained``; a prompt that
 does not fit the base's context refused with HTTP 400, never cut; ``stream`` as SSE with usage when
 ``stream_options.include_usage``), ``POST /v1/load_lora_adapter {"lora_name", "lora_path"}``,
-``POST /v1/unload_lora_adapter {"lora_name"}``, ``GET /v1/models``, ``GET /health``, ``GET /healthz``.
+``POST /v1/unload_lora_adapter {"lora_name"}``, ``POST /tokenize`` (vLLM's: a chat request's ``messages`` and
+``tools`` as the chat route renders them, or a plain ``prompt``, as token ids: what the GPU check compares with
+vLLM's), ``GET /v1/models``, ``GET /health``, ``GET /healthz``.
 Errors have OpenAI's shape ``{"error": {"message", "type", "param", "code"}}``.
 """
 
@@ -30,6 +32,7 @@ from fastapi.exceptions import RequestValidationError
 from pydantic import BaseModel, ConfigDict, Field
 from starlette.responses import PlainTextResponse, Response, StreamingResponse
 
+from ratchet_core.chat_encoding import encode
 from ratchet_core.chat_format import chat_template, render_prompt
 from ratchet_core.tool_calls import HERMES, answer_message, tool_parser_of
 from ratchet_gateway.student_server.constrained import FormatError
@@ -86,6 +89,19 @@ class UnloadAdapter(BaseModel):
     model_config = ConfigDict(extra="allow")
     lora_name: str = Field(min_length=1)
     lora_int_id: int | None = None
+
+
+class TokenizeRequest(BaseModel):
+    """vLLM's ``POST /tokenize`` body: chat ``messages`` (with ``tools``) or a plain ``prompt``."""
+
+    model_config = ConfigDict(extra="allow")
+    model: str | None = None
+    messages: list[dict[str, Any]] | None = None
+    tools: list[dict[str, Any]] | None = None
+    prompt: str | None = None
+    add_generation_prompt: bool = True
+    add_special_tokens: bool | None = None  # vLLM's defaults: False for messages, True for a prompt
+    return_token_strs: bool = False
 
 
 def _logprob_entries(gen: Generation, top: int) -> list[dict]:
@@ -228,6 +244,33 @@ def create_app(
         except AdapterError as exc:
             return error_response(exc.status, str(exc))
         return PlainTextResponse(f"Success: LoRA adapter '{body.lora_name}' removed successfully.")
+
+    @app.post("/tokenize")
+    async def tokenize(body: TokenizeRequest) -> Response:
+        if body.model is not None and body.model not in (base_name, str(base_path), *engine.adapters):
+            return error_response(404, f"The model `{body.model}` does not exist.", code="model_not_found")
+        if (body.messages is None) == (body.prompt is None):
+            return error_response(400, "Send either `messages` (a chat request) or `prompt`, not both.")
+        tokenizer = engine.tokenizer
+        if body.messages is not None:
+            if not body.add_generation_prompt:
+                return error_response(
+                    400, "This server renders a chat request with its generation prompt only: drop "
+                    "`add_generation_prompt` or set it to true.",
+                )  # fmt: skip
+            if body.add_special_tokens:
+                return error_response(
+                    400, "A chat prompt is tokenized without added special tokens (the template writes them): "
+                    "drop `add_special_tokens`.",
+                )  # fmt: skip
+            text = await asyncio.to_thread(render_prompt, tokenizer, body.messages, body.tools)
+            ids = await asyncio.to_thread(encode, tokenizer, text)
+        else:
+            added = body.add_special_tokens is not False
+            ids = list(tokenizer(body.prompt, add_special_tokens=added)["input_ids"])
+        strs = tokenizer.convert_ids_to_tokens(ids) if body.return_token_strs else None
+        payload = {"count": len(ids), "max_model_len": engine.context_len, "tokens": ids, "token_strs": strs}
+        return Response(orjson.dumps(payload), media_type="application/json")
 
     @app.post("/v1/chat/completions")
     async def chat_completions(body: ChatRequest) -> Response:
