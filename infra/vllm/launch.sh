@@ -11,6 +11,9 @@
 # reads them from the text itself. CHAT_TEMPLATE: a template file, only for a base whose tokenizer ships none
 # (train with the same file in the base folder). MAX_LORA_RANK must be at least the trained rank (32) and equal to
 # RATCHET_STUDENT_MAX_LORA_RANK, which the adapter reconciler checks before it loads an adapter here.
+# --generation-config vllm: the request's sampling parameters and vLLM's defaults only, not the base's
+# generation_config.json (Qwen2.5's sets repetition_penalty 1.1, which would change the greedy answers the night
+# certified).
 set -euo pipefail
 : "${BASE:?set BASE to a local HF model directory (same base the adapters were trained on)}"
 export VLLM_ALLOW_RUNTIME_LORA_UPDATING=True   # enables /v1/load_lora_adapter and /v1/unload_lora_adapter
@@ -20,6 +23,7 @@ exec vllm serve "$BASE" \
   --enable-auto-tool-choice --tool-call-parser "${TOOL_PARSER:-hermes}" \
   ${CHAT_TEMPLATE:+--chat-template "$CHAT_TEMPLATE"} \
   ${MAX_MODEL_LEN:+--max-model-len "$MAX_MODEL_LEN"} \
+  --generation-config vllm \
   --max-logprobs 20 \
   ${API_KEY:+--api-key "$API_KEY"} \
   --served-model-name "$(basename "$BASE")"

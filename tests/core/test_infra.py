@@ -239,8 +239,9 @@ def _tool_flags(args: list[str]) -> tuple[str, bool]:
 
 
 def test_every_vllm_deployment_serves_tool_calls_structured_and_checks_the_rank(compose) -> None:
-    """launch.sh, compose and the Kubernetes manifest start vLLM alike: the hermes tool parser Ratchet's templates
-    need (the demo's and Qwen2.5-style ones), --max-lora-rank equal to RATCHET_STUDENT_MAX_LORA_RANK's default."""
+    """launch.sh, compose, the Kubernetes manifest (and the GPU check) start vLLM alike: the hermes tool parser
+    Ratchet's templates need (the demo's and Qwen2.5-style ones), --max-lora-rank equal to
+    RATCHET_STUDENT_MAX_LORA_RANK's default, no sampling defaults from the base's generation_config.json."""
     from ratchet_core.chat_format import RATCHET_CHAT_TEMPLATE
     from ratchet_core.chatml_base import CHATML_TOOLS_TEMPLATE
     from ratchet_core.settings import Settings
@@ -260,6 +261,10 @@ def test_every_vllm_deployment_serves_tool_calls_structured_and_checks_the_rank(
     for cmd in (args, compose["services"]["vllm"]["command"]):
         assert {_tool_flags(cmd)[0]} == parsers and _tool_flags(cmd)[1]
         assert int(cmd[cmd.index("--max-lora-rank") + 1]) == default_rank and "--enable-lora" in cmd
+        # the answers the night certified greedy, not the base's generation_config.json sampling defaults
+        assert cmd[cmd.index("--generation-config") + 1] == "vllm"
+    for script in (launch, (INFRA / "vllm" / "gpu_check.sh").read_text()):
+        assert "--generation-config vllm" in script and "--enable-auto-tool-choice --tool-call-parser" in script
     helm = yaml.safe_load((INFRA / "helm" / "dagster-values.yaml").read_text())
     env = {e["name"]: e["value"] for e in helm["dagster-user-deployments"]["deployments"][0]["env"]}
     assert int(env["RATCHET_STUDENT_MAX_LORA_RANK"]) == default_rank
