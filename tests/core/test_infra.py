@@ -264,7 +264,9 @@ def test_every_vllm_deployment_serves_tool_calls_structured_and_checks_the_rank(
         # the answers the night certified greedy, not the base's generation_config.json sampling defaults
         assert cmd[cmd.index("--generation-config") + 1] == "vllm"
     for script in (launch, (INFRA / "vllm" / "gpu_check.sh").read_text()):
-        assert "--generation-config vllm" in script and "--enable-auto-tool-choice --tool-call-parser" in script
+        assert (
+            "--generation-config vllm" in script and "--enable-auto-tool-choice --tool-call-parser" in script
+        )
     helm = yaml.safe_load((INFRA / "helm" / "dagster-values.yaml").read_text())
     env = {e["name"]: e["value"] for e in helm["dagster-user-deployments"]["deployments"][0]["env"]}
     assert int(env["RATCHET_STUDENT_MAX_LORA_RANK"]) == default_rank
