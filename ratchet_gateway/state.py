@@ -27,6 +27,7 @@ from ratchet_core.routing import SafetyState
 from ratchet_core.settings import Settings
 from ratchet_gateway.ledger import Ledger
 from ratchet_gateway.metrics import Metrics
+from ratchet_gateway.offload import Offload
 from ratchet_gateway.proofs import KeyTreeCache
 from ratchet_gateway.upstream import Upstream
 
@@ -69,6 +70,7 @@ class Gateway:
         self.settings = settings
         self.options = options
         self.metrics = Metrics()
+        self.offload = Offload()  # the large-body lane (``ratchet_gateway.offload``)
         self.keys = KeyStore(parse_api_keys(settings.api_keys), load_pepper(settings.pepper, settings.home))
         teacher_bare = settings.teacher_model.split("/", 1)[-1]
         aliases = [a.strip() for a in settings.model_aliases.split(",") if a.strip()]
@@ -158,9 +160,15 @@ class Gateway:
             s.teacher_api_key,
             s.upstream_timeout_s,
             force_litellm=self.options.teacher_via_litellm,
+            offload=self.offload,
         )
         self.student = Upstream(
-            "student", s.student_base_url, s.student_api_key, s.student_timeout_s, resolve=False
+            "student",
+            s.student_base_url,
+            s.student_api_key,
+            s.student_timeout_s,
+            resolve=False,
+            offload=self.offload,
         )
         await self.teacher.start()
         await self.student.start()
@@ -197,6 +205,7 @@ class Gateway:
             if up is not None:
                 await up.close()
         await asyncio.to_thread(self.ledger.close)
+        self.offload.close()
 
     def spawn(self, coro: Coroutine) -> None:
         task = asyncio.create_task(coro)

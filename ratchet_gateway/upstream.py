@@ -33,7 +33,7 @@ from typing import Any
 
 import orjson
 
-from ratchet_gateway import http1
+from ratchet_gateway import http1, json_pieces
 from ratchet_gateway.errors import GatewayError
 
 # litellm providers whose chat API is the OpenAI wire format.
@@ -102,8 +102,11 @@ class Upstream:
         timeout_s: float,
         resolve: bool = True,
         force_litellm: bool = False,
+        offload: Any = None,
     ):
         self.requested_model = model
+        # the lane a large request's body is encoded in (``ratchet_gateway.offload``); None: encoded inline
+        self._offload = offload
         self.api_key = api_key
         self.timeout_s = timeout_s
         if resolve:
@@ -150,9 +153,13 @@ class Upstream:
             return self._headers + b"X-Ratchet-Task: " + task.encode() + b"\r\n"
         return self._headers
 
-    async def _post(self, body: dict, task: str | None, t: Timeouts) -> http1.Response:
+    async def _post(self, body: dict, task: str | None, t: Timeouts, large: bool) -> http1.Response:
         assert self._pool is not None, "Upstream.start() first"
-        return await self._pool.post("/chat/completions", orjson.dumps(body), self._hdrs(task), t.connect)
+        if large and self._offload is not None:
+            payload = await self._offload.run(json_pieces.dumps, body)
+        else:
+            payload = orjson.dumps(body)
+        return await self._pool.post("/chat/completions", payload, self._hdrs(task), t.connect)
 
     async def complete(
         self,
@@ -161,8 +168,10 @@ class Upstream:
         timeout_s: float | None = None,
         task: str | None = None,
         timeouts: Timeouts | None = None,
+        large: bool = False,
     ) -> dict:
-        """The completion for `body` (validated: :func:`check_completion`); GatewayError on any failure."""
+        """The completion for `body` (validated: :func:`check_completion`); GatewayError on any failure. `large`:
+        the body is a large request's, encoded in the lane."""
         body = {**body, "model": model or self.model, "stream": False}
         body.pop("stream_options", None)
         t = self._timeouts(timeout_s, timeouts)
@@ -175,7 +184,7 @@ class Upstream:
         try:
             # the whole non-streaming answer is its first byte: the body starts only once generation is done
             async with asyncio.timeout_at(deadline):
-                resp = await self._post(body, task, t)
+                resp = await self._post(body, task, t, large)
                 try:
                     phase = "body"
                     raw = await resp.read()
@@ -194,6 +203,7 @@ class Upstream:
         timeout_s: float | None = None,
         task: str | None = None,
         timeouts: Timeouts | None = None,
+        large: bool = False,
     ) -> AsyncIterator[tuple[bytes, dict]]:
         """Yield each chunk as (its ``data:`` payload, the parsed and checked chunk), ``[DONE]`` excluded.
 
@@ -212,7 +222,7 @@ class Upstream:
         first = start + (min(t.first_byte, t.total) if t.total else t.first_byte)
         try:
             async with asyncio.timeout_at(first):
-                resp = await self._post(body, task, t)
+                resp = await self._post(body, task, t, large)
         except TimeoutError as exc:
             raise _timeout_error("first", t) from exc
         except http1.Http1Error as exc:

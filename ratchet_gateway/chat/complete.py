@@ -37,7 +37,10 @@ class CompletePath:
         t = time.perf_counter()
         try:
             resp = await p.gw.teacher.complete(
-                call.received.body, task=call.received.task, timeouts=p.teacher_timeouts
+                call.received.body,
+                task=call.received.task,
+                timeouts=p.teacher_timeouts,
+                large=call.received.large,
             )
         except GatewayError as err:
             call.outcome.upstream_ms += (time.perf_counter() - t) * 1000

@@ -38,6 +38,9 @@ class Received:
     task: str
     req: ChatRequest  # the validated view of the body (the fields the gateway reads)
     body: dict  # the body the teacher gets: as sent, less ``metadata.ratchet_task``
+    large: bool = (
+        False  # a large body: every step proportional to it runs in the lane (``ratchet_gateway.offload``)
+    )
 
 
 @dataclass(slots=True)
@@ -80,6 +83,17 @@ class Redaction:
     student_body: dict | None = None  # None until computed (once per request)
     pii_map: dict[str, str] | None = None  # placeholder -> the client's original text
     messages: Any = None  # the redacted messages (the row's ``messages``)
+    columns: BodyColumns | None = None  # the row's columns of the request, as text (computed once)
+
+
+@dataclass(slots=True, frozen=True)
+class BodyColumns:
+    """The ledger row's columns that come from the (redacted) request, as the ledger stores them."""
+
+    messages: str
+    tools: str
+    response_format: str
+    params: str
 
 
 @dataclass(slots=True)

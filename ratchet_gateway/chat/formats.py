@@ -82,7 +82,7 @@ class ChatCompletions:
         return orjson.dumps(resp)
 
     def stream(self, req: ChatRequest) -> ChatCompletionsStream:
-        return ChatCompletionsStream(bool((req.stream_options or {}).get("include_usage")))
+        return ChatCompletionsStream(bool(req.stream_options and req.stream_options.include_usage))
 
     def error(self, err: GatewayError, headers: dict[str, str]) -> Response:
         return error_response(err, headers)

@@ -150,11 +150,12 @@ class Ledger:
         os.close(self._lock_fd)
 
     # appending ---------------------------------------------------------------------------------------------
-    async def append(self, row: dict[str, Any]) -> int:
-        """Give ``row`` the next seq and return it once the row is fdatasync'd in the journal."""
+    async def append(self, row: dict[str, Any], encoded: bytes | None = None) -> int:
+        """Give ``row`` the next seq and return it once the row is fdatasync'd in the journal. `encoded`: the row
+        as JSON already, without ``seq`` and ``replica`` (a large row, written off the event loop)."""
         loop = asyncio.get_running_loop()
         fut = loop.create_future()
-        seq = self._enqueue(row, fut, loop)
+        seq = self._enqueue(row, fut, loop, encoded)
         await fut
         return seq
 
@@ -162,7 +163,7 @@ class Ledger:
         """Queue a row without awaiting durability (rows written off the request path)."""
         return self._enqueue(row, None, None)
 
-    def _enqueue(self, row, fut, loop) -> int:
+    def _enqueue(self, row, fut, loop, encoded: bytes | None = None) -> int:
         if self.error:
             raise OSError(f"ledger is not writable: {self.error}")
         q = self._queue
@@ -172,7 +173,12 @@ class Ledger:
             self._seq += 1
             seq = row["seq"] = self._seq
             row["replica"] = self.replica
-            q.rows.append((orjson.dumps(row), row, fut, loop))
+            if encoded is None:
+                data = orjson.dumps(row)
+            else:  # the same document: seq and replica first, then the row's own members
+                head = b'{"seq":%d,"replica":%s' % (seq, orjson.dumps(self.replica))
+                data = head + (b"," + encoded[1:] if len(encoded) > 2 else b"}")
+            q.rows.append((data, row, fut, loop))
             if self.engine is not None:
                 self.engine.queued()
         return seq
