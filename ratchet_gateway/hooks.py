@@ -98,8 +98,11 @@ def _overrides(hook: RequestHook, stage: str) -> bool:
 class RequestHooks:
     """The registered hooks, by stage (built once by ``create_app``)."""
 
-    def __init__(self, hooks: Iterable[RequestHook] = ()):
+    def __init__(
+        self, hooks: Iterable[RequestHook] = (), headers: Callable[[], dict[str, str]] | None = None
+    ):
         hooks = list(hooks)
+        self._headers = headers or ratchet_headers  # a refusal's x-ratchet-* headers
         self.before_body: tuple[Callable[[RequestInfo], Awaitable[None]], ...] = tuple(
             h.before_body for h in hooks if _overrides(h, "before_body")
         )
@@ -152,7 +155,7 @@ class RequestHooks:
             for stage in self.before_body:
                 await stage(info)
         except GatewayError as err:
-            return error_response(err)
+            return error_response(err, self._headers())
         except Exception:
             rid = new_request_id()
             log.exception("request %s: request hook failed in before_body", rid)

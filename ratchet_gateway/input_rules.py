@@ -24,12 +24,11 @@ escaped prefix of the offending value.
 
 from __future__ import annotations
 
-import re
 from typing import Annotated, Any
 
 from pydantic import Strict, StringConstraints
 
-from ratchet_core.names import TASK_NAME_PATTERN, shown
+from ratchet_core.names import TASK_NAME_PATTERN, is_valid, rule, shown
 from ratchet_gateway import json_pieces
 
 DEFAULT_TASK = "default"
@@ -37,10 +36,7 @@ TASK_HEADER = "x-ratchet-task"
 MAX_NESTING_DEPTH = 64
 MAX_JSON_VALUES = 100_000
 
-_TASK_NAME = re.compile(TASK_NAME_PATTERN)
-_TASK_RULE = (
-    "a task name is 1-64 characters of A-Z, a-z, 0-9, '.', '_' and '-', starting with a letter or digit"
-)
+_TASK_RULE = rule("task")
 
 
 class InputRuleError(ValueError):
@@ -58,7 +54,7 @@ def validate_task_name(name: Any, source: str = "metadata.ratchet_task") -> str:
     """`name` if it is a valid task name, else InputRuleError naming `source`."""
     if not isinstance(name, str):
         raise InputRuleError(f"{source} must be a string: {_TASK_RULE}", source, "invalid_task")
-    if _TASK_NAME.fullmatch(name) is None:
+    if not is_valid("task", name):
         raise InputRuleError(
             f"{source} {shown(name)} is not a valid task name: {_TASK_RULE}. Rename the task and retry.",
             source,

@@ -31,6 +31,12 @@ class Metrics:
             registry=r,
         )
         self.errors = Counter("ratchet_errors", "Errors returned, by OpenAI error type", ["type"], registry=r)
+        self.client_closed = Counter(
+            "ratchet_client_closed",
+            "Requests whose client left before sending the whole body (answered 499, not an error), by route",
+            ["route"],
+            registry=r,
+        )
         self.ledger_commit = Histogram(
             "ratchet_ledger_commit_seconds",
             "Journal group-commit (write+fdatasync)",

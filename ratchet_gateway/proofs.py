@@ -36,7 +36,6 @@ file (path, mtime, size): building one costs O(n log n) once per adapter, a proo
 from __future__ import annotations
 
 import json
-import re
 import threading
 from collections import OrderedDict
 from pathlib import Path
@@ -46,16 +45,16 @@ import orjson
 
 from ratchet_core.example_key import body_example_key, redacted_example_key, split_tools_column
 from ratchet_core.lake import Lake
+from ratchet_core.names import is_valid
 from ratchet_core.redact import redact_request
 from ratchet_gateway.ledger import Ledger
 
-_VERSION = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$")
 _CACHE_SIZE = 4
 
 
 def valid_version(version: str) -> bool:
-    """An adapter version name (no path tricks): what a BOM folder may be called."""
-    return bool(_VERSION.match(version)) and ".." not in version
+    """An adapter version name (no path tricks): what a BOM folder may be called (``ratchet_core.names``)."""
+    return is_valid("version", version)
 
 
 def key_of_request(body: dict[str, Any], task: str, redact: bool) -> str:

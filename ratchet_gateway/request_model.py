@@ -203,11 +203,15 @@ def check_request(req: ChatRequest, stream_options_given: bool) -> None:
     choice = req.tool_choice
     if choice is not None and choice not in ("none", "auto"):
         if not req.tools:
-            raise _refuse("needs tools: declare the tools the model may call, or leave tool_choice out", "tool_choice")
+            raise _refuse(
+                "needs tools: declare the tools the model may call, or leave tool_choice out", "tool_choice"
+            )
         if not isinstance(choice, str):
             named = choice.function.name if isinstance(choice, FunctionChoice) else choice.custom.name
             if named not in names:
-                raise _refuse(f"names {named!r}, which is not a declared tool (declare it in tools)", "tool_choice")
+                raise _refuse(
+                    f"names {named!r}, which is not a declared tool (declare it in tools)", "tool_choice"
+                )
     _check_messages(req.messages)
 
 

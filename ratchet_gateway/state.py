@@ -29,6 +29,7 @@ from ratchet_gateway.ledger import Ledger
 from ratchet_gateway.metrics import Metrics
 from ratchet_gateway.offload import Offload
 from ratchet_gateway.proofs import KeyTreeCache
+from ratchet_gateway.responses import ratchet_headers
 from ratchet_gateway.upstream import Upstream
 
 log = logging.getLogger("ratchet.gateway")
@@ -113,6 +114,12 @@ class Gateway:
         except ImportError:  # pragma: no cover
             TASKS, compare = {}, None
         self._tasks, self._compare = TASKS, compare
+
+    def headers(self, request_id: str | None = None) -> dict[str, str]:
+        """The x-ratchet-* headers of a response nobody served, with the manifest sequence in force."""
+        h = ratchet_headers(request_id)
+        h["x-ratchet-manifest"] = str(self.manifest.sequence)
+        return h
 
     def erasure_snapshot(self) -> Any:
         """Erased request ids and erasure scopes from the control DB; the ledger's loader applies them to this

@@ -62,9 +62,16 @@ def _now_us_and_day(clock_now) -> tuple[int, str]:
 class ChatHandler:
     """One per app and API (``app.state.chat``): called with a request, answers it (errors in the API's shape)."""
 
-    def __init__(self, gw: Gateway, api: ApiFormat = CHAT_COMPLETIONS, hooks: RequestHooks | None = None):
+    def __init__(
+        self,
+        gw: Gateway,
+        api: ApiFormat = CHAT_COMPLETIONS,
+        hooks: RequestHooks | None = None,
+        route: str = "/v1/chat/completions",
+    ):
         self.gw = gw
         self.api = api
+        self.route = route  # its path (a metrics label)
         self.hooks = hooks if hooks else None  # the app's request hooks (``validated`` runs here)
         timeouts = teacher_timeouts(gw.settings)
         self.student = Student(gw)
@@ -119,6 +126,7 @@ class ChatHandler:
         t0 = time.perf_counter()
         rid = new_request_id()
         headers = ratchet_headers(rid)
+        headers["x-ratchet-manifest"] = str(gw.manifest.sequence)  # routed by it, or refused under it
         try:
             # Authentication is the first thing, before the body is read (an unknown caller costs no parsing).
             client = gw.keys.authenticate(authorization)
@@ -162,6 +170,7 @@ class ChatHandler:
         if isinstance(exc, ClientDisconnect):  # the client left mid-body: its doing, not the gateway's
             err = client_closed_error()
             log_client_closed(rid)
+            metrics.client_closed.labels(self.route).inc()
         else:
             err = exc if isinstance(exc, GatewayError) else unexpected(exc)
             if err.status >= 500:

@@ -23,7 +23,7 @@ from fastapi import APIRouter
 from starlette.responses import FileResponse, Response
 
 from ratchet_gateway.deps import ClientDep, GatewayDep
-from ratchet_gateway.responses import error_docs, json_response
+from ratchet_gateway.responses import PAGE_HEADERS, error_docs, json_response, ratchet_headers
 from ratchet_gateway.state import Gateway
 
 router = APIRouter(prefix="/ratchet", tags=["dashboard"])
@@ -34,14 +34,19 @@ _FILES = {"app.js": "text/javascript", "app.css": "text/css"}
 
 @router.get("/dashboard", summary="The app owner's dashboard page (static; its data needs the client key)")
 async def dashboard_page() -> Response:
-    return FileResponse(STATIC / "index.html", media_type="text/html")
+    return FileResponse(STATIC / "index.html", media_type="text/html", headers=_page_headers())
 
 
 @router.get("/dashboard/static/{name}", include_in_schema=False)
 async def dashboard_static(name: str) -> Response:
     if name not in _FILES:  # a fixed list: no path from the URL reaches the filesystem
-        return Response(status_code=404)
-    return FileResponse(STATIC / name, media_type=_FILES[name])
+        return Response(status_code=404, headers=_page_headers())
+    return FileResponse(STATIC / name, media_type=_FILES[name], headers=_page_headers())
+
+
+def _page_headers() -> dict[str, str]:
+    """A page's headers: the strict CSP and its kin (``responses.PAGE_HEADERS``) and the x-ratchet-* ones."""
+    return {**ratchet_headers(), **PAGE_HEADERS}
 
 
 @router.get(

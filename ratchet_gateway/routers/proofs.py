@@ -10,7 +10,6 @@
 from __future__ import annotations
 
 import asyncio
-import re
 from typing import Annotated
 
 from fastapi import APIRouter
@@ -18,6 +17,7 @@ from fastapi import Path as PathParam
 from starlette.requests import Request
 from starlette.responses import Response
 
+from ratchet_core.names import is_valid
 from ratchet_gateway.deps import ClientDep, GatewayDep
 from ratchet_gateway.errors import GatewayError
 from ratchet_gateway.proofs import (
@@ -40,7 +40,6 @@ from ratchet_gateway.state import Gateway
 
 router = APIRouter(prefix="/ratchet", tags=["proofs"])
 
-_RID = re.compile(r"^[A-Za-z0-9_.-]{1,128}$")
 Version = Annotated[str, PathParam(description="An adapter version name, e.g. v3-1a2b3c4d.")]
 RequestId = Annotated[str, PathParam(description="An x-ratchet-request-id value.")]
 
@@ -49,7 +48,10 @@ def _check_version(version: str) -> None:
     """400 for a name that is not an adapter version (checked before any path is built from it)."""
     if not valid_version(version):
         raise GatewayError(
-            400, "version must be an adapter version name like v3-1a2b3c4d (see the release manifest)"
+            400,
+            "version must be an adapter version name like v3-1a2b3c4d (see the release manifest)",
+            "invalid_version",
+            param="version",
         )
 
 
@@ -129,8 +131,10 @@ async def proof_for_request(
     version: Version, request_id: RequestId, gw: GatewayDep, client: ClientDep
 ) -> Response:
     _check_version(version)
-    if not _RID.match(request_id):
-        raise GatewayError(400, "request_id must be an x-ratchet-request-id value")
+    if not is_valid("request id", request_id):
+        raise GatewayError(
+            400, "request_id must be an x-ratchet-request-id value", "invalid_request_id", param="request_id"
+        )
     row = await asyncio.to_thread(find_request_row, gw.ledger, request_id)
     if row is None or row[0] != client:
         raise _not_yours(version)
