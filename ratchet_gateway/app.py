@@ -213,9 +213,8 @@ def create_app(settings: Settings | None = None, options: GatewayOptions | None 
         telemetry={"tracing": False, "metrics": False, "logs": False},
     )
     app.state.gateway = gw
-    hooks = RequestHooks(
-        [*HOOKS, *gw.options.hooks], headers=gw.headers
-    )  # the one place hooks are registered
+    # the one place hooks are registered: the gateway's own per-client limits first (``ratchet_gateway.limits``)
+    hooks = RequestHooks([gw.limits, *HOOKS, *gw.options.hooks], headers=gw.headers)
     app.hooks = hooks if hooks else None
     app.state.chat = ChatHandler(gw, hooks=hooks)
     app._chat_asgi = app.state.chat.asgi

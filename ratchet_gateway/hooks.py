@@ -28,7 +28,8 @@ Stages run in registration order; ``info.notes`` is a dict for a hook's own stat
 the hook). Why hooks rather than ASGI middleware: a hook cannot forget to call the next app, buffer a stream or
 answer twice, and it costs only what it uses. With no hook registered the app runs none of this (one test per
 request); with hooks, a :class:`RequestInfo` and a wrapped ``send`` per request, and only the stages some hook
-overrides are called.
+overrides are called; with only ``validated`` hooks (the gateway's own limits), a RequestInfo and nothing
+else.
 """
 
 from __future__ import annotations
@@ -120,6 +121,9 @@ class RequestHooks:
         """Serve one HTTP request with `app`, the hooks around it."""
         info = RequestInfo(scope["method"], scope["path"], scope["headers"], time.perf_counter())
         scope[INFO] = info
+        if not self.before_body and not self.completed:  # only ``validated`` hooks: the pipeline calls them
+            await app(scope, receive, send)
+            return
 
         async def observed(message: Message) -> None:
             if message["type"] == "http.response.start":

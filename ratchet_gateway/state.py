@@ -26,6 +26,7 @@ from ratchet_core.redact import redact_text, redact_value
 from ratchet_core.routing import SafetyState
 from ratchet_core.settings import Settings
 from ratchet_gateway.ledger import Ledger
+from ratchet_gateway.limits import ClientLimiter
 from ratchet_gateway.metrics import Metrics
 from ratchet_gateway.offload import Offload
 from ratchet_gateway.proofs import KeyTreeCache
@@ -72,6 +73,7 @@ class Gateway:
         self.options = options
         self.metrics = Metrics()
         self.offload = Offload()  # the large-body lane (``ratchet_gateway.offload``)
+        self.limits = ClientLimiter(self)  # per-client limits and budgets (a request hook, ``create_app``)
         self.keys = KeyStore(parse_api_keys(settings.api_keys), load_pepper(settings.pepper, settings.home))
         teacher_bare = settings.teacher_model.split("/", 1)[-1]
         aliases = [a.strip() for a in settings.model_aliases.split(",") if a.strip()]
@@ -96,7 +98,7 @@ class Gateway:
             settings.home / "ledger",
             settings.lake_root,
             settings.segment_seconds,
-            replica_base=options.replica,
+            replica_base=options.replica or settings.replica_id,
             load_interval=options.load_interval,
             on_commit=self.metrics.on_commit,
             erasures=self.erasure_snapshot,  # erasures recorded by `ratchet admin erase` (governance.erase)
@@ -193,6 +195,7 @@ class Gateway:
 
         await asyncio.to_thread(ensure_schema, self.engine)
         await self.poll_once()
+        await self.limits.poll()  # limits in force before the first request
         self._poller = asyncio.create_task(self._poll_forever())
         log.info(
             "gateway replica %s ready (teacher %s, fast path %s)",
@@ -208,6 +211,10 @@ class Gateway:
                 await self._poller
         if self._bg:
             await asyncio.wait(list(self._bg), timeout=self.options.pair_drain_timeout_s)
+        try:
+            await self.limits.close()
+        except Exception as exc:
+            log.warning("client spend not flushed at stop: %s", redact_text(f"{type(exc).__name__}: {exc}"))
         for up in (self.teacher, self.student):
             if up is not None:
                 await up.close()
@@ -250,6 +257,10 @@ class Gateway:
         while True:
             await asyncio.sleep(self.settings.manifest_poll_seconds)
             await self.poll_once()
+            try:
+                await self.limits.poll()
+            except Exception as exc:  # keep the limits last read; the next poll retries
+                log.warning("client limits poll failed: %s", redact_text(f"{type(exc).__name__}: {exc}"))
             self.metrics.ledger_lag.set(self.ledger.lag_rows)
 
     def apply_local_safety(self, student_disabled: bool = False, pin: str | None = None) -> None:

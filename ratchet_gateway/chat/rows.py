@@ -147,6 +147,7 @@ class Recorder:
         await self.gw.teacher_equivalent.settle(row, call.student.teacher_prompt)
         try:
             await self.gw.ledger.append(row, await self._encoded(call, row))
+            self.gw.limits.observe(row)  # its spend and tokens against the client's limits
         except OSError as exc:
             raise GatewayError(
                 503,
@@ -157,6 +158,7 @@ class Recorder:
     def commit_nowait(self, call: ChatCall, row: dict) -> None:
         """Queue a row without waiting for its journal sync (a stream that ended without its answer); a large
         request's row is encoded in the lane first (a background task)."""
+        self.gw.limits.observe(row)  # the tokens and dollars an unfinished answer used
         if call.received.large:
             self.gw.spawn(self.append_quietly(call, row))
             return

@@ -1,6 +1,7 @@
 """The app owner's dashboard: ``GET /ratchet/dashboard`` (the page) and ``GET /ratchet/dashboard/data`` (its data).
 
-For the calling client only (its API key, like every client route), per task: the stage and version the signed
+For the calling client only (its API key, like every client route): its limits (requests and tokens per minute,
+its budget, what it spent of it and how many requests were refused, ``ratchet_gateway.limits``), and per task: the stage and version the signed
 manifest serves, the canary share and calibrated threshold, the certified lower bound read from the version's
 certificate *after* its signature verifies with the gateway's trusted keys (else shown as unverified), the
 student's share of the client's requests, and per day the client's actual spend against the teacher-equivalent
@@ -8,7 +9,7 @@ student's share of the client's requests, and per day the client's actual spend 
 
 Numbers come from the sealed lake segments (what receipts are built from), so they trail the live traffic by at
 most one segment (``RATCHET_SEGMENT_SECONDS``). The page and its script are static files served from this package
-(no CDN, no third-party script); the script asks for the key (or reads it from the URL fragment ``#key=...``,
+(no CDN, no third-party script, a strict Content-Security-Policy that allows nothing else); the script asks for the key (or reads it from the URL fragment ``#key=...``,
 which browsers never send to a server) and calls the data route with ``Authorization: Bearer``.
 """
 
@@ -86,7 +87,12 @@ def build(gw: Gateway, client: str) -> dict[str, Any]:
                 "evidence": _evidence(gw, release.version, [r["day"] for r in rows]),
             }
         )
-    return {"client": client, "manifest_sequence": _sequence(gw), "tasks": out}
+    return {
+        "client": client,
+        "manifest_sequence": _sequence(gw),
+        "limits": gw.limits.view(client),
+        "tasks": out,
+    }
 
 
 def _sequence(gw: Gateway) -> int:
