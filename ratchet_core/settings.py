@@ -122,6 +122,11 @@ class Settings(BaseSettings):
     upstream_total_timeout_s: float | None = Field(
         None, gt=0, description="Teacher: cap on a whole answer, streams included; unset = no cap."
     )
+    upstream_max_response_bytes: int = Field(
+        32 * 1024 * 1024,
+        gt=0,
+        description="Teacher and student: the largest answer the gateway reads (a stream in all); larger is a 502.",
+    )
     student_timeout_s: float = Field(20.0, gt=0, description="Timeout of every student call (then: teacher).")
     student_breaker_failures: int = Field(
         3, ge=1, description="Consecutive student failures or timeouts that open its circuit breaker."

@@ -170,6 +170,7 @@ class Gateway:
             s.upstream_timeout_s,
             force_litellm=self.options.teacher_via_litellm,
             offload=self.offload,
+            max_response_bytes=s.upstream_max_response_bytes,
         )
         self.student = Upstream(
             "student",
@@ -178,6 +179,7 @@ class Gateway:
             s.student_timeout_s,
             resolve=False,
             offload=self.offload,
+            max_response_bytes=s.upstream_max_response_bytes,
         )
         await self.teacher.start()
         await self.student.start()

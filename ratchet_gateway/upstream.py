@@ -103,7 +103,9 @@ class Upstream:
         resolve: bool = True,
         force_litellm: bool = False,
         offload: Any = None,
+        max_response_bytes: int = http1.DEFAULT_MAX_RESPONSE_BYTES,
     ):
+        self.max_response_bytes = max_response_bytes
         self.requested_model = model
         # the lane a large request's body is encoded in (``ratchet_gateway.offload``); None: encoded inline
         self._offload = offload
@@ -133,7 +135,7 @@ class Upstream:
 
     async def start(self) -> None:
         if self._pool is None and self.fast:
-            self._pool = http1.Pool(self.base)
+            self._pool = http1.Pool(self.base, max_response_bytes=self.max_response_bytes)
 
     async def close(self) -> None:
         if self._pool is not None:
@@ -309,6 +311,20 @@ class Upstream:
 def _transport_error(exc: http1.Http1Error, t: Timeouts) -> GatewayError:
     if isinstance(exc, http1.ConnectTimeout):
         return _timeout_error("connect", t)
+    if isinstance(exc, http1.TooLarge):
+        return GatewayError(
+            502,
+            "the model's answer is larger than the gateway reads (RATCHET_UPSTREAM_MAX_RESPONSE_BYTES); ask for a "
+            "shorter one (max_tokens)",
+            "upstream_response_too_large",
+        )
+    if isinstance(exc, http1.Disconnected) and exc.before_headers and exc.sent:
+        return GatewayError(
+            502,
+            "the model endpoint closed the connection without answering; it was not asked again, since it may "
+            "have received the request (retry if you want it asked again)",
+            "upstream_bad_response",
+        )
     if isinstance(exc, http1.ConnectFailed) or (isinstance(exc, http1.Disconnected) and exc.before_headers):
         return GatewayError(503, "the model endpoint is unreachable; retry later", "upstream_unavailable")
     if isinstance(exc, http1.Disconnected):
