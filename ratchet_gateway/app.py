@@ -57,6 +57,7 @@ from ratchet_gateway.responses import (
     ratchet_headers,
 )
 from ratchet_gateway.routers import CHAT_ROUTE, ROUTERS
+from ratchet_gateway.routers.proofs import ProofRequest
 from ratchet_gateway.state import DEFAULT_STUDENT_PRICES, Gateway, GatewayOptions
 
 __all__ = ["DEFAULT_STUDENT_PRICES", "Gateway", "GatewayApp", "GatewayOptions", "app_from_env", "create_app"]
@@ -85,8 +86,9 @@ def _version() -> str:
 
 
 def _openapi_document(app: FastAPI) -> dict[str, Any]:
-    """The OpenAPI document, with ``ChatRequest`` (and its nested models) among the components: the chat and
-    proof routes read that body themselves, so FastAPI does not see it (see ``ratchet_gateway.routers.chat``)."""
+    """The OpenAPI document, with ``ChatRequest`` (and its nested models) and ``ProofRequest`` among the
+    components: the chat and proof routes read their bodies themselves, so FastAPI does not see them (see
+    ``ratchet_gateway.routers.chat``)."""
     if app.openapi_schema is None:
         doc = get_openapi(
             title=app.title, version=app.version, description=app.description, routes=app.routes
@@ -103,6 +105,7 @@ def _openapi_document(app: FastAPI) -> dict[str, Any]:
         chat = ChatRequest.model_json_schema(ref_template="#/components/schemas/{model}")
         schemas.update(chat.pop("$defs", {}))
         schemas["ChatRequest"] = chat
+        schemas["ProofRequest"] = ProofRequest.model_json_schema()
         app.openapi_schema = doc
     return app.openapi_schema
 

@@ -86,9 +86,13 @@ def test_openapi_documents_every_route_with_its_body_and_bearer_scheme(gateway):
         assert documented[key].get("security") == ([{scheme: []}] if scheme else None), key
     # the chat body (read by the handler itself, not by FastAPI) is documented with its schema
     schemas = doc["components"]["schemas"]
-    for key in (("post", "/v1/chat/completions"), ("post", "/ratchet/proofs/{version}")):
+    for key, model in (
+        (("post", "/v1/chat/completions"), "ChatRequest"),
+        (("post", "/ratchet/proofs/{version}"), "ProofRequest"),
+    ):
         body = documented[key]["requestBody"]["content"]["application/json"]["schema"]
-        assert body == {"$ref": "#/components/schemas/ChatRequest"}
+        assert body == {"$ref": f"#/components/schemas/{model}"}
+    assert schemas["ProofRequest"]["required"] == ["request_id"]
     chat = schemas["ChatRequest"]
     assert set(chat["required"]) == {"model", "messages"} and "stream" in chat["properties"]
     assert chat["properties"]["messages"]["items"] == {"$ref": "#/components/schemas/ChatMessage"}
