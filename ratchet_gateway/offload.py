@@ -12,7 +12,10 @@ same steps inline: a few microseconds each, cheaper than a thread hop.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
+import os
+import threading
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar
@@ -21,13 +24,24 @@ T = TypeVar("T")
 
 # One worker: a large body's steps use one core at a time and the event loop keeps the other.
 LANE_WORKERS = 1
+# The lane's thread runs at a lower CPU priority (nice +10) than the event loop's: when the cores are busy, the
+# scheduler runs the loop first, so a large body waits, not every other request.
+LANE_NICE = 10
+
+
+def _lower_priority() -> None:
+    # Linux: this thread only; elsewhere (or not allowed) the lane runs at the loop's priority
+    with contextlib.suppress(AttributeError, OSError):
+        os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), LANE_NICE)
 
 
 class Offload:
     """The lane (one per gateway): ``await offload.run(fn, *args)`` runs ``fn(*args)`` in its thread."""
 
     def __init__(self, workers: int = LANE_WORKERS):
-        self._pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="ratchet-large")
+        self._pool = ThreadPoolExecutor(
+            max_workers=workers, thread_name_prefix="ratchet-large", initializer=_lower_priority
+        )
 
     async def run(self, fn: Callable[..., T], *args: Any) -> T:
         return await asyncio.get_running_loop().run_in_executor(self._pool, functools.partial(fn, *args))

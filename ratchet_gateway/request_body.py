@@ -32,7 +32,7 @@ from ratchet_gateway.input_rules import (
     nesting_error,
     resolve_task,
 )
-from ratchet_gateway.request_model import ChatMessage, ChatRequest, check_request
+from ratchet_gateway.request_model import ChatMessage, ChatRequest, Conversation, check_request
 
 __all__ = ["ChatMessage", "ChatRequest", "parse_chat_body", "read_body", "receive_body", "validate_chat_body"]
 
@@ -162,21 +162,28 @@ _MESSAGES = TypeAdapter(list[ChatMessage])
 def validate_chat_body(body: dict) -> ChatRequest:
     """The validated request (``ratchet_gateway.request_model``), or a 400 naming the first bad field.
 
-    Messages past the first are validated ``_SLICE`` at a time, so a body of thousands of messages is many short
-    pydantic calls (between them a worker thread lets the event loop run), never one long one."""
+    A body of more than ``_SLICE`` messages is validated ``_SLICE`` messages at a time, the rules between messages
+    checked as they go (``Conversation``), so no single pydantic call is long (between them a worker thread lets
+    the event loop run); its validated view then keeps only the first message (thousands of message models would
+    be freed on the event loop at the end of the request, all at once): the body holds them all, as sent."""
     messages = body.get("messages")
     try:
         if isinstance(messages, list) and len(messages) > _SLICE:
             req = ChatRequest.model_validate({**body, "messages": messages[:1]})
-            validated = req.messages
+            check_request(req, "stream_options" in body, messages=False)
+            conversation = Conversation()
+            conversation.add(0, req.messages[0])
             for start in range(1, len(messages), _SLICE):
                 try:
-                    validated.extend(_MESSAGES.validate_python(messages[start : start + _SLICE]))
+                    part = _MESSAGES.validate_python(messages[start : start + _SLICE])
                 except ValidationError as exc:
                     raise _slice_error(exc, start) from exc
+                for offset, m in enumerate(part):
+                    conversation.add(start + offset, m)
+            conversation.end()
         else:
             req = ChatRequest.model_validate(body)
-        check_request(req, "stream_options" in body)
+            check_request(req, "stream_options" in body)
     except ValidationError as exc:
         param = error_param(exc.errors()[0].get("loc") or ())
         raise GatewayError(400, describe_validation_error(exc), "invalid_request", param=param) from exc

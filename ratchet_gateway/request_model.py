@@ -189,9 +189,10 @@ def _tool_names(tools: Sequence[Tool] | None) -> set[str]:
     return names
 
 
-def check_request(req: ChatRequest, stream_options_given: bool) -> None:
+def check_request(req: ChatRequest, stream_options_given: bool, messages: bool = True) -> None:
     """The rules between fields (module docstring); InputRuleError naming the field otherwise.
-    `stream_options_given`: the body carried a ``stream_options`` key (``null`` included)."""
+    `stream_options_given`: the body carried a ``stream_options`` key (``null`` included). `messages`: check
+    ``req.messages`` too (a large body's are checked slice by slice, :class:`Conversation`)."""
     if stream_options_given and not req.stream:
         raise _refuse("stream_options is only allowed when stream is true", "stream_options")
     for key, value in (req.metadata or {}).items():
@@ -212,23 +213,29 @@ def check_request(req: ChatRequest, stream_options_given: bool) -> None:
                 raise _refuse(
                     f"names {named!r}, which is not a declared tool (declare it in tools)", "tool_choice"
                 )
-    _check_messages(req.messages)
+    if messages:
+        conversation = Conversation()
+        for i, m in enumerate(req.messages):
+            conversation.add(i, m)
+        conversation.end()
 
 
-def _check_messages(messages: Sequence[ChatMessage]) -> None:
-    pending: dict[str, int] = {}  # tool call id -> the assistant message that made it, until it is answered
-    answerable: set[str] = set()  # the ids the current run of tool messages may answer
-    for i, m in enumerate(messages):
+class Conversation:
+    """The rules between messages, checked one message at a time (so a large body's messages need not all be
+    kept as models): null content, content parts, tool calls and their answers."""
+
+    def __init__(self) -> None:
+        self.pending: dict[
+            str, int
+        ] = {}  # tool call id -> the assistant message that made it, until answered
+        self.answerable: set[str] = set()  # the ids the current run of tool messages may answer
+
+    def add(self, i: int, m: ChatMessage) -> None:
         where = f"messages.{i}"
-        if m.role != "tool" and pending:
-            first = min(pending.values())
-            raise _refuse(
-                "an assistant message with tool_calls must be followed by tool messages answering each "
-                f"tool_call_id (message {first} has calls without an answer)",
-                f"messages.{first}.tool_calls",
-            )
+        if m.role != "tool" and self.pending:
+            self._unanswered()
         if m.role != "tool":
-            answerable = set()
+            self.answerable = set()
         if m.content is None:
             if not (m.role == "assistant" and (m.tool_calls or m.function_call)):
                 raise _refuse(
@@ -239,25 +246,31 @@ def _check_messages(messages: Sequence[ChatMessage]) -> None:
             _check_parts(m.content, f"{where}.content")
         if m.role == "assistant" and m.tool_calls:
             for j, call in enumerate(m.tool_calls):
-                if call.id in pending or call.id in answerable:
+                if call.id in self.pending or call.id in self.answerable:
                     raise _refuse(f"the tool call id {call.id!r} is used twice", f"{where}.tool_calls.{j}.id")
-                pending[call.id] = i
-            answerable = set(pending)
+                self.pending[call.id] = i
+            self.answerable = set(self.pending)
         elif m.role == "tool":
             if m.tool_call_id is None:
                 raise _refuse("a tool message needs the tool_call_id it answers", f"{where}.tool_call_id")
-            if m.tool_call_id not in answerable:
+            if m.tool_call_id not in self.answerable:
                 raise _refuse(
                     "a tool message must answer a tool call of the assistant message before it",
                     f"{where}.tool_call_id",
                 )
-            pending.pop(m.tool_call_id, None)
+            self.pending.pop(m.tool_call_id, None)
         elif m.role == "function" and m.name is None:
             raise _refuse("a function message needs the name of the function", f"{where}.name")
-    if pending:
-        first = min(pending.values())
+
+    def end(self) -> None:
+        if self.pending:
+            self._unanswered()
+
+    def _unanswered(self) -> None:
+        first = min(self.pending.values())
         raise _refuse(
-            "an assistant message with tool_calls must be followed by tool messages answering each tool_call_id",
+            "an assistant message with tool_calls must be followed by tool messages answering each "
+            f"tool_call_id (message {first} has calls without an answer)",
             f"messages.{first}.tool_calls",
         )
 

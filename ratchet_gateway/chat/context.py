@@ -36,7 +36,8 @@ class Received:
     day: str  # the row's ``day`` (UTC, or the accelerated clock's)
     client: str  # the authenticated client's name
     task: str
-    req: ChatRequest  # the validated view of the body (the fields the gateway reads)
+    # the validated view of the body (the fields the gateway reads; a large body's keeps its first message only)
+    req: ChatRequest
     body: dict  # the body the teacher gets: as sent, less ``metadata.ratchet_task``
     large: bool = (
         False  # a large body: every step proportional to it runs in the lane (``ratchet_gateway.offload``)
