@@ -1,15 +1,18 @@
-"""Request bodies: the subset of OpenAI's chat-completions body the gateway checks before forwarding, and how a
-chat body is read (size-limited), parsed and validated -- the same for the chat route and the proof route.
+"""Request bodies: how a chat body is read (size-limited), parsed and validated against the request model
+(``ratchet_gateway.request_model``: the fields OpenAI's API checks, and its rules between them).
 
 Unknown top-level fields are passed through to the upstream unchanged (``extra="allow"``): OpenAI adds
 parameters often and a gateway that rejects them breaks clients. Types of the fields Ratchet reads are checked
 strictly, as OpenAI checks them (``ratchet_gateway.input_rules``: ``max_tokens: true``, ``stream: "yes"``,
 ``seed: false``, ``temperature: "0.5"`` are rejected), and a wrong one is a 400 that names the field.
 
-Before parsing, a body nested deeper than ``input_rules.MAX_NESTING_DEPTH`` is a 400; the task
-(``metadata.ratchet_task``, else the ``X-Ratchet-Task`` header decoded as UTF-8, else ``default``) must be a
-valid task name (``ratchet_core.names.TASK_NAME_PATTERN``: 1-64 of ``A-Za-z0-9._-``) or the request is a 400:
-it is never stored, logged or forwarded upstream unvalidated.
+Before parsing, a body nested deeper than ``input_rules.MAX_NESTING_DEPTH`` is a 400, and so is a large one
+(over :data:`LARGE_BODY_BYTES`) holding more than ``input_rules.MAX_JSON_VALUES`` values; a large body is parsed
+in pieces (``ratchet_gateway.json_pieces``) and its messages validated in slices, so the chat pipeline can do it
+in a worker thread without long GIL holds (``ratchet_gateway.offload``). The task (``metadata.ratchet_task``, else
+the ``X-Ratchet-Task`` header decoded as UTF-8, else ``default``) must be a valid task name
+(``ratchet_core.names``: 1-64 of ``A-Za-z0-9._-``) or the request is a 400: it is never stored, logged or
+forwarded upstream unvalidated.
 """
 
 from __future__ import annotations
