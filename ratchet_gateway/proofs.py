@@ -93,9 +93,10 @@ _ROW = (
 )
 
 
-def find_request_row(ledger: Ledger, request_id: str) -> OwnRow | None:
+def find_request_row(ledger: Ledger, request_id: str, until: str | None = None) -> OwnRow | None:
     """The request row of `request_id`: this replica's ledger first (a separate cursor, safe beside the loader
-    thread), then every sealed segment in the lake (other replicas, earlier days); None when neither has it."""
+    thread), then the sealed segments in the lake (other replicas, earlier days; only days up to `until` when
+    given); None when neither has it."""
     con = ledger._con
     if con is not None:
         cur = con.cursor()
@@ -106,7 +107,8 @@ def find_request_row(ledger: Ledger, request_id: str) -> OwnRow | None:
         if rows:
             return OwnRow(*rows[0])
     lake = Lake(ledger.lake_root)
-    paths = [lake.duckdb_path(seg.rel) for day in lake.days() for seg in lake.segments(day)]
+    days = [d for d in lake.days() if until is None or d <= until]
+    paths = [lake.duckdb_path(seg.rel) for day in days for seg in lake.segments(day)]
     if not paths:
         return None
     import duckdb

@@ -140,11 +140,12 @@ async def proof_for_request(
 
 
 async def _proof(gw: Gateway, version: str, request_id: str, client: str) -> Response:
-    row = await asyncio.to_thread(find_request_row, gw.ledger, request_id)
+    _bom_files(gw, version)  # an unknown version says so before any search (it tells nothing about requests)
+    cut = await asyncio.to_thread(training_day, gw.artifacts.bom(version))
+    # the lake is searched only up to the cut: a later request is in no proof, so its day needs no scan
+    row = await asyncio.to_thread(find_request_row, gw.ledger, request_id, cut)
     if row is None or row.client != client:
         raise _not_yours(version)
-    _bom_files(gw, version)
-    cut = await asyncio.to_thread(training_day, gw.artifacts.bom(version))
     if cut is not None and row.day > cut:
         raise GatewayError(
             404,
