@@ -25,7 +25,7 @@ import pyarrow as pa
 
 from ratchet_stats.receipt.v2 import LEAF_FIELDS as LEAF_FIELDS_V2
 
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 
 SERVED_BY = ("teacher", "student")
 STAGES = ("teacher", "shadow", "canary", "live")
@@ -98,9 +98,20 @@ LEDGER_COLUMNS: list[tuple[str, pa.DataType, str]] = [
         "was confident but broke its request's contract, so the teacher answered instead (request rows), or "
         "would have (shadow pair rows); '' otherwise.",
     ),
+    # Added in schema version 4.
+    (
+        "api",
+        pa.string(),
+        "The API the request came in through: chat.completions | responses | messages | embeddings (API_NAMES). "
+        "A responses or messages request is stored as its chat translation (messages, tools, response_format, "
+        "params as POST /v1/chat/completions would carry them) and its answer as a chat message; an embeddings "
+        "row stores no content and is never an example. NULL in segments sealed before version 4 (all chat).",
+    ),
 ]
 # Columns added after version 1, with the version that added them (older rows and ledger files lack them).
-ADDED_COLUMNS = {"teacher_prompt_tokens": 2, "contract_violation": 3}
+ADDED_COLUMNS = {"teacher_prompt_tokens": 2, "contract_violation": 3, "api": 4}
+# The values of ``api`` (ratchet_gateway.chat.formats and ratchet_gateway.apis name them).
+API_NAMES = ("chat.completions", "responses", "messages", "embeddings")
 
 # What a row says (the prompt, the answer and what the client sent with them): an erasure blanks these to '' and
 # keeps every other column, so the row's receipt leaf (RECEIPT_LEAF_FIELDS, none of these) and hash stay

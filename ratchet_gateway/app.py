@@ -4,8 +4,10 @@ The app is assembled from parts that each have one home:
 
 - ``ratchet_gateway.state``: :class:`Gateway`, everything one app instance holds (``app.state.gateway``), and its
   lifecycle (the lifespan below starts and stops it);
-- ``ratchet_gateway.routers``: one module per concern (chat, models, health, admin, receipts, proofs), each an
-  ``APIRouter`` but the chat route, which the app registers directly (the hot path, see there);
+- ``ratchet_gateway.routers``: one module per concern (chat, models, model APIs, health, admin, receipts, proofs),
+  each an ``APIRouter`` but the chat route, which the app registers directly (the hot path, see there);
+- ``ratchet_gateway.apis``: ``POST /v1/responses`` and ``/v1/messages`` (formats of the chat pipeline, handlers
+  made by ``ChatHandler.for_api``) and ``/v1/embeddings``, built here (``app.state.apis``);
 - ``ratchet_gateway.deps``: the state and the caller as dependencies (``Depends``);
 - ``ratchet_gateway.responses``: the ``x-ratchet-*`` headers and OpenAI's error shape; the exception handlers
   here answer every ``GatewayError`` and framework error with them;
@@ -44,6 +46,9 @@ from starlette.responses import Response
 
 from ratchet_core.redact import redact_text
 from ratchet_core.settings import Settings, load_settings
+from ratchet_gateway.apis.embeddings import Embeddings
+from ratchet_gateway.apis.messages_format import MESSAGES
+from ratchet_gateway.apis.responses_format import RESPONSES
 from ratchet_gateway.chat import ChatHandler
 from ratchet_gateway.errors import GatewayError, client_closed_error
 from ratchet_gateway.hooks import RequestHook, RequestHooks
@@ -56,7 +61,7 @@ from ratchet_gateway.responses import (
     openai_error,
     ratchet_headers,
 )
-from ratchet_gateway.routers import CHAT_ROUTE, ROUTERS
+from ratchet_gateway.routers import CHAT_ROUTE, ROUTERS, model_apis
 from ratchet_gateway.routers.proofs import ProofRequest
 from ratchet_gateway.state import DEFAULT_STUDENT_PRICES, Gateway, GatewayOptions
 
@@ -86,9 +91,9 @@ def _version() -> str:
 
 
 def _openapi_document(app: FastAPI) -> dict[str, Any]:
-    """The OpenAPI document, with ``ChatRequest`` (and its nested models) and ``ProofRequest`` among the
-    components: the chat and proof routes read their bodies themselves, so FastAPI does not see them (see
-    ``ratchet_gateway.routers.chat``)."""
+    """The OpenAPI document, with ``ChatRequest``, the other model APIs' bodies and ``ProofRequest`` (and their
+    nested models) among the components: the routes read those bodies themselves, so FastAPI does not see them
+    (see ``ratchet_gateway.routers.chat`` and ``routers.model_apis``)."""
     if app.openapi_schema is None:
         doc = get_openapi(
             title=app.title, version=app.version, description=app.description, routes=app.routes
@@ -102,10 +107,12 @@ def _openapi_document(app: FastAPI) -> dict[str, Any]:
         schemas = doc.setdefault("components", {}).setdefault("schemas", {})
         for name in ("HTTPValidationError", "ValidationError"):
             schemas.pop(name, None)
-        chat = ChatRequest.model_json_schema(ref_template="#/components/schemas/{model}")
-        schemas.update(chat.pop("$defs", {}))
-        schemas["ChatRequest"] = chat
-        schemas["ProofRequest"] = ProofRequest.model_json_schema()
+        bodies = {"ChatRequest": ChatRequest, **model_apis.BODY_MODELS, "ProofRequest": ProofRequest}
+        for name, model in bodies.items():
+            schema = model.model_json_schema(ref_template="#/components/schemas/{model}")
+            schemas.update(schema.pop("$defs", {}))
+            schemas[name] = schema
+        doc["components"].setdefault("securitySchemes", {})["anthropicKey"] = model_apis.ANTHROPIC_KEY_SCHEME
         app.openapi_schema = doc
     return app.openapi_schema
 
@@ -219,8 +226,10 @@ def create_app(settings: Settings | None = None, options: GatewayOptions | None 
     # the one place hooks are registered: the gateway's own per-client limits first (``ratchet_gateway.limits``)
     hooks = RequestHooks([gw.limits, *HOOKS, *gw.options.hooks], headers=gw.headers)
     app.hooks = hooks if hooks else None
-    app.state.chat = ChatHandler(gw, hooks=hooks)
-    app._chat_asgi = app.state.chat.asgi
+    app.state.chat = chat = ChatHandler(gw, hooks=hooks)
+    app._chat_asgi = chat.asgi
+    # the other model APIs: two more formats of the same pipeline, and embeddings (``ratchet_gateway.apis``)
+    app.state.apis = model_apis.ModelApis(chat.for_api(RESPONSES), chat.for_api(MESSAGES), Embeddings(gw))
     app.add_api_route(**CHAT_ROUTE)  # first, and in the app's own table (ratchet_gateway.routers.chat)
     for router in ROUTERS:
         app.include_router(router)

@@ -82,13 +82,18 @@ class ClientLimiter(RequestHook):
 
     # the request path ---------------------------------------------------------------------------------------
     async def validated(self, info: RequestInfo, received: Any) -> None:
-        limits = self.limits.get(received.client)
+        self.admit(received.client, received.day)
+
+    def admit(self, client: str, day: str) -> None:
+        """Count one model request of `client` (on `day`), or raise its 429 (GatewayError). The chat pipeline's
+        APIs reach it through the ``validated`` hook; a model route outside the pipeline (embeddings) calls it."""
+        limits = self.limits.get(client)
         if limits is None:
             return
-        refusal = self.check(received.client, received.day, limits, time.monotonic())
+        refusal = self.check(client, day, limits, time.monotonic())
         if refusal is not None:
-            self.refused[(received.client, refusal.kind)] += 1
-            self.gw.metrics.client_limited.labels(received.client, refusal.kind).inc()
+            self.refused[(client, refusal.kind)] += 1
+            self.gw.metrics.client_limited.labels(client, refusal.kind).inc()
             raise refusal.error
 
     def check(self, client: str, day: str, limits: cl.ClientLimits, now: float) -> Refusal | None:

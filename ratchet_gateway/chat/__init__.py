@@ -1,5 +1,6 @@
-"""The chat pipeline behind ``POST /v1/chat/completions`` (``ratchet_gateway.routers.chat``): route, call the
-teacher and/or the student, record the row durably, answer.
+"""The chat pipeline behind ``POST /v1/chat/completions`` (``ratchet_gateway.routers.chat``), and behind
+``POST /v1/responses`` and ``POST /v1/messages`` as their chat translation (``ratchet_gateway.apis``): route, call
+the teacher and/or the student, record the row durably, answer in the caller's API.
 
 The order per request: authenticate -> read the body (size-limited) -> parse and validate it into the internal
 chat request -> route by the release manifest -> call the model(s) -> build the ledger row (redacted) ->
@@ -13,7 +14,8 @@ One module per part, each doing one job:
 
 - ``handler``: :class:`ChatHandler`, the orchestrator (entry points, checks, errors);
 - ``context``: a request's state, :class:`~ratchet_gateway.chat.context.ChatCall`, one typed record per concern;
-- ``formats``: the caller's API on both ends (OpenAI chat completions; the seam for other request APIs);
+- ``formats``: the caller's API on both ends (OpenAI chat completions; the protocol the other APIs' formats in
+  ``ratchet_gateway.apis`` implement);
 - ``complete``: the non-streamed path; ``relay``: the streamed one (teacher relay, student replay); ``parts``:
   what both use;
 - ``student``: the student endpoint behind its circuit breaker, and the cascade;

@@ -27,7 +27,11 @@ class CompletePath:
             call.outcome.served_by = "student"
         else:
             resp = await self._teacher(call)
-        out = p.api.answer(resp)
+        try:
+            out = p.api.answer(resp, call.received)
+        except GatewayError as err:  # an answer the caller's API cannot carry: recorded as the failure it is
+            await p.recorder.append_quietly(p.recorder.request_row(call, resp, err=err), call)
+            raise
         await p.recorder.commit(call, p.recorder.request_row(call, resp))
         p.pairs.after(call, resp)
         return Response(out, media_type="application/json", headers=p.recorder.answer_headers(call))

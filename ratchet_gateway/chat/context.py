@@ -1,7 +1,8 @@
 """What one chat request carries through the pipeline: a :class:`ChatCall`, one small typed record per concern,
 so each step reads what it needs and writes only its own record.
 
-- :class:`Received`: the request as received and validated (ids, arrival time, caller, task, the body sent on);
+- :class:`Received`: the request as received and validated (ids, arrival time, caller, task, the body sent on,
+  the API it came in through);
 - :class:`Decision`: who should answer (``ratchet_core.routing.route``) and the manifest that decided it;
 - :class:`StudentAttempt`: what the student's answer was judged on (version, confidence, threshold, cost,
   contract violation, error);
@@ -38,10 +39,11 @@ class Received:
     task: str
     # the validated view of the body (the fields the gateway reads; a large body's keeps its first message only)
     req: ChatRequest
-    body: dict  # the body the teacher gets: as sent, less ``metadata.ratchet_task``
-    large: bool = (
-        False  # a large body: every step proportional to it runs in the lane (``ratchet_gateway.offload``)
-    )
+    body: dict  # the body the teacher gets: as sent (or its chat translation), less ``metadata.ratchet_task``
+    api: str = "chat.completions"  # the API it came in through (``ApiFormat.api``; the row's ``api``)
+    origin: Any = None  # the request as that API wrote it, what its answer echoes (``ApiFormat.parse``)
+    # a large body: every step proportional to it runs in the lane (``ratchet_gateway.offload``)
+    large: bool = False
 
 
 @dataclass(slots=True)

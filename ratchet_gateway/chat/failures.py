@@ -1,13 +1,18 @@
 """How the pipeline tells its failures: every 5xx is logged with its request id and cause (a bug with its
 traceback), an unexpected exception becomes a 500 that asks the client to report the id, and a client that
-went away before its body was complete is a 499 (logged, counted, never a 500)."""
+went away before its body was complete is a 499 (logged, counted, never a 500). :func:`failure` does all of it
+for a request that failed before its answer started (the chat pipeline, and the embeddings route)."""
 
 from __future__ import annotations
 
 import logging
+import time
+from typing import Any
+
+from starlette.requests import ClientDisconnect
 
 from ratchet_core.redact import redact_text
-from ratchet_gateway.errors import GatewayError
+from ratchet_gateway.errors import GatewayError, client_closed_error
 
 log = logging.getLogger("ratchet.gateway")
 
@@ -43,3 +48,23 @@ def log_5xx(rid: str, err: GatewayError) -> None:
         why,
         exc_info=cause if err.code == "internal_error" else None,
     )
+
+
+def failure(exc: Exception, t0: float, headers: dict[str, str], metrics: Any, route: str) -> GatewayError:
+    """The error a request that failed before its answer started is answered with, logged and counted
+    (``ratchet_errors``, ``ratchet_requests_total``, a 499 in ``ratchet_client_closed_total`` of its `route`);
+    `headers` (the answer's) get its overhead."""
+    rid = headers["x-ratchet-request-id"]
+    if isinstance(exc, ClientDisconnect):  # the client left mid-body: its doing, not the gateway's
+        err = client_closed_error()
+        log_client_closed(rid)
+        metrics.client_closed.labels(route).inc()
+    else:
+        err = exc if isinstance(exc, GatewayError) else unexpected(exc)
+        if err.status >= 500:
+            log_5xx(rid, err)
+            err.message = f"{err.message} (request id {rid})"
+        metrics.errors.labels(err.type).inc()
+    metrics.requests.labels(headers["x-ratchet-served-by"], str(err.status)).inc()
+    headers["x-ratchet-overhead-ms"] = f"{(time.perf_counter() - t0) * 1000:.3f}"
+    return err

@@ -7,16 +7,18 @@ function of the bytes) in the large-body lane (``ratchet_gateway.offload``), and
 are computed there before routing; its upstream and journal encodings are the lane's too (``Upstream``,
 ``chat.rows``). Per-key rate limits and spend budgets are a ``validated`` request hook
 (``ratchet_gateway.hooks``), which runs after authentication and validation, before routing and any model call,
-and refuses with a 429 and ``retry-after``; another request API is another ``ChatHandler`` built with its
-``ApiFormat`` (``ratchet_gateway.chat.formats``)."""
+and refuses with a 429 and ``retry-after``; another request API is another ``ChatHandler`` for its ``ApiFormat``
+(``ratchet_gateway.chat.formats``), made by :meth:`ChatHandler.for_api` so that every API shares one student (its
+circuit breakers), one recorder and one pairs runner."""
 
 from __future__ import annotations
 
 import time
 from collections.abc import Awaitable, Callable
+from dataclasses import replace
 from typing import TYPE_CHECKING
 
-from starlette.requests import ClientDisconnect, Request
+from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
 from starlette.types import Receive, Scope, Send
 
@@ -24,7 +26,7 @@ from ratchet_core.routing import route
 from ratchet_gateway.auth import invalid_key_error
 from ratchet_gateway.chat.complete import CompletePath
 from ratchet_gateway.chat.context import ChatCall, Decision, Received
-from ratchet_gateway.chat.failures import log_5xx, log_client_closed, unexpected
+from ratchet_gateway.chat.failures import failure
 from ratchet_gateway.chat.formats import CHAT_COMPLETIONS, ApiFormat
 from ratchet_gateway.chat.pairs import Pairs
 from ratchet_gateway.chat.parts import Parts
@@ -32,7 +34,7 @@ from ratchet_gateway.chat.redaction import body_columns
 from ratchet_gateway.chat.relay import StreamPath
 from ratchet_gateway.chat.rows import Recorder
 from ratchet_gateway.chat.student import Student
-from ratchet_gateway.errors import GatewayError, client_closed_error
+from ratchet_gateway.errors import GatewayError
 from ratchet_gateway.hooks import INFO, RequestHooks, RequestInfo
 from ratchet_gateway.request_body import LARGE_BODY_BYTES, read_body, receive_body, task_of
 from ratchet_gateway.responses import new_request_id, ratchet_headers
@@ -47,7 +49,9 @@ _US_PER_DAY = 86_400_000_000
 _day_cache: list = [-1, ""]  # [UTC day number, its "YYYY-MM-DD"]: strftime once a day, not per request
 
 
-def _now_us_and_day(clock_now) -> tuple[int, str]:
+def arrival(clock_now) -> tuple[int, str]:
+    """(microseconds since the epoch, its UTC day) now: a row's ``ts`` and ``day`` (`clock_now`: the
+    accelerated clock's, or None for real time)."""
     if clock_now is None:
         us = time.time_ns() // 1000
         n = us // _US_PER_DAY
@@ -67,19 +71,28 @@ class ChatHandler:
         gw: Gateway,
         api: ApiFormat = CHAT_COMPLETIONS,
         hooks: RequestHooks | None = None,
+        shared: Parts | None = None,
         route: str = "/v1/chat/completions",
     ):
         self.gw = gw
         self.api = api
         self.route = route  # its path (a metrics label)
         self.hooks = hooks if hooks else None  # the app's request hooks (``validated`` runs here)
-        timeouts = teacher_timeouts(gw.settings)
-        self.student = Student(gw)
-        self.recorder = Recorder(gw)
-        self.pairs = Pairs(gw, self.student, self.recorder, timeouts)
-        parts = Parts(gw, api, self.student, self.recorder, self.pairs, timeouts)
+        if shared is None:
+            timeouts = teacher_timeouts(gw.settings)
+            student = Student(gw)
+            recorder = Recorder(gw)
+            shared = Parts(gw, api, student, recorder, Pairs(gw, student, recorder, timeouts), timeouts)
+        self.student, self.recorder, self.pairs = shared.student, shared.recorder, shared.pairs
+        self.parts = parts = replace(shared, api=api)
         self.complete = CompletePath(parts)
         self.stream = StreamPath(parts)
+
+    def for_api(self, api: ApiFormat) -> ChatHandler:
+        """A handler of the same pipeline for another request API (``ratchet_gateway.apis``): it shares this one's
+        student and its circuit breakers, recorder and pairs, and runs the same hooks."""
+        # its route is ``/v1/<api>`` (``/v1/responses``, ``/v1/messages``): a metrics label
+        return ChatHandler(self.gw, api, self.hooks, shared=self.parts, route=f"/v1/{api.api}")
 
     # entry points ------------------------------------------------------------------------------------------
     async def __call__(self, request: Request) -> Response:
@@ -87,8 +100,12 @@ class ChatHandler:
         h = request.headers
         limit = self.gw.settings.max_body_bytes
         info = request.scope.get(INFO) if self.hooks else None
+        authorization = h.get("authorization")
+        if authorization is None and self.api.key_header:  # e.g. Anthropic's ``x-api-key: <key>``
+            key = h.get(self.api.key_header)
+            authorization = None if key is None else f"Bearer {key}"
         return await self._handle(
-            h.get("authorization"), h.get("x-ratchet-task"), lambda: read_body(request, limit), info
+            authorization, h.get("x-ratchet-task"), lambda: read_body(request, limit), info
         )
 
     async def asgi(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -137,7 +154,7 @@ class ChatHandler:
             raw = await read()
             large = len(raw) > LARGE_BODY_BYTES
             # a large body is parsed and validated in the lane, in short calls (``ratchet_gateway.offload``)
-            body, req = await gw.offload.run(self.api.parse, raw) if large else self.api.parse(raw)
+            body, req, origin = await gw.offload.run(self.api.parse, raw) if large else self.api.parse(raw)
             del raw
             if req.model not in gw.model_names:
                 raise GatewayError(
@@ -147,8 +164,8 @@ class ChatHandler:
                     "model_not_found",
                 )
             task = task_of(req, task_header)
-            ts, day = _now_us_and_day(gw.clock_now)
-            received = Received(rid, t0, ts, day, client, task, req, body, large)
+            ts, day = arrival(gw.clock_now)
+            received = Received(rid, t0, ts, day, client, task, req, body, self.api.api, origin, large)
             if info is not None:
                 info.task = task
                 await self.hooks.check_validated(info, received)  # type: ignore[union-attr]
@@ -165,18 +182,4 @@ class ChatHandler:
 
     def _failed(self, exc: Exception, t0: float, headers: dict[str, str]) -> Response:
         """The answer to a request that failed before its answer started; logged and counted."""
-        rid = headers["x-ratchet-request-id"]
-        metrics = self.gw.metrics
-        if isinstance(exc, ClientDisconnect):  # the client left mid-body: its doing, not the gateway's
-            err = client_closed_error()
-            log_client_closed(rid)
-            metrics.client_closed.labels(self.route).inc()
-        else:
-            err = exc if isinstance(exc, GatewayError) else unexpected(exc)
-            if err.status >= 500:
-                log_5xx(rid, err)
-                err.message = f"{err.message} (request id {rid})"
-            metrics.errors.labels(err.type).inc()
-        metrics.requests.labels(headers["x-ratchet-served-by"], str(err.status)).inc()
-        headers["x-ratchet-overhead-ms"] = f"{(time.perf_counter() - t0) * 1000:.3f}"
-        return self.api.error(err, headers)
+        return self.api.error(failure(exc, t0, headers, self.gw.metrics, self.route), headers)

@@ -111,7 +111,7 @@ class Pairs:
         self.gw.metrics.pairs.labels(row["pair_role"], row["pair_outcome"]).inc()
         if row["pair_role"] == "audit":
             self.gw.teacher_equivalent.observe(row)
-        await self.recorder.append_quietly(call, row)
+        await self.recorder.append_quietly(row, call)
 
 
 def _ms(since: float) -> float:

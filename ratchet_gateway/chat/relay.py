@@ -36,7 +36,7 @@ class StreamPath:
 
     async def __call__(self, call: ChatCall) -> Response:
         p = self.parts
-        out = p.api.stream(call.received.req)
+        out = p.api.stream(call.received)
         if call.decision.route.student_version:
             resp = await p.student.attempt(call)
             if resp is not None:
@@ -95,7 +95,7 @@ class StreamPath:
             await p.recorder.commit(call, p.recorder.request_row(call, resp, truncated=not acc.finish))
             done = True
             p.pairs.after(call, resp)
-            yield out.end
+            yield out.end()
         except Exception as exc:  # the stream broke after its headers: tell the client in the stream itself
             if isinstance(exc, GatewayError):
                 err = exc
@@ -126,7 +126,7 @@ class StreamPath:
             for event in out.replay(resp, call.received.request_id):
                 yield event
             self.parts.pairs.after(call, resp)
-            yield out.end
+            yield out.end()
         finally:
             if not committed:
                 recorder.commit_nowait(call, recorder.request_row(call, resp, truncated=True))

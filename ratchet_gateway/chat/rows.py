@@ -70,6 +70,7 @@ class Recorder:
             "status_code": err.status if err else 200,
             "error_type": err.type if err else "",
             "error": red(err.message) if err else "",
+            "api": rec.api,
         }
 
     def request_row(
@@ -145,8 +146,13 @@ class Recorder:
         """Settle the row's teacher-equivalent columns and append it durably; a 503 when the ledger cannot take it
         (the answer is not released unrecorded)."""
         await self.gw.teacher_equivalent.settle(row, call.student.teacher_prompt)
+        await self.append(row, await self._encoded(call, row))
+
+    async def append(self, row: dict, encoded: bytes | None = None) -> None:
+        """Append a request row durably (the journal's group commit; `encoded`: its JSON, written in the lane for
+        a large request) and count it against its client's limits; a 503 when the ledger cannot take it."""
         try:
-            await self.gw.ledger.append(row, await self._encoded(call, row))
+            await self.gw.ledger.append(row, encoded)
             self.gw.limits.observe(row)  # its spend and tokens against the client's limits
         except OSError as exc:
             raise GatewayError(
@@ -160,17 +166,18 @@ class Recorder:
         request's row is encoded in the lane first (a background task)."""
         self.gw.limits.observe(row)  # the tokens and dollars an unfinished answer used
         if call.received.large:
-            self.gw.spawn(self.append_quietly(call, row))
+            self.gw.spawn(self.append_quietly(row, call))
             return
         try:
             self.gw.ledger.append_nowait(row)
         except OSError:
             self.gw.metrics.errors.labels("ledger_unavailable").inc()
 
-    async def append_quietly(self, call: ChatCall, row: dict) -> None:
-        """Append a row durably off the answer's path: a ledger failure is counted, never raised."""
+    async def append_quietly(self, row: dict, call: ChatCall | None = None) -> None:
+        """Append a row durably off the answer's path (`call`: the request it belongs to, so a large one's row is
+        encoded in the lane): a ledger failure is counted, never raised."""
         try:
-            await self.gw.ledger.append(row, await self._encoded(call, row))
+            await self.gw.ledger.append(row, None if call is None else await self._encoded(call, row))
         except OSError:
             self.gw.metrics.errors.labels("ledger_unavailable").inc()
 
@@ -185,7 +192,7 @@ class Recorder:
         gets `err` as an HTTP error)."""
         self.gw.metrics.upstream_faults.labels("teacher", err.code or "").inc()
         call.outcome.served_by = "teacher"
-        await self.append_quietly(call, self.request_row(call, None, err=err))
+        await self.append_quietly(self.request_row(call, None, err=err), call)
 
     def answer_headers(self, call: ChatCall) -> dict[str, str]:
         """The answer's ``x-ratchet-*`` headers, now that it is known who served; counts the request as served

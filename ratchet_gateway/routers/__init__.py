@@ -9,6 +9,8 @@
   ``/ratchet/public-key``;
 - ``proofs``: ``GET /ratchet/proofs/{version}/{request_id}`` (and ``POST /ratchet/proofs/{version}`` with
   ``{"request_id"}``: by request id, the caller's own requests only), ``GET /ratchet/boms/{version}``.
+- ``model_apis``: ``POST /v1/responses`` (OpenAI Responses), ``POST /v1/messages`` (Anthropic Messages),
+  ``POST /v1/embeddings``, handed to the handlers ``create_app`` builds (``ratchet_gateway.apis``);
 - ``dashboard``: ``GET /ratchet/dashboard`` (the app owner's page, static files in ``dashboard_static``) and
   ``GET /ratchet/dashboard/data`` (the caller's tasks, evidence and spend per day).
 
@@ -17,7 +19,15 @@ Every other module has an ``APIRouter`` (``ROUTERS``). Routers are thin: they ta
 ``ratchet_gateway.responses``. They never import the app factory.
 """
 
-from ratchet_gateway.routers import admin, chat, dashboard, health, models, proofs, receipts
+from ratchet_gateway.routers import admin, chat, dashboard, health, model_apis, models, proofs, receipts
 
 CHAT_ROUTE = chat.ROUTE
-ROUTERS = (models.router, health.router, admin.router, receipts.router, proofs.router, dashboard.router)
+ROUTERS = (
+    models.router,
+    model_apis.router,
+    health.router,
+    admin.router,
+    receipts.router,
+    proofs.router,
+    dashboard.router,
+)

@@ -75,7 +75,8 @@ def test_a_sealing_conflict_never_loses_a_row(tmp_path):
     a.close()
     b.close()
     again = _ledger(tmp_path, "b")
-    with pytest.raises(ReplicaConflict, match="another ledger"):  # restarted under that name: refused, rows kept
+    # restarted under that name: refused, rows kept
+    with pytest.raises(ReplicaConflict, match="another ledger"):
         again.open()
     import duckdb
 
