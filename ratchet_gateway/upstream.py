@@ -183,13 +183,16 @@ class Upstream:
             return await self._litellm_complete(body, t.total or t.first_byte)
         return check_completion(await self._answer("/chat/completions", body, task, t, large))
 
-    async def embed(self, body: dict[str, Any], timeouts: Timeouts, task: str | None = None) -> dict:
+    async def embed(
+        self, body: dict[str, Any], timeouts: Timeouts, task: str | None = None, large: bool = False
+    ) -> dict:
         """The embeddings of `body` (OpenAI's ``POST /embeddings``, the model rewritten; litellm's ``aembedding``
-        for other providers), checked by :func:`check_embeddings`; GatewayError on any failure."""
+        for other providers), checked by :func:`check_embeddings`; GatewayError on any failure. `large`: a large
+        request's body, encoded in the lane."""
         body = {**body, "model": self.model}
         if not self.fast:
             return check_embeddings(await self._litellm_embed(body, timeouts.total or timeouts.first_byte))
-        return check_embeddings(await self._answer("/embeddings", body, task, timeouts))
+        return check_embeddings(await self._answer("/embeddings", body, task, timeouts, large))
 
     async def _answer(
         self, path: str, body: dict, task: str | None, t: Timeouts, large: bool = False

@@ -111,6 +111,48 @@ def test_a_budget_is_insufficient_quota_until_raised(tmp_path, teacher_url):
         assert _chat(gw.url, AUTH).status_code == 200
 
 
+# one request of each model API (the demo teacher answers them all, embeddings included)
+API_BODIES = {
+    "/v1/chat/completions": BODY,
+    "/v1/responses": {"model": "ratchet", "input": "Where is my order?"},
+    "/v1/messages": {"model": "ratchet", "max_tokens": 50, "messages": BODY["messages"]},
+    "/v1/embeddings": {"model": "demo-teacher", "input": ["Where is my order?", "It is late."]},
+}
+
+
+def test_every_model_api_counts_against_the_limits_and_refuses_in_its_own_shape(tmp_path, teacher_url):
+    embeddings = dict(
+        embedding_model="openai/demo-teacher", embedding_api_base=teacher_url, embedding_api_key="sk-embed"
+    )
+    with running_gateway(tmp_path, teacher_url, **embeddings) as gw:
+
+        def post(path: str, headers: dict) -> httpx.Response:
+            return httpx.post(gw.url + path, headers=headers, json=API_BODIES[path], timeout=30)
+
+        _set(gw.engine, "app1", rpm=3)
+        _poll(gw)
+        served = [post(path, AUTH) for path in ("/v1/embeddings", "/v1/responses", "/v1/messages")]
+        assert [r.status_code for r in served] == [200, 200, 200], [r.text for r in served]
+        refused = {path: post(path, AUTH) for path in API_BODIES}  # the fourth request, whatever its API
+        for path, r in refused.items():
+            assert r.status_code == 429, (path, r.text)
+            assert 1 <= int(r.headers["retry-after"]) <= 20 and r.headers["x-ratchet-request-id"], path
+        for path in ("/v1/chat/completions", "/v1/responses", "/v1/embeddings"):  # OpenAI's shape
+            assert refused[path].json()["error"]["code"] == "rate_limit_exceeded", path
+        anthropic = refused["/v1/messages"].json()  # Anthropic's shape, as its clients read a 429
+        assert anthropic["type"] == "error" and anthropic["error"]["type"] == "rate_limit_error"
+        assert anthropic["request_id"] == refused["/v1/messages"].headers["x-ratchet-request-id"]
+        assert _rows(gw, "app1") == 3  # the refused ones never reached a model nor the ledger
+        assert _metric(gw.url, "ratchet_client_limited_total", client="app1", limit="rpm") == 4
+
+        # an embeddings answer's tokens count against the tokens per minute, as a chat answer's
+        _set(gw.engine, "app2", tpm=1)
+        _poll(gw)
+        assert post("/v1/embeddings", OTHER).status_code == 200
+        r = post("/v1/chat/completions", OTHER)
+        assert r.status_code == 429 and r.json()["error"]["type"] == "tokens", r.text
+
+
 def _ratchet(*args: str, control_db: str) -> None:
     env = {**os.environ, "RATCHET_CONTROL_DB": control_db}
     ratchet = Path(sys.executable).with_name("ratchet")

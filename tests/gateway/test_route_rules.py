@@ -58,6 +58,9 @@ def test_the_pin_route_takes_only_task_names(gw):
         ("GET", "/nope"),
         ("GET", "/ratchet/dashboard/data"),
         ("POST", "/v1/chat/completions"),
+        ("POST", "/v1/responses"),
+        ("POST", "/v1/messages"),
+        ("POST", "/v1/embeddings"),
         ("GET", "/openapi.json"),
     ],
 )
