@@ -1,6 +1,7 @@
 """A hostile tenant with a valid key cannot hurt the others: a real gateway process (``ratchet gateway``, as
 deployed) takes the worst bodies found (4 MiB each: unterminated strings of ``\\"``, bracket and value floods, the
-redaction rules' worst motifs, a 4 MiB schema, 128 large tools, 30,000 messages) while another client keeps
+redaction rules' worst motifs, a 4 MiB schema, 128 large tools, 40,000 tools, 30,000 messages through the chat,
+Messages and Responses APIs, 2,048 embeddings inputs) while another client keeps
 talking to it: the other client's ``/healthz`` latency stays under 50 ms (p99 over the run, the one wall-clock check
 in the suite), every one of its requests is answered and recorded exactly as sent, and every hostile body gets a
 4xx or an answer, never a 5xx.
@@ -60,9 +61,25 @@ def tools():
     ts = [{"type": "function", "function": {"name": f"f{i}", "parameters": params}} for i in range(128)]
     return head + b'"tools":' + json.dumps(ts).encode() + b"}"
 
+def turns():
+    return [{"role": "user" if i % 2 == 0 else "assistant", "content": f"turn {i} " + "m" * 80} for i in range(30_001)]
+
 def messages():
-    ms = [{"role": "user" if i % 2 == 0 else "assistant", "content": f"turn {i} " + "m" * 80} for i in range(30_000)]
-    return b'{"model":"ratchet","messages":' + json.dumps(ms).encode() + b"}"
+    return b'{"model":"ratchet","messages":' + json.dumps(turns()).encode() + b"}"
+
+def anthropic():
+    return b'{"model":"ratchet","max_tokens":20,"messages":' + json.dumps(turns()).encode() + b"}"
+
+def responses():
+    return b'{"model":"ratchet","input":' + json.dumps(turns()).encode() + b"}"
+
+def embeddings():
+    texts = [f"text {i} " + "e" * 900 for i in range(2048)]
+    user = json.dumps("a%" * 1_000_000 + "@").encode()  # redacted into the row's params
+    return b'{"model":"demo-teacher","dimensions":8,"input":' + json.dumps(texts).encode() + b',"user":' + user + b"}"
+
+def many_tools():
+    return head + b'"tools":' + json.dumps([{"type": "function", "function": {"name": f"f{i}"}} for i in range(40_000)]).encode() + b"}"
 
 BODIES = {
     "unterminated \\\" deep": (fill(b"[" * 65 + b'"', b'\\"'), 400),
@@ -77,13 +94,20 @@ BODIES = {
     "4 MiB schema": (schema(), 200),
     "128 large tools": (tools(), 200),
     "30,000 messages": (messages(), 200),
+    "40,000 tools": (many_tools(), 400),
 }
+BODIES = {name: ("/v1/chat/completions", body, want) for name, (body, want) in BODIES.items()}
+BODIES.update({
+    "30,000 Anthropic messages": ("/v1/messages", anthropic(), 200),
+    "30,000 Responses input items": ("/v1/responses", responses(), 200),
+    "2,048 embeddings inputs and a%*n@": ("/v1/embeddings", embeddings(), 200),
+})
 
 def send(item):
-    name, (body, want) = item
+    name, (path, body, want) = item
     assert len(body) <= LIMIT, (name, len(body))
     with httpx.Client(timeout=300) as c:
-        r = c.post(url + "/v1/chat/completions", content=body, headers={"Authorization": "Bearer " + key, "Content-Type": "application/json"})
+        r = c.post(url + path, content=body, headers={"Authorization": "Bearer " + key, "Content-Type": "application/json"})
     return name, want, r.status_code, r.text[:300]
 
 with concurrent.futures.ThreadPoolExecutor(2) as pool:
@@ -169,7 +193,12 @@ def _teacher(tmp_path: Path):
 def test_a_hostile_tenant_cannot_slow_or_touch_another(tmp_path: Path) -> None:
     teacher, teacher_url = _teacher(tmp_path)
     try:
-        with gateway_process(tmp_path / "gw", teacher_url, {"RATCHET_SEGMENT_SECONDS": "3600"}) as url:
+        env = {
+            "RATCHET_SEGMENT_SECONDS": "3600",
+            "RATCHET_EMBEDDING_MODEL": "openai/demo-teacher",
+            "RATCHET_EMBEDDING_API_BASE": teacher_url,
+        }
+        with gateway_process(tmp_path / "gw", teacher_url, env) as url:
             home = tmp_path / "gw"
             probe, neighbour = Probe(url), Neighbour(url)
             probe.start()
