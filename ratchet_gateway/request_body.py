@@ -35,15 +35,7 @@ from ratchet_gateway.input_rules import (
     nesting_error,
     resolve_task,
 )
-from ratchet_gateway.request_model import (
-    MAX_METADATA,
-    MAX_STOP,
-    MAX_TOOLS,
-    ChatMessage,
-    ChatRequest,
-    Conversation,
-    check_request,
-)
+from ratchet_gateway.request_model import ChatMessage, ChatRequest, Conversation, check_request
 
 __all__ = ["ChatMessage", "ChatRequest", "parse_chat_body", "read_body", "receive_body", "validate_chat_body"]
 
@@ -177,7 +169,6 @@ def validate_chat_body(body: dict) -> ChatRequest:
     the event loop run); its validated view then keeps only the first message (thousands of message models would
     be freed on the event loop at the end of the request, all at once): the body holds them all, as sent."""
     messages = body.get("messages")
-    _check_sizes(body)
     try:
         if isinstance(messages, list) and len(messages) > _SLICE:
             req = ChatRequest.model_validate({**body, "messages": messages[:1]})
@@ -201,24 +192,6 @@ def validate_chat_body(body: dict) -> ChatRequest:
     except InputRuleError as exc:
         raise input_rule_error(exc) from None
     return req
-
-
-# Fields with a bound on their number of items, checked before pydantic: it validates every item of a list and
-# only then counts them (16,000 tools would hold the GIL for ~100 ms to be refused).
-_SIZES = {"tools": MAX_TOOLS, "stop": MAX_STOP, "metadata": MAX_METADATA}
-
-
-def _check_sizes(body: dict) -> None:
-    for name, most in _SIZES.items():
-        value = body.get(name)
-        if isinstance(value, list | dict) and len(value) > most:
-            raise GatewayError(
-                400,
-                f"invalid request body: {name}: at most {most} {'items' if isinstance(value, list) else 'keys'}"
-                f" (got {len(value)}). Fix these fields (OpenAI chat format) and retry.",
-                "invalid_request",
-                param=name,
-            )
 
 
 def _slice_error(exc: ValidationError, start: int) -> GatewayError:

@@ -1,6 +1,6 @@
 """A hostile tenant with a valid key cannot hurt the others: a real gateway process (``ratchet gateway``, as
 deployed) takes the worst bodies found (4 MiB each: unterminated strings of ``\\"``, bracket and value floods, the
-redaction rules' worst motifs, a 4 MiB schema, 128 large tools, 40,000 tools, 30,000 messages through the chat,
+redaction rules' worst motifs, a 4 MiB schema, 128 large tools, 16,000 tools, 30,000 messages through the chat,
 Messages and Responses APIs, 2,048 embeddings inputs) while another client keeps
 talking to it: the other client's ``/healthz`` latency stays under 50 ms (p99 over the run, the one wall-clock check
 in the suite), every one of its requests is answered and recorded exactly as sent, and every hostile body gets a
@@ -79,7 +79,7 @@ def embeddings():
     return b'{"model":"demo-teacher","dimensions":8,"input":' + json.dumps(texts).encode() + b',"user":' + user + b"}"
 
 def many_tools():
-    return head + b'"tools":' + json.dumps([{"type": "function", "function": {"name": f"f{i}"}} for i in range(40_000)]).encode() + b"}"
+    return head + b'"tools":' + json.dumps([{"type": "function", "function": {"name": f"f{i}"}} for i in range(16_000)]).encode() + b"}"
 
 BODIES = {
     "unterminated \\\" deep": (fill(b"[" * 65 + b'"', b'\\"'), 400),
@@ -94,7 +94,7 @@ BODIES = {
     "4 MiB schema": (schema(), 200),
     "128 large tools": (tools(), 200),
     "30,000 messages": (messages(), 200),
-    "40,000 tools": (many_tools(), 400),
+    "16,000 tools": (many_tools(), 400),
 }
 BODIES = {name: ("/v1/chat/completions", body, want) for name, (body, want) in BODIES.items()}
 BODIES.update({
