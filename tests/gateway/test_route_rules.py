@@ -111,6 +111,9 @@ def _closed(gw, route: str) -> float:
     [
         ("/ratchet/admin/pin", f"Authorization: Bearer {ADMIN_KEY}\r\n"),
         ("/v1/chat/completions", f"Authorization: Bearer {API_KEY}\r\n"),
+        ("/v1/responses", f"Authorization: Bearer {API_KEY}\r\n"),
+        ("/v1/messages", f"x-api-key: {API_KEY}\r\n"),
+        ("/v1/embeddings", f"Authorization: Bearer {API_KEY}\r\n"),
     ],
 )
 def test_a_client_gone_mid_body_is_a_499_on_every_route(gw, caplog, route: str, headers: str):
