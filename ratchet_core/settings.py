@@ -101,6 +101,11 @@ class Settings(BaseSettings):
     segment_seconds: float = Field(
         60.0, gt=0, description="Seal the ledger into a Parquet segment this often."
     )
+    replica_id: str | None = Field(
+        None,
+        description="This gateway's replica name in the lake (each worker adds -<slot>); default the host name. "
+        "Gateways that share a lake need distinct ones (same as `ratchet gateway --replica`).",
+    )
     max_body_bytes: int = Field(
         4 * 1024 * 1024, gt=0, description="Largest request body the gateway accepts."
     )
@@ -123,6 +128,11 @@ class Settings(BaseSettings):
     )
     upstream_total_timeout_s: float | None = Field(
         None, gt=0, description="Teacher: cap on a whole answer, streams included; unset = no cap."
+    )
+    upstream_max_response_bytes: int = Field(
+        32 * 1024 * 1024,
+        gt=0,
+        description="Teacher and student: the largest answer the gateway reads (a stream in all); larger is a 502.",
     )
     student_timeout_s: float = Field(20.0, gt=0, description="Timeout of every student call (then: teacher).")
     student_breaker_failures: int = Field(
@@ -180,6 +190,13 @@ class Settings(BaseSettings):
     @classmethod
     def _expand_home(cls, v: Path) -> Path:
         return v.expanduser()
+
+    @field_validator("replica_id", mode="after")
+    @classmethod
+    def _replica_name(cls, v: str | None) -> str | None:
+        from ratchet_core.names import check
+
+        return None if v is None or v == "" else check("replica", v)
 
     @model_validator(mode="after")
     def _student_key_from_home(self) -> Settings:

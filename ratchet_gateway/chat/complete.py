@@ -30,7 +30,7 @@ class CompletePath:
         try:
             out = p.api.answer(resp, call.received)
         except GatewayError as err:  # an answer the caller's API cannot carry: recorded as the failure it is
-            await p.recorder.append_quietly(p.recorder.request_row(call, resp, err=err))
+            await p.recorder.append_quietly(p.recorder.request_row(call, resp, err=err), call)
             raise
         await p.recorder.commit(call, p.recorder.request_row(call, resp))
         p.pairs.after(call, resp)
@@ -41,7 +41,10 @@ class CompletePath:
         t = time.perf_counter()
         try:
             resp = await p.gw.teacher.complete(
-                call.received.body, task=call.received.task, timeouts=p.teacher_timeouts
+                call.received.body,
+                task=call.received.task,
+                timeouts=p.teacher_timeouts,
+                large=call.received.large,
             )
         except GatewayError as err:
             call.outcome.upstream_ms += (time.perf_counter() - t) * 1000

@@ -52,7 +52,10 @@ class Pairs:
         t = time.perf_counter()
         try:
             teacher = await gw.teacher.complete(
-                call.received.body, task=call.received.task, timeouts=self.teacher_timeouts
+                call.received.body,
+                task=call.received.task,
+                timeouts=self.teacher_timeouts,
+                large=call.received.large,
             )
             error = None
         except GatewayError as err:
@@ -65,7 +68,7 @@ class Pairs:
         row = self.recorder.pair_row(
             call, "audit", call.student.version, teacher, error, outcome, None, call.student.threshold, _ms(t)
         )
-        await self._write(row)
+        await self._write(call, row)
         if candidate and teacher is not None:  # no teacher answer: nothing to compare the candidate with
             await self._shadow(call, teacher, candidate)
 
@@ -77,7 +80,7 @@ class Pairs:
         conf = None
         try:
             body = {**student_body(call, gw.settings.redact_pii), "logprobs": True}
-            student = await self.student.ask(body, version, call.received.task)
+            student = await self.student.ask(body, version, call.received.task, call.received.large)
             conf = confidence(student)
             restore_answer(student, call.redaction.pii_map or {})
             error = None
@@ -102,13 +105,13 @@ class Pairs:
             _ms(t),
             contract_violation=violation.kind if violation else "",
         )
-        await self._write(row)
+        await self._write(call, row)
 
-    async def _write(self, row: dict) -> None:
+    async def _write(self, call: ChatCall, row: dict) -> None:
         self.gw.metrics.pairs.labels(row["pair_role"], row["pair_outcome"]).inc()
         if row["pair_role"] == "audit":
             self.gw.teacher_equivalent.observe(row)
-        await self.recorder.append_quietly(row)
+        await self.recorder.append_quietly(row, call)
 
 
 def _ms(since: float) -> float:

@@ -49,7 +49,7 @@ class StreamPath:
                 )
         t = time.perf_counter()
         rec = call.received
-        agen = p.gw.teacher.stream(rec.body, task=rec.task, timeouts=p.teacher_timeouts)
+        agen = p.gw.teacher.stream(rec.body, task=rec.task, timeouts=p.teacher_timeouts, large=rec.large)
         try:
             first = await agen.__anext__()
         except StopAsyncIteration:
@@ -113,7 +113,7 @@ class StreamPath:
             yield out.error(err)
         finally:
             if not done:
-                p.recorder.commit_nowait(p.recorder.request_row(call, acc.response(), truncated=True))
+                p.recorder.commit_nowait(call, p.recorder.request_row(call, acc.response(), truncated=True))
             await agen.aclose()
 
     async def _replay(self, call: ChatCall, resp: dict, row: dict, out: StreamFormat) -> AsyncIterator[bytes]:
@@ -129,7 +129,7 @@ class StreamPath:
             yield out.end()
         finally:
             if not committed:
-                recorder.commit_nowait(recorder.request_row(call, resp, truncated=True))
+                recorder.commit_nowait(call, recorder.request_row(call, resp, truncated=True))
 
 
 class StreamAccumulator:

@@ -7,8 +7,8 @@
 - ``admin``: ``POST /ratchet/admin/student-disabled``, ``/ratchet/admin/pin`` (safety switches only);
 - ``receipts``: ``GET /ratchet/receipts/{day}``, ``/ratchet/receipts/{day}/proof/{request_id}``,
   ``/ratchet/public-key``;
-- ``proofs``: ``POST /ratchet/proofs/{version}``, ``GET /ratchet/proofs/{version}/{request_id}``,
-  ``GET /ratchet/boms/{version}``.
+- ``proofs``: ``GET /ratchet/proofs/{version}/{request_id}`` (and ``POST /ratchet/proofs/{version}`` with
+  ``{"request_id"}``: by request id, the caller's own requests only), ``GET /ratchet/boms/{version}``.
 - ``model_apis``: ``POST /v1/responses`` (OpenAI Responses), ``POST /v1/messages`` (Anthropic Messages),
   ``POST /v1/embeddings``, handed to the handlers ``create_app`` builds (``ratchet_gateway.apis``);
 - ``dashboard``: ``GET /ratchet/dashboard`` (the app owner's page, static files in ``dashboard_static``) and

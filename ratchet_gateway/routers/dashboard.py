@@ -1,6 +1,7 @@
 """The app owner's dashboard: ``GET /ratchet/dashboard`` (the page) and ``GET /ratchet/dashboard/data`` (its data).
 
-For the calling client only (its API key, like every client route), per task: the stage and version the signed
+For the calling client only (its API key, like every client route): its limits (requests and tokens per minute,
+its budget, what it spent of it and how many requests were refused, ``ratchet_gateway.limits``), and per task: the stage and version the signed
 manifest serves, the canary share and calibrated threshold, the certified lower bound read from the version's
 certificate *after* its signature verifies with the gateway's trusted keys (else shown as unverified), the
 student's share of the client's requests, and per day the client's actual spend against the teacher-equivalent
@@ -8,7 +9,7 @@ student's share of the client's requests, and per day the client's actual spend 
 
 Numbers come from the sealed lake segments (what receipts are built from), so they trail the live traffic by at
 most one segment (``RATCHET_SEGMENT_SECONDS``). The page and its script are static files served from this package
-(no CDN, no third-party script); the script asks for the key (or reads it from the URL fragment ``#key=...``,
+(no CDN, no third-party script, a strict Content-Security-Policy that allows nothing else); the script asks for the key (or reads it from the URL fragment ``#key=...``,
 which browsers never send to a server) and calls the data route with ``Authorization: Bearer``.
 """
 
@@ -23,7 +24,7 @@ from fastapi import APIRouter
 from starlette.responses import FileResponse, Response
 
 from ratchet_gateway.deps import ClientDep, GatewayDep
-from ratchet_gateway.responses import error_docs, json_response
+from ratchet_gateway.responses import PAGE_HEADERS, error_docs, json_response, ratchet_headers
 from ratchet_gateway.state import Gateway
 
 router = APIRouter(prefix="/ratchet", tags=["dashboard"])
@@ -34,14 +35,19 @@ _FILES = {"app.js": "text/javascript", "app.css": "text/css"}
 
 @router.get("/dashboard", summary="The app owner's dashboard page (static; its data needs the client key)")
 async def dashboard_page() -> Response:
-    return FileResponse(STATIC / "index.html", media_type="text/html")
+    return FileResponse(STATIC / "index.html", media_type="text/html", headers=_page_headers())
 
 
 @router.get("/dashboard/static/{name}", include_in_schema=False)
 async def dashboard_static(name: str) -> Response:
     if name not in _FILES:  # a fixed list: no path from the URL reaches the filesystem
-        return Response(status_code=404)
-    return FileResponse(STATIC / name, media_type=_FILES[name])
+        return Response(status_code=404, headers=_page_headers())
+    return FileResponse(STATIC / name, media_type=_FILES[name], headers=_page_headers())
+
+
+def _page_headers() -> dict[str, str]:
+    """A page's headers: the strict CSP and its kin (``responses.PAGE_HEADERS``) and the x-ratchet-* ones."""
+    return {**ratchet_headers(), **PAGE_HEADERS}
 
 
 @router.get(
@@ -81,7 +87,12 @@ def build(gw: Gateway, client: str) -> dict[str, Any]:
                 "evidence": _evidence(gw, release.version, [r["day"] for r in rows]),
             }
         )
-    return {"client": client, "manifest_sequence": _sequence(gw), "tasks": out}
+    return {
+        "client": client,
+        "manifest_sequence": _sequence(gw),
+        "limits": gw.limits.view(client),
+        "tasks": out,
+    }
 
 
 def _sequence(gw: Gateway) -> int:

@@ -27,6 +27,9 @@ TABLES = {
     "erasure_scopes",
     "erasure_applied",
     "gateway_safety_events",
+    "client_limits",
+    "client_spend",
+    "gateway_replicas",
     "ratchet_schema",
 }
 
