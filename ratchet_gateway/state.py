@@ -189,10 +189,11 @@ class Gateway:
         await self.poll_once()
         self._poller = asyncio.create_task(self._poll_forever())
         log.info(
-            "gateway replica %s ready (teacher %s, fast path %s)",
+            "gateway replica %s ready (teacher %s, fast path %s, json_schema sent %s)",
             self.ledger.replica,
             s.teacher_model,
             self.teacher.fast,
+            s.teacher_json_schema,
         )
 
     async def stop(self) -> None:

@@ -28,6 +28,9 @@ if TYPE_CHECKING:
 _SORTED = orjson.OPT_SORT_KEYS
 # request fields stored in columns of their own; every other one is stored (redacted) in ``params``
 _OWN_COLUMNS = frozenset({"model", "messages", "tools", "tool_choice", "response_format", "stream"})
+# in ``params`` when the teacher got the request's json_schema in its system message (``chat.teacher``):
+# {"sent_as": "json_object", "violation": "" or the guard's kind when its answer broke the schema}
+TEACHER_SCHEMA_PARAM = "ratchet_teacher_schema"
 
 
 def canonical_json(obj: Any) -> str:
@@ -52,7 +55,14 @@ class Recorder:
             else ""
         )
         rf = canonical_json(rb["response_format"]) if req.response_format else ""
-        return tools, rf, canonical_json({k: v for k, v in rb.items() if k not in _OWN_COLUMNS})
+        params = {k: v for k, v in rb.items() if k not in _OWN_COLUMNS}
+        params.pop(TEACHER_SCHEMA_PARAM, None)  # the gateway's own note: a client cannot write it
+        if call.outcome.teacher_schema:
+            params[TEACHER_SCHEMA_PARAM] = {
+                "sent_as": call.outcome.teacher_schema,
+                "violation": call.outcome.teacher_schema_violation,
+            }
+        return tools, rf, canonical_json(params)
 
     def _columns(self, call: ChatCall, resp: dict | None, err: GatewayError | None) -> dict[str, Any]:
         """The columns a request row and its pair rows share: the request, and an answer (`resp`, None when there
