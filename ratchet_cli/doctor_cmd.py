@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import sys
 from datetime import UTC, datetime
 from typing import Any
@@ -69,6 +70,8 @@ async def _run(settings: Settings, cap_usd: float) -> dict[str, Any]:
     from ratchet_cli.teacher_checks import FAIL, OK, TeacherDoctor
     from ratchet_gateway.upstream import Upstream
 
+    # litellm's notice that a model missing from its price map got the fallback prices: the header says so
+    logging.getLogger("LiteLLM").setLevel(logging.ERROR)
     upstream = Upstream(
         settings.teacher_model, settings.teacher_api_base, settings.teacher_api_key, timeout_s=60.0
     )
