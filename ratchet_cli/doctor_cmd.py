@@ -92,7 +92,7 @@ async def _run(settings: Settings, cap_usd: float) -> dict[str, Any]:
             "model": settings.teacher_model,
             "api_base": settings.teacher_api_base,
             "provider": upstream.provider,
-            "path": "fast (OpenAI-compatible)" if upstream.fast else "litellm",
+            "path": "OpenAI-compatible fast path" if upstream.fast else "litellm",
         },
         "prices_per_1m_usd": {
             "input": round(p.input_per_token * 1e6, 6),

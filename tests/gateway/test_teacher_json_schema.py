@@ -16,7 +16,7 @@ from ratchet_core.teacher_capabilities import record
 from ratchet_gateway.schema_prompt import for_teacher, schema_in_system
 from tests.serve import serve_in_thread
 
-from .conftest import API_KEY, running_gateway, sealed_rows
+from .conftest import API_KEY, buffered, running_gateway, sealed_rows
 
 ANSWER_SCHEMA = {
     "type": "object",
@@ -87,23 +87,9 @@ def _recording(app, seen: list[dict]):
     async def wrapped(scope, receive, send):
         if scope["type"] != "http":
             return await app(scope, receive, send)
-        chunks, more = [], True
-        while more:
-            msg = await receive()
-            chunks.append(msg.get("body", b""))
-            more = msg.get("more_body", False)
-        body = b"".join(chunks)
+        body, replay = await buffered(receive)
         if body:
             seen.append(orjson.loads(body))
-        sent = False
-
-        async def replay():
-            nonlocal sent
-            if not sent:
-                sent = True
-                return {"type": "http.request", "body": body, "more_body": False}
-            return await receive()
-
         await app(scope, replay, send)
 
     return wrapped
