@@ -143,3 +143,18 @@ def test_the_gateway_sends_the_schema_in_the_system_message_and_the_row_records_
     assert stream_row["contract_violation"] == ""  # that column is evidence about student versions only
     plain_row = rows[plain.headers["x-ratchet-request-id"]]
     assert "ratchet_teacher_schema" not in json.loads(plain_row["params"])  # a client cannot write the note
+
+    # the night: an answer outside the client's schema is never a label; the others are
+    import pyarrow.parquet as pq
+
+    from ratchet_assets.night.examples import build_examples
+    from ratchet_assets.night.traffic import consolidate_traffic
+
+    art = tmp_path / "art"
+    days = {r["day"] for r in rows.values()}
+    labelled: set[str] = set()
+    for day in days:
+        consolidate_traffic(g.settings.lake_root, art, day)
+        labelled |= {e["request_id"] for e in pq.read_table(build_examples(art, day).path).to_pylist()}
+    assert stream_row["request_id"] not in labelled
+    assert {row["request_id"], plain_row["request_id"]} <= labelled
