@@ -213,10 +213,11 @@ class Gateway:
         await self.limits.poll()  # limits in force before the first request
         self._poller = asyncio.create_task(self._poll_forever())
         log.info(
-            "gateway replica %s ready (teacher %s, fast path %s)",
+            "gateway replica %s ready (teacher %s, fast path %s, json_schema sent %s)",
             self.ledger.replica,
             s.teacher_model,
             self.teacher.fast,
+            s.teacher_json_schema,
         )
 
     async def stop(self) -> None:

@@ -9,6 +9,7 @@ from starlette.responses import Response
 
 from ratchet_gateway.chat.context import ChatCall
 from ratchet_gateway.chat.parts import Parts
+from ratchet_gateway.chat.teacher import check_teacher_schema, teacher_body
 from ratchet_gateway.errors import GatewayError
 
 
@@ -40,15 +41,14 @@ class CompletePath:
         p = self.parts
         t = time.perf_counter()
         try:
+            body = teacher_body(call, p.gw.settings.teacher_json_schema)
             resp = await p.gw.teacher.complete(
-                call.received.body,
-                task=call.received.task,
-                timeouts=p.teacher_timeouts,
-                large=call.received.large,
+                body, task=call.received.task, timeouts=p.teacher_timeouts, large=call.received.large
             )
         except GatewayError as err:
             call.outcome.upstream_ms += (time.perf_counter() - t) * 1000
             await p.recorder.teacher_failed(call, err)
             raise
         call.outcome.upstream_ms += (time.perf_counter() - t) * 1000
+        await check_teacher_schema(call, resp)
         return resp

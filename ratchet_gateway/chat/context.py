@@ -77,6 +77,9 @@ class Outcome:
     served_by: str = "teacher"
     upstream_ms: float = 0.0  # time spent waiting on models (the rest of the latency is the gateway's own)
     error: GatewayError | None = None  # the error a stream ended with after its headers went out
+    # ``json_object`` when the teacher got the request's json_schema in its system message (``chat.teacher``)
+    teacher_schema: str = ""
+    teacher_schema_violation: str = ""  # then: the guard's kind when the teacher's answer broke that schema
 
 
 @dataclass(slots=True)

@@ -22,6 +22,7 @@ from ratchet_gateway.chat.redaction import restore_answer, student_body
 from ratchet_gateway.chat.rows import Recorder
 from ratchet_gateway.chat.student import Student
 from ratchet_gateway.errors import GatewayError
+from ratchet_gateway.schema_prompt import for_teacher
 from ratchet_gateway.upstream import Timeouts
 
 if TYPE_CHECKING:
@@ -51,11 +52,9 @@ class Pairs:
         gw = self.gw
         t = time.perf_counter()
         try:
+            body, _ = for_teacher(call.received.body, gw.settings.teacher_json_schema)
             teacher = await gw.teacher.complete(
-                call.received.body,
-                task=call.received.task,
-                timeouts=self.teacher_timeouts,
-                large=call.received.large,
+                body, task=call.received.task, timeouts=self.teacher_timeouts, large=call.received.large
             )
             error = None
         except GatewayError as err:

@@ -19,6 +19,10 @@ from ratchet_gateway.chat.context import BodyColumns, ChatCall
 _SORTED = orjson.OPT_SORT_KEYS
 # request fields stored in columns of their own; every other one is stored (redacted) in ``params``
 _OWN_COLUMNS = frozenset({"model", "messages", "tools", "tool_choice", "response_format", "stream"})
+# in ``params`` when the teacher got the request's json_schema in its system message (``chat.teacher``):
+# {"sent_as": "json_object", "violation": "" or the guard's kind when its answer broke the schema}; written by the
+# gateway only (``Recorder.request_row``): a client's own field of that name is never stored
+TEACHER_SCHEMA_PARAM = "ratchet_teacher_schema"
 
 
 def student_body(call: ChatCall, redact_pii: bool) -> dict:
@@ -60,7 +64,9 @@ def body_columns(call: ChatCall, redact_pii: bool) -> BodyColumns:
             messages=_canonical(red.messages, large),
             tools=_canonical(tools, large) if req.tools else "",
             response_format=_canonical(rb["response_format"], large) if req.response_format else "",
-            params=_canonical({k: v for k, v in rb.items() if k not in _OWN_COLUMNS}, large),
+            params=_canonical(
+                {k: v for k, v in rb.items() if k not in _OWN_COLUMNS and k != TEACHER_SCHEMA_PARAM}, large
+            ),
         )
     return red.columns
 

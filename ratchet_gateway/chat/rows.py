@@ -20,7 +20,7 @@ from ratchet_core.schema import pair_row, request_row
 from ratchet_gateway import json_pieces
 from ratchet_gateway.chat.completion import message_of, token_counts
 from ratchet_gateway.chat.context import ChatCall
-from ratchet_gateway.chat.redaction import body_columns
+from ratchet_gateway.chat.redaction import TEACHER_SCHEMA_PARAM, body_columns
 from ratchet_gateway.errors import GatewayError
 
 if TYPE_CHECKING:
@@ -93,7 +93,9 @@ class Recorder:
             served_by=served_by,
             tools=body.tools,
             response_format=body.response_format,
-            params=body.params,
+            params=body.params
+            if not call.outcome.teacher_schema
+            else _with_teacher_schema(body.params, call),
             teacher_cost_usd=teacher_cost if resp else 0.0,
             actual_cost_usd=actual if resp else (attempt.cost or 0.0),
             latency_ms=latency,
@@ -207,3 +209,9 @@ class Recorder:
         h["x-ratchet-overhead-ms"] = f"{overhead:.3f}"
         self.gw.metrics.served(served_by, elapsed / 1000, overhead / 1000)
         return h
+
+
+def _with_teacher_schema(params: str, call: ChatCall) -> str:
+    """The params column with the gateway's note that the teacher got the schema as text (``chat.teacher``)."""
+    note = {"sent_as": call.outcome.teacher_schema, "violation": call.outcome.teacher_schema_violation}
+    return canonical_json({**orjson.loads(params), TEACHER_SCHEMA_PARAM: note})

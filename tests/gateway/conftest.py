@@ -57,28 +57,34 @@ def _by_model(apps: dict[str, Any]):
                 await send({"type": f"lifespan.{kind}.complete"})
                 if kind == "shutdown":
                     return
-        chunks, more = [], True
-        while more:
-            msg = await receive()
-            chunks.append(msg.get("body", b""))
-            more = msg.get("more_body", False)
-        body = b"".join(chunks)
+        body, replay = await buffered(receive)
         try:
             model = orjson.loads(body).get("model") if body else None
         except (orjson.JSONDecodeError, AttributeError):
             model = None
-        replayed = False
-
-        async def replay():
-            nonlocal replayed
-            if not replayed:
-                replayed = True
-                return {"type": "http.request", "body": body, "more_body": False}
-            return await receive()
-
         await apps.get(model, first)(scope, replay, send)
 
     return app
+
+
+async def buffered(receive):
+    """(the whole request body read from ASGI `receive`, a receive that hands it on again, then goes on)."""
+    chunks, more = [], True
+    while more:
+        msg = await receive()
+        chunks.append(msg.get("body", b""))
+        more = msg.get("more_body", False)
+    body = b"".join(chunks)
+    replayed = False
+
+    async def replay():
+        nonlocal replayed
+        if not replayed:
+            replayed = True
+            return {"type": "http.request", "body": body, "more_body": False}
+        return await receive()
+
+    return body, replay
 
 
 @contextmanager
