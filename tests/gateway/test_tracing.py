@@ -7,8 +7,6 @@ from __future__ import annotations
 
 import subprocess
 import sys
-import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import urlsplit
 
 import httpx
@@ -16,6 +14,8 @@ import openai
 import pytest
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import SpanKind
+
+from tests.otlp import otlp_receiver
 
 from .conftest import API_KEY, STUDENT_VERSION, running_gateway
 
@@ -196,58 +196,23 @@ def test_no_span_and_no_sdk_with_the_endpoint_unset(tmp_path, teacher_url):
     assert out.stdout.strip() == "[]", out.stdout
 
 
-class _Receiver(BaseHTTPRequestHandler):
-    """An OTLP/HTTP traces receiver: decodes each ExportTraceServiceRequest it is sent."""
-
-    requests: list = []
-    paths: list = []
-
-    def do_POST(self):
-        from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
-
-        body = self.rfile.read(int(self.headers["content-length"]))
-        msg = ExportTraceServiceRequest()
-        msg.ParseFromString(body)
-        type(self).requests.append(msg)
-        type(self).paths.append((self.path, self.headers.get("content-type")))
-        self.send_response(200)
-        self.send_header("content-type", "application/x-protobuf")
-        self.send_header("content-length", "0")
-        self.end_headers()
-
-    def log_message(self, *args):
-        pass
-
-
 def test_spans_reach_an_otlp_receiver_on_loopback(tmp_path, teacher_url, monkeypatch):
     monkeypatch.setenv("OTEL_RESOURCE_ATTRIBUTES", "deployment.environment=test")
-    server = ThreadingHTTPServer(("127.0.0.1", 0), _Receiver)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    try:
-        endpoint = f"http://127.0.0.1:{server.server_port}"
-        with running_gateway(tmp_path, teacher_url, otel_endpoint=endpoint) as g:
-            client = openai.OpenAI(base_url=g.url + "/v1", api_key=API_KEY, max_retries=0, timeout=20)
-            rid = _ask(client).headers["x-ratchet-request-id"]
-        # leaving the block stopped the app: its shutdown flushed the batch to the receiver
-    finally:
-        server.shutdown()
-    assert _Receiver.paths and all(p == ("/v1/traces", "application/x-protobuf") for p in _Receiver.paths)
-    spans, resources = {}, []
-    for req in _Receiver.requests:
-        for rs in req.resource_spans:
-            resources.append({kv.key: kv.value.string_value for kv in rs.resource.attributes})
-            for ss in rs.scope_spans:
-                for span in ss.spans:
-                    attrs = {kv.key: kv.value for kv in span.attributes}
-                    spans[span.span_id] = (span, attrs)
-    assert all(r["service.name"] == "ratchet-gateway" for r in resources)
-    assert all(r["deployment.environment"] == "test" for r in resources)
-    ((root, attrs),) = [
-        v
-        for v in spans.values()
-        if v[1].get("ratchet.request_id", None) and v[1]["ratchet.request_id"].string_value == rid
-    ]
-    assert attrs["gen_ai.operation.name"].string_value == "chat"
-    assert attrs["gen_ai.usage.output_tokens"].int_value > 0
-    children = [a for s, a in spans.values() if s.parent_span_id == root.span_id]
-    assert [a["ratchet.role"].string_value for a in children] == ["teacher"]
+    with (
+        otlp_receiver() as collector,
+        running_gateway(tmp_path, teacher_url, otel_endpoint=collector.url) as g,
+    ):
+        client = openai.OpenAI(base_url=g.url + "/v1", api_key=API_KEY, max_retries=0, timeout=20)
+        rid = _ask(client).headers["x-ratchet-request-id"]
+    # leaving the block stopped the app (its shutdown flushed the batch to the receiver), then the receiver
+    assert collector.posts and all(p == ("/v1/traces", "application/x-protobuf") for p in collector.posts)
+    (root,) = [s for s in collector.spans if s.attributes.get("ratchet.request_id") == rid]
+    assert root.resource["service.name"] == "ratchet-gateway"
+    assert root.resource["deployment.environment"] == "test"
+    assert (
+        root.attributes["gen_ai.operation.name"] == "chat"
+        and root.attributes["gen_ai.usage.output_tokens"] > 0
+    )
+    children = [s for s in collector.spans if s.parent_span_id == root.span_id]
+    assert [s.attributes["ratchet.role"] for s in children] == ["teacher"]
+    assert children[0].trace_id == root.trace_id
