@@ -318,30 +318,20 @@ class _TracedUpstream:
         return resp
 
     async def complete(self, body: dict, model: str | None = None, *args: Any, **kwargs: Any) -> dict:
-        req = _request.get()
-        if req is None:  # a call outside a model request
-            return await self._complete(body, model, *args, **kwargs)
-        span, role = self._start(req, model, body, "chat")
-        token = _call.set(span)
-        try:
-            resp = await self._complete(body, model, *args, **kwargs)
-            self._answered(req, span, role, resp)
-            return resp
-        except BaseException as exc:
-            self._failed(req, span, role, exc)
-            raise
-        finally:
-            _call.reset(token)
-            span.end()
+        return await self._answer(lambda: self._complete(body, model, *args, **kwargs), "chat", model, body)
 
     async def embed(self, body: dict, timeouts: Any, task: str | None = None) -> dict:
+        return await self._answer(lambda: self._embed(body, timeouts, task), "embeddings", None, body)
+
+    async def _answer(self, call: Any, operation: str, model: str | None, body: dict) -> dict:
+        """``await call()`` (a non-streamed call) inside its span."""
         req = _request.get()
-        if req is None:
-            return await self._embed(body, timeouts, task)
-        span, role = self._start(req, None, body, "embeddings")
+        if req is None:  # a call outside a model request
+            return await call()
+        span, role = self._start(req, model, body, operation)
         token = _call.set(span)
         try:
-            resp = await self._embed(body, timeouts, task)
+            resp = await call()
             self._answered(req, span, role, resp)
             return resp
         except BaseException as exc:

@@ -13,7 +13,7 @@ import httpx
 import openai
 import pytest
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
-from opentelemetry.trace import SpanKind
+from opentelemetry.trace import SpanKind, StatusCode
 
 from tests.otlp import otlp_receiver
 
@@ -176,6 +176,24 @@ def test_the_other_model_apis_and_a_failed_request(traced):
     assert httpx.get(g.url + "/healthz").status_code == 200  # not a model request: no span
     g.app.state.tracing.flush()
     assert not [s for s in exporter.get_finished_spans() if s.attributes.get("url.path") == "/healthz"]
+
+
+def test_a_student_that_fails_falls_back_to_the_teacher_in_the_trace(tmp_path, teacher_url):
+    exporter = InMemorySpanExporter()
+    # the default student endpoint of running_gateway refuses connections
+    with running_gateway(
+        tmp_path, teacher_url, options={"span_exporter": exporter}, otel_endpoint="http://127.0.0.1:9"
+    ) as g:
+        g.publish(echo={"stage": "live", "version": STUDENT_VERSION, "threshold": 0.0})
+        client = openai.OpenAI(base_url=g.url + "/v1", api_key=API_KEY, max_retries=0, timeout=20)
+        raw = _ask(client)
+        assert raw.headers["x-ratchet-served-by"] == "teacher"
+        root, (student, teacher) = _spans(g, exporter, raw.headers["x-ratchet-request-id"], 2)
+    assert root.attributes["ratchet.cascade"] == "fallback" and "error.type" not in root.attributes
+    assert student.attributes["ratchet.role"] == "student" and student.attributes["server.port"] == 9
+    assert student.attributes["error.type"] == "upstream_unavailable"
+    assert student.status.status_code == StatusCode.ERROR
+    assert teacher.attributes["ratchet.role"] == "teacher" and teacher.status.status_code == StatusCode.UNSET
 
 
 def test_no_span_and_no_sdk_with_the_endpoint_unset(tmp_path, teacher_url):
