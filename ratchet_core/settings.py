@@ -192,6 +192,13 @@ class Settings(BaseSettings):
         pattern=r"^\d{4}-\d{2}-\d{2}$",
         description="Accelerated clock: the day it starts at (with RATCHET_DAY_SECONDS).",
     )
+    otel_endpoint: str = Field(
+        "",
+        pattern=r"^(https?://\S+)?$",
+        description="OpenTelemetry collector's OTLP/HTTP endpoint (e.g. http://collector:4318): the gateway and the "
+        "night export traces there (OTEL_SERVICE_NAME, OTEL_RESOURCE_ATTRIBUTES and OTEL_EXPORTER_OTLP_HEADERS are "
+        "honoured); unset: no tracing.",
+    )
 
     _from_home: set[str] = PrivateAttr(default_factory=set)  # settings whose value a file under the home gave
 

@@ -29,6 +29,7 @@ once at startup for provider resolution and prices, never per request on OpenAI-
 
 from __future__ import annotations
 
+import asyncio
 import gc
 import logging
 import os
@@ -197,10 +198,17 @@ HOOKS: tuple[RequestHook, ...] = ()
 def create_app(settings: Settings | None = None, options: GatewayOptions | None = None) -> FastAPI:
     """The gateway app. Starting it (lifespan) opens this replica's ledger and follows the manifest."""
     gw = Gateway(settings or load_settings(), options or GatewayOptions())
+    tracing = None
+    if gw.settings.otel_endpoint:  # the OpenTelemetry SDK is imported only then (ratchet_gateway.tracing)
+        from ratchet_gateway.tracing import GatewayTracing
+
+        tracing = GatewayTracing(gw.settings.otel_endpoint, gw.options.span_exporter)
 
     @asynccontextmanager
     async def lifespan(app: FastAPI):
         await gw.start()
+        if tracing is not None:
+            tracing.instrument(gw)
         if getattr(app.state, "freeze_gc", False):
             # Everything imported and built so far (litellm alone is ~400k objects) lives as long as the process:
             # out of the collector's sight, a full collection no longer walks it (it took 0.2-1 s, the c=64 tail).
@@ -209,6 +217,8 @@ def create_app(settings: Settings | None = None, options: GatewayOptions | None 
             yield
         finally:
             await gw.stop()
+            if tracing is not None:  # after the off-path calls drained: their spans are flushed too
+                await asyncio.to_thread(tracing.shutdown)
 
     app = GatewayApp(
         title="Ratchet gateway",
@@ -223,8 +233,11 @@ def create_app(settings: Settings | None = None, options: GatewayOptions | None 
         telemetry={"tracing": False, "metrics": False, "logs": False},
     )
     app.state.gateway = gw
-    # the one place hooks are registered: the gateway's own per-client limits first (``ratchet_gateway.limits``)
-    hooks = RequestHooks([gw.limits, *HOOKS, *gw.options.hooks], headers=gw.headers)
+    app.state.tracing = tracing
+    # the one place hooks are registered: tracing first (its span covers the other hooks' refusals), then the
+    # gateway's own per-client limits (``ratchet_gateway.limits``)
+    traced = (tracing.hook,) if tracing is not None else ()
+    hooks = RequestHooks([*traced, gw.limits, *HOOKS, *gw.options.hooks], headers=gw.headers)
     app.hooks = hooks if hooks else None
     app.state.chat = chat = ChatHandler(gw, hooks=hooks)
     app._chat_asgi = chat.asgi

@@ -55,6 +55,9 @@ class GatewayOptions:
     )
     # ``ratchet_gateway.hooks.RequestHook``s, run after the app's own (registered by ``create_app``)
     hooks: list[Any] = field(default_factory=list)
+    # where the gateway's spans go instead of RATCHET_OTEL_ENDPOINT's collector (tests: an InMemorySpanExporter);
+    # tracing is on only while the endpoint is set (``ratchet_gateway.tracing``)
+    span_exporter: Any = None
 
 
 def manifest_public_keys(settings: Settings) -> list[Any]:
