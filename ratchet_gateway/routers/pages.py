@@ -32,6 +32,7 @@ from typing import Any
 from fastapi import APIRouter
 from starlette.responses import FileResponse, HTMLResponse, Response
 
+from ratchet_core.names import is_valid
 from ratchet_core.workloads.research import (
     CORPUS,
     RESEARCH_PLAN,
@@ -128,7 +129,8 @@ def build_serving(gw: Gateway, client: str) -> dict[str, Any]:
                 "pinned": pinned,
             }
         )
-    versions = sorted({v for t in tasks for v in (t["version"], t["live_version"]) if v})
+    # A version signed before the name rule cannot name an artifact: it has no BOM to link.
+    versions = sorted({v for t in tasks for v in (t["version"], t["live_version"]) if is_valid("version", v)})
     return {
         "client": client,
         "manifest_sequence": manifest.sequence,
