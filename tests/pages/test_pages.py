@@ -56,8 +56,8 @@ class Browser:
     def assert_clean(self) -> None:
         assert self.csp_violations() == [] and self.errors == []
         # The check sees violations: an inline style is refused and reported.
-        self.page.evaluate("document.body.setAttribute('style', 'color: red')")
-        self.page.wait_for_timeout(200)
+        with self.page.expect_console_message(lambda m: "Content Security Policy" in m.text, timeout=10_000):
+            self.page.evaluate("document.body.setAttribute('style', 'color: red')")
         assert self.csp_violations(), "a CSP violation went unseen"
 
 
