@@ -12,14 +12,26 @@
 - ``model_apis``: ``POST /v1/responses`` (OpenAI Responses), ``POST /v1/messages`` (Anthropic Messages),
   ``POST /v1/embeddings``, handed to the handlers ``create_app`` builds (``ratchet_gateway.apis``);
 - ``dashboard``: ``GET /ratchet/dashboard`` (the app owner's page, static files in ``dashboard_static``) and
-  ``GET /ratchet/dashboard/data`` (the caller's tasks, evidence and spend per day).
+  ``GET /ratchet/dashboard/data`` (the caller's tasks, evidence and spend per day);
+- ``pages``: ``GET /`` (the landing page) and ``GET /ratchet/serving`` (its keyed data), ``GET /ratchet/scout``
+  (Scout's page) and ``GET /ratchet/scout/team`` (what its agents send); static files in ``pages_static``.
 
 Every other module has an ``APIRouter`` (``ROUTERS``). Routers are thin: they take the gateway state and the caller from ``ratchet_gateway.deps``, raise
 ``GatewayError`` for every failure (the app answers it in OpenAI's shape) and build responses with
 ``ratchet_gateway.responses``. They never import the app factory.
 """
 
-from ratchet_gateway.routers import admin, chat, dashboard, health, model_apis, models, proofs, receipts
+from ratchet_gateway.routers import (
+    admin,
+    chat,
+    dashboard,
+    health,
+    model_apis,
+    models,
+    pages,
+    proofs,
+    receipts,
+)
 
 CHAT_ROUTE = chat.ROUTE
 ROUTERS = (
@@ -30,4 +42,5 @@ ROUTERS = (
     receipts.router,
     proofs.router,
     dashboard.router,
+    pages.router,
 )

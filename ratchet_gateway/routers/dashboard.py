@@ -23,6 +23,7 @@ from typing import Any
 from fastapi import APIRouter
 from starlette.responses import FileResponse, Response
 
+from ratchet_core.names import is_valid
 from ratchet_gateway.deps import ClientDep, GatewayDep
 from ratchet_gateway.responses import PAGE_HEADERS, error_docs, json_response, ratchet_headers
 from ratchet_gateway.state import Gateway
@@ -139,6 +140,8 @@ def _certified_bound(gw: Gateway, version: str, task: str) -> tuple[float | None
     """The task's certified lower bound from the version's certificate, only if its signature verifies."""
     from ratchet_stats.dsse import verify_envelope
 
+    if not is_valid("version", version):  # signed before the name rule: it names no artifact
+        return None, False
     path = gw.artifacts.certificate(version)
     if not path.exists() or not gw.public_keys:
         return None, False
@@ -160,7 +163,7 @@ def _evidence(gw: Gateway, version: str, days: list[str]) -> list[dict[str, str]
         for d in days
         if gw.artifacts.receipt_envelope(d).exists()
     ]
-    if version:
+    if version and is_valid("version", version):
         links.append({"label": f"BOM {version}", "href": f"/ratchet/boms/{version}"})
     links.append({"label": "public key", "href": "/ratchet/public-key"})
     return links
