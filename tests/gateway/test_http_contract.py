@@ -39,6 +39,10 @@ EXPECTED = {
     ("get", "/ratchet/boms/{version}"): "clientKey",
     ("get", "/ratchet/dashboard"): None,
     ("get", "/ratchet/dashboard/data"): "clientKey",
+    ("get", "/"): None,
+    ("get", "/ratchet/scout"): None,
+    ("get", "/ratchet/scout/team"): None,
+    ("get", "/ratchet/serving"): "clientKey",
 }
 
 
