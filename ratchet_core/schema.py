@@ -25,7 +25,7 @@ import pyarrow as pa
 
 from ratchet_stats.receipt.v2 import LEAF_FIELDS as LEAF_FIELDS_V2
 
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 
 SERVED_BY = ("teacher", "student")
 STAGES = ("teacher", "shadow", "canary", "live")
@@ -94,13 +94,20 @@ LEDGER_COLUMNS: list[tuple[str, pa.DataType, str]] = [
     (
         "contract_violation",
         pa.string(),
-        "Kind of the answer-contract violation (ratchet_gateway.contract.VIOLATION_KINDS) of a student answer that "
+        "Kind of the answer-contract violation (ratchet_core.contract.VIOLATION_KINDS) of a student answer that "
         "was confident but broke its request's contract, so the teacher answered instead (request rows), or "
         "would have (shadow pair rows); '' otherwise.",
     ),
+    # Added in schema version 4.
+    (
+        "episode",
+        pa.string(),
+        "metadata.ratchet_episode: the client's own id grouping its requests into one episode (feedback may "
+        "name it, ratchet_core.feedback); '' when none.",
+    ),
 ]
 # Columns added after version 1, with the version that added them (older rows and ledger files lack them).
-ADDED_COLUMNS = {"teacher_prompt_tokens": 2, "contract_violation": 3}
+ADDED_COLUMNS = {"teacher_prompt_tokens": 2, "contract_violation": 3, "episode": 4}
 
 # What a row says (the prompt, the answer and what the client sent with them): an erasure blanks these to '' and
 # keeps every other column, so the row's receipt leaf (RECEIPT_LEAF_FIELDS, none of these) and hash stay

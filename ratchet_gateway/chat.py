@@ -30,7 +30,15 @@ from ratchet_gateway import answer_guard
 from ratchet_gateway.auth import invalid_key_error
 from ratchet_gateway.breaker import STATE_VALUES, Breaker
 from ratchet_gateway.errors import GatewayError
-from ratchet_gateway.request_body import parse_chat_body, read_body, receive_body, task_of, validate_chat_body
+from ratchet_gateway.request_body import (
+    RATCHET_METADATA,
+    episode_of,
+    parse_chat_body,
+    read_body,
+    receive_body,
+    task_of,
+    validate_chat_body,
+)
 from ratchet_gateway.responses import error_event, error_response, new_request_id, ratchet_headers
 from ratchet_gateway.serve_http import EXTENSION as HOLD_HEAD
 from ratchet_gateway.upstream import student_timeouts, teacher_timeouts
@@ -205,9 +213,10 @@ class ChatHandler:
                     "model_not_found",
                 )
             task = task_of(req, task_header)
+            episode = episode_of(req)
             meta = body.get("metadata")
             if isinstance(meta, dict):
-                rest = {k: v for k, v in meta.items() if k != "ratchet_task"}
+                rest = {k: v for k, v in meta.items() if k not in RATCHET_METADATA}
                 if rest:
                     body["metadata"] = rest
                 else:
@@ -227,6 +236,7 @@ class ChatHandler:
                 headers=headers,
             )
             ctx.manifest_seq = gw.manifest.sequence  # the manifest `r` was decided with (no await in between)
+            ctx.episode = episode
             if req.stream:
                 return await self._stream(ctx)
             return await self._complete(ctx)
@@ -551,6 +561,7 @@ class ChatHandler:
             error_type=err.type if err else "",
             error=red(err.message) if err else "",
             contract_violation=ctx.contract_violation,
+            episode=ctx.episode,
         )
 
     @staticmethod
@@ -748,6 +759,7 @@ class _Ctx:
         "teacher_prompt",
         "contract_violation",
         "manifest_seq",
+        "episode",
     )
 
     def __init__(self, *, rid, t0, ts, day, client, task, req, body, route, headers):
@@ -776,6 +788,7 @@ class _Ctx:
         self.teacher_prompt: Any = None  # asyncio.Future[int] while counting
         self.contract_violation = ""  # kind (ratchet_core.contract) of a confident answer that broke it
         self.manifest_seq = 0
+        self.episode = ""  # metadata.ratchet_episode (ratchet_core.feedback)
 
 
 class _StreamAccumulator:

@@ -165,6 +165,26 @@ def input_rule_error(exc: InputRuleError) -> GatewayError:
     return GatewayError(400, exc.message, exc.code, param=exc.param)
 
 
+# metadata keys that are Ratchet's, not the model's: read here and taken out before the body goes upstream
+RATCHET_METADATA = ("ratchet_task", "ratchet_episode")
+
+
+def episode_of(req: ChatRequest) -> str:
+    """``metadata.ratchet_episode`` (the client's own id grouping requests for feedback; '' when absent), a 400
+    when it breaks the name rule (``ratchet_core.names``: 1-128 of ``A-Z a-z 0-9 . _ -``)."""
+    from ratchet_core.names import NameRuleError, check
+
+    episode = (req.metadata or {}).get("ratchet_episode") or ""
+    if episode:
+        try:
+            check("episode", episode, "metadata.ratchet_episode")
+        except NameRuleError as exc:
+            raise GatewayError(
+                400, exc.message, "invalid_episode", param="metadata.ratchet_episode"
+            ) from None
+    return episode
+
+
 def task_of(req: ChatRequest, header: str | None) -> str:
     """The request's task: ``metadata.ratchet_task``, else the ``X-Ratchet-Task`` header (UTF-8), else
     ``default``; a 400 when the one used is not a valid task name (``ratchet_gateway.input_rules``)."""

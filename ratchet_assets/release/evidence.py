@@ -8,7 +8,7 @@ student answered off the path); ``pair_outcome`` agree | disagree | error. As ev
 
 - ``disagree`` -> an error, ``agree`` -> a correct answer;
 - ``error`` (one side failed) -> no evidence; a shadow answer whose confidence is below the threshold, or that
-  broke its request's contract (``contract_violation``, ``ratchet_gateway.contract``) -> no evidence either (the
+  broke its request's contract (``contract_violation``, ``ratchet_core.contract``) -> no evidence either (the
   gateway would have sent that request to the teacher).
 
 Segments are immutable once sealed (written under a temp name, then renamed), so a watermark over segment names is

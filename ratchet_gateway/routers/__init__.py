@@ -9,6 +9,8 @@
   ``/ratchet/public-key``;
 - ``proofs``: ``POST /ratchet/proofs/{version}``, ``GET /ratchet/proofs/{version}/{request_id}``,
   ``GET /ratchet/boms/{version}``.
+- ``feedback``: ``POST /ratchet/feedback``, ``POST /ratchet/feedback:batch``, ``GET /ratchet/feedback/{id}``
+  (what an application says about answers: metrics, comments, demonstrations);
 - ``dashboard``: ``GET /ratchet/dashboard`` (the app owner's page, static files in ``dashboard_static``) and
   ``GET /ratchet/dashboard/data`` (the caller's tasks, evidence and spend per day).
 
@@ -17,7 +19,15 @@ Every other module has an ``APIRouter`` (``ROUTERS``). Routers are thin: they ta
 ``ratchet_gateway.responses``. They never import the app factory.
 """
 
-from ratchet_gateway.routers import admin, chat, dashboard, health, models, proofs, receipts
+from ratchet_gateway.routers import admin, chat, dashboard, feedback, health, models, proofs, receipts
 
 CHAT_ROUTE = chat.ROUTE
-ROUTERS = (models.router, health.router, admin.router, receipts.router, proofs.router, dashboard.router)
+ROUTERS = (
+    models.router,
+    health.router,
+    admin.router,
+    receipts.router,
+    proofs.router,
+    feedback.router,
+    dashboard.router,
+)

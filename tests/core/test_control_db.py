@@ -27,6 +27,7 @@ TABLES = {
     "erasure_scopes",
     "erasure_applied",
     "gateway_safety_events",
+    "feedback",
     "ratchet_schema",
 }
 

@@ -7,8 +7,8 @@ import time
 import orjson
 import pytest
 
+from ratchet_core.contract import VIOLATION_KINDS, Violation, check_answer
 from ratchet_core.workloads import get_workload, solve
-from ratchet_gateway.contract import VIOLATION_KINDS, Violation, check_answer
 from ratchet_gateway.demo_teacher.answers import answer as demo_answer
 
 SCHEMA = {

@@ -9,8 +9,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from jsonschema import Draft202012Validator
 
-from ratchet_gateway.contract import SCHEMA_MISMATCH, SCHEMA_UNUSABLE, check_answer
-from ratchet_gateway.schema_regex import bounded
+from ratchet_core.contract import SCHEMA_MISMATCH, SCHEMA_UNUSABLE, check_answer
+from ratchet_core.schema_regex import bounded
 
 SCHEMA = {
     "type": "object",

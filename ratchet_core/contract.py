@@ -30,7 +30,7 @@ from jsonschema import Draft202012Validator, SchemaError, validators
 from jsonschema.exceptions import best_match
 from jsonschema.protocols import Validator
 
-from ratchet_gateway.schema_regex import bounded
+from ratchet_core.schema_regex import bounded
 from ratchet_stats.canonical import loads_strict
 
 FINISH_LENGTH = "finish_length"
