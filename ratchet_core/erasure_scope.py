@@ -105,6 +105,11 @@ class ScopeMatcher:
     def before(self) -> datetime:
         return datetime.fromisoformat(self.ts_before)
 
+    def matches_text(self, value: str | None) -> bool:
+        """Whether the erased text occurs in `value` (case-insensitive, as in rows): feedback comments and
+        demonstrations (``ratchet_core.feedback``)."""
+        return bool(self.texts) and _contains(value, self.texts)
+
     def matched_request_ids(self, table: Any) -> set[str]:
         """Request ids of the rows of ``table`` (Arrow, :data:`SCOPE_COLUMNS` at least) this scope matches."""
         import pyarrow as pa

@@ -335,36 +335,36 @@ def delete(
     request_ids: Iterable[str] = (),
     clients: Iterable[str] = (),
     text_matches: Callable[[str], bool] | None = None,
+    text_clients: Iterable[str] = (),
+    dry_run: bool = False,
 ) -> int:
-    """Remove the items of erased requests, of erased clients, and those whose text an erasure's text matches;
-    return how many were removed (``ratchet_assets.governance.erase``). Nothing signed commits to an item, so it
-    is removed whole (no tombstone is needed)."""
+    """Remove the items of erased requests, of erased clients, and those whose text an erasure's text matches (of
+    `text_clients` only, when given); return how many were (``dry_run``: would be) removed
+    (``ratchet_assets.governance.erase``). Nothing signed commits to an item, so it is removed whole: no
+    tombstone is needed."""
     from ratchet_core.control_db import ensure_schema, feedback
 
     ensure_schema(engine)
-    ids, names = sorted(set(request_ids)), sorted(set(clients))
-    gone = 0
+    ids, names, scoped = set(request_ids), set(clients), set(text_clients)
+    c = feedback.c
     with engine.begin() as conn:
-        for i in range(0, len(ids), 500):
-            gone += conn.execute(
-                feedback.delete().where(feedback.c.request_id.in_(ids[i : i + 500]))
-            ).rowcount
-        if names:
-            gone += conn.execute(feedback.delete().where(feedback.c.client.in_(names))).rowcount
-        if text_matches is not None:
-            texts = conn.execute(
-                sa.select(feedback.c.client, feedback.c.feedback_id, feedback.c.text).where(
-                    feedback.c.text.is_not(None)
-                )
-            ).all()
-            for client, fid, text in texts:
-                if text_matches(text):
-                    gone += conn.execute(
-                        feedback.delete().where(
-                            (feedback.c.client == client) & (feedback.c.feedback_id == fid)
-                        )
-                    ).rowcount
-    return int(gone)
+        stored = conn.execute(sa.select(c.client, c.feedback_id, c.request_id, c.text)).all()
+        gone = [
+            (client, fid)
+            for client, fid, rid, text in stored
+            if rid in ids
+            or client in names
+            or (
+                text_matches is not None
+                and text is not None
+                and (not scoped or client in scoped)
+                and text_matches(text)
+            )
+        ]
+        if not dry_run:
+            for client, fid in gone:
+                conn.execute(feedback.delete().where((c.client == client) & (c.feedback_id == fid)))
+    return len(gone)
 
 
 # What an item says about the answer ------------------------------------------------------------------------------
