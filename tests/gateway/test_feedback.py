@@ -254,3 +254,18 @@ def test_another_replicas_unsealed_request_settles_when_it_is_sealed(tmp_path, t
             assert state["status"] == "recorded" and state["task"] == "tickets"
             other = {**item, "feedback_id": "r-2"}
             assert _post(g, other, OTHER).status_code == 403  # sealed now: known at once, and not app2's
+
+
+def test_the_dashboard_shows_the_callers_feedback_per_task_and_day(gateway) -> None:
+    rid = _ask(gateway)
+    assert _post(
+        gateway, {"feedback_id": "dash-1", "request_id": rid, "metric": "thumbs_up", "value": False}
+    ).is_success
+    data = httpx.get(gateway.url + "/ratchet/dashboard/data", headers=AUTH, timeout=30).json()
+    [tickets] = [t for t in data["tasks"] if t["task"] == "tickets"]
+    rows = tickets["feedback"]
+    assert rows and sum(r["items"] for r in rows) >= 1
+    assert sum(r["teacher_bad"] for r in rows) >= 1 and all(r["student_rated"] == 0 for r in rows)
+    other = httpx.get(gateway.url + "/ratchet/dashboard/data", headers=OTHER, timeout=30).json()
+    # app2 rated nothing as bad: none of app1's items reach its page
+    assert all(r["teacher_bad"] == 0 for t in other["tasks"] for r in t["feedback"])
