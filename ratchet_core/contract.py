@@ -2,7 +2,8 @@
 
 A student answer is served only when it does (ARCHITECTURE.md, "The path of a request": the student answers
 only inside the request's contract); a violation cascades to the teacher, is counted, and is recorded on the
-ledger row. The contract is what an OpenAI-compatible model promises a client:
+ledger row. A demonstration (``ratchet_core.feedback``: the correct answer an application sends) must keep its
+request's contract too, checked by the gateway's feedback route and by the night: both layers use this module. The contract is what an OpenAI-compatible model promises a client:
 
 - the answer was not cut short: ``finish_reason`` is not ``length``;
 - ``response_format: {"type": "json_object"}``: the content is a JSON object (RFC 8259, no NaN/Infinity);

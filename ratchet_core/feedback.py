@@ -463,6 +463,8 @@ def settled_columns(
     """(state, columns) of a pending request item now that its request row is known."""
     if request.client != item["client"]:
         return "rejected", {"error": NOT_YOURS}
+    if not request.messages:  # erased since: its row is blanked
+        return "rejected", {"error": UNKNOWN_REQUEST}
     if item.get("task") and item["task"] != request.task:
         return "rejected", {"error": WRONG_TYPE}
     policy = policies.get(request.task)

@@ -16,7 +16,9 @@ sorted keys (``ratchet_stats.commitment.key_commitment``); it and the row commit
 People's labels (``night.labels``): a golden row whose key has a recorded demonstration takes it as its answer,
 ``label_source`` ``people`` and the teacher's answer in ``teacher_answer`` (both in its row-tree leaf, so the
 commitment says which rows people labelled); an imported row's source is its import's (``import`` unless the import
-named one); every other row's is ``teacher``.
+named one); every other row's is ``teacher``. A key whose teacher label feedback called bad (and no demonstration
+fixed) is left out of the golden set the certificate is computed on: its label is known to be wrong. It stays golden
+in the registry (never trained on).
 """
 
 from __future__ import annotations
@@ -255,9 +257,12 @@ def split_golden(
             }
         ),
     )
+    con.register("_bad", pa.table({"k": pa.array(sorted((labels or Labels()).bad), pa.string())}))
     con.execute(
-        "CREATE TABLE people AS SELECT * FROM _people; CREATE TABLE import_labels AS SELECT * FROM _imports"
+        "CREATE TABLE people AS SELECT * FROM _people; CREATE TABLE import_labels AS SELECT * FROM _imports; "
+        "CREATE TABLE bad_keys AS SELECT * FROM _bad"
     )
+    bad_sql = " AND e.example_key NOT IN (SELECT k FROM bad_keys)" if (labels and labels.bad) else ""
     cur = con.cursor()
 
     def golden_range(bounds: tuple[str, str | None]) -> Iterator[pa.RecordBatch]:
@@ -268,7 +273,7 @@ def split_golden(
               SELECT e.* FROM {src} e
               WHERE {in_range.replace("example_key", "e.example_key")}
                 AND e.example_key IN (SELECT example_key FROM {reg_src} WHERE golden AND {in_range})
-                AND {not_erased}
+                AND {not_erased}{bad_sql}
               {dedup}
             ), labelled AS (
               SELECT g.* REPLACE (coalesce(p.people_answer, g.answer) AS answer),

@@ -96,12 +96,17 @@ def test_demonstrations_relabel_and_bad_answers_stay_out(night) -> None:
     _send(engine, bad_train[0], "b1", "thumbs_up", False, policies)
     _send(engine, demo_golden[0], "d2", "demonstration", "account", policies)
     _send(engine, train_rows[2][0], "c1", "comment", "fine", policies)  # a comment changes nothing
+    _send(engine, golden_rows[1][0], "b2", "thumbs_up", False, policies)  # a golden label known to be wrong
     labels = load_labels(engine, policies, load_erasures(engine))
-    assert labels.demonstrations.keys() == {demo_train[1], demo_golden[1]} and labels.bad == {bad_train[1]}
+    assert labels.demonstrations.keys() == {demo_train[1], demo_golden[1]}
+    assert labels.bad == {bad_train[1], golden_rows[1][1]}
 
+    before = split_golden(art, DAY).golden_size
     split = split_golden(art, DAY, labels=labels)
+    assert split.golden_size == before - 1  # the wrong golden label is not evaluated against
     assert split.labels_by_source == {"people": 1, "teacher": split.golden_size - 1}
     rows = {g.key: g for g in load_golden(art, DAY)}
+    assert golden_rows[1][1] not in rows
     people = rows[demo_golden[1]]
     assert people.label_source == "people" and people.expected["content"] == "account"
     assert people.teacher_answer["content"] == demo_golden[0]["answer"]
@@ -124,7 +129,7 @@ def test_demonstrations_relabel_and_bad_answers_stay_out(night) -> None:
     assert doc["labels"]["counts"] == {"people": 1, "teacher": len(keys) - 1}
     assert doc["labels"]["root"] == merkle.root([ln.encode() for ln in labels_txt]).hex()
     assert doc["feedback"] == {
-        "items": 4,
+        "items": 5,
         "demonstrations_used": 1,
         "bad_left_out": 1,
         "sha256": labels.digest,
