@@ -16,6 +16,7 @@ SECRET_FIELDS = {
     "signing_key",
     "pepper",
     "teacher_api_key",
+    "embedding_api_key",
     "student_api_key",
 }
 

@@ -83,6 +83,13 @@ def model_prices(model: str, fallback_like: str = "gpt-4o") -> Prices:
     return Prices(float(like["input_cost_per_token"]), float(like["output_cost_per_token"] or 0.0))
 
 
+def embedding_prices(model: str, fallback_like: str = "text-embedding-3-small") -> Prices:
+    """An embedding model's prices from litellm's local cost map (input tokens only); a model the map does not know
+    is priced like ``fallback_like``."""
+    known = known_prices(model)
+    return known if known is not None else known_prices(fallback_like) or Prices(0.0, 0.0)
+
+
 def prompt_tokens(
     model: str,
     messages: Sequence[Mapping[str, Any]],

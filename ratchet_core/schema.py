@@ -25,7 +25,7 @@ import pyarrow as pa
 
 from ratchet_stats.receipt.v2 import LEAF_FIELDS as LEAF_FIELDS_V2
 
-SCHEMA_VERSION = 4
+SCHEMA_VERSION = 5
 
 SERVED_BY = ("teacher", "student")
 STAGES = ("teacher", "shadow", "canary", "live")
@@ -100,14 +100,25 @@ LEDGER_COLUMNS: list[tuple[str, pa.DataType, str]] = [
     ),
     # Added in schema version 4.
     (
+        "api",
+        pa.string(),
+        "The API the request came in through: chat.completions | responses | messages | embeddings (API_NAMES). "
+        "A responses or messages request is stored as its chat translation (messages, tools, response_format, "
+        "params as POST /v1/chat/completions would carry them) and its answer as a chat message; an embeddings "
+        "row stores no content and is never an example. NULL in segments sealed before version 4 (all chat).",
+    ),
+    # Added in schema version 5.
+    (
         "episode",
         pa.string(),
         "metadata.ratchet_episode: the client's own id grouping its requests into one episode (feedback may "
-        "name it, ratchet_core.feedback); '' when none.",
+        "name it, ratchet_core.feedback); '' when none, NULL in segments sealed before version 5.",
     ),
 ]
 # Columns added after version 1, with the version that added them (older rows and ledger files lack them).
-ADDED_COLUMNS = {"teacher_prompt_tokens": 2, "contract_violation": 3, "episode": 4}
+ADDED_COLUMNS = {"teacher_prompt_tokens": 2, "contract_violation": 3, "api": 4, "episode": 5}
+# The values of ``api`` (ratchet_gateway.chat.formats and ratchet_gateway.apis name them).
+API_NAMES = ("chat.completions", "responses", "messages", "embeddings")
 
 # What a row says (the prompt, the answer and what the client sent with them): an erasure blanks these to '' and
 # keeps every other column, so the row's receipt leaf (RECEIPT_LEAF_FIELDS, none of these) and hash stay
@@ -176,9 +187,9 @@ _DEFAULTS["schema_version"] = SCHEMA_VERSION
 
 
 def _row(kind: str, values: dict[str, Any]) -> dict[str, Any]:
-    unknown = values.keys() - _COLUMN_SET
-    if unknown:
-        raise KeyError(f"not ledger columns: {sorted(unknown)}")
+    # a subset test builds no set (the gateway builds a row per request); the difference only to name the culprits
+    if not _COLUMN_SET.issuperset(values):
+        raise KeyError(f"not ledger columns: {sorted(values.keys() - _COLUMN_SET)}")
     if "kind" in values:
         raise KeyError(f"'kind' is set by {kind}_row itself; do not pass it")
     row = dict(_DEFAULTS)

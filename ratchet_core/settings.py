@@ -70,6 +70,13 @@ class Settings(BaseSettings):
     teacher_model: str = Field("openai/demo-teacher", description="litellm model name of the teacher.")
     teacher_api_base: str | None = Field("http://127.0.0.1:8101/v1", description="Teacher API base URL.")
     teacher_api_key: str = Field("sk-demo-teacher", description="Teacher API key (never logged).")
+    embedding_model: str = Field(
+        "",
+        description="litellm model name that answers POST /v1/embeddings (e.g. openai/text-embedding-3-small); "
+        "unset: the route answers 404.",
+    )
+    embedding_api_base: str | None = Field(None, description="Embedding model API base URL.")
+    embedding_api_key: str = Field("", description="Embedding model API key (never logged).")
     student_base_url: str | None = Field(
         "http://127.0.0.1:8102/v1",
         description="OpenAI-compatible student server (vLLM or ratchet student-server).",

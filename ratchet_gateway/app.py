@@ -4,21 +4,27 @@ The app is assembled from parts that each have one home:
 
 - ``ratchet_gateway.state``: :class:`Gateway`, everything one app instance holds (``app.state.gateway``), and its
   lifecycle (the lifespan below starts and stops it);
-- ``ratchet_gateway.routers``: one module per concern (chat, models, health, admin, receipts, proofs), each an
-  ``APIRouter`` but the chat route, which the app registers directly (the hot path, see there);
+- ``ratchet_gateway.routers``: one module per concern (chat, models, model APIs, health, admin, receipts, proofs),
+  each an ``APIRouter`` but the chat route, which the app registers directly (the hot path, see there);
+- ``ratchet_gateway.apis``: ``POST /v1/responses`` and ``/v1/messages`` (formats of the chat pipeline, handlers
+  made by ``ChatHandler.for_api``) and ``/v1/embeddings``, built here (``app.state.apis``);
 - ``ratchet_gateway.deps``: the state and the caller as dependencies (``Depends``);
 - ``ratchet_gateway.responses``: the ``x-ratchet-*`` headers and OpenAI's error shape; the exception handlers
-  here answer every ``GatewayError`` and framework error with them.
+  here answer every ``GatewayError`` and framework error with them;
+- ``ratchet_gateway.hooks``: cross-cutting behaviour (auth or limits before the body, checks on a validated chat
+  request, metrics and tracing on completion) for every route, the chat fast path included: registered here,
+  ``HOOKS`` and ``GatewayOptions.hooks``, and run by :class:`GatewayApp` around every request. Starlette
+  middleware is refused (it would skip the chat route).
 
 ``GET /openapi.json`` documents every route, its bodies and the two bearer schemes (``clientKey``,
 ``adminKey``); it answers without authentication, like ``/healthz``.
 
 Hot-path choices (measured, see ``benchmarks/bench_gateway.py``): no ASGI middleware (every response sets its
-own ``x-ratchet-*`` headers; the error handlers do it for framework errors), the chat route takes the raw Request
-(no dependency solving, orjson parse + one pydantic validation), kept-alive connections of the gateway's own
-HTTP/1.1 client per upstream (``ratchet_gateway.http1``), FastAPI's native telemetry off, the durable ledger write
-is a shared journal group commit. litellm is imported once at startup for provider
-resolution and prices, never per request on OpenAI-compatible upstreams.
+own ``x-ratchet-*`` headers; the error handlers do it for framework errors; request hooks cost nothing while none
+is registered), the chat route is a raw ASGI call (no router, no dependency solving, orjson parse + one pydantic
+validation), kept-alive connections of the gateway's own HTTP/1.1 client per upstream (``ratchet_gateway.http1``),
+FastAPI's native telemetry off, the durable ledger write is a shared journal group commit. litellm is imported
+once at startup for provider resolution and prices, never per request on OpenAI-compatible upstreams.
 """
 
 from __future__ import annotations
@@ -35,13 +41,17 @@ from fastapi import FastAPI
 from fastapi.exceptions import RequestValidationError
 from fastapi.openapi.utils import get_openapi
 from starlette.exceptions import HTTPException as StarletteHTTPException
-from starlette.requests import Request
+from starlette.requests import ClientDisconnect, Request
 from starlette.responses import Response
 
 from ratchet_core.redact import redact_text
 from ratchet_core.settings import Settings, load_settings
+from ratchet_gateway.apis.embeddings import Embeddings
+from ratchet_gateway.apis.messages_format import MESSAGES
+from ratchet_gateway.apis.responses_format import RESPONSES
 from ratchet_gateway.chat import ChatHandler
-from ratchet_gateway.errors import GatewayError
+from ratchet_gateway.errors import GatewayError, client_closed_error
+from ratchet_gateway.hooks import RequestHook, RequestHooks
 from ratchet_gateway.request_body import ChatRequest, describe_errors
 from ratchet_gateway.responses import (
     error_response,
@@ -50,7 +60,7 @@ from ratchet_gateway.responses import (
     openai_error,
     ratchet_headers,
 )
-from ratchet_gateway.routers import CHAT_ROUTE, ROUTERS
+from ratchet_gateway.routers import CHAT_ROUTE, ROUTERS, model_apis
 from ratchet_gateway.state import DEFAULT_STUDENT_PRICES, Gateway, GatewayOptions
 
 __all__ = ["DEFAULT_STUDENT_PRICES", "Gateway", "GatewayApp", "GatewayOptions", "app_from_env", "create_app"]
@@ -79,8 +89,9 @@ def _version() -> str:
 
 
 def _openapi_document(app: FastAPI) -> dict[str, Any]:
-    """The OpenAPI document, with ``ChatRequest`` (and its nested models) among the components: the chat and
-    proof routes read that body themselves, so FastAPI does not see it (see ``ratchet_gateway.routers.chat``)."""
+    """The OpenAPI document, with ``ChatRequest`` and the other model APIs' bodies (and their nested models) among
+    the components: the routes read those bodies themselves, so FastAPI does not see them (see
+    ``ratchet_gateway.routers.chat`` and ``routers.model_apis``)."""
     if app.openapi_schema is None:
         doc = get_openapi(
             title=app.title, version=app.version, description=app.description, routes=app.routes
@@ -94,9 +105,11 @@ def _openapi_document(app: FastAPI) -> dict[str, Any]:
         schemas = doc.setdefault("components", {}).setdefault("schemas", {})
         for name in ("HTTPValidationError", "ValidationError"):
             schemas.pop(name, None)
-        chat = ChatRequest.model_json_schema(ref_template="#/components/schemas/{model}")
-        schemas.update(chat.pop("$defs", {}))
-        schemas["ChatRequest"] = chat
+        for name, model in {"ChatRequest": ChatRequest, **model_apis.BODY_MODELS}.items():
+            schema = model.model_json_schema(ref_template="#/components/schemas/{model}")
+            schemas.update(schema.pop("$defs", {}))
+            schemas[name] = schema
+        doc["components"].setdefault("securitySchemes", {})["anthropicKey"] = model_apis.ANTHROPIC_KEY_SCHEME
         app.openapi_schema = doc
     return app.openapi_schema
 
@@ -106,26 +119,58 @@ class GatewayApp(FastAPI):
     Starlette's middleware stack, the router and the endpoint wrapper (about a fifth of the gateway's CPU per
     request at c=16, measured with ``benchmarks/bench_gateway.py``). The handler authenticates, limits the body and
     answers every error in OpenAI's shape itself, as it does behind the registered route, which stays for
-    ``/openapi.json`` and for an app mounted under a ``root_path``."""
+    ``/openapi.json`` and for an app mounted under a ``root_path``.
+
+    Every HTTP request, the fast path's and the routers', runs inside the request hooks (``hooks``,
+    ``ratchet_gateway.hooks``) when any is registered; Starlette middleware is refused, since the fast path would
+    skip it."""
 
     _chat_asgi: Any = None
+    hooks: RequestHooks | None = None  # None while no hook is registered: nothing to run
 
     async def __call__(self, scope, receive, send) -> None:
-        if (
+        if scope["type"] == "http":
+            if self.hooks is not None:
+                await self.hooks.run(scope, receive, send, self._serve_http)
+                return
+            if (  # _is_chat, inlined: this is every request's first step
+                scope["path"] == _CHAT_PATH
+                and scope["method"] == "POST"
+                and self._chat_asgi is not None
+                and not scope.get("root_path")
+            ):
+                scope["app"] = self
+                await self._chat_asgi(scope, receive, send)
+                return
+        await super().__call__(scope, receive, send)
+
+    async def _serve_http(self, scope, receive, send) -> None:
+        if self._is_chat(scope):
+            scope["app"] = self
+            await self._chat_asgi(scope, receive, send)
+        else:
+            await super().__call__(scope, receive, send)
+
+    def _is_chat(self, scope) -> bool:
+        return (
             self._chat_asgi is not None
-            and scope["type"] == "http"
             and scope["path"] == _CHAT_PATH
             and scope["method"] == "POST"
             and not scope.get("root_path")
-        ):
-            scope["app"] = self
-            await self._chat_asgi(scope, receive, send)
-            return
-        await super().__call__(scope, receive, send)
+        )
+
+    def add_middleware(self, middleware_class: Any, *args: Any, **kwargs: Any) -> None:
+        raise TypeError(
+            "the gateway takes no Starlette middleware: POST /v1/chat/completions bypasses it, so it would "
+            "silently skip the chat route. Add a ratchet_gateway.hooks.RequestHook to HOOKS in create_app "
+            "(or GatewayOptions.hooks) instead: hooks run for every route."
+        )
 
 
 _CHAT_PATH = CHAT_ROUTE["path"]
 _GIL_SWITCH_S = 0.001
+# The gateway's own request hooks, in the order they run (``ratchet_gateway.hooks``); GatewayOptions.hooks follow.
+HOOKS: tuple[RequestHook, ...] = ()
 
 
 def create_app(settings: Settings | None = None, options: GatewayOptions | None = None) -> FastAPI:
@@ -157,8 +202,12 @@ def create_app(settings: Settings | None = None, options: GatewayOptions | None 
         telemetry={"tracing": False, "metrics": False, "logs": False},
     )
     app.state.gateway = gw
-    app.state.chat = ChatHandler(gw)
-    app._chat_asgi = app.state.chat.asgi
+    hooks = RequestHooks([*HOOKS, *gw.options.hooks])  # the one place hooks are registered
+    app.hooks = hooks if hooks else None
+    app.state.chat = chat = ChatHandler(gw, hooks=hooks)
+    app._chat_asgi = chat.asgi
+    # the other model APIs: two more formats of the same pipeline, and embeddings (``ratchet_gateway.apis``)
+    app.state.apis = model_apis.ModelApis(chat.for_api(RESPONSES), chat.for_api(MESSAGES), Embeddings(gw))
     app.add_api_route(**CHAT_ROUTE)  # first, and in the app's own table (ratchet_gateway.routers.chat)
     for router in ROUTERS:
         app.include_router(router)
@@ -187,6 +236,15 @@ def create_app(settings: Settings | None = None, options: GatewayOptions | None 
             405: f"method {request.method} is not allowed on {request.url.path}",
         }.get(exc.status_code, str(exc.detail))
         return openai_error(exc.status_code, msg)
+
+    @app.exception_handler(ClientDisconnect)
+    async def client_closed(request: Request, exc: ClientDisconnect) -> Response:
+        log.info(
+            "%s %s: 499: the client closed the connection before sending its whole body",
+            request.method,
+            request.url.path,
+        )
+        return error_response(client_closed_error())
 
     @app.exception_handler(RequestValidationError)
     async def validation_error(request: Request, exc: RequestValidationError) -> Response:

@@ -36,6 +36,7 @@ class GatewayError(Exception):
         code: str | None = None,
         type_: str | None = None,
         param: str | None = None,
+        headers: dict[str, str] | None = None,
     ):
         super().__init__(message)
         self.status = status
@@ -43,3 +44,17 @@ class GatewayError(Exception):
         self.code = code
         self.type = type_ or error_type(status)
         self.param = param  # OpenAI's ``param``: the request field at fault, when one is
+        self.headers = headers  # extra response headers (``retry-after`` on a 429)
+
+
+CLIENT_CLOSED = 499  # nginx's "client closed request": the client left before the gateway could answer it
+
+
+def client_closed_error() -> GatewayError:
+    """The 499 of a request whose client closed the connection before sending its whole body: logged and counted
+    as such, never a 500 (nobody reads the answer)."""
+    return GatewayError(
+        CLIENT_CLOSED,
+        "the client closed the connection before sending the whole request body",
+        "client_closed_request",
+    )

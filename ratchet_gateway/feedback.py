@@ -140,8 +140,13 @@ def item_row(
         checked = _pending_check(policies.get(task) if task else None, metric, item.get("value"), task)
         return {**row, **_columns(checked, redact), "state": "pending"}
     if request is not None:
-        if not request.messages:  # an erased request keeps its row, blanked: nothing to say anything about
-            raise fb.FeedbackError(404, fb.UNKNOWN_REQUEST, f"request {rid} was erased", "request_id")
+        if not request.messages:  # an erased request (its row blanked), or an embeddings request: no answer
+            raise fb.FeedbackError(
+                404,
+                fb.UNKNOWN_REQUEST,
+                f"request {rid} holds no answer (erased, or an embeddings call)",
+                "request_id",
+            )
         if request.client != client:
             raise fb.FeedbackError(
                 403,

@@ -58,7 +58,7 @@ class Metrics:
 
         self.upstream_faults = Counter(
             "ratchet_upstream_faults",
-            "Failed model calls by upstream (teacher|student) and error code (timeout, broken stream, ...)",
+            "Failed model calls by upstream (teacher|student|embeddings) and error code (timeout, broken stream, ...)",
             ["upstream", "code"],
             registry=r,
         )

@@ -128,8 +128,9 @@ def _too_big(limit: int) -> GatewayError:
     )
 
 
-def parse_chat_body(raw: bytes) -> dict:
-    """The body as a JSON object (orjson), or a 400 that says what is wrong with it (nesting depth first)."""
+def parse_chat_body(raw: bytes, needs: str = "'model' and 'messages'") -> dict:
+    """The body as a JSON object (orjson), or a 400 that says what is wrong with it (nesting depth first);
+    `needs` names the fields the API's body must have (another request API's, ``ratchet_gateway.apis``)."""
     try:
         check_nesting(raw)
     except InputRuleError as exc:
@@ -140,13 +141,11 @@ def parse_chat_body(raw: bytes) -> dict:
         why = "is not valid UTF-8" if "utf-8" in str(exc).lower() else "is not valid JSON"
         raise GatewayError(
             400,
-            f"request body {why}; send a UTF-8 JSON object with 'model' and 'messages'",
+            f"request body {why}; send a UTF-8 JSON object with {needs}",
             "invalid_json",
         ) from exc
     if not isinstance(body, dict):
-        raise GatewayError(
-            400, "request body must be a JSON object with 'model' and 'messages'", "invalid_body"
-        )
+        raise GatewayError(400, f"request body must be a JSON object with {needs}", "invalid_body")
     return body
 
 

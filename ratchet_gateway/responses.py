@@ -61,11 +61,15 @@ def error_event(err: GatewayError) -> bytes:
 
 
 def error_response(err: GatewayError, headers: dict[str, str] | None = None) -> Response:
+    """`err` in OpenAI's shape, with `headers` (default: fresh ``x-ratchet-*`` ones) and the error's own."""
+    headers = headers or ratchet_headers()
+    if err.headers:
+        headers = {**headers, **err.headers}
     return Response(
         error_body(err.status, err.message, err.type, err.code, err.param),
         status_code=err.status,
         media_type="application/json",
-        headers=headers or ratchet_headers(),
+        headers=headers,
     )
 
 

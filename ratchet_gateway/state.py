@@ -21,7 +21,7 @@ import orjson
 from ratchet_core import artifact_store
 from ratchet_core.api_keys import KeyStore, load_pepper, parse_api_keys
 from ratchet_core.layout import ArtifactLayout
-from ratchet_core.pricing import Prices, model_prices
+from ratchet_core.pricing import Prices, embedding_prices, model_prices
 from ratchet_core.redact import redact_text, redact_value
 from ratchet_core.routing import SafetyState
 from ratchet_core.settings import Settings
@@ -50,6 +50,8 @@ class GatewayOptions:
     teacher_via_litellm: bool = (
         False  # force litellm.acompletion for the teacher (measuring; non-OpenAI providers)
     )
+    # ``ratchet_gateway.hooks.RequestHook``s, run after the app's own (registered by ``create_app``)
+    hooks: list[Any] = field(default_factory=list)
 
 
 def manifest_public_keys(settings: Settings) -> list[Any]:
@@ -98,6 +100,9 @@ class Gateway:
         )
         self.teacher: Upstream | None = None
         self.student: Upstream | None = None
+        self.embedder: Upstream | None = (
+            None  # RATCHET_EMBEDDING_MODEL's endpoint (ratchet_gateway.apis.embeddings)
+        )
         self.engine = None
         self.public_keys: list[Any] = []
         self.key_trees = KeyTreeCache()  # training-key trees behind the proof routes, per BOM file
@@ -162,6 +167,12 @@ class Gateway:
         )
         await self.teacher.start()
         await self.student.start()
+        if s.embedding_model:
+            self.embedder = Upstream(
+                s.embedding_model, s.embedding_api_base, s.embedding_api_key or None, s.upstream_timeout_s
+            )
+            await self.embedder.start()
+            self.embedding_prices = await asyncio.to_thread(embedding_prices, s.embedding_model)
         self.teacher_prices = await asyncio.to_thread(model_prices, s.teacher_model)
         from ratchet_gateway.teacher_equivalent import TeacherEquivalent
 
@@ -191,7 +202,7 @@ class Gateway:
                 await self._poller
         if self._bg:
             await asyncio.wait(list(self._bg), timeout=self.options.pair_drain_timeout_s)
-        for up in (self.teacher, self.student):
+        for up in (self.teacher, self.student, self.embedder):
             if up is not None:
                 await up.close()
         await asyncio.to_thread(self.ledger.close)

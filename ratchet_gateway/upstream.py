@@ -150,9 +150,11 @@ class Upstream:
             return self._headers + b"X-Ratchet-Task: " + task.encode() + b"\r\n"
         return self._headers
 
-    async def _post(self, body: dict, task: str | None, t: Timeouts) -> http1.Response:
+    async def _post(
+        self, body: dict, task: str | None, t: Timeouts, path: str = "/chat/completions"
+    ) -> http1.Response:
         assert self._pool is not None, "Upstream.start() first"
-        return await self._pool.post("/chat/completions", orjson.dumps(body), self._hdrs(task), t.connect)
+        return await self._pool.post(path, orjson.dumps(body), self._hdrs(task), t.connect)
 
     async def complete(
         self,
@@ -168,6 +170,18 @@ class Upstream:
         t = self._timeouts(timeout_s, timeouts)
         if not self.fast:
             return await self._litellm_complete(body, t.total or t.first_byte)
+        return check_completion(await self._answer("/chat/completions", body, task, t))
+
+    async def embed(self, body: dict[str, Any], timeouts: Timeouts, task: str | None = None) -> dict:
+        """The embeddings of `body` (OpenAI's ``POST /embeddings``, the model rewritten; litellm's ``aembedding``
+        for other providers), checked by :func:`check_embeddings`; GatewayError on any failure."""
+        body = {**body, "model": self.model}
+        if not self.fast:
+            return check_embeddings(await self._litellm_embed(body, timeouts.total or timeouts.first_byte))
+        return check_embeddings(await self._answer("/embeddings", body, task, timeouts))
+
+    async def _answer(self, path: str, body: dict, task: str | None, t: Timeouts) -> dict:
+        """The JSON object a non-streaming POST of `body` to `path` answers; GatewayError on any failure."""
         deadline = asyncio.get_running_loop().time() + (
             min(t.first_byte, t.total) if t.total else t.first_byte
         )
@@ -175,7 +189,7 @@ class Upstream:
         try:
             # the whole non-streaming answer is its first byte: the body starts only once generation is done
             async with asyncio.timeout_at(deadline):
-                resp = await self._post(body, task, t)
+                resp = await self._post(body, task, t, path)
                 try:
                     phase = "body"
                     raw = await resp.read()
@@ -186,7 +200,7 @@ class Upstream:
             raise _timeout_error(phase, t) from exc
         except http1.Http1Error as exc:
             raise _transport_error(exc, t) from exc
-        return check_completion(_parse_response(status, raw))
+        return _parse_response(status, raw)
 
     async def stream(
         self,
@@ -266,6 +280,23 @@ class Upstream:
         try:
             resp = await litellm.acompletion(
                 model=self.requested_model,
+                api_key=self.api_key,
+                api_base=self.base or None,
+                timeout=timeout_s or self.timeout_s,
+                **kwargs,
+            )
+        except Exception as exc:
+            raise _litellm_error(exc) from exc
+        return resp.model_dump(exclude_none=True)
+
+    async def _litellm_embed(self, body: dict, timeout_s: float | None) -> dict:
+        import litellm
+
+        kwargs = {k: v for k, v in body.items() if k not in ("model", "input")}
+        try:
+            resp = await litellm.aembedding(
+                model=self.requested_model,
+                input=body["input"],
                 api_key=self.api_key,
                 api_base=self.base or None,
                 timeout=timeout_s or self.timeout_s,
@@ -406,6 +437,19 @@ def check_completion(data: dict) -> dict:
         _check_calls(msg.get("tool_calls"), "message")
         if not isinstance(c.get("finish_reason") or "", str):
             raise _bad("finish_reason is not text")
+    _check_usage(data.get("usage"))
+    return data
+
+
+def check_embeddings(data: dict) -> dict:
+    """`data` if it is an embeddings answer the gateway can serve and record (a list of objects, each with an
+    ``embedding`` list or base64 text; counts in ``usage``), else GatewayError 502. The vectors themselves are
+    passed on unread: checking every number would cost the event loop time in proportion to the answer."""
+    items = data.get("data")
+    if not isinstance(items, list) or not all(isinstance(d, dict) for d in items):
+        raise _bad("data is not a list of objects")
+    if not all(isinstance(d.get("embedding"), list | str) for d in items):
+        raise _bad("an embedding is not a list or base64 text")
     _check_usage(data.get("usage"))
     return data
 

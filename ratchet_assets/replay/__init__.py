@@ -6,9 +6,9 @@ the gateway's own decisions, with nothing but what its ledger rows recorded:
 - **Who serves.** The student answers on the request path when its route named a version; the row records the
   student's confidence (``confidence``, NULL when the student was not asked or failed) and the threshold it was held
   to. It serves iff ``confidence >= threshold`` (no threshold: always) and its answer kept the request's contract
-  (``contract_violation == ''``), exactly the cascade of ``ratchet_gateway.chat`` (``_try_student``). At the real
-  thresholds the replay must say "student" for exactly the rows that say ``served_by = 'student'``: that
-  reproduction is checked row by row and reported (``reproduced``, ``mismatches``).
+  (``contract_violation == ''``), exactly the cascade of ``ratchet_gateway.chat.student`` (``Student.attempt``).
+  At the real thresholds the replay must say "student" for exactly the rows that say ``served_by = 'student'``:
+  that reproduction is checked row by row and reported (``reproduced``, ``mismatches``).
 - **At another threshold** (``--threshold``, or ``--target``: the threshold Learn-then-Test calibrates at that
   target from the version's signed certificate rows, ``ratchet_stats.ltt``): a row the student answered is served
   iff its confidence reaches the new threshold. Rows where the student was never asked (the task on the teacher,

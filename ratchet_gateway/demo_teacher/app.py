@@ -1,4 +1,5 @@
-"""The demo teacher's HTTP API: OpenAI chat completions (JSON and SSE streaming), models, health.
+"""The demo teacher's HTTP API: OpenAI chat completions (JSON and SSE streaming), OpenAI's Responses API,
+Anthropic's Messages API and embeddings (``ratchet_gateway.demo_teacher.model_apis``), models, health.
 
 `create_app(config)` builds the app. Answers come from `ratchet_core.workloads.solve` for requests of a built-in
 task (recognised by ``metadata.ratchet_task``, the ``X-Ratchet-Task`` header, or the task's system prompt); any
@@ -27,7 +28,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from ratchet_core import pricing
 
-from . import answers
+from . import answers, model_apis
 
 _ERROR_TYPES = {
     400: ("invalid_request_error", "invalid_request"),
@@ -109,6 +110,9 @@ def create_app(config: DemoTeacherConfig | None = None) -> FastAPI:
         got = request.headers.get("authorization", "").encode()
         if hmac.compare_digest(got, expected_auth):
             return None
+        anthropic = request.headers.get("x-api-key")  # Anthropic's clients (and litellm's anthropic provider)
+        if anthropic is not None and hmac.compare_digest(b"Bearer " + anthropic.encode(), expected_auth):
+            return None
         return openai_error(
             401,
             "Incorrect or missing API key: send `Authorization: Bearer <key>` with the key the demo "
@@ -131,16 +135,9 @@ def create_app(config: DemoTeacherConfig | None = None) -> FastAPI:
         card = {"id": config.model, "object": "model", "created": 1700000000, "owned_by": "ratchet-demo"}
         return _json({"object": "list", "data": [card]})
 
-    @app.post("/v1/chat/completions")
-    async def chat_completions(request: Request) -> Response:
-        if err := auth_error(request):
-            return err
-        try:
-            body = orjson.loads(await request.body())
-        except orjson.JSONDecodeError:
-            return openai_error(
-                400, "The request body is not valid JSON; send an OpenAI chat completions body."
-            )
+    async def answered(request: Request, body: Any) -> Response | tuple[dict, int, int]:
+        """(the answer message, n, top_logprobs) of a chat body, after the configured latency, or the error
+        the teacher answers with (a bad body, another model, an injected error)."""
         if not isinstance(body, dict):
             return openai_error(400, "The request body must be a JSON object.")
         messages = body.get("messages")
@@ -172,13 +169,49 @@ def create_app(config: DemoTeacherConfig | None = None) -> FastAPI:
         wrong = bool(config.wrong_rate) and (
             answers.unit(config.seed, "wrong", orjson.dumps(messages)) < config.wrong_rate
         )
-        message = answers.answer(body, task, wrong)
-        return _respond(config, body, message, n, top)
+        return answers.answer(body, task, wrong), n, top
 
+    @app.post("/v1/chat/completions")
+    async def chat_completions(request: Request) -> Response:
+        if err := auth_error(request):
+            return err
+        try:
+            body = orjson.loads(await request.body())
+        except orjson.JSONDecodeError:
+            return openai_error(
+                400, "The request body is not valid JSON; send an OpenAI chat completions body."
+            )
+        got = await answered(request, body)
+        if isinstance(got, Response):
+            return got
+        return _respond(config, body, *got)
+
+    async def chat_answer(request: Request, body: dict) -> Response | dict:
+        got = await answered(request, body)
+        if isinstance(got, Response):
+            return got
+        message, _, top = got
+        head, message, finish, usage, logprob_entries = _parts(config, body, message, 1, top)
+        return _completion(head, message, finish, 1, logprob_entries, usage, bool(body.get("logprobs")))
+
+    model_apis.register(app, config.model, auth_error, chat_answer, openai_error)
     return app
 
 
 def _respond(config: DemoTeacherConfig, body: dict, message: dict, n: int, top: int) -> Response:
+    head, message, finish, usage, logprob_entries = _parts(config, body, message, n, top)
+    if body.get("stream"):
+        opts = body.get("stream_options")
+        include_usage = isinstance(opts, dict) and bool(opts.get("include_usage"))
+        stream = _sse(head, message, finish, n, logprob_entries, usage if include_usage else None)
+        return StreamingResponse(
+            stream, media_type="text/event-stream", headers={"cache-control": "no-cache"}
+        )
+    return _json(_completion(head, message, finish, n, logprob_entries, usage, bool(body.get("logprobs"))))
+
+
+def _parts(config: DemoTeacherConfig, body: dict, message: dict, n: int, top: int) -> tuple:
+    """(head, message, finish_reason, usage, logprob entries) of the answer: cut at the request's token limit."""
     content = message.get("content")
     finish = "tool_calls" if message.get("tool_calls") else "stop"
     limit = body.get("max_completion_tokens") or body.get("max_tokens")
@@ -187,8 +220,7 @@ def _respond(config: DemoTeacherConfig, body: dict, message: dict, n: int, top: 
         message = {**message, "content": content}
         finish = "length"
     text = answers.generated_text(message)
-    want_logprobs = bool(body.get("logprobs"))
-    logprob_entries = answers.token_logprobs(text, top, salt=config.model) if want_logprobs else None
+    logprob_entries = answers.token_logprobs(text, top, salt=config.model) if body.get("logprobs") else None
     completion_tokens = answers.completion_tokens(body, text) + config.reasoning_tokens
     usage = _usage(answers.prompt_tokens(body), completion_tokens * n, config.reasoning_tokens * n)
     head = {
@@ -197,14 +229,13 @@ def _respond(config: DemoTeacherConfig, body: dict, message: dict, n: int, top: 
         "model": config.model,
         "system_fingerprint": "fp_ratchet_demo",
     }
-    if body.get("stream"):
-        opts = body.get("stream_options")
-        include_usage = isinstance(opts, dict) and bool(opts.get("include_usage"))
-        stream = _sse(head, message, finish, n, logprob_entries, usage if include_usage else None)
-        return StreamingResponse(
-            stream, media_type="text/event-stream", headers={"cache-control": "no-cache"}
-        )
-    logprobs = {"content": logprob_entries, "refusal": None} if want_logprobs else None
+    return head, message, finish, usage, logprob_entries
+
+
+def _completion(
+    head: dict, message: dict, finish: str, n: int, logprob_entries: list | None, usage: dict, want: bool
+) -> dict:
+    logprobs = {"content": logprob_entries, "refusal": None} if want else None
     choice_message = {
         "role": "assistant",
         "content": message.get("content"),
@@ -215,7 +246,7 @@ def _respond(config: DemoTeacherConfig, body: dict, message: dict, n: int, top: 
         {"index": i, "message": choice_message, "logprobs": logprobs, "finish_reason": finish}
         for i in range(n)
     ]
-    return _json({**head, "object": "chat.completion", "choices": choices, "usage": usage})
+    return {**head, "object": "chat.completion", "choices": choices, "usage": usage}
 
 
 async def _sse(

@@ -9,6 +9,8 @@
   ``/ratchet/public-key``;
 - ``proofs``: ``POST /ratchet/proofs/{version}``, ``GET /ratchet/proofs/{version}/{request_id}``,
   ``GET /ratchet/boms/{version}``.
+- ``model_apis``: ``POST /v1/responses`` (OpenAI Responses), ``POST /v1/messages`` (Anthropic Messages),
+  ``POST /v1/embeddings``, handed to the handlers ``create_app`` builds (``ratchet_gateway.apis``);
 - ``feedback``: ``POST /ratchet/feedback``, ``POST /ratchet/feedback:batch``, ``GET /ratchet/feedback/{id}``
   (what an application says about answers: metrics, comments, demonstrations);
 - ``dashboard``: ``GET /ratchet/dashboard`` (the app owner's page, static files in ``dashboard_static``) and
@@ -19,11 +21,22 @@ Every other module has an ``APIRouter`` (``ROUTERS``). Routers are thin: they ta
 ``ratchet_gateway.responses``. They never import the app factory.
 """
 
-from ratchet_gateway.routers import admin, chat, dashboard, feedback, health, models, proofs, receipts
+from ratchet_gateway.routers import (
+    admin,
+    chat,
+    dashboard,
+    feedback,
+    health,
+    model_apis,
+    models,
+    proofs,
+    receipts,
+)
 
 CHAT_ROUTE = chat.ROUTE
 ROUTERS = (
     models.router,
+    model_apis.router,
     health.router,
     admin.router,
     receipts.router,

@@ -21,6 +21,9 @@ ADMIN = {"Authorization": f"Bearer {ADMIN_KEY}"}
 # Every route the gateway promises (ARCHITECTURE.md, "Contracts and their homes"), with the bearer scheme it needs (None: open).
 EXPECTED = {
     ("post", "/v1/chat/completions"): "clientKey",
+    ("post", "/v1/responses"): "clientKey",
+    ("post", "/v1/messages"): ("clientKey", "anthropicKey"),  # a bearer key, or x-api-key
+    ("post", "/v1/embeddings"): "clientKey",
     ("get", "/v1/models"): "clientKey",
     ("get", "/healthz"): None,
     ("get", "/readyz"): None,
@@ -85,13 +88,29 @@ def test_openapi_documents_every_route_with_its_body_and_bearer_scheme(gateway):
     schemes = doc["components"]["securitySchemes"]
     assert schemes["clientKey"] == schemes["clientKey"] | {"type": "http", "scheme": "bearer"}
     assert schemes["adminKey"]["scheme"] == "bearer"
+    assert schemes["anthropicKey"] == schemes["anthropicKey"] | {
+        "type": "apiKey",
+        "in": "header",
+        "name": "x-api-key",
+    }
     for key, scheme in EXPECTED.items():
-        assert documented[key].get("security") == ([{scheme: []}] if scheme else None), key
-    # the chat body (read by the handler itself, not by FastAPI) is documented with its schema
+        want = [{s: []} for s in ((scheme,) if isinstance(scheme, str) else scheme)] if scheme else None
+        assert documented[key].get("security") == want, key
+    # the bodies the handlers read themselves (not FastAPI) are documented with their schemas
     schemas = doc["components"]["schemas"]
-    for key in (("post", "/v1/chat/completions"), ("post", "/ratchet/proofs/{version}")):
+    for key, model in (
+        (("post", "/v1/chat/completions"), "ChatRequest"),
+        (("post", "/ratchet/proofs/{version}"), "ChatRequest"),
+        (("post", "/v1/responses"), "ResponsesRequest"),
+        (("post", "/v1/messages"), "MessagesRequest"),
+        (("post", "/v1/embeddings"), "EmbeddingsRequest"),
+    ):
         body = documented[key]["requestBody"]["content"]["application/json"]["schema"]
-        assert body == {"$ref": "#/components/schemas/ChatRequest"}
+        assert body == {"$ref": f"#/components/schemas/{model}"}
+    assert set(schemas["ResponsesRequest"]["required"]) == {"model", "input"}
+    assert set(schemas["MessagesRequest"]["required"]) == {"model", "max_tokens", "messages"}
+    messages_401 = documented[("post", "/v1/messages")]["responses"]["401"]["content"]["application/json"]
+    assert messages_401["schema"] == {"$ref": "#/components/schemas/AnthropicError"}
     chat = schemas["ChatRequest"]
     assert set(chat["required"]) == {"model", "messages"} and "stream" in chat["properties"]
     assert chat["properties"]["messages"]["items"] == {"$ref": "#/components/schemas/ChatMessage"}

@@ -14,6 +14,7 @@ import pytest
 
 from ratchet_core.schema import request_row
 from ratchet_gateway.ledger import Ledger, read_journal
+from ratchet_gateway.ledger.commit import LoopCommit
 
 from .conftest import sealed_rows
 
@@ -30,7 +31,7 @@ def test_concurrent_appends_share_fdatasyncs_and_every_row_is_sealed_once(tmp_pa
             tmp_path / "ledger", str(tmp_path / "lake"), 3600, "t", on_commit=lambda s, n: commits.append(n)
         )
         await asyncio.to_thread(led.open, asyncio.get_running_loop())  # as Gateway.start does
-        assert led._writer_thread is None and led._syncer is not None
+        assert isinstance(led.engine, LoopCommit) and led.engine.sync_process is not None
         seqs = await asyncio.gather(*(led.append(_row(i)) for i in range(200)))
         assert sorted(seqs) == list(range(1, 201))
         assert led.writable
@@ -43,7 +44,7 @@ def test_concurrent_appends_share_fdatasyncs_and_every_row_is_sealed_once(tmp_pa
     led = asyncio.run(go())
     assert sum(commits) == 201
     assert len(commits) < 201 / 4, commits  # group commit: rows appended together share an fdatasync
-    assert led._syncer.returncode == 0  # the sync process exits when the ledger closes
+    assert led.engine.sync_process.returncode == 0  # the sync process exits when the ledger closes
     rows = sealed_rows(tmp_path / "lake")
     assert sorted(r["seq"] for r in rows) == list(range(1, 202))
 
@@ -53,8 +54,8 @@ def test_a_dead_sync_process_fails_the_waiting_requests_and_marks_the_ledger_not
         led = Ledger(tmp_path / "ledger", str(tmp_path / "lake"), 3600, "t", load_interval=3600)
         await asyncio.to_thread(led.open, asyncio.get_running_loop())
         await led.append(_row(0))
-        led._syncer.send_signal(signal.SIGKILL)
-        await asyncio.to_thread(led._syncer.wait)
+        led.engine.sync_process.send_signal(signal.SIGKILL)
+        await asyncio.to_thread(led.engine.sync_process.wait)
         with pytest.raises(OSError):
             await asyncio.wait_for(led.append(_row(1)), 10)
         assert not led.writable

@@ -1,0 +1,128 @@
+"""What the API formats share: server-sent events, answer ids, message content in chat's shape, the 400 a
+translation answers for a field it cannot carry, and :class:`TranslatedStream`, the reading of chat chunks every
+other API's stream is written from."""
+
+from __future__ import annotations
+
+from typing import Any, TypeVar
+
+import orjson
+from pydantic import BaseModel, ValidationError
+
+from ratchet_gateway.chat.formats import replay_chunks
+from ratchet_gateway.errors import GatewayError
+from ratchet_gateway.request_body import describe_errors
+
+Model = TypeVar("Model", bound=BaseModel)
+
+
+def sse(event: str, data: dict) -> bytes:
+    """One server-sent event with its ``event:`` name (both Responses and Messages clients dispatch on it)."""
+    return b"event: " + event.encode() + b"\ndata: " + orjson.dumps(data) + b"\n\n"
+
+
+def answer_id(prefix: str, request_id: str) -> str:
+    """The answer's id in the API's style (``resp_``, ``msg_``...), made of the gateway's request id
+    (``req_<hex>``), so an answer's id names its ledger row."""
+    return prefix + request_id.removeprefix("req_")
+
+
+def invalid(param: str, message: str, code: str = "invalid_request") -> GatewayError:
+    """The 400 for a request field the gateway cannot take: `param` names it, the message says what to send."""
+    return GatewayError(400, f"{param}: {message}", code, param=param)
+
+
+def validated(model: type[Model], body: dict, api: str) -> Model:
+    """One pydantic pass of `model` over a parsed body; a 400 naming the bad fields (``param``: the first one's
+    top-level field: these bodies are flat, and a deeper location names pydantic's union members, not fields)."""
+    try:
+        return model.model_validate(body)
+    except ValidationError as exc:
+        loc = exc.errors()[0].get("loc") or ()
+        raise GatewayError(
+            400,
+            describe_errors(exc.errors(), f"Fix these fields ({api} format) and retry."),
+            "invalid_request",
+            param=str(loc[0]) if loc else None,
+        ) from exc
+
+
+def chat_content(parts: list[dict[str, Any]]) -> str | list[dict[str, Any]]:
+    """Chat message content from chat content parts: one text part is plain text (what a chat client sends, so the
+    same prompt has the same example key whichever API carried it); anything else stays a list of parts."""
+    if len(parts) == 1 and parts[0].get("type") == "text":
+        return parts[0]["text"]
+    return parts
+
+
+def text_of(parts: list[dict[str, Any]]) -> str:
+    """The text of chat text parts, joined (an assistant message's content is text)."""
+    return "".join(p["text"] for p in parts if p.get("type") == "text")
+
+
+def json_text(value: Any) -> str:
+    """Compact JSON text of a value (a tool call's arguments as chat carries them)."""
+    return orjson.dumps(value).decode()
+
+
+def tool_input(arguments: Any) -> dict | None:
+    """A chat tool call's ``arguments`` text as a JSON object, or None when it is not one."""
+    if not isinstance(arguments, str):
+        return None
+    try:
+        value = orjson.loads(arguments or "{}")
+    except orjson.JSONDecodeError:
+        return None
+    return value if isinstance(value, dict) else None
+
+
+class TranslatedStream:
+    """A streamed answer in another API, written from the chat stream chunk by chunk (a student's complete answer:
+    from the chunks :func:`~ratchet_gateway.chat.formats.replay_chunks` makes of it, so both are one code path).
+    Subclasses say what the opening, a piece of text and a tool-call delta become; the finish reason and the usage
+    are kept for their ``end``."""
+
+    media_type = "text/event-stream"
+
+    def __init__(self) -> None:
+        self.started = False
+        self.finish = ""
+        self.usage: dict = {}
+
+    def chunk(self, raw: bytes, obj: dict) -> bytes | None:
+        out = self._opening()
+        if obj.get("usage"):
+            self.usage = obj["usage"]
+        for choice in obj.get("choices") or ():
+            if choice.get("index", 0):
+                continue  # n > 1 is refused on the way in: only choice 0 is an answer
+            delta = choice.get("delta") or {}
+            if delta.get("content"):
+                out += self._text(delta["content"], (choice.get("logprobs") or {}).get("content") or [])
+            for tc in delta.get("tool_calls") or ():
+                out += self._call(tc)
+            if choice.get("finish_reason"):
+                self.finish = choice["finish_reason"]
+        return b"".join(out) or None
+
+    def replay(self, resp: dict, request_id: str) -> list[bytes]:
+        events = (self.chunk(b"", c) for c in replay_chunks(resp, request_id))
+        return [e for e in events if e is not None]
+
+    def _opening(self) -> list[bytes]:
+        if self.started:
+            return []
+        self.started = True
+        return self._start()
+
+    def _start(self) -> list[bytes]:
+        """The events that open the stream (sent once, before anything else)."""
+        raise NotImplementedError
+
+    def _text(self, piece: str, logprobs: list) -> list[bytes]:
+        """The events of a piece of the answer's text (and its token logprobs)."""
+        raise NotImplementedError
+
+    def _call(self, tc: dict) -> list[bytes]:
+        """The events of one chat tool-call delta (``index``, ``id`` and ``name`` first, then ``arguments``)."""
+        raise NotImplementedError

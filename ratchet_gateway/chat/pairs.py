@@ -1,0 +1,115 @@
+"""Audit and shadow pairs: answers asked for off the request path once a request is answered, compared, and
+written as ``pair`` rows (the release evidence).
+
+``ratchet_core.routing.pairs`` decides what runs: when the student served and the request is audited, the teacher
+is asked again (``audit`` row: does the served answer agree with the teacher's?); when a candidate version is
+shadowed, it answers too and is compared with the teacher's answer (``shadow`` row, with the candidate's own
+threshold and what the contract guard would have said). An audited request may also shadow a candidate, compared
+with the teacher's audit answer. Nothing here delays or fails the client's answer: the calls run as background
+tasks (``Gateway.spawn``) and a failed call is a pair with outcome ``error``.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import TYPE_CHECKING
+
+from ratchet_core.routing import pairs
+from ratchet_gateway import answer_guard
+from ratchet_gateway.chat.completion import confidence, message_of
+from ratchet_gateway.chat.context import ChatCall
+from ratchet_gateway.chat.redaction import restore_answer, student_body
+from ratchet_gateway.chat.rows import Recorder
+from ratchet_gateway.chat.student import Student
+from ratchet_gateway.errors import GatewayError
+from ratchet_gateway.upstream import Timeouts
+
+if TYPE_CHECKING:
+    from ratchet_gateway.state import Gateway
+
+
+class Pairs:
+    """Starts a request's off-path calls and records their pair rows (one per app)."""
+
+    def __init__(self, gw: Gateway, student: Student, recorder: Recorder, teacher_timeouts: Timeouts):
+        self.gw = gw
+        self.student = student
+        self.recorder = recorder
+        self.teacher_timeouts = teacher_timeouts
+
+    def after(self, call: ChatCall, served: dict) -> None:
+        """Start what runs off the path now that `served` answered `call` (nothing when nothing is due)."""
+        p = pairs(call.decision.route, call.outcome.served_by)
+        if p.audit:
+            self.gw.spawn(self._audit(call, served, p.shadow_version))
+        elif p.shadow_version:
+            self.gw.spawn(self._shadow(call, served, p.shadow_version))
+
+    async def _audit(self, call: ChatCall, served: dict, candidate: str | None) -> None:
+        """Re-ask the teacher about a student-served request -> ``audit`` pair row; then, when a candidate is
+        shadowed, have it answer too and compare it with the teacher's audit answer -> ``shadow`` pair row."""
+        gw = self.gw
+        t = time.perf_counter()
+        try:
+            teacher = await gw.teacher.complete(
+                call.received.body, task=call.received.task, timeouts=self.teacher_timeouts
+            )
+            error = None
+        except GatewayError as err:
+            teacher, error = None, err
+        served_msg, _, _ = message_of(served)
+        outcome = "error"
+        if teacher is not None:
+            teacher_msg, _, _ = message_of(teacher)
+            outcome = "agree" if gw.compare(call.received.task, teacher_msg, served_msg) else "disagree"
+        row = self.recorder.pair_row(
+            call, "audit", call.student.version, teacher, error, outcome, None, call.student.threshold, _ms(t)
+        )
+        await self._write(row)
+        if candidate and teacher is not None:  # no teacher answer: nothing to compare the candidate with
+            await self._shadow(call, teacher, candidate)
+
+    async def _shadow(self, call: ChatCall, teacher: dict, version: str) -> None:
+        """Have candidate `version` answer off the path; compare it with the teacher's answer -> ``shadow`` row
+        with the candidate's own threshold (``Route.shadow_threshold``)."""
+        gw = self.gw
+        t = time.perf_counter()
+        conf = None
+        try:
+            body = {**student_body(call, gw.settings.redact_pii), "logprobs": True}
+            student = await self.student.ask(body, version, call.received.task)
+            conf = confidence(student)
+            restore_answer(student, call.redaction.pii_map or {})
+            error = None
+        except GatewayError as err:
+            student, error = None, err
+        outcome, violation = "error", None
+        if student is not None:
+            teacher_msg, _, _ = message_of(teacher)
+            student_msg, student_finish, _ = message_of(student)
+            outcome = "agree" if gw.compare(call.received.task, teacher_msg, student_msg) else "disagree"
+            # what the guard would have done had this candidate served: the release evidence reads it
+            violation = await answer_guard.check(call.received.body, student_msg, student_finish)
+        row = self.recorder.pair_row(
+            call,
+            "shadow",
+            version,
+            student,
+            error,
+            outcome,
+            conf,
+            call.decision.route.shadow_threshold,
+            _ms(t),
+            contract_violation=violation.kind if violation else "",
+        )
+        await self._write(row)
+
+    async def _write(self, row: dict) -> None:
+        self.gw.metrics.pairs.labels(row["pair_role"], row["pair_outcome"]).inc()
+        if row["pair_role"] == "audit":
+            self.gw.teacher_equivalent.observe(row)
+        await self.recorder.append_quietly(row)
+
+
+def _ms(since: float) -> float:
+    return (time.perf_counter() - since) * 1000

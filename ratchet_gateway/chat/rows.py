@@ -1,0 +1,210 @@
+"""What the gateway records about a chat request: its ledger row (``request`` and ``pair`` kinds, built by
+``ratchet_core.schema``), committed durably, and the answer's ``x-ratchet-*`` headers and served metrics.
+
+A row stores the redacted body (``ratchet_gateway.chat.redaction``) and the answer redacted by ``Gateway.redact``;
+structured values are compact JSON with sorted keys (:func:`canonical_json`, the ledger's text form). A served
+answer's row is committed before the answer is released (:meth:`Recorder.commit`: ``await ledger.append``, the
+journal's group commit); rows off the request path (pairs, failures, a stream cut short) are appended without
+failing anyone when the ledger is down (counted as ``ratchet_errors{type="ledger_unavailable"}``).
+"""
+
+from __future__ import annotations
+
+import time
+from typing import TYPE_CHECKING, Any
+
+import orjson
+
+from ratchet_core.routing import pairs
+from ratchet_core.schema import pair_row, request_row
+from ratchet_gateway.chat.completion import message_of, token_counts
+from ratchet_gateway.chat.context import ChatCall
+from ratchet_gateway.chat.redaction import stored_messages, student_body
+from ratchet_gateway.errors import GatewayError
+
+if TYPE_CHECKING:
+    from ratchet_gateway.state import Gateway
+
+_SORTED = orjson.OPT_SORT_KEYS
+# request fields stored in columns of their own; every other one is stored (redacted) in ``params``
+_OWN_COLUMNS = frozenset({"model", "messages", "tools", "tool_choice", "response_format", "stream"})
+
+
+def canonical_json(obj: Any) -> str:
+    """Compact JSON with sorted keys (the ledger's canonical text form of structured values)."""
+    return orjson.dumps(obj, option=_SORTED).decode()
+
+
+class Recorder:
+    """Builds and commits a request's rows (one per app)."""
+
+    def __init__(self, gw: Gateway):
+        self.gw = gw
+
+    def _body_columns(self, call: ChatCall) -> tuple[str, str, str]:
+        """(tools, response_format, params) columns: from the redacted body; params are every request parameter
+        without a column of its own."""
+        rb = student_body(call, self.gw.settings.redact_pii)
+        req = call.received.req
+        tools = (
+            canonical_json({"tools": rb.get("tools"), "tool_choice": rb.get("tool_choice")})
+            if req.tools
+            else ""
+        )
+        rf = canonical_json(rb["response_format"]) if req.response_format else ""
+        return tools, rf, canonical_json({k: v for k, v in rb.items() if k not in _OWN_COLUMNS})
+
+    def _columns(self, call: ChatCall, resp: dict | None, err: GatewayError | None) -> dict[str, Any]:
+        """The columns a request row and its pair rows share: the request, and an answer (`resp`, None when there
+        is none) or the error it ended with."""
+        gw = self.gw
+        red = gw.redact
+        rec = call.received
+        msg, finish, usage = message_of(resp or {})
+        p, c, r, tot = token_counts(usage)
+        content = msg.get("content")
+        tool_calls = msg.get("tool_calls")
+        return {
+            "request_id": rec.request_id,
+            "ts": rec.ts,
+            "day": rec.day,
+            "client": rec.client,
+            "task": rec.task,
+            "model_requested": rec.req.model,
+            "stage": call.decision.route.stage,
+            "stream": rec.req.stream,
+            "messages": canonical_json(stored_messages(call, gw.settings.redact_pii)),
+            "answer": red(content) if isinstance(content, str) else "",
+            "tool_calls": canonical_json(red(tool_calls)) if tool_calls else "",
+            "finish_reason": "error" if err else finish,
+            "prompt_tokens": p,
+            "completion_tokens": c,
+            "reasoning_tokens": r,
+            "total_tokens": tot,
+            "status_code": err.status if err else 200,
+            "error_type": err.type if err else "",
+            "error": red(err.message) if err else "",
+            "api": rec.api,
+        }
+
+    def request_row(
+        self, call: ChatCall, resp: dict | None, truncated: bool = False, err: GatewayError | None = None
+    ) -> dict:
+        """The ``request`` row of `call` answered by `resp` (None: no answer; `err` or ``call.outcome.error``:
+        the request failed)."""
+        gw = self.gw
+        attempt, outcome, route = call.student, call.outcome, call.decision.route
+        cols = self._columns(call, resp, err or outcome.error)
+        teacher_cost = gw.teacher_prices.cost(cols["prompt_tokens"], cols["completion_tokens"])
+        # a cascade paid for both answers
+        served_by = outcome.served_by
+        actual = attempt.cost if served_by == "student" else teacher_cost + (attempt.cost or 0.0)
+        latency = (time.perf_counter() - call.received.t0) * 1000
+        tools, response_format, params = self._body_columns(call)
+        return request_row(
+            **cols,
+            version=attempt.version or route.version,
+            served_by=served_by,
+            tools=tools,
+            response_format=response_format,
+            params=params,
+            teacher_cost_usd=teacher_cost if resp else 0.0,
+            actual_cost_usd=actual if resp else (attempt.cost or 0.0),
+            latency_ms=latency,
+            upstream_ms=outcome.upstream_ms,
+            overhead_ms=max(0.0, latency - outcome.upstream_ms),
+            confidence=attempt.confidence,
+            threshold=attempt.threshold,
+            pair_role=pairs(route, served_by).role,
+            truncated=truncated,
+            contract_violation=attempt.violation,
+            episode=call.received.episode,
+        )
+
+    def pair_row(
+        self,
+        call: ChatCall,
+        role: str,
+        version: str,
+        other: dict | None,
+        error: GatewayError | None,
+        outcome: str,
+        confidence: float | None,
+        threshold: float | None,
+        elapsed_ms: float,
+        contract_violation: str = "",
+    ) -> dict:
+        """One ``pair`` row: `other` is the off-path answer (the teacher's for an audit, the candidate's for a
+        shadow), `version` the student version it is evidence about, `outcome` agree|disagree|error."""
+        gw = self.gw
+        cols = self._columns(call, other, error)
+        p, c = cols["prompt_tokens"], cols["completion_tokens"]
+        teacher_cost = gw.teacher_prices.cost(p, c)
+        return pair_row(
+            **cols,
+            version=version,
+            served_by="student" if role == "shadow" else "teacher",
+            response_format=self._body_columns(call)[1],
+            teacher_cost_usd=teacher_cost,
+            actual_cost_usd=gw.student_prices.cost(p, c) if role == "shadow" else teacher_cost,
+            latency_ms=elapsed_ms,
+            upstream_ms=elapsed_ms,
+            overhead_ms=0.0,
+            confidence=confidence,
+            threshold=threshold,
+            pair_role=role,
+            pair_outcome=outcome,
+            contract_violation=contract_violation,
+        )
+
+    async def commit(self, call: ChatCall, row: dict) -> None:
+        """Settle the row's teacher-equivalent columns and append it durably; a 503 when the ledger cannot take it
+        (the answer is not released unrecorded)."""
+        await self.gw.teacher_equivalent.settle(row, call.student.teacher_prompt)
+        await self.append(row)
+
+    async def append(self, row: dict) -> None:
+        """Append a row durably (the journal's group commit); a 503 when the ledger cannot take it."""
+        try:
+            await self.gw.ledger.append(row)
+        except OSError as exc:
+            raise GatewayError(
+                503,
+                "the gateway cannot record requests right now (ledger unavailable); retry later",
+                "ledger_unavailable",
+            ) from exc
+
+    def commit_nowait(self, row: dict) -> None:
+        """Queue a row without waiting for its journal sync (a stream that ended without its answer)."""
+        try:
+            self.gw.ledger.append_nowait(row)
+        except OSError:
+            self.gw.metrics.errors.labels("ledger_unavailable").inc()
+
+    async def append_quietly(self, row: dict) -> None:
+        """Append a row durably off the answer's path: a ledger failure is counted, never raised."""
+        try:
+            await self.gw.ledger.append(row)
+        except OSError:
+            self.gw.metrics.errors.labels("ledger_unavailable").inc()
+
+    async def teacher_failed(self, call: ChatCall, err: GatewayError) -> None:
+        """The teacher failed before sending any answer: count the fault and record the failed row (the client
+        gets `err` as an HTTP error)."""
+        self.gw.metrics.upstream_faults.labels("teacher", err.code or "").inc()
+        call.outcome.served_by = "teacher"
+        await self.append_quietly(self.request_row(call, None, err=err))
+
+    def answer_headers(self, call: ChatCall) -> dict[str, str]:
+        """The answer's ``x-ratchet-*`` headers, now that it is known who served; counts the request as served
+        (``Metrics.served``)."""
+        h = call.headers
+        served_by = call.outcome.served_by
+        h["x-ratchet-served-by"] = served_by
+        h["x-ratchet-version"] = call.student.version if served_by == "student" else "teacher"
+        h["x-ratchet-manifest"] = str(call.decision.manifest_seq)
+        elapsed = (time.perf_counter() - call.received.t0) * 1000
+        overhead = max(0.0, elapsed - call.outcome.upstream_ms)
+        h["x-ratchet-overhead-ms"] = f"{overhead:.3f}"
+        self.gw.metrics.served(served_by, elapsed / 1000, overhead / 1000)
+        return h
