@@ -259,6 +259,66 @@ def take(engine: Any, row: dict[str, Any]) -> tuple[dict[str, Any], bool]:
     )
 
 
+def take_many(engine: Any, rows: list[dict[str, Any]]) -> list[tuple[dict[str, Any], bool]]:
+    """:func:`take` for many rows (unique feedback ids of one client) in one transaction: one read of the ids
+    stored, one insert of the rest; when another replica inserts one of them meanwhile, row by row instead."""
+    from ratchet_core.control_db import feedback
+
+    if not rows:
+        return []
+    client = rows[0]["client"]
+    assert all(r["client"] == client for r in rows) and len({r["feedback_id"] for r in rows}) == len(rows)
+    try:
+        with engine.begin() as conn:
+            old = {
+                r["feedback_id"]: dict(r)
+                for r in conn.execute(
+                    sa.select(feedback).where(
+                        (feedback.c.client == client)
+                        & feedback.c.feedback_id.in_([r["feedback_id"] for r in rows])
+                    )
+                ).mappings()
+            }
+            # every column in every row: an executemany takes one set of parameters
+            new = [
+                {c.name: r.get(c.name) for c in feedback.columns} for r in rows if r["feedback_id"] not in old
+            ]
+            if new:
+                conn.execute(feedback.insert(), new)
+    except sa.exc.IntegrityError:
+        out = []
+        for r in rows:
+            try:
+                out.append(take(engine, r))
+            except FeedbackError as exc:
+                out.append(({**r, "state": "rejected", "error": exc.code}, False))
+        return out
+    result = []
+    for r in rows:
+        if r["feedback_id"] not in old:
+            result.append((dict(r), True))
+        elif old[r["feedback_id"]]["fingerprint"] != r["fingerprint"]:
+            result.append(({**r, "state": "rejected", "error": "feedback_id_reused"}, False))
+        else:
+            result.append((old[r["feedback_id"]], False))
+    return result
+
+
+def stored(engine: Any, client: str, feedback_ids: Iterable[str]) -> dict[str, dict[str, Any]]:
+    """The client's stored items of these ids, by id (one query)."""
+    from ratchet_core.control_db import feedback
+
+    ids = sorted(set(feedback_ids))
+    out: dict[str, dict[str, Any]] = {}
+    with engine.connect() as conn:
+        for i in range(0, len(ids), 500):
+            query = sa.select(feedback).where(
+                (feedback.c.client == client) & feedback.c.feedback_id.in_(ids[i : i + 500])
+            )
+            out.update({r["feedback_id"]: dict(r) for r in conn.execute(query).mappings()})
+    return out
+
+
 def reused(feedback_id: str) -> FeedbackError:
     """The 409 for a feedback id sent again with other content."""
     return FeedbackError(

@@ -50,6 +50,7 @@ STATUS = {
     fb.UNDECLARED: 400,
     fb.WRONG_TYPE: 400,
     fb.CONTRACT: 400,
+    "feedback_id_reused": 409,
 }
 
 

@@ -155,6 +155,7 @@ _MESSAGES = {
     fb.UNDECLARED: "the metric is not declared for the request's task (ratchet admin task set TASK --metric ...)",
     fb.WRONG_TYPE: "the value does not have the metric's type, or the task is not the request's own",
     fb.CONTRACT: "the demonstration breaks the request's own answer contract",
+    "feedback_id_reused": "the feedback id was already used for another item; send a new id for new feedback",
 }
 
 
@@ -170,31 +171,45 @@ def _answer(row: dict[str, Any]) -> tuple[int, dict[str, Any]]:
 
 
 def _take(gw: Gateway, client: str, items: list[dict[str, Any] | GatewayError]) -> list[tuple[int, dict]]:
-    """Decide and store every item (one ledger and lake lookup for all their request ids)."""
+    """Decide and store every item: one ledger and lake lookup for all their request ids, one read of the ids
+    stored before, one transaction for the new ones."""
     ids = [i["request_id"] for i in items if isinstance(i, dict) and i.get("request_id")]
     found = gf.find_requests(gw.ledger, ids) if ids else {}
-    policies = gw.manifest.policies
-    out: list[tuple[int, dict]] = []
+    before = fb.stored(gw.engine, client, [i["feedback_id"] for i in items if isinstance(i, dict)])
+    episodes: dict[tuple[str, str], bool] = {}
+
+    def seen(c: str, e: str) -> bool:
+        if (c, e) not in episodes:
+            episodes[(c, e)] = gf.episode_seen(gw.ledger, c, e)
+        return episodes[(c, e)]
+
+    answers: list[tuple[int, dict] | str] = []  # an answer, or the feedback id of a row to store first
+    new: dict[str, dict[str, Any]] = {}
     for item in items:
         if isinstance(item, GatewayError):
-            out.append((item.status, _refusal(item)))
+            answers.append((item.status, _refusal(item)))
             continue
+        fid = item["feedback_id"]
         try:
-            stored = fb.get(gw.engine, client, item["feedback_id"])
-            if stored is None:  # a new item: decided now
-                row = gf.item_row(
-                    client, item, found, policies, gw.redact, lambda c, e: gf.episode_seen(gw.ledger, c, e)
-                )
-                stored, new = fb.take(gw.engine, row)
-            else:  # sent before: the same item gets the same answer (settled meanwhile, if it was pending)
-                new = False
-                if stored["fingerprint"] != gf.fingerprint(item):
-                    raise fb.reused(item["feedback_id"])
-            if not new and stored["state"] == "pending":
-                stored = _settled(gw, stored)
-            out.append(_answer(stored))
+            if fid in before or fid in new:  # sent before (or twice in this batch): the same answer
+                if (before.get(fid) or new[fid])["fingerprint"] != gf.fingerprint(item):
+                    raise fb.reused(fid)
+                answers.append(fid)
+                continue
+            new[fid] = gf.item_row(client, item, found, gw.manifest.policies, gw.redact, seen)
+            answers.append(fid)
         except fb.FeedbackError as exc:
-            out.append((exc.status, _refusal(_error(exc), item.get("feedback_id"))))
+            answers.append((exc.status, _refusal(_error(exc), fid)))
+    for row, _ in fb.take_many(gw.engine, list(new.values())):
+        before[row["feedback_id"]] = row
+    out: list[tuple[int, dict]] = []
+    for answer in answers:
+        if isinstance(answer, str):
+            row = before[answer]
+            if row["state"] == "pending" and answer not in new:
+                row = before[answer] = _settled(gw, row)
+            answer = _answer(row)
+        out.append(answer)
     return out
 
 

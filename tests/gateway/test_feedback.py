@@ -201,12 +201,15 @@ def test_batch_answers_each_item_in_order(gateway) -> None:
         {"feedback_id": "b-3", "request_id": rid, "metric": "nope", "value": 1},
         {"feedback_id": "b-4", "request_id": rid},
         {"feedback_id": "b-5", "request_id": "req_" + "0" * 24, "metric": "comment", "value": "later"},
+        {"feedback_id": "b-1", "request_id": rid, "metric": "rating", "value": 4.5},  # sent twice: one row
+        {"feedback_id": "b-1", "request_id": rid, "metric": "rating", "value": 2.0},  # the id reused: 409
     ]
     r = httpx.post(gateway.url + "/ratchet/feedback:batch", json={"items": items}, headers=AUTH, timeout=30)
     assert r.status_code == 200, r.text
     got = [(x["feedback_id"], x["status"], x["http_status"]) for x in r.json()["results"]]
     assert got[0] == ("b-1", "recorded", 200) and got[4] == ("b-5", "pending", 202)
-    assert [s for _, _, s in got[1:4]] == [403, 400, 400]
+    assert [s for _, _, s in got[1:4]] == [403, 400, 400] and [s for _, _, s in got[5:]] == [200, 409]
+    assert len(fb.rows(gateway.engine, fb_table().c.feedback_id == "b-1")) == 1
     too_many = {"items": [items[0]] * (fb.MAX_BATCH + 1)}
     r = httpx.post(gateway.url + "/ratchet/feedback:batch", json=too_many, headers=AUTH, timeout=30)
     assert r.status_code == 400 and r.json()["error"]["code"] == "batch_too_large"
