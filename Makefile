@@ -10,15 +10,24 @@ $(BIN)/python:
 	$(PY) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip setuptools wheel
 
-install: $(BIN)/python  ## create .venv and install Ratchet with its dev and scale extras (CPU torch)
+install: $(BIN)/python  ## .venv with Ratchet, its dev and scale extras (CPU torch), and the Debian packages the tests use
 	$(BIN)/pip install --quiet -e '.[dev,scale]'
+	$(BIN)/python -m tests.system_packages
 	@$(BIN)/ratchet --version
 
-test: $(BIN)/python  ## the whole suite, slow end-to-end tests included
-	$(BIN)/pytest -q
+# `make test`: pytest-xdist workers (one per CPU; WORKERS=1 runs in this process), each file whole on one worker,
+# files with slow tests first (tests/xdist_layout.py); then the tests marked `timing` alone, so that nothing else
+# runs beside the latencies they measure (pytest's exit code 5 means none were collected).
+WORKERS ?= $(shell nproc 2>/dev/null || echo 2)
+PARALLEL := $(if $(filter 1,$(WORKERS)),,-n $(WORKERS) --dist loadfile --no-loadscope-reorder)
 
-test-fast: $(BIN)/python  ## everything but the tests marked slow
-	$(BIN)/pytest -q -m 'not slow'
+test: $(BIN)/python  ## the whole suite, slow end-to-end tests included
+	$(BIN)/pytest -q $(PARALLEL) -m 'not timing'
+	$(BIN)/pytest -q -m timing || [ $$? -eq 5 ]
+
+test-fast: $(BIN)/python  ## everything but the tests marked slow (timing tests included, run alone at the end)
+	$(BIN)/pytest -q $(PARALLEL) -m 'not slow and not timing'
+	$(BIN)/pytest -q -m 'timing and not slow' || [ $$? -eq 5 ]
 
 lint: $(BIN)/python  ## ruff, and the layer check (tests/layers.py: imports go down the layers, no cycles)
 	$(BIN)/ruff check .

@@ -21,6 +21,21 @@ def _sigterm_as_interrupt(signum, frame):  # noqa: ARG001
     raise KeyboardInterrupt
 
 
+_STOP_SIGNALS = {signal.SIGINT: signal.default_int_handler, signal.SIGTERM: _sigterm_as_interrupt}
+
+
+def _own_stop_signals() -> dict:
+    """Ctrl-C and SIGTERM stop the demo whatever it inherited; returns the handlers it replaced.
+
+    A process started with SIGINT ignored (a background job of a non-interactive shell, some CI runners) keeps it
+    ignored, and a blocked SIGINT stays blocked across exec: without its own handler and mask Ctrl-C would be lost.
+    The services it starts then get the default disposition too (exec resets a handler, not an ignore).
+    """
+    previous = {sig: signal.signal(sig, handler) for sig, handler in _STOP_SIGNALS.items()}
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, set(_STOP_SIGNALS))
+    return previous
+
+
 @click.command("demo")
 @click.option(
     "--days",
@@ -152,7 +167,7 @@ def demo(
     def emit(report: dict) -> None:
         click.echo(json.dumps(report, sort_keys=True))
 
-    previous = signal.signal(signal.SIGTERM, _sigterm_as_interrupt)
+    previous = _own_stop_signals()
     try:
         DemoRunner(options, echo, emit if as_json else None).run()
     except KeyboardInterrupt:
@@ -161,4 +176,5 @@ def demo(
     except (ServiceError, ValueError) as exc:
         raise click.ClickException(str(exc)) from None
     finally:
-        signal.signal(signal.SIGTERM, previous)
+        for sig, handler in previous.items():
+            signal.signal(sig, signal.SIG_DFL if handler is None else handler)

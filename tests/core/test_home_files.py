@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import socket
 import stat
 import subprocess
 import sys
@@ -18,6 +17,7 @@ import pytest
 
 from ratchet_core.home_files import read_student_key, student_key_path, tighten
 from ratchet_core.settings import Settings
+from tests.serve import free_port
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -78,6 +78,7 @@ def test_init_makes_a_private_home_and_a_student_key(tmp_path):
 
 def test_tighten_keeps_owner_bits_and_skips_links(tmp_path):
     (tmp_path / "d").mkdir()
+    os.chmod(tmp_path / "d", 0o755)  # whatever the process umask is (loading the code location sets 077)
     f = tmp_path / "d" / "run.sh"
     f.write_text("#!/bin/sh\n")
     os.chmod(f, 0o755)
@@ -107,23 +108,17 @@ def test_student_server_requires_the_home_key_by_default(tmp_path, monkeypatch):
     assert res.exit_code == 0 and seen["api_key"] == "sk-given"
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.mark.slow
 def test_a_gateway_keeps_its_home_private(tmp_path):
     """A real `ratchet gateway` process records a request, seals its ledger on SIGTERM: ledger, journal, lock,
     DuckDB, pepper, segments and control DB under the home are all 0600 in 0700 folders."""
     home = tmp_path / "home"
     assert _ratchet(home, "init").returncode == 0
-    port = _free_port()
+    port = free_port()
     env = _env(
         home,
         RATCHET_API_KEYS="app:sk-app-0123456789",
-        RATCHET_TEACHER_API_BASE=f"http://127.0.0.1:{_free_port()}/v1",  # nobody there: a failed row
+        RATCHET_TEACHER_API_BASE=f"http://127.0.0.1:{free_port()}/v1",  # nobody there: a failed row
     )
     proc = subprocess.Popen(
         [sys.executable, "-m", "ratchet_cli.main", "gateway", "--port", str(port)],

@@ -24,6 +24,7 @@ from click.testing import CliRunner
 from ratchet_assets.night.adapter import NIGHT_TRAINING
 from ratchet_core.keys import public_key_path
 from ratchet_core.settings import load_settings, unknown_variables
+from tests.system_packages import require
 
 ROOT = Path(__file__).resolve().parents[2]
 INFRA = ROOT / "infra"
@@ -155,6 +156,7 @@ def test_two_gateways_distinct_replicas_public_key_only(compose, monkeypatch) ->
 def test_docker_compose_config_accepts_the_file() -> None:
     """`docker compose config` is the authority where the compose plugin exists (operators' hosts); everywhere
     Debian's `docker-compose` 1.29 (no engine needed) validates the file, beside the structural tests above."""
+    require("docker-compose")
     has_plugin = shutil.which("docker") is not None and (
         subprocess.run(["docker", "compose", "version"], capture_output=True, timeout=30).returncode == 0
     )

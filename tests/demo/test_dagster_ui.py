@@ -19,8 +19,8 @@ import pytest
 
 from ratchet_cli.demo.runner import REPO_ROOT, write_instance_config
 from ratchet_cli.demo.supervisor import Service, Supervisor
+from tests.system_packages import CHROMIUM, require
 
-CHROMIUM = Path("/usr/bin/chromium")
 DAY = "2026-01-01"
 NIGHT_ASSETS = ["traffic", "examples", "golden_split", "training_set", "daily_receipt"]  # materialised here
 NIGHT_PATH = [*NIGHT_ASSETS, "lora_adapter", "evaluation_certificate", "bom", "cost_report"]  # group `night`
@@ -115,12 +115,10 @@ def _wait_for_materialised(page, deadline_s: float) -> str:
         page.wait_for_timeout(500)
 
 
-@pytest.mark.skipif(
-    not CHROMIUM.exists(), reason="/usr/bin/chromium is missing (CI installs Debian's chromium)"
-)
 def test_the_nights_assets_show_materialised_in_the_asset_graph(
     keyed_home, clean_env, ports, tmp_path, monkeypatch
 ) -> None:
+    require("chromium")
     from playwright.sync_api import sync_playwright
 
     from ratchet_assets.night.fixtures import write_day

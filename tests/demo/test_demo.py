@@ -1,5 +1,6 @@
-"""`ratchet demo` end to end (lean): two accelerated days, Ctrl-C after the first night, a second run resumes,
-and the receipts it produced verify offline, chained, with totals that match the sealed lake."""
+"""`ratchet demo` end to end (lean): two accelerated days, Ctrl-C after the first night (to a demo started with
+SIGINT ignored: it installs its own handler), a second run resumes, and the receipts it produced verify offline,
+chained, with totals that match the sealed lake."""
 
 from __future__ import annotations
 
@@ -51,6 +52,15 @@ def _demo_cmd(home: Path, ports: list[int]) -> list[str]:
     ]
 
 
+# Runs `argv[1:]` with SIGINT ignored and blocked (both survive exec): the worst a parent can hand down (a
+# background job of a non-interactive shell starts with SIGINT ignored). The demo must still stop on Ctrl-C, and
+# the test no longer depends on what the pytest process inherited. (No preexec_fn: unsafe in a threaded parent.)
+SIGINT_IGNORED = (
+    "import os, signal, sys; signal.signal(signal.SIGINT, signal.SIG_IGN); "
+    "signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT}); os.execv(sys.argv[1], sys.argv[1:])"
+)
+
+
 def _lake_requests(home: Path, day: str) -> int:
     import duckdb
 
@@ -78,9 +88,15 @@ def test_demo_runs_nights_stops_on_ctrl_c_resumes_and_its_receipts_verify(tmp_pa
     home = tmp_path / "home"
     cmd = _demo_cmd(home, ports)
 
-    # First run: stop it with Ctrl-C (SIGINT) as soon as the first day's report is out.
+    # First run, started with SIGINT ignored and blocked: stop it with Ctrl-C (SIGINT) as soon as the first
+    # day's report is out.
     first = subprocess.Popen(
-        cmd, env=clean_env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True
+        [sys.executable, "-c", SIGINT_IGNORED, *cmd],
+        env=clean_env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
     )
     try:
         line = first.stdout.readline()

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import time
 from collections.abc import Iterator
 
 import aiohttp
@@ -150,10 +149,9 @@ def test_bodies_that_are_not_completions(up):
 def test_hang_accepts_and_never_answers_until_released(up):
     up.set("hang")
     before = up.counts["hang"]
-    t = time.perf_counter()
     with pytest.raises(httpx.ReadTimeout):
         httpx.post(up.url + "/chat/completions", json=ASK, timeout=httpx.Timeout(5, read=0.3))
-    assert 0.3 <= time.perf_counter() - t < 2 and up.counts["hang"] == before + 1
+    assert up.counts["hang"] == before + 1
     up.release()
     up.set("ok")
     assert httpx.post(up.url + "/chat/completions", json=ASK, timeout=5).status_code == 200
@@ -161,19 +159,10 @@ def test_hang_accepts_and_never_answers_until_released(up):
 
 def test_slow_stream_keeps_producing_past_a_total_budget(up):
     up.set("slow_stream", tokens=8, interval_ms=40)
-    arrivals = []
-    t = time.perf_counter()
-    body = {**ASK, "stream": True}
-    timeout = httpx.Timeout(5, read=0.2)
-    with (
-        httpx.Client(base_url=up.url, timeout=timeout) as c,
-        c.stream("POST", "/chat/completions", json=body) as r,
-    ):
-        for line in r.iter_lines():
-            if '" t' in line:
-                arrivals.append(time.perf_counter() - t)
-    assert len(arrivals) == 8 and arrivals[-1] >= 0.25  # longer than any single gap, never idle for 0.2 s
-    assert max(b - a for a, b in zip(arrivals, arrivals[1:], strict=False)) < 0.2
+    pauses_before = len(up.pauses)
+    tokens = [line for line in _sse_lines(up, stream=True) if '" t' in line]
+    # one pause of the interval between consecutive tokens: 0.28 s in all, never more than 0.04 s at once
+    assert len(tokens) == 8 and up.pauses[pauses_before:] == [0.04] * 7
 
 
 def test_delay_queue_marker_and_waiting(up):
@@ -183,9 +172,9 @@ def test_delay_queue_marker_and_waiting(up):
     with httpx.Client(base_url=up.url, timeout=5) as c:  # one keep-alive connection for all of them
         assert c.post("/chat/completions", json=ASK).status_code == 429
         assert c.post("/chat/completions", json=ASK).status_code == 200
-        t = time.perf_counter()
+        pauses_before = len(up.pauses)
         assert c.post("/chat/completions", json=ASK).status_code == 200
-        assert time.perf_counter() - t >= 0.15  # time to first byte
+        assert up.pauses[pauses_before:] == [0.15]  # before the response's first byte
         marked = {**ASK, "messages": [{"role": "user", "content": "x [[fault:string_choices]]"}]}
         assert c.post("/chat/completions", json=marked).json()["choices"] == "oops"
     assert up.wait_for_requests(n + 4, timeout=1)
@@ -196,11 +185,10 @@ def test_delay_queue_marker_and_waiting(up):
     assert len(MODES) == 13
 
 
-def test_stopping_with_a_hung_request_outstanding_is_prompt():
+def test_stopping_with_a_hung_request_outstanding_ends_its_thread():
     with faulty_upstream() as server:
         server.set("hang")
         with pytest.raises(httpx.ReadTimeout):
             httpx.post(server.url + "/chat/completions", json=ASK, timeout=httpx.Timeout(5, read=0.2))
         assert server.wait_for_requests(1, timeout=1)
-        t = time.perf_counter()
-    assert time.perf_counter() - t < 3
+    assert server.stopped  # its thread ended: the hung handler did not hold the server open

@@ -37,6 +37,7 @@ from __future__ import annotations
 import asyncio
 import math
 import re
+import socket
 import threading
 import time
 from collections import Counter
@@ -46,8 +47,6 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 import orjson
-
-from tests.serve import free_port
 
 MODES = (
     "ok",
@@ -115,6 +114,8 @@ class FaultyUpstream:
         self.url = ""
         self.requests: list[Received] = []
         self.counts: Counter[str] = Counter()
+        self.pauses: list[float] = []  # every wait it made on purpose (delay_ms, slow_stream), in seconds
+        self.stopped = False  # set when the server's thread has ended
         self._default = Behaviour()
         self._queue: list[Behaviour] = []
         self._cond = threading.Condition()
@@ -150,6 +151,12 @@ class FaultyUpstream:
         self._release = asyncio.Event()
 
     # the server's side --------------------------------------------------------------------------------------
+    async def pause(self, seconds: float) -> None:
+        """Wait on purpose, on the record: tests check the upstream's schedule here, not on a wall clock."""
+        with self._cond:
+            self.pauses.append(seconds)
+        await asyncio.sleep(seconds)
+
     def _choose(self, body: Any) -> Behaviour:
         with self._cond:
             if self._queue:
@@ -202,7 +209,7 @@ class FaultyUpstream:
         if not isinstance(body, dict):
             return await _send_json(writer, 400, _error("the body is not a JSON object", "invalid_request"))
         if b.delay_ms:
-            await asyncio.sleep(b.delay_ms / 1000)
+            await self.pause(b.delay_ms / 1000)
         if b.mode == "hang":
             assert self._release is not None
             await self._release.wait()
@@ -216,7 +223,7 @@ class FaultyUpstream:
             await _send(writer, 200, "application/json", b"")
             return True
         if body.get("stream"):
-            return await _stream(writer, body, b)
+            return await _stream(writer, body, b, self.pause)
         payload = orjson.dumps(_completion(body, b))
         if b.mode == "cut_body":
             head = _head(200, "application/json", length=len(payload))
@@ -344,7 +351,7 @@ def _completion(body: dict, b: Behaviour) -> dict:
 _STREAM_FAULTS = ("sse_error", "malformed_chunk", "list_chunk", "early_close")
 
 
-async def _stream(writer: asyncio.StreamWriter, body: dict, b: Behaviour) -> bool:
+async def _stream(writer: asyncio.StreamWriter, body: dict, b: Behaviour, pause) -> bool:
     """OpenAI's chunk sequence (role, content or tool-call deltas, finish, optional usage, ``[DONE]``), with the
     behaviour's fault after ``chunks_before`` content chunks. False when the connection must close."""
     base = {
@@ -383,7 +390,7 @@ async def _stream(writer: asyncio.StreamWriter, body: dict, b: Behaviour) -> boo
         if i == len(pieces):
             break
         if b.mode == "slow_stream" and i:
-            await asyncio.sleep(b.interval_ms / 1000)
+            await pause(b.interval_ms / 1000)
         writer.write(chunk({"content": pieces[i]}, pieces=[pieces[i]]))
         await writer.drain()
     for k, call in enumerate(b.tool_calls or []):
@@ -408,14 +415,16 @@ async def _stream(writer: asyncio.StreamWriter, body: dict, b: Behaviour) -> boo
 def faulty_upstream() -> Iterator[FaultyUpstream]:
     """Serve a :class:`FaultyUpstream` on 127.0.0.1 (a free port) in a thread until the block exits."""
     up = FaultyUpstream()
-    port = free_port()
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))  # bound here and handed over: no other process can take the port meanwhile
+    port = sock.getsockname()[1]
     ready = threading.Event()
     stop: dict[str, Any] = {}
 
     async def main() -> None:
         up._loop = asyncio.get_running_loop()
         up._release = asyncio.Event()
-        server = await asyncio.start_server(up.handle, "127.0.0.1", port)
+        server = await asyncio.start_server(up.handle, sock=sock)
         stop["event"] = asyncio.Event()
         ready.set()
         async with server:
@@ -436,3 +445,4 @@ def faulty_upstream() -> Iterator[FaultyUpstream]:
         assert up._loop is not None
         up._loop.call_soon_threadsafe(stop["event"].set)
         thread.join(timeout=10)
+        up.stopped = not thread.is_alive()

@@ -204,9 +204,8 @@ def test_any_luhn_valid_grouped_number_is_redacted(body, sep, full_width):
 
 
 def test_unicode_rules_stay_linear_on_hostile_input():
-    import time
+    from tests.cpu_time import cpu_seconds_at_most
 
     for text in ("é" * 100_000 + "@", "é@" + "a-" * 50_000 + ".", "1234." * 20_000, "1234\u00a0" * 20_000):
-        t = time.perf_counter()
-        redact_text(text)
-        assert time.perf_counter() - t < 2.0
+        with cpu_seconds_at_most(2.0):
+            redact_text(text)

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import time
-
 import orjson
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -42,9 +40,9 @@ def test_catastrophic_pattern_is_unusable_not_a_stall():
         },
     }
     answer = {"role": "assistant", "content": orjson.dumps({"a": "a" * 40 + "b"}).decode()}
-    t = time.perf_counter()
-    v = check_answer(body, answer, "stop")
-    assert time.perf_counter() - t < 2.0  # plain `re` takes minutes on this input
+    v = check_answer(
+        body, answer, "stop"
+    )  # plain `re` takes minutes on this input: the search's limit stops it
     assert v is not None and v.kind == SCHEMA_UNUSABLE and "PatternTimeout" in v.detail
     answer_ok = {"role": "assistant", "content": '{"a": "b"}'}
     assert check_answer(body, answer_ok, "stop").kind == SCHEMA_MISMATCH  # a quick mismatch stays a mismatch

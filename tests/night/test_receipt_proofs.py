@@ -140,11 +140,32 @@ def _gateway_settings(tmp_path: Path) -> Any:
     )
 
 
-@pytest.mark.slow
-def test_the_gateway_proof_route_answers_in_milliseconds_on_a_million_row_day(tmp_path: Path) -> None:
-    import statistics
-    import time
+@pytest.fixture
+def parquet_rows_read(monkeypatch) -> list[int]:
+    """The row counts of every Parquet read made in this process from now on (the gateway's thread too)."""
+    counts: list[int] = []
 
+    def counting(read):
+        def wrapper(*args, **kwargs):
+            table = read(*args, **kwargs)
+            counts.append(table.num_rows)
+            return table
+
+        return wrapper
+
+    for name in ("read", "read_row_group", "read_row_groups"):
+        monkeypatch.setattr(pq.ParquetFile, name, counting(getattr(pq.ParquetFile, name)))
+    monkeypatch.setattr(pq, "read_table", counting(pq.read_table))
+    return counts
+
+
+@pytest.mark.slow
+def test_the_gateway_proof_route_reads_one_row_group_of_a_million_row_day(
+    tmp_path: Path, parquet_rows_read: list[int]
+) -> None:
+    """A proof comes from the stored tree and the row's own row group (two when the id may start the next one),
+    never from the day's other rows: rebuilding the tree per call read all 1M rows (~2 s); ``make bench``
+    measures the route's latency."""
     import httpx
 
     from ratchet_gateway.app import GatewayOptions, create_app
@@ -160,35 +181,29 @@ def test_the_gateway_proof_route_answers_in_milliseconds_on_a_million_row_day(tm
     app = create_app(settings, GatewayOptions(replica="gw", public_keys=[key.public_key()]))
     auth = {"Authorization": "Bearer sk-app1-0123456789abcdef"}
     targets = [0, 4094, 4096, 500_000, 777_778, n - 2]  # app1's rows (even indices)
-    latencies, direct = [], []
+    most = 2 * receipt_store.ROW_GROUP_ROWS
     with serve_in_thread(app) as url, httpx.Client(base_url=url, headers=auth, timeout=30) as http:
-        for i in targets * 3:
-            t0 = time.perf_counter()
+        for i in targets:
+            parquet_rows_read.clear()
             r = http.get(f"/ratchet/receipts/{DAY}/proof/req-{i:09d}")
-            latencies.append(time.perf_counter() - t0)
             assert r.status_code == 200, r.text
+            assert sum(parquet_rows_read) <= most, (i, parquet_rows_read)
             proof = r.json()
             assert proof["index"] == i and proof["size"] == n
             verify_receipt((folder / receipt_store.ENVELOPE_FILE).read_bytes(), key.public_key(), proof=proof)
         assert http.get(f"/ratchet/receipts/{DAY}/proof/req-{1:09d}").status_code == 404  # app2's row
-    for i in targets * 3:
-        t0 = time.perf_counter()
-        receipt_store.receipt_proof(folder, DAY, f"req-{i:09d}", client="app1")
-        direct.append(time.perf_counter() - t0)
+    for i in targets:
+        parquet_rows_read.clear()
+        assert receipt_store.receipt_proof(folder, DAY, f"req-{i:09d}", client="app1")["index"] == i
+        assert sum(parquet_rows_read) <= most, (i, parquet_rows_read)
     assert predicate["requests"]["size"] == n
-    http_ms, direct_ms = 1000 * statistics.median(latencies), 1000 * statistics.median(direct)
-    print(f"1M-row day: proof route median {http_ms:.2f} ms over HTTP, {direct_ms:.2f} ms in process")
-    # Rebuilding the tree per call (the previous route) took ~2 s here; the stored tree answers in milliseconds.
-    assert direct_ms < 25 and http_ms < 100, (direct_ms, http_ms)
 
 
 @pytest.mark.slow
-def test_the_client_view_route_answers_in_milliseconds_on_a_million_row_day(tmp_path: Path) -> None:
+def test_the_client_view_route_reads_only_the_client_lines_of_a_million_row_day(tmp_path: Path) -> None:
     """``GET /ratchet/receipts/{day}`` of a v3 receipt reads the stored client line and its proof (clients.jsonl),
-    not the day's rows: milliseconds at 1M rows, and the view verifies against the signed client root."""
-    import statistics
-    import time
-
+    not the day's rows: here the rows file is not Parquet at all and there is no tree, and the view verifies
+    against the signed client root."""
     import httpx
 
     from ratchet_core.lake import atomic_write_bytes
@@ -203,31 +218,25 @@ def test_the_client_view_route_answers_in_milliseconds_on_a_million_row_day(tmp_
     settings = _gateway_settings(tmp_path)
     folder = Path(settings.artifacts_root) / "receipts" / DAY
     folder.mkdir(parents=True)
-    v1 = _million_row_day(folder, n, key)  # rows.parquet and tree.bin as build_receipt writes them
     lines = []
     for i, c in enumerate(("app1", "app2")):
         totals = v3.empty_totals()
         totals["requests"] = totals["served_by"]["teacher"] = (n + 1 - i) // 2
         lines.append(v3.client_leaf(c, f"{i:064x}", [], totals))
     prices = te.prices_doc("openai/demo-teacher", 1e-6, 2e-6)
-    predicate = v3.make_predicate(DAY, v1["requests"]["root"], n, lines, [], [], prices, None)
+    requests_root = "ab" * 32  # the request tree a million rows would have: not read by this route
+    predicate = v3.make_predicate(DAY, requests_root, n, lines, [], [], prices, None)
     statement = make_statement(v3.PREDICATE_TYPE, predicate, v3.subjects(DAY, predicate))
     atomic_write_bytes(folder / receipt_store.ENVELOPE_FILE, canonical_json(sign_statement(statement, key)))
     atomic_write_bytes(folder / "clients.jsonl", b"".join(b + b"\n" for b in lines))
     atomic_write_bytes(folder / "estimates.jsonl", b"")
+    (folder / receipt_store.ROWS_FILE).write_bytes(b"a million rows that this route must not read")
     app = create_app(settings, GatewayOptions(replica="gw", public_keys=[key.public_key()]))
     auth = {"Authorization": "Bearer sk-app1-0123456789abcdef"}
-    latencies = []
     with serve_in_thread(app) as url, httpx.Client(base_url=url, headers=auth, timeout=60) as http:
-        for _ in range(15):
-            t0 = time.perf_counter()
-            r = http.get(f"/ratchet/receipts/{DAY}")
-            latencies.append(time.perf_counter() - t0)
-            assert r.status_code == 200, r.text
+        r = http.get(f"/ratchet/receipts/{DAY}")
+        assert r.status_code == 200, r.text
         view = r.json()
         assert "app2" not in r.text and "rows" not in view
         report = verify_client_view(view, key.public_key())
         assert report["client"] == "app1" and report["totals"]["requests"] == n // 2
-    http_ms = 1000 * statistics.median(latencies)
-    print(f"1M-row day: client view route median {http_ms:.2f} ms over HTTP")
-    assert http_ms < 100, http_ms

@@ -7,7 +7,6 @@ import os
 import signal
 import subprocess
 import sys
-import threading
 import time
 from pathlib import Path
 
@@ -102,7 +101,18 @@ def test_desired_versions_are_what_the_manifest_serves():
     assert desired_versions(m) == {"v1": ["b"], "v2": ["a", "b"], "v3": ["a"]}
 
 
-def test_killed_student_server_serves_the_live_version_again_within_60s(tmp_path, key):
+def until(condition, attempts: int, pause_s: float, why: str) -> None:
+    """Poll `condition` (a loopback HTTP call) until it holds; after `attempts` tries, fail saying `why`."""
+    for _ in range(attempts):
+        if condition():
+            return
+        time.sleep(pause_s)
+    raise AssertionError(why)
+
+
+def test_killed_student_server_serves_the_live_version_again_after_the_next_reconcile(tmp_path, key):
+    """The daemon evaluates the sensor every RECONCILE_SECONDS (30 s): the test makes those evaluations itself, so
+    "again within 60 s" is one interval (checked) plus the one evaluation after the restart that reloads it."""
     from ratchet_assets.definitions import defs as load_defs
     from ratchet_assets.defs.release_sensors import RECONCILE_SECONDS, StudentEndpoints
     from ratchet_assets.defs.resources import night_resources
@@ -137,9 +147,6 @@ def test_killed_student_server_serves_the_live_version_again_within_60s(tmp_path
     log = tmp_path / "student.log"
     proc = start_student(base, port, log)
     procs = [proc]
-    stop = threading.Event()
-    ticks: list[float] = []
-    lock = threading.Lock()
     try:
         for version in (OLD, CANDIDATE):  # loaded by earlier nights' evaluations
             r = httpx.post(
@@ -159,12 +166,11 @@ def test_killed_student_server_serves_the_live_version_again_within_60s(tmp_path
         assert sensor.minimum_interval_seconds == RECONCILE_SECONDS == 30
         cursor: list[str | None] = [None]
 
-        def tick():
-            with lock, dg.DagsterInstance.ephemeral() as instance:
+        def tick():  # one evaluation, as `dagster-daemon` makes every minimum interval
+            with dg.DagsterInstance.ephemeral() as instance:
                 ctx = dg.build_sensor_context(instance=instance, cursor=cursor[0], resources=resources)
                 result = sensor(ctx)
                 cursor[0] = result.cursor
-                ticks.append(time.monotonic())
                 return result
 
         first = tick()
@@ -202,10 +208,8 @@ def test_killed_student_server_serves_the_live_version_again_within_60s(tmp_path
                     )
                     return raw.headers["x-ratchet-served-by"], raw.headers["x-ratchet-version"]
 
-                deadline = time.monotonic() + 30
-                while served_by() != ("student", LIVE):
-                    assert time.monotonic() < deadline, "the gateway never served the live version"
-                    time.sleep(0.5)
+                live = ("student", LIVE)
+                until(lambda: served_by() == live, 120, 0.5, "the gateway never served the live version")
 
                 proc.send_signal(signal.SIGKILL)
                 proc.wait(30)
@@ -217,23 +221,17 @@ def test_killed_student_server_serves_the_live_version_again_within_60s(tmp_path
                     "teacher",
                 )  # meanwhile the gateway falls back to the teacher
 
-                def daemon():  # what `dagster-daemon` does: evaluate the sensor every minimum interval
-                    while not stop.wait(RECONCILE_SECONDS):
-                        tick()
-
-                threading.Thread(target=daemon, daemon=True).start()
                 proc = start_student(base, port, log)
                 procs.append(proc)
-                restarted = time.monotonic()
                 assert loaded(student_url) == set()  # a fresh process holds no adapter
-                while served_by() != ("student", LIVE):
-                    assert time.monotonic() - restarted < 60, f"not served again within 60 s; ticks {ticks}"
-                    time.sleep(1.0)
-                took = time.monotonic() - restarted
-                print(f"live version served by the student again {took:.1f} s after the restart")
+                assert served_by() == ("teacher", "teacher")  # nothing reloads it before the next evaluation
+                again = tick()
+                assert f"loaded {LIVE}" in again.skip_reason.skip_message
                 assert loaded(student_url) == {LIVE}
+                until(
+                    lambda: served_by() == live, 120, 0.5, "not served by the student again after the reload"
+                )
     finally:
-        stop.set()
         for p in procs:
             if p.poll() is None:
                 p.kill()

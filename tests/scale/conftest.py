@@ -25,26 +25,18 @@ from pathlib import Path
 import pytest
 
 from tests.evidence.certificates import sign_certificate as sign_certificate  # the scale tests import it here
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+from tests.serve import free_port
+from tests.system_packages import require
 
 
 def postgres_bindir() -> Path:
-    """The newest /usr/lib/postgresql/<major>/bin (Debian's layout), else the folder of `pg_ctl` on PATH."""
+    """The newest /usr/lib/postgresql/<major>/bin (Debian's layout), else the folder of `pg_ctl` on PATH; without
+    PostgreSQL the test fails with the line that says how to install it (``tests.system_packages``)."""
+    require("postgresql")
     found = sorted(glob.glob("/usr/lib/postgresql/*/bin/pg_ctl"), key=lambda p: int(Path(p).parts[-3]))
     if found:
         return Path(found[-1]).parent
-    on_path = shutil.which("pg_ctl")
-    if on_path:
-        return Path(on_path).resolve().parent
-    pytest.fail(
-        "PostgreSQL is not installed: `apt-get install -y postgresql` (Debian; .ci/run does this) "
-        "— the at-scale tests run a throwaway cluster"
-    )
+    return Path(shutil.which("pg_ctl")).resolve().parent
 
 
 @dataclass

@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 
 from ratchet_core.settings import Settings
+from tests.system_packages import CHROMIUM, require
 
 DAYS = ["2026-04-01", "2026-04-02", "2026-04-03"]
-CHROMIUM = Path("/usr/bin/chromium")
 
 
 def test_partitions_start_at_the_first_day_with_traffic_or_the_configured_start(tmp_path: Path) -> None:
@@ -122,12 +122,10 @@ def _drawn_series_pixels(page) -> list[int]:
 
 
 @pytest.mark.slow
-@pytest.mark.skipif(
-    not CHROMIUM.exists(), reason="/usr/bin/chromium is missing (CI installs Debian's chromium)"
-)
 def test_the_numeric_series_plot_per_partition_in_the_ui(tmp_path: Path, monkeypatch) -> None:
     """The asset's Plots, Partitions view (the default for a partitioned asset): one point per partition, joined by a
     line, for three nights of 2026-04 (far before the wall clock: the window setting puts them in the view)."""
+    require("chromium")
     import os
 
     import dagster as dg
