@@ -174,6 +174,16 @@ class ErasureSnapshot:
         if self.engine is not None:
             record_applied(self.engine, log_id, store, counts)
 
+    def forget_feedback(self, request_ids: Iterable[str]) -> int:
+        """Delete the feedback on requests a replica scrubbed by a scope (rows no sealed copy held when the
+        erasure ran, so ``erase`` could not name them); how many items went (``ratchet_core.feedback``)."""
+        ids = set(request_ids)
+        if self.engine is None or not ids:
+            return 0
+        from ratchet_core import feedback
+
+        return feedback.delete(self.engine, request_ids=ids)
+
 
 def snapshot(engine: Any) -> ErasureSnapshot:
     """The control DB's erasures as a replica's ledger polls them (``ratchet_gateway.ledger``)."""

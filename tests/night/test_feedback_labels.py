@@ -6,6 +6,7 @@ the bytes it always wrote."""
 from __future__ import annotations
 
 import json
+from datetime import timedelta
 from pathlib import Path
 
 import pyarrow.parquet as pq
@@ -194,6 +195,32 @@ def test_erasure_removes_feedback_and_recommits_the_label_tree(night) -> None:
         private_key=generate_private_key(),
     )
     assert fb.rows(engine) == []
+
+
+def test_erasing_a_client_removes_all_its_feedback_and_a_time_range_that_on_its_requests(night) -> None:
+    from ratchet_assets.governance.erase import ErasureScope, erase
+    from ratchet_stats.keys import generate_private_key
+
+    _, lake, art, engine, teacher = night
+    acme = [r for r in teacher if r["client"] == "acme"]
+    other = next(r for r in teacher if r["client"] != "acme")
+    _send(engine, acme[0], "a1", "comment", "fine", {})
+    _send(engine, acme[1], "a2", "comment", "not sealed anywhere yet", {}, found=False)  # pending
+    _send(engine, other, "o1", "comment", "fine", {})
+    common = {
+        "lake_root": str(lake),
+        "artifacts_root": str(art),
+        "engine": engine,
+        "reason": "a customer asked",
+    }
+    report = erase(ErasureScope(clients=("acme",)), private_key=generate_private_key(), **common)
+    assert report.counts["feedback_items"] == 2
+    assert [(r["client"], r["feedback_id"]) for r in fb.rows(engine)] == [(other["client"], "o1")]
+    # a time range's erasure reaches the feedback on the requests it resolves
+    around = {"since": other["ts"] - timedelta(seconds=1), "until": other["ts"] + timedelta(seconds=1)}
+    report = erase(ErasureScope(**around), private_key=generate_private_key(), **common)
+    assert other["request_id"] in report.request_ids
+    assert report.counts["feedback_items"] == 1 and fb.rows(engine) == []
 
 
 def test_labels_digest_names_what_the_night_used() -> None:
