@@ -7,10 +7,21 @@ validator class whose ``pattern``, ``patternProperties`` and ``additionalPropert
 ``regex`` package instead, each search limited to :data:`SEARCH_TIMEOUT_S` and releasing the GIL; a search that
 runs out raises :class:`PatternTimeout` (the answer-contract guard then reports ``schema_unusable``: it cannot
 vouch for the answer, so the teacher answers). Other keywords are jsonschema's own.
+
+Compiling is bounded too: ``regex`` expands counted repeats while it compiles, holding the GIL (measured:
+``(a{1000}){1000}`` took a second), so a pattern longer than :data:`MAX_PATTERN_CHARS` or whose counted repeats
+multiply past :data:`MAX_EXPANSION` is never compiled (:class:`PatternTooCostly`, a ``PatternTimeout``). And a
+whole check has a deadline (:func:`deadline`): once it passes, every further search raises, so a schema with
+thousands of patterns stops soon after its time, even in a worker thread nobody waits for any more.
 """
 
 from __future__ import annotations
 
+import re
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from functools import lru_cache
 from typing import Any
 
@@ -19,21 +30,92 @@ from jsonschema import validators
 from jsonschema.exceptions import ValidationError
 
 SEARCH_TIMEOUT_S = 0.05
+MAX_PATTERN_CHARS = 1000
+MAX_EXPANSION = 10_000  # characters a compiled pattern may spell out once its counted repeats are expanded
 
 
 class PatternTimeout(Exception):
-    """A schema's regular expression took longer than SEARCH_TIMEOUT_S on one string."""
+    """A schema's regular expression took longer than SEARCH_TIMEOUT_S on one string, or its check's deadline
+    passed."""
+
+
+class PatternTooCostly(PatternTimeout):
+    """A schema's regular expression would take too long to compile (length, or counted repeats)."""
+
+
+_local = threading.local()
+
+
+@contextmanager
+def deadline(seconds: float) -> Iterator[None]:
+    """Searches in this thread raise PatternTimeout once `seconds` have passed (one answer's whole check)."""
+    _local.until = time.monotonic() + seconds
+    try:
+        yield
+    finally:
+        _local.until = None
+
+
+def _expansion(items: Any) -> int:
+    """How many characters the pattern's parse tree spells out with its counted repeats expanded."""
+    total = 0
+    for op, av in items:
+        if op in (re._constants.MAX_REPEAT, re._constants.MIN_REPEAT, re._constants.POSSESSIVE_REPEAT):  # type: ignore[attr-defined]
+            lo, hi, body = av
+            count = hi if hi != re._constants.MAXREPEAT else max(lo, 1)  # type: ignore[attr-defined]
+            total += count * max(_expansion(body), 1)
+        elif op is re._constants.SUBPATTERN:  # type: ignore[attr-defined]
+            total += _expansion(av[3])
+        elif op is re._constants.BRANCH:  # type: ignore[attr-defined]
+            total += sum(_expansion(alt) for alt in av[1])
+        elif op in (re._constants.ASSERT, re._constants.ASSERT_NOT):  # type: ignore[attr-defined]
+            total += _expansion(av[1])
+        elif op is re._constants.ATOMIC_GROUP:  # type: ignore[attr-defined]
+            total += _expansion(av)
+        else:
+            total += 1
+        if total > MAX_EXPANSION:
+            break
+    return total
+
+
+def too_costly(pattern: str) -> bool:
+    """Whether compiling `pattern` could take long (module docstring). A pattern Python's parser cannot read
+    (ECMA-only syntax such as ``\\p{L}``) is judged by its counted repeats alone, all multiplied."""
+    if len(pattern) > MAX_PATTERN_CHARS:
+        return True
+    try:
+        tree = re._parser.parse(pattern)  # type: ignore[attr-defined]
+    except (re.error, RecursionError, OverflowError):
+        product = 1
+        for count in re.findall(r"\{(\d{1,9})", pattern):
+            product *= max(int(count), 1)
+            if product > MAX_EXPANSION:
+                return True
+        return False
+    return _expansion(tree.data) > MAX_EXPANSION
 
 
 @lru_cache(maxsize=1024)
 def _compiled(pattern: str) -> Any:
+    if too_costly(pattern):
+        raise PatternTooCostly(
+            f"a schema pattern is too costly to compile (over {MAX_PATTERN_CHARS} characters, or counted "
+            f"repeats spelling out over {MAX_EXPANSION})"
+        )
     return regex.compile(pattern)
 
 
 def search(pattern: str, text: str) -> bool:
     """Whether `pattern` matches somewhere in `text` (ECMA-262 semantics as far as Python's syntax goes)."""
+    until = getattr(_local, "until", None)
+    timeout = SEARCH_TIMEOUT_S
+    if until is not None:
+        timeout = min(timeout, until - time.monotonic())
+        if timeout <= 0:
+            raise PatternTimeout("the answer's check ran out of time")
     try:
-        return _compiled(pattern).search(text, timeout=SEARCH_TIMEOUT_S, concurrent=True) is not None
+        return _compiled(pattern).search(text, timeout=timeout, concurrent=True) is not None
     except TimeoutError:
         raise PatternTimeout(f"a schema pattern ran longer than {SEARCH_TIMEOUT_S:g} s") from None
 

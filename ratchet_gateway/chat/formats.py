@@ -88,7 +88,8 @@ class ChatCompletions:
         return orjson.dumps(resp)
 
     def stream(self, received: Received) -> ChatCompletionsStream:
-        return ChatCompletionsStream(bool((received.req.stream_options or {}).get("include_usage")))
+        opts = received.req.stream_options
+        return ChatCompletionsStream(bool(opts and opts.include_usage))
 
     def error(self, err: GatewayError, headers: dict[str, str]) -> Response:
         return error_response(err, headers)

@@ -73,6 +73,19 @@ function card(t) {
     el("div", { class: "evidence" }, "Evidence: ", ...t.evidence.map((e) => el("a", { href: e.href }, e.label))));
 }
 
+// The client's own limits: requests and tokens per minute, its budget and what it has spent of it.
+function limits(l) {
+  const stat = (label, value) => el("div", { class: "stat" }, label, el("b", {}, value));
+  const stats = [
+    stat("requests / min", l.rpm ?? "no limit"),
+    stat("tokens / min", l.tpm ?? "no limit"),
+    stat("budget", l.budget_usd == null ? "none" : `${fmt(l.budget_usd)} per ${l.budget_period}`),
+  ];
+  if (l.budget_usd != null) stats.push(stat("spent this " + l.budget_period, fmt(l.spent_usd)), stat("left", fmt(l.remaining_usd)));
+  stats.push(stat("refused (429)", `${l.refused.rpm} rpm · ${l.refused.tpm} tpm · ${l.refused.budget} budget`));
+  return el("section", { class: "limits" }, el("h2", {}, "Your limits"), el("div", { class: "stats" }, ...stats));
+}
+
 async function load() {
   const key = keyFromPage();
   const status = document.getElementById("status");
@@ -82,7 +95,7 @@ async function load() {
   const data = await r.json();
   document.getElementById("who").textContent = `client ${data.client} · manifest #${data.manifest_sequence}`;
   const main = document.getElementById("tasks");
-  main.replaceChildren(...data.tasks.map(card));
+  main.replaceChildren(limits(data.limits), ...data.tasks.map(card));
   status.textContent = data.tasks.length ? "" : "No sealed traffic of yours yet.";
   document.body.dataset.loaded = "true";
 }

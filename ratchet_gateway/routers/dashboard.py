@@ -1,6 +1,7 @@
 """The app owner's dashboard: ``GET /ratchet/dashboard`` (the page) and ``GET /ratchet/dashboard/data`` (its data).
 
-For the calling client only (its API key, like every client route), per task: the stage and version the signed
+For the calling client only (its API key, like every client route): its limits (requests and tokens per minute,
+its budget, what it spent of it and how many requests were refused, ``ratchet_gateway.limits``), and per task: the stage and version the signed
 manifest serves, the canary share and calibrated threshold, the certified lower bound read from the version's
 certificate *after* its signature verifies with the gateway's trusted keys (else shown as unverified), the
 student's share of the client's requests, and per day the client's actual spend against the teacher-equivalent
@@ -11,7 +12,7 @@ the answer disagreed with).
 
 Numbers come from the sealed lake segments (what receipts are built from), so they trail the live traffic by at
 most one segment (``RATCHET_SEGMENT_SECONDS``). The page and its script are static files served from this package
-(no CDN, no third-party script); the script asks for the key (or reads it from the URL fragment ``#key=...``,
+(no CDN, no third-party script, a strict Content-Security-Policy that allows nothing else); the script asks for the key (or reads it from the URL fragment ``#key=...``,
 which browsers never send to a server) and calls the data route with ``Authorization: Bearer``.
 """
 
@@ -25,8 +26,9 @@ from typing import Any
 from fastapi import APIRouter
 from starlette.responses import FileResponse, Response
 
+from ratchet_core.names import is_valid
 from ratchet_gateway.deps import ClientDep, GatewayDep
-from ratchet_gateway.responses import error_docs, json_response
+from ratchet_gateway.responses import PAGE_HEADERS, error_docs, json_response, ratchet_headers
 from ratchet_gateway.state import Gateway
 
 router = APIRouter(prefix="/ratchet", tags=["dashboard"])
@@ -37,14 +39,19 @@ _FILES = {"app.js": "text/javascript", "app.css": "text/css"}
 
 @router.get("/dashboard", summary="The app owner's dashboard page (static; its data needs the client key)")
 async def dashboard_page() -> Response:
-    return FileResponse(STATIC / "index.html", media_type="text/html")
+    return FileResponse(STATIC / "index.html", media_type="text/html", headers=_page_headers())
 
 
 @router.get("/dashboard/static/{name}", include_in_schema=False)
 async def dashboard_static(name: str) -> Response:
     if name not in _FILES:  # a fixed list: no path from the URL reaches the filesystem
-        return Response(status_code=404)
-    return FileResponse(STATIC / name, media_type=_FILES[name])
+        return Response(status_code=404, headers=_page_headers())
+    return FileResponse(STATIC / name, media_type=_FILES[name], headers=_page_headers())
+
+
+def _page_headers() -> dict[str, str]:
+    """A page's headers: the strict CSP and its kin (``responses.PAGE_HEADERS``) and the x-ratchet-* ones."""
+    return {**ratchet_headers(), **PAGE_HEADERS}
 
 
 @router.get(
@@ -86,7 +93,12 @@ def build(gw: Gateway, client: str) -> dict[str, Any]:
                 "evidence": _evidence(gw, release.version, [r["day"] for r in rows]),
             }
         )
-    return {"client": client, "manifest_sequence": _sequence(gw), "tasks": out}
+    return {
+        "client": client,
+        "manifest_sequence": _sequence(gw),
+        "limits": gw.limits.view(client),
+        "tasks": out,
+    }
 
 
 def _feedback(gw: Gateway, client: str) -> list[dict[str, Any]]:
@@ -161,6 +173,8 @@ def _certified_bound(gw: Gateway, version: str, task: str) -> tuple[float | None
     """The task's certified lower bound from the version's certificate, only if its signature verifies."""
     from ratchet_stats.dsse import verify_envelope
 
+    if not is_valid("version", version):  # signed before the name rule: it names no artifact
+        return None, False
     path = gw.artifacts.certificate(version)
     if not path.exists() or not gw.public_keys:
         return None, False
@@ -182,7 +196,7 @@ def _evidence(gw: Gateway, version: str, days: list[str]) -> list[dict[str, str]
         for d in days
         if gw.artifacts.receipt_envelope(d).exists()
     ]
-    if version:
+    if version and is_valid("version", version):
         links.append({"label": f"BOM {version}", "href": f"/ratchet/boms/{version}"})
     links.append({"label": "public key", "href": "/ratchet/public-key"})
     return links

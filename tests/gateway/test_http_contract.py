@@ -100,13 +100,14 @@ def test_openapi_documents_every_route_with_its_body_and_bearer_scheme(gateway):
     schemas = doc["components"]["schemas"]
     for key, model in (
         (("post", "/v1/chat/completions"), "ChatRequest"),
-        (("post", "/ratchet/proofs/{version}"), "ChatRequest"),
+        (("post", "/ratchet/proofs/{version}"), "ProofRequest"),
         (("post", "/v1/responses"), "ResponsesRequest"),
         (("post", "/v1/messages"), "MessagesRequest"),
         (("post", "/v1/embeddings"), "EmbeddingsRequest"),
     ):
         body = documented[key]["requestBody"]["content"]["application/json"]["schema"]
         assert body == {"$ref": f"#/components/schemas/{model}"}
+    assert schemas["ProofRequest"]["required"] == ["request_id"]
     assert set(schemas["ResponsesRequest"]["required"]) == {"model", "input"}
     assert set(schemas["MessagesRequest"]["required"]) == {"model", "max_tokens", "messages"}
     messages_401 = documented[("post", "/v1/messages")]["responses"]["401"]["content"]["application/json"]
