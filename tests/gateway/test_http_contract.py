@@ -42,6 +42,10 @@ EXPECTED = {
     ("post", "/ratchet/feedback"): "clientKey",
     ("post", "/ratchet/feedback:batch"): "clientKey",
     ("get", "/ratchet/feedback/{feedback_id}"): "clientKey",
+    ("get", "/"): None,
+    ("get", "/ratchet/serving"): "clientKey",
+    ("get", "/ratchet/scout"): None,
+    ("get", "/ratchet/scout/team"): None,
 }
 
 
