@@ -63,6 +63,8 @@ def _run_night(day: str, run_config: dict[str, Any] | None = None) -> dict[str, 
     import dagster as dg
 
     from ratchet_assets.definitions import defs as load_defs
+    from ratchet_assets.run_trace import trace_run
+    from ratchet_core.settings import load_settings
 
     job = load_defs().resolve_job_def(NIGHT_JOB)
     started = time.monotonic()
@@ -88,6 +90,9 @@ def _run_night(day: str, run_config: dict[str, Any] | None = None) -> dict[str, 
                 first = message[0] if message else "failed"
                 failures[event.step_key or "?"] = re.sub(r"^[\w.]+(Error|Failure|Exception): ", "", first)
         skipped = [e.step_key for e in result.all_events if e.event_type_value == "STEP_SKIPPED"]
+        endpoint = load_settings().otel_endpoint
+        if endpoint:  # no daemon may run the trace sensors (--no-dagster-ui): export the night's trace here
+            trace_run(instance, result.run_id, endpoint)
     return {
         "day": day,
         "run_id": result.run_id,

@@ -23,6 +23,7 @@ from ratchet_gateway.chat.context import ChatCall
 from ratchet_gateway.chat.failures import log_5xx
 from ratchet_gateway.chat.formats import StreamFormat
 from ratchet_gateway.chat.parts import Parts
+from ratchet_gateway.chat.teacher import check_teacher_schema, teacher_body
 from ratchet_gateway.errors import GatewayError
 
 log = logging.getLogger("ratchet.gateway")
@@ -49,7 +50,8 @@ class StreamPath:
                 )
         t = time.perf_counter()
         rec = call.received
-        agen = p.gw.teacher.stream(rec.body, task=rec.task, timeouts=p.teacher_timeouts)
+        body = teacher_body(call, p.gw.settings.teacher_json_schema)
+        agen = p.gw.teacher.stream(body, task=rec.task, timeouts=p.teacher_timeouts, large=rec.large)
         try:
             first = await agen.__anext__()
         except StopAsyncIteration:
@@ -91,6 +93,7 @@ class StreamPath:
                     item = None
             call.outcome.upstream_ms += (time.perf_counter() - t) * 1000
             resp = acc.response()
+            await check_teacher_schema(call, resp)
             # [DONE] without a finish_reason: the answer may be incomplete, so it is never a training example
             await p.recorder.commit(call, p.recorder.request_row(call, resp, truncated=not acc.finish))
             done = True
@@ -113,7 +116,7 @@ class StreamPath:
             yield out.error(err)
         finally:
             if not done:
-                p.recorder.commit_nowait(p.recorder.request_row(call, acc.response(), truncated=True))
+                p.recorder.commit_nowait(call, p.recorder.request_row(call, acc.response(), truncated=True))
             await agen.aclose()
 
     async def _replay(self, call: ChatCall, resp: dict, row: dict, out: StreamFormat) -> AsyncIterator[bytes]:
@@ -129,7 +132,7 @@ class StreamPath:
             yield out.end()
         finally:
             if not committed:
-                recorder.commit_nowait(recorder.request_row(call, resp, truncated=True))
+                recorder.commit_nowait(call, recorder.request_row(call, resp, truncated=True))
 
 
 class StreamAccumulator:

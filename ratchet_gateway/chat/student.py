@@ -63,7 +63,7 @@ class Student:
             m.breaker_state.labels(label).set(0)
         return b
 
-    async def ask(self, body: dict, version: str | None, task: str) -> dict:
+    async def ask(self, body: dict, version: str | None, task: str, large: bool = False) -> dict:
         """The student's answer through its endpoint's breaker; GatewayError when it fails or the breaker is open
         (then nothing is sent: the caller turns to the teacher at once)."""
         gw = self.gw
@@ -74,7 +74,7 @@ class Student:
             raise GatewayError(503, "the student endpoint's circuit breaker is open", "student_circuit_open")
         try:
             resp = await gw.student.complete(
-                student_request(body), model=version, task=task, timeouts=self.timeouts
+                student_request(body), model=version, task=task, timeouts=self.timeouts, large=large
             )
             read_tool_calls(body, resp)  # an endpoint without a tool parser answers tool calls as text
         except GatewayError as err:
@@ -98,7 +98,7 @@ class Student:
         body = {**student_body(call, gw.settings.redact_pii), "logprobs": True}
         t = time.perf_counter()
         try:
-            resp = await self.ask(body, route.student_version, call.received.task)
+            resp = await self.ask(body, route.student_version, call.received.task, call.received.large)
         except GatewayError as err:
             attempt.error = err.message
             call.outcome.upstream_ms += (time.perf_counter() - t) * 1000

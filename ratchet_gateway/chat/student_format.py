@@ -15,7 +15,7 @@ alike (ARCHITECTURE.md, "The path of a request").
     grammar of its own (a list of ``{"name", "parameters"}`` objects, or the bare arguments) instead of the
     base's native tool-call format the adapter was trained to write; with ``auto`` the model writes its native
     format and the tool parser reads it. The contract guard still holds the answer to the client's own
-    ``tool_choice`` (``ratchet_gateway.contract``).
+    ``tool_choice`` (``ratchet_core.contract``).
 - :func:`read_tool_calls`: an answer whose tool calls came back as text (an endpoint without a tool parser:
   ``vllm serve`` without ``--enable-auto-tool-choice --tool-call-parser hermes``) has them read from the text as
   vLLM's hermes parser would (``ratchet_core.tool_calls``), so the guard and the comparator see the same message
