@@ -9,7 +9,7 @@ take the spend past the cap is not sent, nor is any after it; what was spent is 
 
 A check is ``ok``, ``warn`` (Ratchet works, with a limit the detail names) or ``fail`` (requests the gateway
 forwards would fail, or answers would break their contract). Answers are judged with the gateway's own
-answer-contract guard (``ratchet_gateway.contract.check_answer``).
+answer-contract guard (``ratchet_core.contract.check_answer``).
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from ratchet_core import pricing
-from ratchet_gateway.contract import check_answer
+from ratchet_core.contract import check_answer
 from ratchet_gateway.errors import GatewayError
 from ratchet_gateway.schema_prompt import schema_in_system
 from ratchet_gateway.upstream import Timeouts, Upstream

@@ -11,6 +11,8 @@ and ``\\Z``): a trailing newline (``%0a`` in a URL) fails, as ``re.match`` with 
 | client | 1-64 of ``A-Z a-z 0-9 . _ -``, starting with a letter or digit |
 | version | 1-128 of ``A-Z a-z 0-9 . _ -``, starting with a letter or digit, no ``..`` |
 | request id | 1-128 of ``A-Z a-z 0-9 . _ -`` |
+| episode | 1-128 of ``A-Z a-z 0-9 . _ -`` (an id a client sets on its requests, ``metadata.ratchet_episode``) |
+| feedback id | 1-128 of ``A-Z a-z 0-9 . _ -`` (a client's own id of one feedback item) |
 | day | ``YYYY-MM-DD``, a real calendar day |
 | replica | 1-64 of ``A-Z a-z 0-9 . _ -``, starting with a letter or digit (a gateway replica's name) |
 
@@ -26,7 +28,7 @@ import datetime as _dt
 import re
 from typing import Any, Literal
 
-NameKind = Literal["task", "client", "version", "request id", "day", "replica"]
+NameKind = Literal["task", "client", "version", "request id", "episode", "feedback id", "day", "replica"]
 
 TASK_NAME_PATTERN = r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}"
 CLIENT_NAME_PATTERN = TASK_NAME_PATTERN
@@ -52,6 +54,14 @@ _RULES: dict[str, tuple[re.Pattern[str], str]] = {
     "request id": (
         re.compile(REQUEST_ID_PATTERN),
         "a request id is 1-128 characters of A-Z, a-z, 0-9, '.', '_' and '-'",
+    ),
+    "episode": (
+        re.compile(REQUEST_ID_PATTERN),
+        "an episode id is 1-128 characters of A-Z, a-z, 0-9, '.', '_' and '-'",
+    ),
+    "feedback id": (
+        re.compile(REQUEST_ID_PATTERN),
+        "a feedback id is 1-128 characters of A-Z, a-z, 0-9, '.', '_' and '-'",
     ),
     "day": (re.compile(DAY_PATTERN), "a day is a calendar date written YYYY-MM-DD"),
     "replica": (

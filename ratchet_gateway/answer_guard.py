@@ -1,9 +1,9 @@
-"""The answer-contract guard on the request path: :func:`ratchet_gateway.contract.check_answer`, never a stall.
+"""The answer-contract guard on the request path: :func:`ratchet_core.contract.check_answer`, never a stall.
 
 A request without schemas (no ``json_schema`` response format, no tools or functions) is checked inline: a
 finish-reason test and at most one JSON parse, a few microseconds. A request with schemas is checked on a small
 dedicated thread pool, within :data:`CHECK_TIMEOUT_S`: the schemas are the client's own (their regular
-expressions are time-limited, ``ratchet_gateway.schema_regex``, but a schema can still ask for much work), and a check
+expressions are time-limited, ``ratchet_core.schema_regex``, but a schema can still ask for much work), and a check
 that does not finish in time is a violation (``schema_unusable``: the guard cannot vouch for the answer, so the
 teacher answers). The pool is the guard's own, so a slow check never takes a thread the ledger or the event loop's
 default executor needs, and the check's searches stop at the same deadline (``schema_regex.deadline``).
@@ -16,8 +16,8 @@ from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from ratchet_gateway import schema_regex
-from ratchet_gateway.contract import SCHEMA_UNUSABLE, Violation, check_answer
+from ratchet_core import schema_regex
+from ratchet_core.contract import SCHEMA_UNUSABLE, Violation, check_answer
 
 CHECK_TIMEOUT_S = 1.0
 _POOL = ThreadPoolExecutor(max_workers=2, thread_name_prefix="ratchet-contract")

@@ -28,8 +28,8 @@ from typing import Annotated, Any
 
 from pydantic import Strict, StringConstraints
 
+from ratchet_core import json_pieces
 from ratchet_core.names import TASK_NAME_PATTERN, is_valid, rule, shown
-from ratchet_gateway import json_pieces
 
 DEFAULT_TASK = "default"
 TASK_HEADER = "x-ratchet-task"

@@ -104,7 +104,7 @@ class Metrics:
             ["kind"],
             registry=r,
         )
-        from ratchet_gateway.contract import VIOLATION_KINDS
+        from ratchet_core.contract import VIOLATION_KINDS
 
         for kind in VIOLATION_KINDS:
             self.contract_violations.labels(kind)

@@ -8,7 +8,7 @@ strictly, as OpenAI checks them (``ratchet_gateway.input_rules``: ``max_tokens: 
 
 Before parsing, a body nested deeper than ``input_rules.MAX_NESTING_DEPTH`` is a 400, and so is a large one
 (over :data:`LARGE_BODY_BYTES`) holding more than ``input_rules.MAX_JSON_VALUES`` values; a large body is parsed
-in pieces (``ratchet_gateway.json_pieces``) and its messages validated in slices, so the chat pipeline can do it
+in pieces (``ratchet_core.json_pieces``) and its messages validated in slices, so the chat pipeline can do it
 in a worker thread without long GIL holds (``ratchet_gateway.offload``). The task (``metadata.ratchet_task``, else
 the ``X-Ratchet-Task`` header decoded as UTF-8, else ``default``) must be a valid task name
 (``ratchet_core.names``: 1-64 of ``A-Za-z0-9._-``) or the request is a 400: it is never stored, logged or
@@ -24,8 +24,8 @@ import orjson
 from pydantic import TypeAdapter, ValidationError
 from starlette.requests import ClientDisconnect, Request
 
+from ratchet_core import json_pieces
 from ratchet_core.names import MAX_TASK_NAME_LENGTH, TASK_NAME_PATTERN
-from ratchet_gateway import json_pieces
 from ratchet_gateway.errors import GatewayError
 from ratchet_gateway.input_rules import (
     MAX_JSON_VALUES,
@@ -212,6 +212,26 @@ def _slice_error(exc: ValidationError, start: int) -> GatewayError:
 def input_rule_error(exc: InputRuleError) -> GatewayError:
     """The 400 (OpenAI's shape, with ``param``) for a broken input rule."""
     return GatewayError(400, exc.message, exc.code, param=exc.param)
+
+
+# metadata keys that are Ratchet's, not the model's: read here and taken out before the body goes upstream
+RATCHET_METADATA = ("ratchet_task", "ratchet_episode")
+
+
+def episode_of(req: ChatRequest) -> str:
+    """``metadata.ratchet_episode`` (the client's own id grouping requests for feedback; '' when absent), a 400
+    when it breaks the name rule (``ratchet_core.names``: 1-128 of ``A-Z a-z 0-9 . _ -``)."""
+    from ratchet_core.names import NameRuleError, check
+
+    episode = (req.metadata or {}).get("ratchet_episode") or ""
+    if episode:
+        try:
+            check("episode", episode, "metadata.ratchet_episode")
+        except NameRuleError as exc:
+            raise GatewayError(
+                400, exc.message, "invalid_episode", param="metadata.ratchet_episode"
+            ) from None
+    return episode
 
 
 def task_of(req: ChatRequest, header: str | None) -> str:

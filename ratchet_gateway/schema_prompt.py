@@ -7,7 +7,7 @@ Some providers refuse ``response_format: {"type": "json_schema"}`` or ignore its
 the request on as ``json_object`` and states the schema in the system message (:func:`schema_in_system`). Only the
 teacher's copy changes: the ledger row keeps the client's ``json_schema`` (the night trains and the student answers
 against the real schema), and the teacher's answer is checked against it by the answer-contract guard
-(``ratchet_gateway.contract``), since the provider no longer enforces it.
+(``ratchet_core.contract``), since the provider no longer enforces it.
 """
 
 from __future__ import annotations

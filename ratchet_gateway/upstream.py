@@ -33,7 +33,8 @@ from typing import Any
 
 import orjson
 
-from ratchet_gateway import http1, json_pieces
+from ratchet_core import json_pieces
+from ratchet_gateway import http1
 from ratchet_gateway.errors import GatewayError
 
 # litellm providers whose chat API is the OpenAI wire format.

@@ -1,7 +1,7 @@
 """Evaluate an adapter version on the golden set through the student endpoint (plain functions, no Dagster).
 
 1. ``load_golden``: the night's golden set to date (``golden/day=D/golden.parquet``, written by ``golden_split``):
-   request + the teacher's answer per example key.
+   request + its label per example key (the teacher's answer, or people's: ``GoldenRow.label_source``).
 2. ``ensure_adapter_loaded``: vLLM's runtime LoRA API (``POST /v1/load_lora_adapter {lora_name, lora_path}``),
    through the effect ledger (effect ``adapter.load``, key ``<endpoint>|<version>``, fingerprint = the adapter
    digest: one name never means two adapters on one endpoint). The endpoint's ``/v1/models`` is asked first: a
@@ -19,8 +19,9 @@
    tokens instead of 512 (measured: an untrained day-1 adapter took ~21 s a row). The cap depends only on the
    row, so a rerun asks the same questions and the certificate stays byte-identical.
 4. ``task_outcomes``: correctness by the task's comparator (``COMPARATORS`` overrides, else
-   ``ratchet_core.workloads.comparators``: exact label, canonical JSON, tool-call equality) against the teacher's
-   answer; the live version's correctness on the same rows for McNemar.
+   ``ratchet_core.workloads.comparators``: exact label, canonical JSON, tool-call equality) against the row's
+   label; the live version's correctness on the same rows for McNemar. Where people labelled rows of a task, each
+   row's label source and the answer's agreement with the teacher's own answer too (certificate v2).
 
 The certificate itself is built and checked by ``ratchet_stats.certificate``.
 """
@@ -52,7 +53,8 @@ class EvaluationError(RuntimeError):
 
 @dataclass(frozen=True)
 class GoldenRow:
-    """One golden example: the request and the teacher's answer (``expected``)."""
+    """One golden example: the request and its label (``expected``): the teacher's answer, or the answer people
+    gave (``label_source`` ``people``, with the teacher's answer it replaced in ``teacher_answer``)."""
 
     key: str
     task: str
@@ -60,19 +62,23 @@ class GoldenRow:
     tools: list[dict[str, Any]] | None
     response_format: dict[str, Any] | None
     expected: dict[str, Any]
+    label_source: str = "teacher"
+    teacher_answer: dict[str, Any] | None = None
 
     def leaf(self) -> bytes:
-        """Row-tree leaf of the golden set: canonical JSON of the row (key, task, request, teacher answer)."""
-        return canonical_json(
-            {
-                "example_key": self.key,
-                "task": self.task,
-                "messages": self.messages,
-                "tools": self.tools,
-                "response_format": self.response_format,
-                "answer": self.expected,
-            }
-        )
+        """Row-tree leaf of the golden set: canonical JSON of the row (key, task, request, label; a row people
+        labelled also says so and carries the teacher's answer)."""
+        doc: dict[str, Any] = {
+            "example_key": self.key,
+            "task": self.task,
+            "messages": self.messages,
+            "tools": self.tools,
+            "response_format": self.response_format,
+            "answer": self.expected,
+        }
+        if self.label_source == "people":
+            doc.update(label_source="people", teacher_answer=self.teacher_answer)
+        return canonical_json(doc)
 
 
 @dataclass(frozen=True)
@@ -89,11 +95,12 @@ def load_golden(artifacts_root: str | Path, day: str) -> list[GoldenRow]:
     path = ArtifactLayout(artifacts_root).golden_file(day)
     if not path.exists():
         raise EvaluationError(f"no golden set at {path}: materialise `golden_split` for {day} first")
-    table = pq.read_table(
-        path, columns=["example_key", "task", "messages", "tools", "response_format", "answer"]
-    )
+    columns = ["example_key", "task", "messages", "tools", "response_format", "answer"]
+    labelled = "label_source" in pq.read_schema(path).names  # a golden set written before label sources: none
+    table = pq.read_table(path, columns=columns + (["label_source", "teacher_answer"] if labelled else []))
     rows = []
     for r in table.to_pylist():
+        teacher = r.get("teacher_answer")
         rows.append(
             GoldenRow(
                 key=r["example_key"],
@@ -102,6 +109,8 @@ def load_golden(artifacts_root: str | Path, day: str) -> list[GoldenRow]:
                 tools=json.loads(r["tools"]) if r["tools"] else None,
                 response_format=json.loads(r["response_format"]) if r["response_format"] else None,
                 expected=json.loads(r["answer"]),
+                label_source=r.get("label_source") or "teacher",
+                teacher_answer=json.loads(teacher) if teacher else None,
             )
         )
     rows.sort(key=lambda g: g.key)
@@ -333,16 +342,32 @@ def task_outcomes(
                 is_correct(task, rows[i].expected, a.message, comparators.get(task))
                 for i, a in zip(idx, base_answers, strict=True)
             ]
+        correct = [is_correct(task, rows[i].expected, answers[i].message, comparators.get(task)) for i in idx]
+        people = any(rows[i].label_source == "people" for i in idx)
         out.append(
             TaskOutcomes(
                 task=task,
                 comparator=comparator_name(task, comparators.get(task)),
                 confidences=[answers[i].confidence for i in idx],
-                correct=[
-                    is_correct(task, rows[i].expected, answers[i].message, comparators.get(task)) for i in idx
-                ],
+                correct=correct,
                 baseline_correct=base_correct,
                 baseline_version=baseline[0] if baseline is not None else None,
+                # rows people labelled: their source, and agreement with the teacher's answer they replaced
+                label_sources=[rows[i].label_source for i in idx] if people else None,
+                teacher_agrees=[
+                    ok
+                    if rows[i].label_source == "teacher"
+                    else (
+                        None
+                        if rows[i].teacher_answer is None
+                        else is_correct(
+                            task, rows[i].teacher_answer, answers[i].message, comparators.get(task)
+                        )
+                    )
+                    for i, ok in zip(idx, correct, strict=True)
+                ]
+                if people
+                else None,
             )
         )
     return out

@@ -39,11 +39,13 @@ class Received:
     task: str
     # the validated view of the body (the fields the gateway reads; a large body's keeps its first message only)
     req: ChatRequest
-    body: dict  # the body the teacher gets: as sent (or its chat translation), less ``metadata.ratchet_task``
+    body: dict  # the body the teacher gets: as sent (or its chat translation), less Ratchet's metadata keys
     api: str = "chat.completions"  # the API it came in through (``ApiFormat.api``; the row's ``api``)
     origin: Any = None  # the request as that API wrote it, what its answer echoes (``ApiFormat.parse``)
     # a large body: every step proportional to it runs in the lane (``ratchet_gateway.offload``)
     large: bool = False
+    # ``metadata.ratchet_episode``: the client's id grouping requests (``ratchet_core.feedback``)
+    episode: str = ""
 
 
 @dataclass(slots=True)

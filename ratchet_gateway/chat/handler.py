@@ -36,7 +36,7 @@ from ratchet_gateway.chat.rows import Recorder
 from ratchet_gateway.chat.student import Student
 from ratchet_gateway.errors import GatewayError
 from ratchet_gateway.hooks import INFO, RequestHooks, RequestInfo
-from ratchet_gateway.request_body import LARGE_BODY_BYTES, read_body, receive_body, task_of
+from ratchet_gateway.request_body import LARGE_BODY_BYTES, episode_of, read_body, receive_body, task_of
 from ratchet_gateway.responses import new_request_id, ratchet_headers
 from ratchet_gateway.serve_http import EXTENSION as HOLD_HEAD
 from ratchet_gateway.upstream import teacher_timeouts
@@ -164,8 +164,11 @@ class ChatHandler:
                     "model_not_found",
                 )
             task = task_of(req, task_header)
+            episode = episode_of(req)
             ts, day = arrival(gw.clock_now)
-            received = Received(rid, t0, ts, day, client, task, req, body, self.api.api, origin, large)
+            received = Received(
+                rid, t0, ts, day, client, task, req, body, self.api.api, origin, large=large, episode=episode
+            )
             if info is not None:
                 info.task = task
                 await self.hooks.check_validated(info, received)  # type: ignore[union-attr]

@@ -12,8 +12,8 @@ from typing import Any
 
 import orjson
 
+from ratchet_core import json_pieces
 from ratchet_core.redact import redact_request, restore_text
-from ratchet_gateway import json_pieces
 from ratchet_gateway.chat.context import BodyColumns, ChatCall
 
 _SORTED = orjson.OPT_SORT_KEYS

@@ -15,9 +15,9 @@ from typing import TYPE_CHECKING, Any
 
 import orjson
 
+from ratchet_core import json_pieces
 from ratchet_core.routing import pairs
 from ratchet_core.schema import pair_row, request_row
-from ratchet_gateway import json_pieces
 from ratchet_gateway.chat.completion import message_of, token_counts
 from ratchet_gateway.chat.context import ChatCall
 from ratchet_gateway.chat.redaction import TEACHER_SCHEMA_PARAM, body_columns
@@ -106,6 +106,7 @@ class Recorder:
             pair_role=pairs(route, served_by).role,
             truncated=truncated,
             contract_violation=attempt.violation,
+            episode=call.received.episode,
         )
 
     def pair_row(

@@ -39,6 +39,18 @@ function chart(days) {
   return svg;
 }
 
+function feedbackTable(rows) {
+  if (!rows.length) return el("p", { class: "feedback none" }, "No feedback sent for this task yet.");
+  const bad = (n, of) => (of ? `${n} of ${of} (${pct(n / of)})` : "—");
+  return el("table", { class: "feedback" },
+    el("tr", {}, ...["day", "items", "demonstrations", "student answers rated bad", "teacher answers rated bad"]
+      .map((h) => el("th", {}, h))),
+    ...rows.map((r) => el("tr", {},
+      el("td", {}, r.day), el("td", {}, r.items + (r.pending ? ` (${r.pending} pending)` : "")),
+      el("td", {}, r.demonstrations), el("td", {}, bad(r.student_bad, r.student_rated)),
+      el("td", {}, bad(r.teacher_bad, r.teacher_rated)))));
+}
+
 function card(t) {
   const bound = t.certified_bound == null ? (t.version ? "unverified" : "—")
     : t.certified_bound.toFixed(3) + (t.bound_verified ? " ✓" : "");
@@ -56,6 +68,8 @@ function card(t) {
       stat("saved", fmt(t.saved_usd))),
     el("div", { class: "legend" }, el("span", { class: "te" }, "■ teacher-equivalent"), el("span", { class: "actual" }, "■ spent")),
     chart(t.days),
+    el("h3", {}, "Feedback"),
+    feedbackTable(t.feedback || []),
     el("div", { class: "evidence" }, "Evidence: ", ...t.evidence.map((e) => el("a", { href: e.href }, e.label))));
 }
 

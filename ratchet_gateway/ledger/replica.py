@@ -65,6 +65,7 @@ class Ledger:
         self._journal: Journal | None = None
         self._to_load: list[dict[str, Any]] = []
         self._to_load_json: list[bytes] = []  # the same rows' journal JSON (rows_to_arrow's fast path)
+        self._loading: list[dict[str, Any]] = []  # rows being inserted into DuckDB now (find_rows sees them)
         self._load_lock = threading.Lock()
         self._loader_stop = threading.Event()
         self._seal_request = threading.Event()
@@ -255,8 +256,48 @@ class Ledger:
         with self._load_lock:
             rows, self._to_load = self._to_load, []
             encoded, self._to_load_json = self._to_load_json, []
-        if rows:
-            self._insert(rows, encoded if len(encoded) == len(rows) else None)
+            self._loading = rows
+        try:
+            if rows:
+                self._insert(rows, encoded if len(encoded) == len(rows) else None)
+        finally:
+            with self._load_lock:
+                self._loading = []
+
+    def find_rows(
+        self, column: str, values: list[str], columns: list[str], client: str | None = None
+    ) -> list[dict[str, Any]]:
+        """This replica's request rows whose `column` (request_id or episode) is one of `values` (of `client` when
+        given), as dicts of `columns` (request_id first): rows journaled but not yet in DuckDB first, read under the
+        load lock, so an acknowledged row is always in memory or already committed; then DuckDB (the feedback
+        route: ``ratchet_gateway.feedback``)."""
+        assert column in ("request_id", "episode") and columns[0] == "request_id"
+        want = set(values)
+        with self._load_lock:
+            mem = [
+                r
+                for r in (*self._loading, *self._to_load)
+                if r.get("kind") == "request"
+                and r.get(column) in want
+                and (client is None or r.get("client") == client)
+            ]
+        found = [{c: r.get(c) for c in columns} for r in mem]
+        con = self._con
+        if con is None or not want:
+            return found
+        cur = con.cursor()  # a separate connection to the same database: safe beside the loader thread
+        try:
+            marks = ", ".join("?" for _ in want)
+            who = " AND client = ?" if client is not None else ""
+            out = cur.execute(
+                f"SELECT {', '.join(columns)} FROM ledger WHERE kind = 'request' AND {column} IN ({marks}){who} "
+                "ORDER BY seq",
+                [*sorted(want), *([client] if client is not None else [])],
+            ).fetchall()
+        finally:
+            cur.close()
+        seen = {r["request_id"] for r in found}
+        return found + [dict(zip(columns, r, strict=True)) for r in out if r[0] not in seen]
 
     def _insert(self, rows: list[dict[str, Any]], encoded: list[bytes] | None = None) -> None:
         given = rows

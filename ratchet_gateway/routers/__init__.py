@@ -11,6 +11,8 @@
   ``{"request_id"}``: by request id, the caller's own requests only), ``GET /ratchet/boms/{version}``.
 - ``model_apis``: ``POST /v1/responses`` (OpenAI Responses), ``POST /v1/messages`` (Anthropic Messages),
   ``POST /v1/embeddings``, handed to the handlers ``create_app`` builds (``ratchet_gateway.apis``);
+- ``feedback``: ``POST /ratchet/feedback``, ``POST /ratchet/feedback:batch``, ``GET /ratchet/feedback/{id}``
+  (what an application says about answers: metrics, comments, demonstrations);
 - ``dashboard``: ``GET /ratchet/dashboard`` (the app owner's page, static files in ``dashboard_static``) and
   ``GET /ratchet/dashboard/data`` (the caller's tasks, evidence and spend per day);
 - ``pages``: ``GET /`` (the landing page) and ``GET /ratchet/serving`` (its keyed data), ``GET /ratchet/scout``
@@ -25,6 +27,7 @@ from ratchet_gateway.routers import (
     admin,
     chat,
     dashboard,
+    feedback,
     health,
     model_apis,
     models,
@@ -41,6 +44,7 @@ ROUTERS = (
     admin.router,
     receipts.router,
     proofs.router,
+    feedback.router,
     dashboard.router,
     pages.router,
 )

@@ -6,6 +6,9 @@ manifest serves, the canary share and calibrated threshold, the certified lower 
 certificate *after* its signature verifies with the gateway's trusted keys (else shown as unverified), the
 student's share of the client's requests, and per day the client's actual spend against the teacher-equivalent
 (the gap is the saving), with links to the evidence: the day's receipt view, the version's BOM and the public key.
+Per task and day, too, the feedback the client sent (``ratchet_core.feedback``, from the control DB): items, and
+how many of the student's and of the teacher's answers it called bad (the task's ``bad_when``, or a demonstration
+the answer disagreed with).
 
 Numbers come from the sealed lake segments (what receipts are built from), so they trail the live traffic by at
 most one segment (``RATCHET_SEGMENT_SECONDS``). The page and its script are static files served from this package
@@ -62,7 +65,8 @@ async def dashboard_data(gw: GatewayDep, client: ClientDep) -> Response:
 
 def build(gw: Gateway, client: str) -> dict[str, Any]:
     daily = _daily(gw, client)
-    tasks = sorted({r["task"] for r in daily} | set(gw.manifest.tasks))
+    feedback = _feedback(gw, client)
+    tasks = sorted({r["task"] for r in daily} | set(gw.manifest.tasks) | {r["task"] for r in feedback})
     out = []
     for task in tasks:
         release = gw.manifest.task(task)
@@ -85,6 +89,7 @@ def build(gw: Gateway, client: str) -> dict[str, Any]:
                 "actual_usd": sum(r["actual_usd"] for r in rows),
                 "saved_usd": sum(r["teacher_equivalent_usd"] - r["actual_usd"] for r in rows),
                 "days": rows,
+                "feedback": [r for r in feedback if r["task"] == task],
                 "evidence": _evidence(gw, release.version, [r["day"] for r in rows]),
             }
         )
@@ -94,6 +99,34 @@ def build(gw: Gateway, client: str) -> dict[str, Any]:
         "limits": gw.limits.view(client),
         "tasks": out,
     }
+
+
+def _feedback(gw: Gateway, client: str) -> list[dict[str, Any]]:
+    """Per task and day (the request's day, else the day it was received): the client's feedback items, the
+    demonstrations among them, and per model the answers with a verdict and the bad ones."""
+    from ratchet_core import feedback
+    from ratchet_core.control_db import feedback as table
+
+    if gw.engine is None:
+        return []
+    out: dict[tuple[str, str], dict[str, Any]] = {}
+    for r in feedback.rows(gw.engine, table.c.client == client):
+        if not r["task"]:
+            continue
+        day = r["request_day"] or r["received_at"][:10]
+        d = out.setdefault(
+            (r["task"], day),
+            {"task": r["task"], "day": day, "items": 0, "pending": 0, "demonstrations": 0}
+            | {f"{w}_{k}": 0 for w in ("student", "teacher") for k in ("rated", "bad")},
+        )
+        d["items"] += 1
+        d["pending"] += r["state"] == "pending"
+        d["demonstrations"] += r["kind"] == "demonstration" and r["state"] == "recorded"
+        bad = feedback.verdict(r, gw.manifest.policies.get(r["task"]))
+        if bad is not None and r["served_by"] in ("student", "teacher"):
+            d[f"{r['served_by']}_rated"] += 1
+            d[f"{r['served_by']}_bad"] += bad
+    return [out[k] for k in sorted(out)]
 
 
 def _sequence(gw: Gateway) -> int:

@@ -39,10 +39,13 @@ EXPECTED = {
     ("get", "/ratchet/boms/{version}"): "clientKey",
     ("get", "/ratchet/dashboard"): None,
     ("get", "/ratchet/dashboard/data"): "clientKey",
+    ("post", "/ratchet/feedback"): "clientKey",
+    ("post", "/ratchet/feedback:batch"): "clientKey",
+    ("get", "/ratchet/feedback/{feedback_id}"): "clientKey",
     ("get", "/"): None,
+    ("get", "/ratchet/serving"): "clientKey",
     ("get", "/ratchet/scout"): None,
     ("get", "/ratchet/scout/team"): None,
-    ("get", "/ratchet/serving"): "clientKey",
 }
 
 
@@ -118,6 +121,15 @@ def test_openapi_documents_every_route_with_its_body_and_bearer_scheme(gateway):
     assert chat["properties"]["messages"]["items"] == {"$ref": "#/components/schemas/ChatMessage"}
     assert "role" in schemas["ChatMessage"]["properties"]
     assert set(schemas["PinBody"]["required"]) == {"reason", "task"}
+    # the feedback bodies (read by the routes themselves, with the body limit) are documented inline
+    item = documented[("post", "/ratchet/feedback")]["requestBody"]["content"]["application/json"]["schema"]
+    assert {"feedback_id", "metric", "value"} <= set(item["required"]) and item[
+        "additionalProperties"
+    ] is False
+    batch = documented[("post", "/ratchet/feedback:batch")]["requestBody"]["content"]["application/json"][
+        "schema"
+    ]
+    assert batch["properties"]["items"]["maxItems"] == 1000
     # errors are documented in OpenAI's shape, never as FastAPI's 422
     assert "422" not in r.text and "HTTPValidationError" not in schemas
     models_401 = documented[("get", "/v1/models")]["responses"]["401"]

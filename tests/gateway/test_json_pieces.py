@@ -1,4 +1,4 @@
-"""JSON in pieces (``ratchet_gateway.json_pieces``) is exactly orjson, only cut into short calls: the same values
+"""JSON in pieces (``ratchet_core.json_pieces``) is exactly orjson, only cut into short calls: the same values
 parsed, the same bytes written, the same documents refused; pieces of a few bytes exercise every split."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ratchet_gateway import json_pieces
+from ratchet_core import json_pieces
 from ratchet_gateway.input_rules import json_too_deep
 
 scalars = (

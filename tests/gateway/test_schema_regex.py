@@ -7,8 +7,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from jsonschema import Draft202012Validator
 
-from ratchet_gateway.contract import SCHEMA_MISMATCH, SCHEMA_UNUSABLE, check_answer
-from ratchet_gateway.schema_regex import bounded
+from ratchet_core.contract import SCHEMA_MISMATCH, SCHEMA_UNUSABLE, check_answer
+from ratchet_core.schema_regex import bounded
 
 SCHEMA = {
     "type": "object",
@@ -60,7 +60,7 @@ def test_a_pattern_costly_to_compile_is_unusable_and_never_compiled(monkeypatch)
     """``(a{1000}){1000}`` held the GIL for a second inside ``regex.compile``; now it is never compiled."""
     import regex
 
-    from ratchet_gateway import schema_regex
+    from ratchet_core import schema_regex
 
     def refuse(pattern, *a, **k):
         raise AssertionError(f"compiled {pattern!r}")
@@ -75,7 +75,7 @@ def test_a_pattern_costly_to_compile_is_unusable_and_never_compiled(monkeypatch)
 
 
 def test_a_checks_deadline_stops_every_later_search():
-    from ratchet_gateway import schema_regex
+    from ratchet_core import schema_regex
 
     with schema_regex.deadline(0):
         try:

@@ -17,6 +17,9 @@ GIL to the loop every ``sys.getswitchinterval()`` seconds):
 
 Each step is linear in the body. A string value is parsed in one call (its escapes cannot be split safely); 4 MiB
 of ``\\"`` takes a few milliseconds.
+
+The gateway's large-body lane (``ratchet_gateway.offload``) is its main user; it lives in ``ratchet_core`` because
+the answer-contract guard (``ratchet_core.contract``) keys its validators with :func:`dumps` too.
 """
 
 from __future__ import annotations

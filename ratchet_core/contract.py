@@ -2,7 +2,8 @@
 
 A student answer is served only when it does (ARCHITECTURE.md, "The path of a request": the student answers
 only inside the request's contract); a violation cascades to the teacher, is counted, and is recorded on the
-ledger row. The contract is what an OpenAI-compatible model promises a client:
+ledger row. A demonstration (``ratchet_core.feedback``: the correct answer an application sends) must keep its
+request's contract too, checked by the gateway's feedback route and by the night: both layers use this module. The contract is what an OpenAI-compatible model promises a client:
 
 - the answer was not cut short: ``finish_reason`` is not ``length``;
 - ``response_format: {"type": "json_object"}``: the content is a JSON object (RFC 8259, no NaN/Infinity);
@@ -31,8 +32,8 @@ from jsonschema.exceptions import best_match
 from jsonschema.protocols import Validator
 from referencing import Registry
 
-from ratchet_gateway import json_pieces
-from ratchet_gateway.schema_regex import bounded, too_costly
+from ratchet_core import json_pieces
+from ratchet_core.schema_regex import bounded, too_costly
 from ratchet_stats.canonical import loads_strict
 
 FINISH_LENGTH = "finish_length"
