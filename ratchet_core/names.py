@@ -15,6 +15,7 @@ and ``\\Z``): a trailing newline (``%0a`` in a URL) fails, as ``re.match`` with 
 | feedback id | 1-128 of ``A-Z a-z 0-9 . _ -`` (a client's own id of one feedback item) |
 | day | ``YYYY-MM-DD``, a real calendar day |
 | replica | 1-64 of ``A-Z a-z 0-9 . _ -``, starting with a letter or digit (a gateway replica's name) |
+| actor | 1-128 of ``A-Z a-z 0-9 . _ - @ +``, starting with a letter or digit (who made an admin change) |
 
 None of them allows a character a path, a header, a log line or an HTML page could misread (no ``/``, ``\\``,
 whitespace, control characters, ``<``, quotes), and none starts with ``.`` or ``-`` (never a hidden file or an
@@ -28,13 +29,16 @@ import datetime as _dt
 import re
 from typing import Any, Literal
 
-NameKind = Literal["task", "client", "version", "request id", "episode", "feedback id", "day", "replica"]
+NameKind = Literal[
+    "task", "client", "version", "request id", "episode", "feedback id", "day", "replica", "actor"
+]
 
 TASK_NAME_PATTERN = r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}"
 CLIENT_NAME_PATTERN = TASK_NAME_PATTERN
 VERSION_PATTERN = r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}"
 REQUEST_ID_PATTERN = r"[A-Za-z0-9._-]{1,128}"
 DAY_PATTERN = r"[0-9]{4}-[0-9]{2}-[0-9]{2}"
+ACTOR_PATTERN = r"[A-Za-z0-9][A-Za-z0-9._@+-]{0,127}"
 MAX_TASK_NAME_LENGTH = 64
 
 _RULES: dict[str, tuple[re.Pattern[str], str]] = {
@@ -67,6 +71,10 @@ _RULES: dict[str, tuple[re.Pattern[str], str]] = {
     "replica": (
         re.compile(TASK_NAME_PATTERN),
         "a replica id is 1-64 characters of A-Z, a-z, 0-9, '.', '_' and '-', starting with a letter or digit",
+    ),
+    "actor": (
+        re.compile(ACTOR_PATTERN),
+        "an actor is 1-128 characters of A-Z, a-z, 0-9, '.', '_', '-', '@' and '+', starting with a letter or digit",
     ),
 }
 

@@ -11,7 +11,7 @@ tokens when the upstream reports them, ``gen_ai.request.max_tokens`` / ``tempera
 that carries a W3C ``traceparent`` header continues the caller's trace.
 
 One CLIENT child span per upstream call, made by wrapping the gateway's upstreams (``Upstream.complete``,
-``stream``, ``embed``) once they are started: ``ratchet.role`` is ``teacher`` or ``student`` on the request path
+``stream_batches``, ``embed``) once they are started: ``ratchet.role`` is ``teacher`` or ``student`` on the request path
 and ``audit`` or ``shadow`` off it (the calls ``Gateway.spawn`` starts after the answer, ``chat/pairs.py``), with
 ``server.address`` / ``server.port``, the upstream's HTTP status, its token usage and, for the student, its
 confidence. Off-path spans may end after their request's span: they keep it as their parent.
@@ -259,9 +259,14 @@ class _TracedUpstream:
 
     def install(self) -> None:
         up = self.up
-        self._complete, self._stream, self._embed, self._post = up.complete, up.stream, up.embed, up._post
+        self._complete, self._stream, self._embed, self._post = (
+            up.complete,
+            up.stream_batches,
+            up.embed,
+            up._post,
+        )
         up.complete = self.complete  # type: ignore[method-assign]
-        up.stream = self.stream  # type: ignore[method-assign]
+        up.stream_batches = self.stream_batches  # type: ignore[method-assign]  (``Upstream.stream`` reads it too)
         up.embed = self.embed  # type: ignore[method-assign]
         up._post = self.post  # type: ignore[method-assign]
 
@@ -343,7 +348,9 @@ class _TracedUpstream:
             _call.reset(token)
             span.end()
 
-    async def stream(self, body: dict, *args: Any, **kwargs: Any) -> AsyncIterator[tuple[bytes, dict]]:
+    async def stream_batches(
+        self, body: dict, *args: Any, **kwargs: Any
+    ) -> AsyncIterator[list[tuple[bytes, dict]]]:
         req = _request.get()
         if req is None:
             async for item in self._stream(body, *args, **kwargs):
@@ -362,14 +369,14 @@ class _TracedUpstream:
             finally:
                 _call.reset(token)
             while item is not None:
-                obj = item[1]
-                if obj.get("usage"):
-                    last["usage"] = obj["usage"]
-                if obj.get("model"):
-                    last["model"] = obj["model"]
-                for choice in obj.get("choices") or ():
-                    if choice.get("finish_reason"):
-                        finish.append(str(choice["finish_reason"]))
+                for _, obj in item:
+                    if obj.get("usage"):
+                        last["usage"] = obj["usage"]
+                    if obj.get("model"):
+                        last["model"] = obj["model"]
+                    for choice in obj.get("choices") or ():
+                        if choice.get("finish_reason"):
+                            finish.append(str(choice["finish_reason"]))
                 yield item
                 try:
                     item = await agen.__anext__()

@@ -227,17 +227,35 @@ class Upstream:
         timeouts: Timeouts | None = None,
         large: bool = False,
     ) -> AsyncIterator[tuple[bytes, dict]]:
-        """Yield each chunk as (its ``data:`` payload, the parsed and checked chunk), ``[DONE]`` excluded.
+        """Yield each chunk as (its ``data:`` payload, the parsed and checked chunk), ``[DONE]`` excluded: the
+        chunks of :meth:`stream_batches` one at a time (its errors too)."""
+        async for batch in self.stream_batches(body, timeout_s, task, timeouts, large):
+            for item in batch:
+                yield item
+
+    async def stream_batches(
+        self,
+        body: dict[str, Any],
+        timeout_s: float | None = None,
+        task: str | None = None,
+        timeouts: Timeouts | None = None,
+        large: bool = False,
+    ) -> AsyncIterator[list[tuple[bytes, dict]]]:
+        """Yield the chunks that arrived together (one read of the upstream's body: never one that is still to
+        come), each as (its ``data:`` payload, the parsed and checked chunk), ``[DONE]`` excluded; never an empty
+        batch. The relay sends a batch in one write (``chat.relay``): on loopback each write costs the sender the
+        receiver's wake-up, and an upstream that writes its events together gets them relayed together.
 
         Raises GatewayError before the first chunk (the caller can still answer with an HTTP error) or between two
-        (the caller ends its stream with an error event): an SSE error event, a chunk that is not a chunk object
-        (:func:`check_chunk`), a body that ends before ``[DONE]``, a timeout of any phase."""
+        batches (the caller ends its stream with an error event): an SSE error event, a chunk that is not a chunk
+        object (:func:`check_chunk`), a body that ends before ``[DONE]``, a timeout of any phase (the good chunks of
+        a read before a bad one are yielded first)."""
         body = {**body, "model": self.model, "stream": True}
         body["stream_options"] = {"include_usage": True}
         t = self._timeouts(timeout_s, timeouts)
         if not self.fast:
             async for raw in self._litellm_stream(body, t.total or t.first_byte):
-                yield raw, check_chunk(orjson.loads(raw))
+                yield [(raw, check_chunk(orjson.loads(raw)))]
             return
         loop = asyncio.get_running_loop()
         start = loop.time()
@@ -276,15 +294,29 @@ class Upstream:
                 if not piece:
                     break
                 buf += piece
-                while b"\n\n" in buf:
-                    event, buf = buf.split(b"\n\n", 1)
+                if b"\n\n" not in buf:
+                    continue
+                *events, buf = buf.split(b"\n\n")
+                batch = []
+                done = False
+                for event in events:
                     data, is_error = _sse_data(event)
                     if data is None:
                         continue
                     if data == b"[DONE]":
-                        return
+                        done = True
+                        break
+                    try:
+                        batch.append((data, _parse_chunk(data, is_error)))
+                    except GatewayError:
+                        if batch:  # the chunks before the bad one go out first, as they would one at a time
+                            yield batch
+                        raise
+                if batch:
                     started = True
-                    yield data, _parse_chunk(data, is_error)
+                    yield batch
+                if done:
+                    return
             # OpenAI-compatible servers always end with [DONE]: a body that stops before it is a broken stream.
             raise GatewayError(502, "the model's stream ended before [DONE]; retry", "upstream_stream_broken")
         finally:
