@@ -97,6 +97,12 @@ class Settings(BaseSettings):
         None,
         description="Local path of the student's HF base model; default the demo base under $RATCHET_HOME.",
     )
+    student_max_lora_rank: int = Field(
+        32,
+        ge=1,
+        description="The student endpoints' --max-lora-rank (vLLM); the adapter reconciler loads no adapter of a "
+        "higher rank into vLLM.",
+    )
     training_launcher: str = Field(
         "subprocess",
         pattern=r"^(subprocess|k8s)$",

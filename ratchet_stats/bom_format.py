@@ -9,7 +9,9 @@ are the adapter's files (name = file name, digest = sha256). Ratchet's BOM has t
   bound and LTT threshold; properties ``ratchet:file:<name>`` (file sha256), ``ratchet:hyperparameter:<name>``,
   ``ratchet:certificate:sha256``;
 - ``base:<name>`` (``machine-learning-model``): the base model with its license and the sha256 of every weight,
-  config and tokenizer file (``ratchet:file:<name>``);
+  config and tokenizer file (``ratchet:file:<name>``), the sha256 of its chat template
+  (``ratchet:base:chat_template_sha256``) and the vLLM tool parser that template needs (``ratchet:base:tool_parser``,
+  "" for none);
 - ``data:train`` and ``data:golden`` (``data``): Merkle commitments as properties ``ratchet:merkle:key_root``,
   ``ratchet:merkle:key_count``, ``ratchet:merkle:row_root``, ``ratchet:merkle:row_count``
   (``ratchet_stats.commitment``), plus the data source's license; where their rows' label sources are recorded,
@@ -45,6 +47,7 @@ TEACHER_REF = "teacher"
 ADAPTER_REF_PREFIX = "adapter:"
 BASE_REF_PREFIX = "base:"
 P_FILE = "ratchet:file:"
+P_BASE = "ratchet:base:"
 P_HYPER = "ratchet:hyperparameter:"
 P_KEY_ROOT = "ratchet:merkle:key_root"
 P_KEY_COUNT = "ratchet:merkle:key_count"

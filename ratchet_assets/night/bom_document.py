@@ -229,7 +229,14 @@ def build_bom(
         "name": base["name"],
         "hashes": [{"alg": "SHA-256", "content": base["sha256"]}],
         "licenses": [_license_entry(base_license_id)],
-        "properties": _props({f"{B.P_FILE}{n}": d for n, d in (base.get("files") or {}).items()}),
+        "properties": _props(
+            {
+                **{f"{B.P_FILE}{n}": d for n, d in (base.get("files") or {}).items()},
+                # the template every prompt was rendered with and the vLLM tool parser it needs (older records
+                # have neither)
+                **{f"{B.P_BASE}{k}": base[k] for k in ("chat_template_sha256", "tool_parser") if k in base},
+            }
+        ),
     }
     bom = {
         "bomFormat": "CycloneDX",

@@ -12,9 +12,11 @@
    ``ratchet_core.confidence.answer_confidence`` (the gateway's cascade uses the same score). Requests go one at a
    time by default: a batch's padding changes floating-point results, and a rerun must reproduce the certificate
    byte for byte. A row the endpoint fails on (5xx) counts as wrong with confidence 0 (fail closed).
-   Each row's ``max_tokens`` is capped from the teacher's answer (``row_max_tokens``): ``min(max_tokens,
-   2 * b + 16)`` where ``b`` = UTF-8 bytes of ``render_target(teacher answer)``, the text a correct student
-   writes. Bytes bound tokens from above (the demo base's tokenizer is byte-level; a BPE token covers >= 1 byte),
+   Tool calls an endpoint answers as text (vLLM without a tool parser) are read as vLLM's hermes parser reads
+   them (``ratchet_core.tool_calls``), as the gateway reads them. Each row's ``max_tokens`` is capped from the
+   teacher's answer (``row_max_tokens``): ``min(max_tokens, 2 * b + 16)`` where ``b`` = UTF-8 bytes of
+   ``hermes_text(teacher answer)``, about the text a correct student writes (its template may space it
+   differently: the slack covers that). Bytes bound tokens from above (the demo base's tokenizer is byte-level; a BPE token covers >= 1 byte),
    so a correct answer (b tokens + EOS) always fits, while an adapter that has not learnt to stop writes ~2 b
    tokens instead of 512 (measured: an untrained day-1 adapter took ~21 s a row). The cap depends only on the
    row, so a rerun asks the same questions and the certificate stays byte-identical.
@@ -231,10 +233,10 @@ ANSWER_SLACK_TOKENS = 16
 
 
 def row_max_tokens(row: GoldenRow, max_tokens: int) -> int:
-    """``min(max_tokens, 2 * bytes(render_target(row.expected)) + 16)`` (module docstring, step 3)."""
-    from ratchet_core.chat_format import render_target
+    """``min(max_tokens, 2 * bytes(hermes_text(row.expected)) + 16)`` (module docstring, step 3)."""
+    from ratchet_core.tool_calls import hermes_text
 
-    answer_bytes = len(render_target(row.expected).encode("utf-8"))
+    answer_bytes = len(hermes_text(row.expected).encode("utf-8"))
     return max(1, min(max_tokens, ANSWER_SLACK_FACTOR * answer_bytes + ANSWER_SLACK_TOKENS))
 
 
@@ -253,6 +255,7 @@ def answer_rows(
     import openai
 
     from ratchet_core.confidence import answer_confidence
+    from ratchet_core.tool_calls import read_text_calls
 
     client = openai.OpenAI(base_url=base_url, api_key=api_key or "none", timeout=timeout_s, max_retries=1)
 
@@ -281,7 +284,10 @@ def answer_rows(
             ) from exc
         choice = resp.choices[0]
         logprobs = [t.logprob for t in (choice.logprobs.content or [])] if choice.logprobs else []
-        return Answer(_message_dict(choice.message), answer_confidence(logprobs))
+        message = _message_dict(choice.message)
+        if row.tools:
+            read_text_calls(message)
+        return Answer(message, answer_confidence(logprobs))
 
     answers: list[Answer] = []
     with ThreadPoolExecutor(max_workers=max(1, concurrency)) as pool:

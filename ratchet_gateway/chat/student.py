@@ -19,6 +19,7 @@ from ratchet_gateway.breaker import STATE_VALUES, Breaker
 from ratchet_gateway.chat.completion import confidence, message_of, token_counts
 from ratchet_gateway.chat.context import ChatCall
 from ratchet_gateway.chat.redaction import restore_answer, student_body
+from ratchet_gateway.chat.student_format import read_tool_calls, student_request
 from ratchet_gateway.errors import GatewayError
 from ratchet_gateway.upstream import student_timeouts
 
@@ -73,8 +74,9 @@ class Student:
             raise GatewayError(503, "the student endpoint's circuit breaker is open", "student_circuit_open")
         try:
             resp = await gw.student.complete(
-                body, model=version, task=task, timeouts=self.timeouts, large=large
+                student_request(body), model=version, task=task, timeouts=self.timeouts, large=large
             )
+            read_tool_calls(body, resp)  # an endpoint without a tool parser answers tool calls as text
         except GatewayError as err:
             gw.metrics.upstream_faults.labels("student", err.code or "").inc()
             # a 4xx is an answer (an adapter not loaded, a request it refuses): the endpoint itself is healthy

@@ -20,6 +20,7 @@ from typing import Any
 
 from ratchet_stats.certificate import v1, v2
 from ratchet_stats.certificate.common import (
+    BASE_KEYS,
     CONFIDENCE_DIGITS,
     DEFAULT_GRID,
     MCNEMAR_ALTERNATIVE,
@@ -38,6 +39,7 @@ PREDICATE_TYPES = tuple(FORMATS)
 FORMAT = v1.FORMAT
 
 __all__ = [
+    "BASE_KEYS",
     "CONFIDENCE_DIGITS",
     "DEFAULT_GRID",
     "FORMAT",

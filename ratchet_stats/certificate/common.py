@@ -149,6 +149,11 @@ def task_section(t: TaskOutcomes, target: float, delta: float, grid: Sequence[fl
     }
 
 
+# The base identity a certificate names: its files' digest, its chat template's digest and the vLLM tool parser the
+# template needs (``ratchet_core.student_model.base_identity``; older certificates have the first three only).
+BASE_KEYS = ("name", "sha256", "files", "chat_template_sha256", "tool_parser")
+
+
 def build_predicate(
     *,
     version: str,
@@ -194,7 +199,7 @@ def build_predicate(
     return {
         "version": version,
         "day": day,
-        "base": {k: base[k] for k in ("name", "sha256", "files") if k in base},
+        "base": {k: base[k] for k in BASE_KEYS if k in base},
         "adapter": {"sha256": adapter_sha256},
         "golden": {"root": golden_root, "size": int(golden_size)},
         "target": float(target),
