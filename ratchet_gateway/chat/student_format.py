@@ -15,7 +15,11 @@ alike (ARCHITECTURE.md, "The path of a request").
     grammar of its own (a list of ``{"name", "parameters"}`` objects, or the bare arguments) instead of the
     base's native tool-call format the adapter was trained to write; with ``auto`` the model writes its native
     format and the tool parser reads it. The contract guard still holds the answer to the client's own
-    ``tool_choice`` (``ratchet_core.contract``).
+    ``tool_choice`` (``ratchet_core.contract``);
+  - ``temperature: 0`` and ``top_p: 1``, whatever the client sent: a version is certified on its greedy answers
+    (the night's evaluation, Ratchet's student server), and vLLM samples unless told not to (at 1.0, or at the
+    base's ``generation_config.json`` defaults without ``--generation-config vllm``), so what is served would not
+    be what was certified. A client's sampling settings reach the teacher unchanged.
 - :func:`read_tool_calls`: an answer whose tool calls came back as text (an endpoint without a tool parser:
   ``vllm serve`` without ``--enable-auto-tool-choice --tool-call-parser hermes``) has them read from the text as
   vLLM's hermes parser would (``ratchet_core.tool_calls``), so the guard and the comparator see the same message
@@ -48,6 +52,8 @@ def student_request(body: Mapping[str, Any]) -> dict[str, Any]:
         choice = body.get("tool_choice")
         if choice == "required" or isinstance(choice, Mapping):
             out["tool_choice"] = "auto"
+    out["temperature"] = 0
+    out["top_p"] = 1
     return out
 
 

@@ -68,6 +68,7 @@ def test_text_tool_calls_are_read_and_still_guarded(tmp_path, teacher_url, name,
             messages=example.messages,
             tools=example.tools,
             tool_choice="required",
+            temperature=0.9,
             extra_headers={"X-Ratchet-Task": "tools"},
         )
     assert raw.headers["x-ratchet-served-by"] == served_by
@@ -76,6 +77,8 @@ def test_text_tool_calls_are_read_and_still_guarded(tmp_path, teacher_url, name,
     assert body["tool_choice"] == "auto"
     assert [list(t["function"]) for t in body["tools"]] == [sorted(t["function"]) for t in example.tools]
     assert json.dumps(body["tools"]) == json.dumps(body["tools"], sort_keys=True)
+    # greedy, as the version was certified, whatever the client's sampling settings
+    assert (body["temperature"], body["top_p"]) == (0, 1)
     if served_by == "student":
         choice = raw.parse().choices[0]
         (call,) = choice.message.tool_calls
