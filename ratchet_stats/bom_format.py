@@ -9,10 +9,15 @@ are the adapter's files (name = file name, digest = sha256). Ratchet's BOM has t
   bound and LTT threshold; properties ``ratchet:file:<name>`` (file sha256), ``ratchet:hyperparameter:<name>``,
   ``ratchet:certificate:sha256``;
 - ``base:<name>`` (``machine-learning-model``): the base model with its license and the sha256 of every weight,
-  config and tokenizer file (``ratchet:file:<name>``);
+  config and tokenizer file (``ratchet:file:<name>``), the sha256 of its chat template
+  (``ratchet:base:chat_template_sha256``) and the vLLM tool parser that template needs (``ratchet:base:tool_parser``,
+  "" for none);
 - ``data:train`` and ``data:golden`` (``data``): Merkle commitments as properties ``ratchet:merkle:key_root``,
   ``ratchet:merkle:key_count``, ``ratchet:merkle:row_root``, ``ratchet:merkle:row_count``
-  (``ratchet_stats.commitment``), plus the data source's license;
+  (``ratchet_stats.commitment``), plus the data source's license; where their rows' label sources are recorded,
+  ``ratchet:labels:<source>`` (rows per source: teacher, people, import, summing to the row count) and, for the
+  training set, ``ratchet:labels:root`` / ``ratchet:labels:count``: the root of the tree whose leaves are each
+  row's ``<example key> <label source>`` in file order;
 - ``teacher`` (a ``service``): the teacher model that labelled the data;
 - document properties ``ratchet:notice:sha256`` (NOTICE.md) and ``ratchet:code:version``.
 
@@ -42,6 +47,7 @@ TEACHER_REF = "teacher"
 ADAPTER_REF_PREFIX = "adapter:"
 BASE_REF_PREFIX = "base:"
 P_FILE = "ratchet:file:"
+P_BASE = "ratchet:base:"
 P_HYPER = "ratchet:hyperparameter:"
 P_KEY_ROOT = "ratchet:merkle:key_root"
 P_KEY_COUNT = "ratchet:merkle:key_count"
@@ -51,6 +57,9 @@ P_NOTICE = "ratchet:notice:sha256"
 P_CODE = "ratchet:code:version"
 P_CERT = "ratchet:certificate:sha256"
 P_VERSION = "ratchet:version"
+P_LABELS = "ratchet:labels:"  # + teacher | people | import: rows per label source
+P_LABEL_ROOT = "ratchet:labels:root"
+P_LABEL_COUNT = "ratchet:labels:count"
 
 
 class BomError(EvidenceError):
@@ -162,6 +171,7 @@ def check_bom_document(bom: Any) -> tuple[str, str, DataCommitment, DataCommitme
     for ref in (TRAIN_REF, GOLDEN_REF):
         if not (comps.get(ref) or {}).get("licenses"):
             raise BomError("components", f"{ref} has no license")
+        _check_labels(comps.get(ref) or {}, ref)
     if not any(s.get("bom-ref") == TEACHER_REF for s in bom.get("services") or []):
         raise BomError("components", "no teacher service")
     doc = properties(bom)
@@ -174,6 +184,27 @@ def check_bom_document(bom: Any) -> tuple[str, str, DataCommitment, DataCommitme
         _data_commitment(comps.get(TRAIN_REF), TRAIN_REF),
         _data_commitment(comps.get(GOLDEN_REF), GOLDEN_REF),
     )
+
+
+def _check_labels(component: Mapping[str, Any], ref: str) -> None:
+    """The label-source properties of a data component, when present, account for every row."""
+    props = properties(component)
+    sources = {
+        k: v for k, v in props.items() if k.startswith(P_LABELS) and k not in (P_LABEL_ROOT, P_LABEL_COUNT)
+    }
+    if not sources and P_LABEL_COUNT not in props:
+        return  # a BOM written before label sources were recorded
+    try:
+        rows = int(props[P_ROW_COUNT])
+        counted = sum(int(v) for v in sources.values())
+        labelled = int(props.get(P_LABEL_COUNT, rows))
+    except (KeyError, ValueError) as exc:
+        raise BomError("components", f"{ref}: a label-source property is not a count ({exc})") from exc
+    if counted != rows or labelled != rows:
+        raise BomError(
+            "components",
+            f"{ref}: label sources account for {counted} rows (tree: {labelled}), the set has {rows}",
+        )
 
 
 def notice_requirements(bom: Mapping[str, Any]) -> list[str]:

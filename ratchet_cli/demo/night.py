@@ -93,6 +93,8 @@ def _run_night(day: str, run_config: dict[str, Any] | None = None) -> dict[str, 
     import dagster as dg
 
     from ratchet_assets.definitions import defs as load_defs
+    from ratchet_assets.run_trace import trace_run
+    from ratchet_core.settings import load_settings
 
     loading = time.monotonic()
     job = load_defs().resolve_job_def(NIGHT_JOB)
@@ -120,6 +122,9 @@ def _run_night(day: str, run_config: dict[str, Any] | None = None) -> dict[str, 
                 failures[event.step_key or "?"] = re.sub(r"^[\w.]+(Error|Failure|Exception): ", "", first)
         skipped = [e.step_key for e in result.all_events if e.event_type_value == "STEP_SKIPPED"]
         steps = step_seconds(instance, result.run_id)
+        endpoint = load_settings().otel_endpoint
+        if endpoint:  # no daemon may run the trace sensors (--no-dagster-ui): export the night's trace here
+            trace_run(instance, result.run_id, endpoint)
     return {
         "day": day,
         "run_id": result.run_id,

@@ -480,6 +480,11 @@ class DemoRunner:
             "accuracy": (totals.correct / totals.ok) if totals.ok and not resumed else None,
             "served_by": dict(totals.served_by),
             "student_share": totals.student_share,
+            "student_share_per_task": {
+                t: c["student"] / c["ok"]
+                for t, c in sorted(totals.by_task.items())
+                if c["ok"] and not resumed
+            },
             "by_task": {t: dict(c) for t, c in sorted(totals.by_task.items())},
             "night": {
                 "exit_code": result.exit_code,
@@ -522,9 +527,11 @@ class DemoRunner:
 
     def print_day(self, r: dict[str, Any]) -> None:
         acc = "-" if r["accuracy"] is None else f"{r['accuracy']:.1%}"
+        per_task = r["student_share_per_task"]
+        shares = f" ({', '.join(f'{t} {v:.1%}' for t, v in per_task.items())})" if len(per_task) > 1 else ""
         self.echo(
             f"day {r['day']}: {r['requests']} requests ({r['errors']} errors), "
-            f"student served {r['student_share']:.1%}, accuracy {acc}"
+            f"student served {r['student_share']:.1%}{shares}, accuracy {acc}"
         )
         if r["day_seconds"] is not None:
             waited = r["past_day_end_seconds"]

@@ -22,6 +22,7 @@ from ratchet_gateway.chat.redaction import restore_answer, student_body
 from ratchet_gateway.chat.rows import Recorder
 from ratchet_gateway.chat.student import Student
 from ratchet_gateway.errors import GatewayError
+from ratchet_gateway.schema_prompt import for_teacher
 from ratchet_gateway.upstream import Timeouts
 
 if TYPE_CHECKING:
@@ -51,8 +52,9 @@ class Pairs:
         gw = self.gw
         t = time.perf_counter()
         try:
+            body, _ = for_teacher(call.received.body, gw.settings.teacher_json_schema)
             teacher = await gw.teacher.complete(
-                call.received.body, task=call.received.task, timeouts=self.teacher_timeouts
+                body, task=call.received.task, timeouts=self.teacher_timeouts, large=call.received.large
             )
             error = None
         except GatewayError as err:
@@ -65,7 +67,7 @@ class Pairs:
         row = self.recorder.pair_row(
             call, "audit", call.student.version, teacher, error, outcome, None, call.student.threshold, _ms(t)
         )
-        await self._write(row)
+        await self._write(call, row)
         if candidate and teacher is not None:  # no teacher answer: nothing to compare the candidate with
             await self._shadow(call, teacher, candidate)
 
@@ -77,7 +79,7 @@ class Pairs:
         conf = None
         try:
             body = {**student_body(call, gw.settings.redact_pii), "logprobs": True}
-            student = await self.student.ask(body, version, call.received.task)
+            student = await self.student.ask(body, version, call.received.task, call.received.large)
             conf = confidence(student)
             restore_answer(student, call.redaction.pii_map or {})
             error = None
@@ -102,13 +104,13 @@ class Pairs:
             _ms(t),
             contract_violation=violation.kind if violation else "",
         )
-        await self._write(row)
+        await self._write(call, row)
 
-    async def _write(self, row: dict) -> None:
+    async def _write(self, call: ChatCall, row: dict) -> None:
         self.gw.metrics.pairs.labels(row["pair_role"], row["pair_outcome"]).inc()
         if row["pair_role"] == "audit":
             self.gw.teacher_equivalent.observe(row)
-        await self.recorder.append_quietly(row)
+        await self.recorder.append_quietly(row, call)
 
 
 def _ms(since: float) -> float:
