@@ -205,6 +205,19 @@ class Settings(BaseSettings):
         "night export traces there (OTEL_SERVICE_NAME, OTEL_RESOURCE_ATTRIBUTES and OTEL_EXPORTER_OTLP_HEADERS are "
         "honoured); unset: no tracing.",
     )
+    # The cost report's prices (ratchet_assets.cost: its pricing models).
+    student_tokens_per_second: float | None = Field(
+        None,
+        gt=0,
+        description="Cost report: the deployment's vLLM throughput, prompt + completion tokens per second per GPU "
+        "(pricing model 'configured'); unset = the student endpoint's measured speed (pricing model 'measured').",
+    )
+    student_gpu_price_per_hour: float = Field(
+        2.5, ge=0, description="Cost report: USD per hour of one GPU (or machine) of the student endpoint."
+    )
+    training_price_per_hour: float = Field(
+        2.5, ge=0, description="Cost report: USD per hour of the machine the night's training runs on."
+    )
 
     _from_home: set[str] = PrivateAttr(default_factory=set)  # settings whose value a file under the home gave
 
