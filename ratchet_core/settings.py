@@ -154,6 +154,13 @@ class Settings(BaseSettings):
     student_breaker_probe_s: float = Field(
         10.0, gt=0, description="While the student's breaker is open, one request probes it this often."
     )
+    shadow_max_in_flight: int = Field(
+        16,
+        ge=0,
+        description="Shadow calls (a candidate answering off the path) one gateway worker runs at once; a request "
+        "that finds them all busy is not shadowed (counted as skipped), so shadowing never swamps the student; "
+        "0 = none.",
+    )
     model_aliases: str = Field(
         "", description="Extra model names clients may use for Ratchet, comma-separated."
     )

@@ -7,6 +7,11 @@ shadowed, it answers too and is compared with the teacher's answer (``shadow`` r
 threshold and what the contract guard would have said). An audited request may also shadow a candidate, compared
 with the teacher's audit answer. Nothing here delays or fails the client's answer: the calls run as background
 tasks (``Gateway.spawn``) and a failed call is a pair with outcome ``error``.
+
+Shadows are capped (``RATCHET_SHADOW_MAX_IN_FLIGHT`` calls at once per gateway worker): a request that finds the
+cap reached is not shadowed (``ratchet_pairs_total{role="shadow",outcome="skipped"}``), so a slow student is never
+queued into timeouts by its own evidence gathering. Which requests are skipped depends on load, never on their
+answers, so the shadow pairs stay an unbiased sample of the candidate's traffic.
 """
 
 from __future__ import annotations
@@ -37,14 +42,23 @@ class Pairs:
         self.student = student
         self.recorder = recorder
         self.teacher_timeouts = teacher_timeouts
+        self.shadows_in_flight = 0
 
     def after(self, call: ChatCall, served: dict) -> None:
         """Start what runs off the path now that `served` answered `call` (nothing when nothing is due)."""
         p = pairs(call.decision.route, call.outcome.served_by)
         if p.audit:
             self.gw.spawn(self._audit(call, served, p.shadow_version))
-        elif p.shadow_version:
+        elif p.shadow_version and self._take_shadow():
             self.gw.spawn(self._shadow(call, served, p.shadow_version))
+
+    def _take_shadow(self) -> bool:
+        """A shadow call's place under the cap (released when its row is written), or False: skipped."""
+        if self.shadows_in_flight >= self.gw.settings.shadow_max_in_flight:
+            self.gw.metrics.pairs.labels("shadow", "skipped").inc()
+            return False
+        self.shadows_in_flight += 1
+        return True
 
     async def _audit(self, call: ChatCall, served: dict, candidate: str | None) -> None:
         """Re-ask the teacher about a student-served request -> ``audit`` pair row; then, when a candidate is
@@ -68,12 +82,20 @@ class Pairs:
             call, "audit", call.student.version, teacher, error, outcome, None, call.student.threshold, _ms(t)
         )
         await self._write(call, row)
-        if candidate and teacher is not None:  # no teacher answer: nothing to compare the candidate with
+        # no teacher answer: nothing to compare the candidate with
+        if candidate and teacher is not None and self._take_shadow():
             await self._shadow(call, teacher, candidate)
 
     async def _shadow(self, call: ChatCall, teacher: dict, version: str) -> None:
         """Have candidate `version` answer off the path; compare it with the teacher's answer -> ``shadow`` row
-        with the candidate's own threshold (``Route.shadow_threshold``)."""
+        with the candidate's own threshold (``Route.shadow_threshold``). Holds a place under the cap
+        (:meth:`_take_shadow`) and gives it back."""
+        try:
+            await self._shadow_row(call, teacher, version)
+        finally:
+            self.shadows_in_flight -= 1
+
+    async def _shadow_row(self, call: ChatCall, teacher: dict, version: str) -> None:
         gw = self.gw
         t = time.perf_counter()
         conf = None
