@@ -1,5 +1,5 @@
 """An import certifies a new task: ``moods`` has no traffic at all, only imported golden rows (to certify on) and
-imported training rows (to learn from). The real night (``moods_night``, tests/tasks/moods.py: Dagster assets, a
+imported training rows (to learn from). The real night (``moods_night``, tests/night/moods.py: Dagster assets, a
 real LoRA training on the demo base with the night's default learner, the real student server on loopback) signs a
 certificate whose ``moods`` section, computed on exactly the imported golden rows (none of which was trained on),
 certifies at the default target 0.95 (delta 0.05).
@@ -14,10 +14,10 @@ from pathlib import Path
 
 import pytest
 
-from tests.tasks.moods import MOODS_WORKLOAD
-from tests.tasks.moods import moods_night as _shared_night
+from tests.night.moods import MOODS_WORKLOAD
+from tests.night.moods import moods_night as _shared_night
 
-moods_night = _shared_night  # the night fixture shared with tests/tasks/test_new_task_night.py
+moods_night = _shared_night  # the night fixture shared with tests/night/test_new_task_night.py
 
 pytestmark = pytest.mark.slow  # one real training and ~170 golden answers from the demo base: ~2-4 min
 

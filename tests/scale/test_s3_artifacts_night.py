@@ -27,7 +27,7 @@ from ratchet_assets.defs.traffic import traffic
 from ratchet_assets.defs.training_set import training_set
 from ratchet_core.lake import Lake
 
-# Real training (as tests/adapters/test_night_e2e.py): minutes on two shared cores.
+# Real training (as tests/night/test_night_e2e.py): minutes on two shared cores.
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(1800)]
 
 DAY = "2026-01-01"

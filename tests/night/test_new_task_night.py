@@ -1,6 +1,6 @@
 """A task defined only by its name and `ratchet admin task set` goes through a night with its own target.
 
-Real components (``moods_night``, tests/tasks/moods.py): the night's Dagster assets on a test home, a real (tiny)
+Real components (``moods_night``, tests/night/moods.py): the night's Dagster assets on a test home, a real (tiny)
 LoRA training on the demo base with the night's default learner, the real student server on loopback, the admin
 CLI publishing a signed manifest. The task ``moods`` is not a built-in workload: the only thing Ratchet learns about
 it is its policy.

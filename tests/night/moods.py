@@ -1,10 +1,10 @@
 """A five-label classification task the project has never seen (not a built-in workload): ``moods``.
 
-Used by the per-task night test, the import test and the learner measurement (tests/adapters/measure_learner.py).
+Used by the per-task night test, the import test and the learner measurement (tests/night/measure_learner.py).
 Like ``tickets`` the label is decided by keywords, but the labels, phrasings and slots are new. Only the tests know
 it: to Ratchet it is just a task name.
 
-``moods_night``: the fixture both night tests share (tests/tasks/test_new_task_night.py,
+``moods_night``: the fixture both night tests share (tests/night/test_new_task_night.py,
 tests/governance/test_import_certifies.py): a signed test home, ``ratchet admin task set`` for ``moods``, and the real
 night (traffic -> examples -> golden_split -> training_set -> lora_adapter -> evaluation_certificate, Dagster assets,
 a real LoRA training on the demo base with the night's own defaults, the real student server on loopback).

@@ -1,8 +1,8 @@
 """Measure the night's learner on a task it has never seen (not a test; run by hand, minutes on 2 CPU cores).
 
-    .venv/bin/python tests/adapters/measure_learner.py [--requests 700] [--nights 2] [--out measure.json]
+    .venv/bin/python -m tests.night.measure_learner [--requests 700] [--nights 2] [--out measure.json]
 
-Two nights of ``moods`` traffic (tests/tasks/moods.py, five labels), each through the night's own steps (traffic,
+Two nights of ``moods`` traffic (tests/night/moods.py, five labels), each through the night's own steps (traffic,
 examples, golden split at the default share, the 7-day training window) and a training with the night's settings
 (``night.adapter.NIGHT_TRAINING``: early stopping on a validation split of the training rows). Each night's adapter
 is scored on the golden set to date, exact answer (teacher-forced argmax = greedy decoding, EOS included; the
@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import importlib.util
 import json
 import sys
 import tempfile
@@ -23,13 +22,9 @@ from pathlib import Path
 
 
 def _moods():
-    spec = importlib.util.spec_from_file_location(
-        "moods_task", Path(__file__).parents[1] / "tasks" / "moods.py"
-    )
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # its dataclasses look their module up there
-    spec.loader.exec_module(module)
-    return module.MOODS_WORKLOAD
+    from tests.night.moods import MOODS_WORKLOAD
+
+    return MOODS_WORKLOAD
 
 
 def golden_exact(base: Path, adapter: Path, golden) -> list[bool]:
