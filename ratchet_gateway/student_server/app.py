@@ -123,6 +123,7 @@ def create_app(
     served_model_name: str | None = None,
     adapters: dict[str, str] | None = None,
     adapter_cache: str | Path | None = None,
+    threads: int | None = None,
 ) -> FastAPI:
     """The student server over the HF base model at `base_path`; `adapters` (name -> path) load at start-up.
 
@@ -132,12 +133,14 @@ def create_app(
 
     `served_model_name` is the name clients use for the base (default: the base's name from
     ratchet_core.student_model.base_identity). With `api_key`, every /v1 route needs ``Bearer <api_key>``.
+    `threads`: torch's intra-op threads for decoding (None: one for a small base, torch's default otherwise:
+    ``engine.default_threads``).
     """
     from ratchet_core.student_model import DEMO_BASE_NAME, is_demo_base
 
     base_path = Path(base_path)
     base_name = served_model_name or (DEMO_BASE_NAME if is_demo_base(base_path) else base_path.name)
-    engine = StudentEngine(base_path, max_batch=max_batch)
+    engine = StudentEngine(base_path, max_batch=max_batch, threads=threads)
     created = int(time.time())
 
     cache = Path(adapter_cache) if adapter_cache else Path(tempfile.gettempdir()) / "ratchet-adapter-cache"

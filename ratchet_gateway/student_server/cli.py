@@ -44,6 +44,13 @@ def _home_key(home) -> str:
 @click.option(
     "--max-batch", default=8, show_default=True, type=int, help="Requests decoded together at most."
 )
+@click.option(
+    "--threads",
+    default=None,
+    type=click.IntRange(min=1),
+    help="torch intra-op threads for decoding. Default: 1 for a base under 50M parameters (the demo base: more "
+    "threads only spin between its tiny operations), else torch's default.",
+)
 @click.option("--served-model-name", default=None, help="Name clients use for the base model.")
 @click.option(
     "--adapter", "adapters", multiple=True, callback=_adapter_pairs, help="NAME=PATH to load at start."
@@ -54,6 +61,7 @@ def student_server(
     base: str | None,
     api_key: str | None,
     max_batch: int,
+    threads: int | None,
     served_model_name: str | None,
     adapters: dict[str, str],
 ) -> None:
@@ -76,6 +84,7 @@ def student_server(
         served_model_name=served_model_name,
         adapters=adapters,
         adapter_cache=settings.home / "adapter-cache",  # adapters loaded from an s3:// path land here
+        threads=threads,
     )
     click.echo(f"student server: base {base} on http://{host}:{port}/v1")
     uvicorn.run(app, host=host, port=port, log_level="info")

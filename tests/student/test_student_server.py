@@ -176,3 +176,21 @@ def test_api_key_is_required_when_set(demo_base):
             == 200
         )
         assert httpx.get(f"{url}/health").status_code == 200
+
+
+def test_a_small_base_decodes_on_one_thread_and_a_large_one_on_torch_default(demo_base):
+    """torch's other intra-op threads only spin between a tiny model's operations (engine.default_threads)."""
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    from ratchet_gateway.student_server.engine import SMALL_MODEL_PARAMETERS, default_threads
+
+    small = AutoModelForCausalLM.from_pretrained(demo_base)
+    assert default_threads(small) == 1
+
+    class Large(torch.nn.Module):  # parameters on the meta device: counted, never allocated
+        def __init__(self) -> None:
+            super().__init__()
+            self.w = torch.nn.Parameter(torch.empty(SMALL_MODEL_PARAMETERS, device="meta"))
+
+    assert default_threads(Large()) == torch.get_num_threads()
