@@ -236,7 +236,7 @@ def row_first_days(artifacts: str | Path, day: str) -> list[str]:
         if files:
             first.update(
                 con.execute(
-                    f"SELECT example_key, min(day) FROM read_parquet({sql_list(files)}, union_by_name = true) "
+                    f"SELECT example_key, CAST(min(day) AS VARCHAR) FROM read_parquet({sql_list(files)}, union_by_name = true) "
                     "GROUP BY example_key"
                 ).fetchall()
             )
