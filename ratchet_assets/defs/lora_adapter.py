@@ -126,6 +126,7 @@ def lora_adapter(
         "train_examples": dg.MetadataValue.int(int(record.get("examples") or 0)),
         "reused": result.reused,
         "start": str((record.get("start") or {}).get("mode", "cold")),
+        "start_reason": str((record.get("start") or {}).get("reason", "")),
         "training_set_root": dg.MetadataValue.text(record["train_rows_root"]),
         "dagster/uri": dg.MetadataValue.path(str(step.adapter_path(artifacts, record))),
     }

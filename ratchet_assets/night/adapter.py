@@ -11,6 +11,11 @@ instead of training again. The training-set root is the one ``training_set`` com
 digest>``, where N is this launch's rank among all training launches in the ledger (creation order): stable
 across reruns, never reused.
 
+Where the weights start (``night.warm_start``): from the tasks' live (else last certified) adapter when the base,
+the LoRA's shape and the tasks' policies are unchanged, on the new rows plus a replay sample; else cold, on the
+whole training set. The record's ``start`` says which, why, and the parent (version, digest, day); the BOM carries
+it. The launch key does not name the parent: a rerun reuses what the first launch trained.
+
 Files: ``adapters/<version>/`` holds only the PEFT files (``adapter_config.json``, ``adapter_model.safetensors``,
 ``ratchet_train.json``) so its digest is the adapter's; ``adapters/day=D/adapter.json`` (the *record*) says which
 version the night produced and how (base identity and licence, config, training numbers, effect key). Later steps
@@ -52,7 +57,8 @@ LEASE_SECONDS = 6 * 3600
 #
 # The learner adapts (issue 16): the night trains until a validation split held out of the training rows (never
 # golden rows: the training set has none) stops improving, instead of a fixed step count. Defaults:
-# - validation_share 0.1: a tenth of the training rows, chosen by a hash of the prompt (the same rows every run);
+# - validation_share 0.1: a tenth of the training rows, chosen by a hash of their near-duplicate group
+#   (``lora_trainer.near_duplicate_key``: the same rows every run, and no near-duplicate on both sides);
 # - patience 2: stop after 2 epochs without a better validation accuracy (the best epoch's weights are kept);
 # - max_epochs 8: at most 8 epochs (the learning rate decays linearly over them); a split all right stops at once;
 # - time_budget_s 1800: stop after the epoch that passes 30 min (a safety net on a busy machine; a run cut by it
@@ -251,7 +257,10 @@ def learner_numbers(trained: dict[str, Any]) -> dict[str, Any]:
             validation_per_task=v.get("per_task", {}),
         )
         # only when set, so the learner properties of older records keep their bytes
-        for name, field_ in (("validation_groups", "groups"), ("initial_validation_accuracy", "initial_accuracy")):
+        for name, field_ in (
+            ("validation_groups", "groups"),
+            ("initial_validation_accuracy", "initial_accuracy"),
+        ):
             if v.get(field_) is not None:
                 out[name] = v[field_]
     return out

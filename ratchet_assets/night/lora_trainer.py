@@ -16,7 +16,7 @@ epochs, measured to leave the demo adapter at loss ~1.8, writing garbage) gets e
 runs exactly ``epochs``. ``min_steps = 0`` turns this off.
 
 Early stopping (``validation_share > 0``; the night's default, ``night.adapter.NIGHT_TRAINING``): the rows whose
-prompt hashes below ``validation_share`` are held out (never golden rows: the training set has none); the schedule
+group (below) hashes below ``validation_share`` are held out (never golden rows: the training set has none); the schedule
 is ``max(epochs_run above, max_epochs)`` epochs; after each epoch the held-out rows are scored (exact answer,
 teacher-forced, and mean target-token loss); the best epoch (higher accuracy, then lower loss) is kept, and the run
 stops after ``patience`` epochs without a better one (counted only once the fixed schedule's ``epochs_run`` above
@@ -25,6 +25,17 @@ past ``time_budget_s``.
 Stopping at the first all-right epoch was measured too early: a five-label task at 68/68 on its validation split
 answered 173/184 golden rows (0.94); trained on while the loss fell, 184/184. ``row_tasks`` gives the accuracy per
 task. Nothing here depends on the clock except the time budget (a run it cuts says so in ``stopped``).
+
+Validation split (``validation_groups``): ``near_duplicate`` (default) hashes each row's ``near_duplicate_key`` (the
+request text without system prompt, lowercased, digits ``0``, placeholders one word, punctuation dropped, as a set
+of words), so near-duplicates (a resent request with another ticket number or case) are held out or trained on
+together and the validation accuracy predicts fresh requests; ``prompt`` hashes each rendered prompt, the older
+split, which put near-duplicates on both sides and overstated it (``tests/tasks/test_validation_split.py``).
+
+Warm start (``init_adapter``): the weights start from a parent adapter of the same LoRA shape (``night.warm_start``
+decides whether and picks the rows), loaded trainable; its score on the validation split is measured before the
+first epoch (``initial_accuracy``/``initial_loss``) and an epoch must beat it, else the parent's weights are kept
+(``best_epoch`` 0); the ``min_steps`` floor, meant for a fresh LoRA, does not apply (the floor is ``epochs``).
 
 PII surrogates (``pii_surrogates``, default 0 = off): the ledger, and so train.jsonl and the golden set, holds
 redacted text (``<EMAIL_1a2b3c4d>``), but the gateway sends the student the client's real text. A demo adapter
