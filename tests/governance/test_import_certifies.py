@@ -9,29 +9,19 @@ Sizes: 150 golden rows, so the Clopper-Pearson lower bound reaches 0.95 with up 
 
 from __future__ import annotations
 
-import importlib.util
 import json
-import sys
 from pathlib import Path
 
 import pytest
 
+from tests.tasks.moods import MOODS_WORKLOAD
+from tests.tasks.moods import moods_night as _shared_night
+
+moods_night = _shared_night  # the night fixture shared with tests/tasks/test_new_task_night.py
+
 pytestmark = pytest.mark.slow  # one real training and ~170 golden answers from the demo base: ~2-4 min
 
 DAY = "2026-03-02"
-
-
-def _moods_module():
-    path = Path(__file__).resolve().parents[1] / "tasks" / "moods.py"
-    spec = importlib.util.spec_from_file_location("moods_task", path)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # its dataclasses look their module up there
-    spec.loader.exec_module(module)
-    return module
-
-
-_MOODS = _moods_module()
-moods_night = _MOODS.moods_night  # the night set-up shared with tests/tasks/test_new_task_night.py
 
 
 def _jsonl(path: Path, examples) -> Path:
@@ -47,7 +37,7 @@ def test_imported_golden_rows_certify_a_task_without_traffic(moods_night, tmp_pa
     from ratchet_core.layout import ArtifactLayout
     from ratchet_stats.certificate import check_certificate
 
-    moods = _MOODS.MOODS_WORKLOAD.generate(600, seed=11)
+    moods = MOODS_WORKLOAD.generate(600, seed=11)
     golden_rows, train_rows = moods[:150], moods[150:]
     imported = {}
 
