@@ -44,8 +44,8 @@ def exact_answers(base: Path, adapter: Path, rows: list[dict]) -> list[bool]:
     from peft import PeftModel
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from ratchet_assets.night.lora_trainer import _exact_rows
-    from ratchet_core.chat_encoding import TRAIN_META_FILE, cut_prompt, encode
+    from ratchet_assets.night.lora_trainer import _exact_rows, scoring_rows
+    from ratchet_core.chat_encoding import TRAIN_META_FILE
     from ratchet_core.chat_format import training_pair
 
     window = json.loads((adapter / TRAIN_META_FILE).read_text())["prompt_window"]
@@ -53,12 +53,7 @@ def exact_answers(base: Path, adapter: Path, rows: list[dict]) -> list[bool]:
     model = PeftModel.from_pretrained(
         AutoModelForCausalLM.from_pretrained(base, dtype=torch.float32), adapter
     )
-    encoded = []
-    for row in rows:
-        prompt, target = training_pair(row)
-        p = cut_prompt(encode(tok, prompt), window)
-        t = encode(tok, target) + [tok.eos_token_id]
-        encoded.append((p + t, [-100] * len(p) + t))
+    encoded = scoring_rows(tok, [training_pair(r) for r in rows], window)
     return _exact_rows(model, encoded, tok.pad_token_id, 32)
 
 

@@ -521,6 +521,22 @@ def _by_task(right: list[bool], tasks: list[str]) -> dict[str, float]:
     return {task: sum(v) / len(v) for task, v in out.items()}
 
 
+def scoring_rows(
+    tokenizer, pairs: Sequence[tuple[str, str]], prompt_window: int, max_len: int | None = None
+) -> list[tuple[list[int], list[int]]]:
+    """(input ids, labels) of (prompt, target) pairs as training and serving see them: the prompt cut to its last
+    `prompt_window` tokens, the target plus EOS (cut to `max_len` in all when given), prompt tokens labelled -100;
+    for ``_exact_rows``/``_validate`` on rows scored outside a training run."""
+    out = []
+    for prompt, target in pairs:
+        p = cut_prompt(encode(tokenizer, prompt), prompt_window)
+        t = encode(tokenizer, target) + [tokenizer.eos_token_id]
+        if max_len is not None:
+            t = t[: max_len - len(p)]
+        out.append((p + t, [-100] * len(p) + t))
+    return out
+
+
 def _exact_rows(model, rows: list[tuple[list[int], list[int]]], pad: int, batch_size: int) -> list[bool]:
     """Per row: whether every target token is the model's argmax (teacher-forced exact answer = what greedy
     decoding would write, EOS included)."""

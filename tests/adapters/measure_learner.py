@@ -38,8 +38,8 @@ def golden_exact(base: Path, adapter: Path, golden) -> list[bool]:
     from peft import PeftModel
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from ratchet_assets.night.lora_trainer import _exact_rows
-    from ratchet_core.chat_encoding import TRAIN_META_FILE, cut_prompt, encode
+    from ratchet_assets.night.lora_trainer import _exact_rows, scoring_rows
+    from ratchet_core.chat_encoding import TRAIN_META_FILE
     from ratchet_core.chat_format import render_prompt, render_target
 
     window = json.loads((adapter / TRAIN_META_FILE).read_text())["prompt_window"]
@@ -47,12 +47,10 @@ def golden_exact(base: Path, adapter: Path, golden) -> list[bool]:
     model = PeftModel.from_pretrained(
         AutoModelForCausalLM.from_pretrained(base, dtype=torch.float32), adapter
     )
-    rows = []
-    for g in golden:
-        p = cut_prompt(encode(tok, render_prompt(g.messages, g.tools, g.response_format)), window)
-        t = encode(tok, render_target(g.expected)) + [tok.eos_token_id]
-        rows.append((p + t, [-100] * len(p) + t))
-    return _exact_rows(model, rows, tok.pad_token_id, 32)
+    pairs = [
+        (render_prompt(g.messages, g.tools, g.response_format), render_target(g.expected)) for g in golden
+    ]
+    return _exact_rows(model, scoring_rows(tok, pairs, window), tok.pad_token_id, 32)
 
 
 def main() -> int:

@@ -106,10 +106,10 @@ def test_the_warm_start_begins_from_the_parents_weights(nights, tmp_path):
         LoraTrainConfig,
         _validate,
         read_train_rows,
+        scoring_rows,
         train_lora,
         validation_mask,
     )
-    from ratchet_core.chat_encoding import cut_prompt, encode
 
     art, base = nights["art"], nights["base"]
     parent_dir = step.adapter_path(art, nights["first"])
@@ -121,12 +121,8 @@ def test_the_warm_start_begins_from_the_parents_weights(nights, tmp_path):
     held = validation_mask([r for _, r in rows], [p for (p, _), _ in rows], 0.25, "near_duplicate")
     window = json.loads((parent_dir / "ratchet_train.json").read_text())["prompt_window"]
     tok = AutoTokenizer.from_pretrained(base)
-    encoded = []
-    for ((prompt, target), _), h in zip(rows, held, strict=True):
-        if h:
-            p = cut_prompt(encode(tok, prompt), window)
-            t = (encode(tok, target) + [tok.eos_token_id])[: config.max_len - len(p)]
-            encoded.append((p + t, [-100] * len(p) + t))
+    held_pairs = [pair for (pair, _), h in zip(rows, held, strict=True) if h]
+    encoded = scoring_rows(tok, held_pairs, window, config.max_len)
     model = AutoModelForCausalLM.from_pretrained(base, dtype=torch.float32)
     parent = PeftModel.from_pretrained(model, str(parent_dir))
     right, loss = _validate(parent, encoded, tok.pad_token_id, 16)
