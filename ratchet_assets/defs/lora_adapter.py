@@ -61,6 +61,7 @@ class LoraAdapterConfig(dg.Config):
     start: str = _DEFAULTS.start
     replay_share: float = _DEFAULTS.replay_share
     replay_cap: int = _DEFAULTS.replay_cap
+    warm_lr: float = _DEFAULTS.warm_lr  # the peak learning rate of a warm start
     # 0 = torch's default; does not change the adapter, so not part of the config hash
     num_threads: int = _DEFAULTS.num_threads or 0
 

@@ -127,6 +127,9 @@ class LoraTrainConfig:
     start: str = "cold"
     replay_share: float = 0.25
     replay_cap: int = 1000
+    # the peak learning rate of a warm start: the parent's weights are already good, and `lr` (meant for a fresh
+    # LoRA) was measured to knock them off (tickets night 2: no epoch beat the parent on its validation split)
+    warm_lr: float = 1e-3
 
     def __post_init__(self) -> None:
         if self.validation_groups not in VALIDATION_GROUPS:
@@ -346,7 +349,8 @@ def train_lora(
         model = get_peft_model(model, lora)
     model.train()
     params = [p for p in model.parameters() if p.requires_grad]
-    optimiser = torch.optim.AdamW(params, lr=config.lr, weight_decay=config.weight_decay)
+    lr = config.lr if init_adapter is None else config.warm_lr
+    optimiser = torch.optim.AdamW(params, lr=lr, weight_decay=config.weight_decay)
     steps_per_epoch = math.ceil(len(examples) / config.batch_size)
     # a warm start already knows the task: `min_steps` (enough steps for a fresh LoRA) does not apply
     epochs = floor = epochs_to_run(len(examples), config) if init_adapter is None else max(1, config.epochs)

@@ -14,6 +14,8 @@ Warm only when all of these hold, else cold, with the reason recorded:
 - the base is the same bytes (the identity's sha256 covers weights, config and tokenizer files, so the chat
   template too);
 - the LoRA's shape is the same (rank, alpha, target modules, modules to save, max_len), so the weights load;
+- the validation split is drawn alike (``validation_share``, ``validation_groups``): a row's side is a function of
+  the row alone, so no adapter of the line trained on a row held out tonight;
 - the signed policies of the set's tasks are the ones the parent was trained under (``policies_sha256``);
 - neither the parent nor any adapter it descends from trained on a row that is golden on this night's day (their
   ``train/day=P/keys.txt`` against ``golden/day=D/keys.txt``; the golden registry never turns a trained key golden,
@@ -23,7 +25,8 @@ Rows of a warm night (``select_rows``): the training set of the day (its 7-day w
 day each example first appeared: every row after the parent's day is new and trained on; a row of the parent's day
 or before is replayed iff ``sha256("replay:" + example key)`` read as a fraction falls below ``replay_share``, at
 most ``replay_cap`` of them, lowest hashes first. The replay rows come from the day's own training set, so none is
-golden on the day being certified. A cold night trains on every row.
+golden on the day being certified. Every row the validation split holds out is kept too, for validation: the whole
+window's held-out rows, which no adapter of the line trained on. A cold night reads every row.
 """
 
 from __future__ import annotations
@@ -39,6 +42,8 @@ from ratchet_core.layout import ArtifactLayout
 
 # the fields that fix the shape of the LoRA weights: a parent with other values cannot be loaded
 SHAPE_FIELDS = ("rank", "alpha", "target_modules", "modules_to_save", "max_len")
+# the fields that choose the validation split: with other values the parent may have trained on today's held-out rows
+SPLIT_FIELDS = ("validation_share", "validation_groups")
 
 
 @dataclass(frozen=True)
@@ -186,17 +191,31 @@ def check_parent(
     if (p.get("base") or {}).get("sha256") != base_sha256:
         return f"the base changed since {parent.version} (base identity, chat template included)"
     theirs = p.get("hyperparameters") or p.get("config") or {}
+    ours = _complete(train_config)
     for name in SHAPE_FIELDS:
-        if _shape(theirs.get(name)) != _shape(train_config.get(name)) and name in train_config:
-            if name == "modules_to_save" and train_config.get(name) is None:
+        if _shape(theirs.get(name)) != _shape(ours.get(name)):
+            if name == "modules_to_save" and ours.get(name) is None:
                 continue  # None = decided from the base, which is unchanged (checked above)
             return f"the LoRA's {name} differs from {parent.version}'s"
+    for name in SPLIT_FIELDS:
+        if theirs.get(name) != ours.get(name):
+            return f"the validation split ({name}) differs from {parent.version}'s: it may have trained on its rows"
     if p.get("policies_sha256") != policies_digest:
         return f"the tasks' signed policies changed since {parent.version} was trained"
     culprit = ancestors_trained_on_golden(layout, parent, records, day)
     if culprit is not None:
         return f"{culprit} (the parent's line) trained on rows that are golden on {day}"
     return None
+
+
+def _complete(train_config: dict[str, Any]) -> dict[str, Any]:
+    """``train_config`` with the trainer's defaults for the fields it leaves out."""
+    from dataclasses import fields
+
+    from ratchet_assets.night.lora_trainer import LoraTrainConfig
+
+    names = {f.name for f in fields(LoraTrainConfig)}
+    return LoraTrainConfig(**{k: v for k, v in train_config.items() if k in names}).to_dict()
 
 
 def _shape(value: Any) -> Any:
@@ -209,16 +228,27 @@ def replay_score(key: str) -> float:
 
 
 def select_rows(
-    keys: Sequence[str], first_days: Sequence[str], parent_day: str, share: float, cap: int
+    keys: Sequence[str],
+    first_days: Sequence[str],
+    parent_day: str,
+    share: float,
+    cap: int,
+    held: Sequence[bool] | None = None,
 ) -> tuple[tuple[int, ...], int, int]:
-    """(indices of the rows to train on, in file order; new rows; replayed rows): the rule of the module
-    docstring. ``first_days``: the day each row's example first appeared (same order as ``keys``)."""
-    new = [i for i, d in enumerate(first_days) if d > parent_day]
+    """(indices of the rows a warm night reads, in file order; new rows trained on; replayed rows): the rule of
+    the module docstring. ``first_days``: the day each row's example first appeared (same order as ``keys``).
+    ``held``: the rows the validation split holds out; all of them are kept, for validation (never trained on),
+    and neither counted nor sampled as new or replayed rows."""
+    held = held if held is not None else [False] * len(keys)
+    new = [i for i, d in enumerate(first_days) if d > parent_day and not held[i]]
     old = [
-        (replay_score(k), i) for i, (k, d) in enumerate(zip(keys, first_days, strict=True)) if d <= parent_day
+        (replay_score(k), i)
+        for i, (k, d) in enumerate(zip(keys, first_days, strict=True))
+        if d <= parent_day and not held[i]
     ]
     replay = sorted(i for s, i in sorted(x for x in old if x[0] < share)[: max(0, cap)])
-    return tuple(sorted(new + replay)), len(new), len(replay)
+    validation = [i for i, h in enumerate(held) if h]
+    return tuple(sorted(new + replay + validation)), len(new), len(replay)
 
 
 def row_first_days(artifacts: str | Path, day: str) -> list[str]:
@@ -286,10 +316,24 @@ def plan_start(
         parent.train_day,
         float(train_config.get("replay_share", 0.25)),
         int(train_config.get("replay_cap", 1000)),
+        held_out(layout.train_jsonl(day), train_config),
     )
     if not new:
         return cold(f"no row is newer than the parent {parent.version}'s day {parent.train_day}")
     return StartPlan("warm", f"from {parent.chosen_as} {parent.version}", parent, rows, new, replay)
+
+
+def held_out(train_jsonl: Path, train_config: dict[str, Any]) -> list[bool]:
+    """The rows of ``train_jsonl`` the trainer's validation split holds out under ``train_config``: a function of
+    each row alone, so the same rows every night (and so never trained on by a parent with the same split)."""
+    from ratchet_assets.night.lora_trainer import read_train_rows, validation_mask
+
+    rows = read_train_rows(train_jsonl)
+    share = float(train_config.get("validation_share", 0.0))
+    if share <= 0:
+        return [False] * len(rows)
+    groups = str(train_config.get("validation_groups", "near_duplicate"))
+    return validation_mask([r for _, r in rows], [p for (p, _), _ in rows], share, groups)
 
 
 def write_subset(train_jsonl: Path, rows: Sequence[int], out: Path) -> None:

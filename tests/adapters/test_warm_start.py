@@ -88,8 +88,16 @@ def test_the_first_night_starts_cold_and_the_next_from_the_certified_adapter(nig
     train_keys = ArtifactLayout(nights["art"]).train_keys(DAY2).read_text().split()
     days = W.row_first_days(nights["art"], DAY2)
     new = sum(d == DAY2 for d in days)
-    assert start["new_rows"] == new > 0 and 0 <= start["replay_rows"] <= len(train_keys) - new
-    assert second["examples"] + second["learner"]["validation_rows"] == new + start["replay_rows"]
+    held = W.held_out(ArtifactLayout(nights["art"]).train_jsonl(DAY2), TINY)
+    fresh_rows = sum(d == DAY2 and not h for d, h in zip(days, held, strict=True))
+    assert start["new_rows"] == fresh_rows > 0 and 0 < start["replay_rows"] <= len(train_keys) - new
+    # trained on the new and replayed rows; validated on every held-out row of the window, old days' too
+    assert second["examples"] == fresh_rows + start["replay_rows"]
+    assert (
+        second["learner"]["validation_rows"]
+        == sum(held)
+        > sum(h for d, h in zip(days, held, strict=True) if d == DAY2)
+    )
     # the learner's numbers name the parent's score on the validation split before the first epoch
     assert "initial_validation_accuracy" in second["learner"]
     assert second["policies_sha256"] == W.policies_sha256({}, ["tickets"])
@@ -181,6 +189,12 @@ def test_a_changed_base_config_or_policy_starts_cold(nights):
     )
     assert reshaped.mode == "cold" and "rank differs" in reshaped.reason
 
+    resplit = W.plan_start(
+        art, DAY2, base_sha256=same_base, train_config={**TINY, "validation_share": 0.5},
+        policies_digest=same_policies, **common,
+    )  # fmt: skip
+    assert resplit.mode == "cold" and "validation split (validation_share) differs" in resplit.reason
+
     policy = W.policies_sha256({"tickets": TaskPolicy(target=0.9)}, ["tickets"])
     repoliced = W.plan_start(
         art, DAY2, base_sha256=same_base, train_config=TINY, policies_digest=policy, **common
@@ -206,15 +220,16 @@ def test_the_replay_sample_never_holds_a_golden_row_and_a_parent_that_saw_one_is
     )  # fmt: skip
     keys = layout.train_keys(DAY2).read_text().split()
     days = W.row_first_days(art, DAY2)
-    replayed = {keys[i] for i in plan.rows if days[i] <= DAY1}
+    held = W.held_out(layout.train_jsonl(DAY2), TINY)
+    replayed = {keys[i] for i in plan.rows if days[i] <= DAY1 and not held[i]}
     assert len(replayed) == plan.replay_rows > 0
     golden = set(layout.golden_keys(DAY2).read_text().split())
     assert golden and not replayed & golden
     # every replayed row is a day-1 row that the rule picks; none of the others is
     picked = {
         k
-        for k, d in zip(keys, days, strict=True)
-        if d <= DAY1 and W.replay_score(k) < TINY.get("replay_share", 0.25)
+        for k, d, h in zip(keys, days, held, strict=True)
+        if d <= DAY1 and not h and W.replay_score(k) < TINY.get("replay_share", 0.25)
     }
     assert replayed == picked
 
@@ -244,3 +259,13 @@ def test_select_rows_takes_every_new_row_and_a_capped_hash_sample_of_the_old():
     capped, _, few = W.select_rows(keys, days, "2026-01-01", share=0.25, cap=5)
     lowest = sorted(range(150), key=lambda i: W.replay_score(keys[i]))[:5]
     assert few == 5 and [i for i in capped if i < 150] == sorted(lowest)
+
+
+def test_select_rows_keeps_every_held_out_row_for_validation_and_never_counts_it():
+    keys = [f"{i:064x}" for i in range(40)]
+    days = ["2026-01-01"] * 20 + ["2026-01-02"] * 20
+    held = [i % 5 == 0 for i in range(40)]
+    rows, new, replay = W.select_rows(keys, days, "2026-01-01", share=1.0, cap=1000, held=held)
+    assert rows == tuple(range(40)) and new == 16 and replay == 16
+    rows, new, replay = W.select_rows(keys, days, "2026-01-01", share=0.0, cap=1000, held=held)
+    assert rows == tuple(sorted({*range(20, 40), *range(0, 20, 5)})) and (new, replay) == (16, 0)
