@@ -169,8 +169,9 @@ def triage(tmp: Path, nights: int, clusters: int, config) -> list[dict]:
             start: dict[str, Any] = {"mode": "cold"}
             if mode == "warm" and parent is not None:
                 keys = [json.dumps(r, sort_keys=True) for _, r in window]
+                held = W.held_out(full, dataclasses.asdict(cfg))
                 rows, new, replay = W.select_rows(
-                    keys, [d for d, _ in window], parent_day, cfg.replay_share, cfg.replay_cap
+                    keys, [d for d, _ in window], parent_day, cfg.replay_share, cfg.replay_cap, held
                 )
                 path = folder / "warm.jsonl"
                 W.write_subset(full, rows, path)

@@ -35,7 +35,8 @@ split, which put near-duplicates on both sides and overstated it (``tests/tasks/
 Warm start (``init_adapter``): the weights start from a parent adapter of the same LoRA shape (``night.warm_start``
 decides whether and picks the rows), loaded trainable; its score on the validation split is measured before the
 first epoch (``initial_accuracy``/``initial_loss``) and an epoch must beat it, else the parent's weights are kept
-(``best_epoch`` 0); the ``min_steps`` floor, meant for a fresh LoRA, does not apply (the floor is ``epochs``).
+(``best_epoch`` 0); the peak learning rate is ``warm_lr``; the ``min_steps`` floor, meant for a fresh LoRA, does
+not apply: patience counts past half of ``max_epochs`` instead (``epochs`` without a validation split).
 
 PII surrogates (``pii_surrogates``, default 0 = off): the ledger, and so train.jsonl and the golden set, holds
 redacted text (``<EMAIL_1a2b3c4d>``), but the gateway sends the student the client's real text. A demo adapter
@@ -352,8 +353,14 @@ def train_lora(
     lr = config.lr if init_adapter is None else config.warm_lr
     optimiser = torch.optim.AdamW(params, lr=lr, weight_decay=config.weight_decay)
     steps_per_epoch = math.ceil(len(examples) / config.batch_size)
-    # a warm start already knows the task: `min_steps` (enough steps for a fresh LoRA) does not apply
-    epochs = floor = epochs_to_run(len(examples), config) if init_adapter is None else max(1, config.epochs)
+    # a warm start already knows the task: `min_steps` (enough steps for a fresh LoRA) does not apply; with a
+    # validation split its floor is half of `max_epochs` (the first epochs at the peak learning rate were measured
+    # to score below the parent, and patience from epoch 1 stopped tickets nights 3 and 4 with the parent's weights)
+    if init_adapter is None:
+        floor = epochs_to_run(len(examples), config)
+    else:
+        floor = max(1, config.epochs, math.ceil(config.max_epochs / 2) if validation else 0)
+    epochs = floor
     if validation:
         epochs = max(epochs, config.max_epochs)
     total = steps_per_epoch * epochs
