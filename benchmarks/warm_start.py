@@ -45,15 +45,13 @@ def exact_answers(base: Path, adapter: Path, rows: list[dict]) -> list[bool]:
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     from ratchet_assets.night.lora_trainer import _exact_rows, scoring_rows
-    from ratchet_core.chat_encoding import TRAIN_META_FILE
     from ratchet_core.chat_format import training_pair
 
-    window = json.loads((adapter / TRAIN_META_FILE).read_text())["prompt_window"]
     tok = AutoTokenizer.from_pretrained(base)
     model = PeftModel.from_pretrained(
         AutoModelForCausalLM.from_pretrained(base, dtype=torch.float32), adapter
     )
-    encoded = scoring_rows(tok, [training_pair(r) for r in rows], window)
+    encoded = scoring_rows(tok, [training_pair(tok, r) for r in rows])
     return _exact_rows(model, encoded, tok.pad_token_id, 32)
 
 
@@ -169,7 +167,7 @@ def triage(tmp: Path, nights: int, clusters: int, config) -> list[dict]:
             start: dict[str, Any] = {"mode": "cold"}
             if mode == "warm" and parent is not None:
                 keys = [json.dumps(r, sort_keys=True) for _, r in window]
-                held = W.held_out(full, dataclasses.asdict(cfg))
+                held = W.held_out(full, dataclasses.asdict(cfg), base)
                 rows, new, replay = W.select_rows(
                     keys, [d for d, _ in window], parent_day, cfg.replay_share, cfg.replay_cap, held
                 )

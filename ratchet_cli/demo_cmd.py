@@ -125,7 +125,7 @@ def demo(
 ) -> None:
     """Run the whole loop on this machine: teacher, student, gateway, Dagster, nightly training and release.
 
-    Example (what `make demo` runs: four nights in ~15 minutes): ratchet demo --days 4 --day-seconds 60
+    Example (what `make demo` runs: four days and nights): ratchet demo --days 4 --day-seconds 60
     """
     from datetime import date
 

@@ -7,7 +7,7 @@ and scores every answer with the workload's own comparator against the example's
 
 Summary (a dict; `ratchet traffic --json` prints it):
 ``sent, ok, errors, errors_by_type, error_samples, correct, accuracy (= correct / ok), latency_ms {p50, p90,
-p99, max, mean}, served_by, versions, by_task {task: {sent, ok, correct}}, streamed, tokens, seconds,
+p99, max, mean}, served_by, versions, by_task {task: {sent, ok, correct, student}}, streamed, tokens, seconds,
 requests_per_second``. Percentiles are nearest-rank: the ceil(q*n)-th smallest latency. Latency is from sending
 the request to having the whole answer (last chunk for streams).
 """
@@ -161,7 +161,9 @@ async def run_traffic_async(
                 error_samples.append(f"{kind}: {str(exc)[:200]}")
         else:
             stats["ok"] += 1
-            served_by[raw.headers.get("x-ratchet-served-by") or "unknown"] += 1
+            served = raw.headers.get("x-ratchet-served-by") or "unknown"
+            served_by[served] += 1
+            stats["student"] += served == "student"
             version = raw.headers.get("x-ratchet-version")
             if version:
                 versions[version] += 1
@@ -216,7 +218,8 @@ async def run_traffic_async(
         "served_by": dict(sorted(served_by.items())),
         "versions": dict(sorted(versions.items())),
         "by_task": {
-            t: {"sent": c["sent"], "ok": c["ok"], "correct": c["correct"]} for t, c in sorted(by_task.items())
+            t: {"sent": c["sent"], "ok": c["ok"], "correct": c["correct"], "student": c["student"]}
+            for t, c in sorted(by_task.items())
         },
         "streamed": sum(streams),
         "tokens": {"prompt": tokens["prompt"], "completion": tokens["completion"]},

@@ -20,6 +20,7 @@ import ratchet_core  # noqa: F401  (first: it keeps litellm from fetching its pr
 COMMANDS: dict[str, str] = {
     "init": "ratchet_cli.init_cmd:init",
     "config": "ratchet_cli.config_cmd:config",
+    "doctor": "ratchet_cli.doctor_cmd:doctor",
     "stats": "ratchet_cli.passthrough:stats",
     "verify": "ratchet_cli.passthrough:verify",
     "keygen": "ratchet_cli.passthrough:keygen",
@@ -77,6 +78,7 @@ _SHORT_HELP = {
     "import": "Import labelled chat examples for a task as golden or training rows.",
     "export": "Export requests, examples, golden rows and receipts with a verifiable manifest.",
     "config": "Check the RATCHET_* configuration.",
+    "doctor": "Check the configured teacher with real, capped requests (doctor teacher).",
     "stats": "Exact statistics: plan, bound, mcnemar, ltt.",
     "verify": "Verify signed evidence offline (manifest, certificate, receipt, bom, proof).",
     "keygen": "Generate an Ed25519 signing key.",

@@ -1,32 +1,33 @@
-"""The ONE text format of a chat request for the student: training renders with it, the student server too.
+"""The ONE way a chat request becomes the student's text: the base model's own chat template, as vLLM renders it.
 
-A request becomes a prompt, the teacher's answer a target; the student learns ``prompt -> target + EOS`` and
-the server decodes ``prompt -> text`` then parses the text back into an assistant message. Training and
-serving must agree byte for byte, so both call these functions and nothing else.
+Training, Ratchet's student server and vLLM render a request with the same call, the tokenizer's
+``apply_chat_template(conversation, tools=..., add_generation_prompt=True)``, so an adapter sees at serving the
+bytes it was trained on (ARCHITECTURE.md, "The path of a request"). What the template gets is what vLLM gives
+it for a ``/v1/chat/completions`` request (``vllm.entrypoints.chat_utils.parse_chat_messages`` with the
+"string" content format, and ``tool.model_dump()`` of each tool):
 
-Prompt (each block ends with a newline; blocks absent when the request has no such part)::
+- :func:`conversation`: each message as ``{"role", "content": text}`` (text parts joined with newlines, no
+  content = ``""``), plus ``tool_calls`` on an assistant message with every ``arguments`` JSON string parsed
+  into its object (an empty one: ``{}``), ``tool_call_id`` on a tool message and ``name`` when it is a string;
+- :func:`template_tools`: each tool as ``{"type": "function", "function": {"name", "description",
+  "parameters", ...}, ...}`` with absent declared fields as ``None`` and extra fields kept (pydantic's
+  ``model_dump`` of vLLM's ``ChatCompletionToolsParam``, whose models allow extra fields).
 
-    <|tools|>
-    get_weather(city,unit)
-    <|format|>
-    json_schema:invoice
-    <|system|>
-    ...
-    <|user|>
-    ...
-    <|assistant|>
+``response_format`` is NOT rendered: vLLM constrains decoding to it instead (structured outputs), and so does
+Ratchet's student server (``ratchet_gateway.student_server.constrained``).
 
-Tools are rendered as compact signatures ``name(arg1,arg2)`` rather than their full JSON schema: the demo base
-reads bytes, and every byte of prompt costs context on a 256-byte window (real bases would do well with the
-full schema too, but a short prompt is never wrong). ``response_format`` is rendered as its type and, for a
-JSON schema, the schema name and top-level property names.
+The training target is what the template renders for the answer turn: the conversation with the answer rendered
+without a generation prompt, minus the prompt (:func:`render_answer`; the prompt must be a prefix of it, or the
+template cannot be trained on and says so). A ``json_schema`` answer is written as structured decoding will
+write it: keys in the order of the schema the student gets, sorted (:func:`structured_answer`). Tool calls are
+in the template's own format (hermes-style ``<tool_call>`` blocks for Qwen2.5-style templates and the demo
+base's), which a vLLM tool parser reads back (``ratchet_core.tool_calls``).
 
-Target: the assistant's content verbatim, or one line per tool call::
-
-    <tool_call>{"name":"get_weather","arguments":{"city":"Oslo","unit":"c"}}
-
-with ``arguments`` as canonical JSON (sorted keys, no whitespace; RFC 8785 style). The end of the answer is the
-tokenizer's EOS token, appended by the trainer and awaited by the server; it is not part of the text.
+The demo base ships :data:`RATCHET_CHAT_TEMPLATE`, Ratchet's compact format, as its template (in its
+``tokenizer_config.json``): tools as signatures ``name(arg1,arg2)``, a tool call as
+``<tool_call>{"name":..,"arguments":{..}}</tool_call>`` (canonical JSON), each answer ended by the EOS token. It
+is short because the demo base reads bytes. A base without a template is refused (:class:`ChatTemplateError`):
+guessing one would train an adapter on a prompt its server never sends.
 """
 
 from __future__ import annotations
@@ -35,143 +36,179 @@ import hashlib
 import json
 from typing import Any
 
-TOOL_CALL_PREFIX = "<tool_call>"
-ASSISTANT_HEADER = "<|assistant|>\n"
-# A model that runs on past its answer starts a new turn header; the server cuts the text there.
-TURN_MARKER = "<|"
+# Ratchet's compact format, the demo base's chat template (Jinja, rendered by transformers with trim_blocks and
+# lstrip_blocks: every newline of the output is a '\n' inside a string, none comes from the layout).
+RATCHET_CHAT_TEMPLATE = (
+    "{%- if tools -%}{{- '<|tools|>\\n' -}}"
+    "{%- for tool in tools -%}{%- set fn = tool.function if tool.function is defined else tool -%}"
+    "{%- set props = fn.parameters.properties if fn.parameters and fn.parameters.properties else {} -%}"
+    "{{- fn.name ~ '(' ~ (props | join(',')) ~ ')\\n' -}}{%- endfor -%}{%- endif -%}"
+    "{%- for message in messages -%}"
+    "{%- set role = 'system' if message.role == 'developer' else message.role -%}"
+    "{{- '<|' ~ role ~ '|>\\n' -}}"
+    "{%- if message.role == 'assistant' -%}{{- message.content or '' -}}"
+    "{%- for call in (message.tool_calls or []) -%}"
+    "{%- set fn = call.function if call.function is defined else call -%}"
+    "{%- if message.content or not loop.first -%}{{- '\\n' -}}{%- endif -%}"
+    "{{- '<tool_call>{\"name\":' ~ (fn.name | tojson) ~ ',\"arguments\":' -}}"
+    "{{- (fn.arguments | tojson(separators=(',', ':'), sort_keys=True)) ~ '}</tool_call>' -}}"
+    "{%- endfor -%}{{- eos_token ~ '\\n' -}}"
+    "{%- else -%}{{- (message.content or '') ~ '\\n' -}}{%- endif -%}"
+    "{%- endfor -%}"
+    "{%- if add_generation_prompt -%}{{- '<|assistant|>\\n' -}}{%- endif -%}"
+)
+
+# vLLM's content-part types whose text it keeps (chat_utils._parse_chat_message_content_part).
+_TEXT_PARTS = ("text", "input_text", "output_text", "refusal", "thinking")
 
 
-def _canonical(obj: Any) -> str:
-    """Canonical JSON text: sorted keys, no insignificant whitespace, UTF-8 kept (RFC 8785 style)."""
-    return json.dumps(obj, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+class ChatTemplateError(ValueError):
+    """The base cannot render chat requests the way it is served: no chat template, or one that cannot be trained
+    on (its render of a conversation with the answer does not start with its render of the prompt)."""
 
 
-def _content_text(content: Any) -> str:
-    """Message content as text; OpenAI content parts keep only their text parts."""
+def chat_template(tokenizer: Any) -> str:
+    """The tokenizer's chat template (the default one when it has several); ChatTemplateError when it has none."""
+    template = getattr(tokenizer, "chat_template", None)
+    if isinstance(template, dict):
+        template = template.get("default")
+    if not isinstance(template, str) or not template.strip():
+        raise ChatTemplateError(
+            f"the base model's tokenizer ({getattr(tokenizer, 'name_or_path', '?')}) has no chat template: "
+            "Ratchet renders every request with it, as vLLM does. Use an instruct model that ships one "
+            "(tokenizer_config.json `chat_template` or chat_template.jinja), or add one to the base folder and "
+            "serve the base with the same file (`vllm serve --chat-template`)"
+        )
+    return template
+
+
+def template_sha256(template: str) -> str:
+    """SHA-256 hex of a chat template's UTF-8 text: the template's part of the base identity."""
+    return hashlib.sha256(template.encode("utf-8")).hexdigest()
+
+
+def _text(content: Any) -> str:
     if content is None:
         return ""
     if isinstance(content, str):
         return content
     if isinstance(content, list):
-        return "".join(p.get("text", "") for p in content if isinstance(p, dict) and p.get("type") == "text")
+        texts = []
+        for part in content:
+            if isinstance(part, str):
+                texts.append(part)
+            elif isinstance(part, dict) and part.get("type") in _TEXT_PARTS:
+                text = part.get(part["type"]) if part["type"] == "refusal" else part.get("text")
+                if isinstance(text, str):
+                    texts.append(text)
+        return "\n".join(texts)
     return str(content)
 
 
-def _tool_signature(tool: dict) -> str:
-    fn = tool.get("function", tool) if isinstance(tool, dict) else {}
-    name = str(fn.get("name", ""))
-    params = fn.get("parameters") or {}
-    props = params.get("properties") or {} if isinstance(params, dict) else {}
-    return f"{name}({','.join(str(k) for k in props)})"
-
-
-def _format_line(response_format: dict) -> str:
-    kind = str(response_format.get("type", ""))
-    if kind == "json_schema":
-        spec = response_format.get("json_schema") or {}
-        schema = spec.get("schema") or {}
-        props = schema.get("properties") or {} if isinstance(schema, dict) else {}
-        return f"json_schema:{spec.get('name', '')}({','.join(str(k) for k in props)})"
-    return kind
-
-
-def _arguments_obj(arguments: Any) -> Any:
-    """Tool-call arguments as a JSON value (OpenAI sends them as a JSON string)."""
+def _arguments(arguments: Any) -> Any:
+    """Tool-call arguments as the template sees them: a JSON string parsed into its value, nothing = ``{}``."""
+    if not arguments:
+        return {}
     if isinstance(arguments, str):
         try:
-            return json.loads(arguments) if arguments.strip() else {}
+            return json.loads(arguments)
         except json.JSONDecodeError:
-            return arguments
-    return {} if arguments is None else arguments
+            return arguments  # vLLM refuses such a request; a training row keeps the text rather than fail
+    return arguments
 
 
-def _tool_call_line(call: dict) -> str:
-    fn = call.get("function", call)
-    name = json.dumps(str(fn.get("name", "")), ensure_ascii=False)
-    # Name first: the model commits to the function before it writes the arguments.
-    return (
-        f'{TOOL_CALL_PREFIX}{{"name":{name},"arguments":{_canonical(_arguments_obj(fn.get("arguments")))}}}'
+def conversation(messages: list[dict]) -> list[dict]:
+    """The messages as vLLM hands them to the chat template (module docstring)."""
+    out = []
+    for message in messages:
+        role = message.get("role", "user")
+        item: dict[str, Any] = {"role": role, "content": _text(message.get("content"))}
+        if role == "assistant" and message.get("tool_calls"):
+            calls = []
+            for call in message["tool_calls"]:
+                fn = dict(call.get("function") or {})
+                fn["arguments"] = _arguments(fn.get("arguments"))
+                calls.append({**call, "function": fn})
+            item["tool_calls"] = calls
+        elif role == "tool" and "tool_call_id" in message:
+            item["tool_call_id"] = message["tool_call_id"]
+        if isinstance(message.get("name"), str):
+            item["name"] = message["name"]
+        out.append(item)
+    return out
+
+
+def template_tools(tools: list[dict] | None) -> list[dict] | None:
+    """The tools as vLLM hands them to the chat template (module docstring); None without tools."""
+    if not tools:
+        return None
+    out = []
+    for tool in tools:
+        fn = tool.get("function") or {}
+        declared = {
+            "name": fn.get("name"),
+            "description": fn.get("description"),
+            "parameters": fn.get("parameters"),
+        }
+        extra = {k: v for k, v in fn.items() if k not in declared}
+        rest = {k: v for k, v in tool.items() if k not in ("type", "function")}
+        out.append({"type": tool.get("type", "function"), "function": {**declared, **extra}, **rest})
+    return out
+
+
+def render_prompt(tokenizer: Any, messages: list[dict], tools: list[dict] | None = None) -> str:
+    """The prompt text of a chat request: its conversation and tools through the base's chat template, with the
+    generation prompt (the header the answer follows)."""
+    chat_template(tokenizer)
+    return tokenizer.apply_chat_template(
+        conversation(messages), tools=template_tools(tools), add_generation_prompt=True, tokenize=False
     )
 
 
-def render_target(assistant_message: dict) -> str:
-    """The text the student must produce for `assistant_message` (content, or one line per tool call)."""
-    calls = assistant_message.get("tool_calls") or []
-    if calls:
-        return "\n".join(_tool_call_line(c) for c in calls)
-    return _content_text(assistant_message.get("content"))
-
-
-def _render_message(message: dict) -> str:
-    role = str(message.get("role", "user"))
-    if role == "developer":
-        role = "system"
-    text = render_target(message) if role == "assistant" else _content_text(message.get("content"))
-    return f"<|{role}|>\n{text}\n"
-
-
-def render_prompt(
-    messages: list[dict], tools: list[dict] | None = None, response_format: dict | None = None
-) -> str:
-    """The prompt text for a chat request, ending with the assistant header the answer follows."""
-    parts: list[str] = []
-    if tools:
-        parts.append("<|tools|>\n" + "\n".join(_tool_signature(t) for t in tools) + "\n")
-    if response_format and response_format.get("type") not in (None, "text"):
-        parts.append(f"<|format|>\n{_format_line(response_format)}\n")
-    parts.extend(_render_message(m) for m in messages)
-    parts.append(ASSISTANT_HEADER)
-    return "".join(parts)
-
-
-def _call_id(index: int, line: str) -> str:
-    return "call_" + hashlib.sha256(f"{index}:{line}".encode()).hexdigest()[:24]
-
-
-def parse_completion(text: str, tools: list[dict] | None = None) -> dict:
-    """Parse the student's text back into an assistant message.
-
-    The text becomes tool calls when every non-empty line is ``<tool_call>{"name", "arguments"}`` with valid
-    JSON and, when `tools` is given, a declared function name; otherwise it is the content, verbatim.
-    Tool-call ids are derived from the text, so the same text always yields the same ids.
-    """
-    cut = text.find("\n" + TURN_MARKER)
-    if cut >= 0:
-        text = text[:cut]
-    message: dict[str, Any] = {"role": "assistant", "content": text, "tool_calls": None}
-    lines = [ln for ln in text.split("\n") if ln.strip()]
-    if not lines or not all(ln.startswith(TOOL_CALL_PREFIX) for ln in lines):
-        return message
-    allowed = {_tool_signature(t).split("(", 1)[0] for t in tools} if tools else None
-    calls = []
-    for i, line in enumerate(lines):
-        try:
-            obj = json.loads(line[len(TOOL_CALL_PREFIX) :])
-        except json.JSONDecodeError:
-            return message
-        if not isinstance(obj, dict) or not isinstance(obj.get("name"), str):
-            return message
-        if allowed is not None and obj["name"] not in allowed:
-            return message
-        calls.append(
-            {
-                "id": _call_id(i, line),
-                "type": "function",
-                "function": {"name": obj["name"], "arguments": _canonical(obj.get("arguments", {}))},
-            }
+def render_answer(tokenizer: Any, messages: list[dict], tools: list[dict] | None, answer: dict) -> str:
+    """What the template renders for `answer` after `messages`: the whole conversation rendered without a
+    generation prompt, minus :func:`render_prompt` (which must be its prefix)."""
+    prompt = render_prompt(tokenizer, messages, tools)
+    full = tokenizer.apply_chat_template(
+        conversation([*messages, answer]),
+        tools=template_tools(tools),
+        add_generation_prompt=False,
+        tokenize=False,
+    )
+    if not full.startswith(prompt):
+        raise ChatTemplateError(
+            "the base's chat template renders a conversation ending with the answer so that it does not start "
+            "with its render of the prompt (the generation prompt differs from the answer's header): an adapter "
+            "cannot be trained on it; fix the template so both renders agree"
         )
-    return {"role": "assistant", "content": None, "tool_calls": calls}
+    return full[len(prompt) :]
 
 
-def training_pair(row: dict) -> tuple[str, str]:
-    """(prompt, target) of one train.jsonl row in OpenAI chat fine-tuning format (last message = answer)."""
+def structured_answer(answer: dict, response_format: dict | None) -> dict:
+    """`answer` as structured decoding writes it for `response_format`: for a ``json_schema``, a JSON content
+    re-written with its keys sorted and no spaces (the schema the student gets has its keys sorted, as the ledger
+    stores it, and decoding writes properties in the schema's order: ``ratchet_gateway.chat.student_format``);
+    the same JSON value, so the same answer to the comparator and the guard. Anything else unchanged."""
+    content = answer.get("content")
+    if not response_format or response_format.get("type") != "json_schema" or not isinstance(content, str):
+        return answer
+    try:
+        value = json.loads(content)
+    except json.JSONDecodeError:
+        return answer
+    return {**answer, "content": json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)}
+
+
+def training_pair(tokenizer: Any, row: dict) -> tuple[str, str]:
+    """(prompt, target) of one train.jsonl row in OpenAI chat fine-tuning format (last message = the answer);
+    the answer as structured decoding writes it (:func:`structured_answer`)."""
     messages = row.get("messages") or []
     if not messages or messages[-1].get("role") != "assistant":
         raise ValueError(
             "a training row must end with the assistant's answer: add it as the last message "
             '{"role": "assistant", ...} (OpenAI chat fine-tuning format)'
         )
-    return (
-        render_prompt(messages[:-1], row.get("tools"), row.get("response_format")),
-        render_target(messages[-1]),
+    tools, answer = row.get("tools"), structured_answer(messages[-1], row.get("response_format"))
+    return render_prompt(tokenizer, messages[:-1], tools), render_answer(
+        tokenizer, messages[:-1], tools, answer
     )

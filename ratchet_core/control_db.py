@@ -18,6 +18,10 @@ it from here:
 - ``erasure_scopes``, ``erasure_applied``: each erasure's predicate and what each replica or night scrubbed
   for it (``ratchet_core.erasure_scope``);
 - ``gateway_safety_events``: a gateway's narrowing switches (``ratchet_gateway.safety``);
+- ``client_limits``, ``client_spend``, ``gateway_replicas``: per-client rate limits and budgets, each replica's
+  spend per client and budget window, replica heartbeats (``ratchet_core.client_limits``);
+- ``feedback``: what applications said about answers (metrics, comments, demonstrations), keyed by client and
+  the client's feedback id (``ratchet_core.feedback``);
 - ``ratchet_schema``: one row, the schema version (:data:`SCHEMA_VERSION`).
 """
 
@@ -272,6 +276,68 @@ gateway_safety_events = sa.Table(
     sa.Column("cleared_reason", sa.Text, nullable=True),
 )
 
+# Per-client limits (ratchet_core.client_limits): set by `ratchet admin client set`, read by every gateway replica.
+client_limits = sa.Table(
+    "client_limits",
+    metadata,
+    sa.Column("client", sa.String(64), primary_key=True),
+    sa.Column("rpm", sa.Integer, nullable=True),
+    sa.Column("tpm", sa.Integer, nullable=True),
+    sa.Column("budget_usd", sa.Float, nullable=True),
+    sa.Column("budget_period", sa.String(8), nullable=True),  # day | month
+    sa.Column("actor", sa.String(200), nullable=False),
+    sa.Column("reason", sa.Text, nullable=False),
+    sa.Column("updated_at", sa.String(40), nullable=False),
+)
+
+# What each replica served each client in a budget window (day:YYYY-MM-DD | month:YYYY-MM): its running total.
+client_spend = sa.Table(
+    "client_spend",
+    metadata,
+    sa.Column("client", sa.String(64), primary_key=True),
+    sa.Column("budget_window", sa.String(16), primary_key=True),
+    sa.Column("replica", sa.String(200), primary_key=True),
+    sa.Column("usd", sa.Float, nullable=False),
+    sa.Column("updated_at", sa.String(40), nullable=False),
+)
+
+# Gateway replica heartbeats: the live ones share each client's rate limits.
+gateway_replicas = sa.Table(
+    "gateway_replicas",
+    metadata,
+    sa.Column("replica", sa.String(200), primary_key=True),
+    sa.Column("seen_at", sa.Float, nullable=False),  # seconds since the epoch
+)
+
+# Feedback (ratchet_core.feedback): one row per (client, the client's feedback id), so a retry is idempotent. The
+# target is a request (`request_id`) or an episode the client set on its requests (`episode`). Text (comments,
+# demonstrations) is stored redacted by the gateway's rules. `state`: recorded | pending (the request was not
+# visible yet: another replica's unsealed row) | rejected (`error` says why).
+feedback = sa.Table(
+    "feedback",
+    metadata,
+    sa.Column("client", sa.String(64), primary_key=True),
+    sa.Column("feedback_id", sa.String(128), primary_key=True),
+    sa.Column("target", sa.String(16), nullable=False),  # request | episode
+    sa.Column("request_id", sa.String(128), nullable=True, index=True),
+    sa.Column("episode", sa.String(128), nullable=True, index=True),
+    sa.Column("task", sa.String(64), nullable=True, index=True),
+    sa.Column("metric", sa.String(64), nullable=False),  # a declared metric, comment or demonstration
+    sa.Column("kind", sa.String(16), nullable=False),  # boolean | float | comment | demonstration
+    sa.Column("value", sa.Float, nullable=True),  # boolean as 0/1, float as given
+    sa.Column("text", sa.Text, nullable=True),  # redacted comment, or the demonstration's canonical JSON
+    sa.Column("fingerprint", sa.String(64), nullable=False),  # SHA-256 of what was sent: a retry must match
+    sa.Column("state", sa.String(16), nullable=False, index=True),
+    sa.Column("error", sa.String(64), nullable=True),
+    sa.Column("example_key", sa.String(64), nullable=True, index=True),
+    sa.Column("request_day", sa.String(10), nullable=True),
+    sa.Column("served_by", sa.String(16), nullable=True),
+    sa.Column("version", sa.String(128), nullable=True),
+    sa.Column("agrees", sa.Boolean, nullable=True),  # a demonstration: does the served answer agree with it
+    sa.Column("received_at", sa.String(40), nullable=False),
+    sa.Column("settled_at", sa.String(40), nullable=True),
+)
+
 ratchet_schema = sa.Table(
     "ratchet_schema",
     metadata,
@@ -289,6 +355,8 @@ SCHEMA_STEPS: tuple[tuple[int, str, Callable[[Connection], None] | None], ...] =
     (3, "`erasure_log` added", None),
     (4, "`effect_policies`, `effect_approvals`, `effect_spend` added (the effect gate)", None),
     (5, "`erasure_scopes`, `erasure_applied` added (erasure predicates every replica applies)", None),
+    (6, "`client_limits`, `client_spend`, `gateway_replicas` added (per-client limits and budgets)", None),
+    (7, "`feedback` added (applications' metrics, comments and demonstrations)", None),
 )
 SCHEMA_VERSION = SCHEMA_STEPS[-1][0]
 MIGRATIONS: dict[int, Callable[[Connection], None]] = {

@@ -105,6 +105,11 @@ class ScopeMatcher:
     def before(self) -> datetime:
         return datetime.fromisoformat(self.ts_before)
 
+    def matches_text(self, value: str | None) -> bool:
+        """Whether the erased text occurs in `value` (case-insensitive, as in rows): feedback comments and
+        demonstrations (``ratchet_core.feedback``)."""
+        return bool(self.texts) and _contains(value, self.texts)
+
     def matched_request_ids(self, table: Any) -> set[str]:
         """Request ids of the rows of ``table`` (Arrow, :data:`SCOPE_COLUMNS` at least) this scope matches."""
         import pyarrow as pa
@@ -168,6 +173,16 @@ class ErasureSnapshot:
         """Record in the control DB what ``store`` (a replica, a night) scrubbed for erasure ``log_id``."""
         if self.engine is not None:
             record_applied(self.engine, log_id, store, counts)
+
+    def forget_feedback(self, request_ids: Iterable[str]) -> int:
+        """Delete the feedback on requests a replica scrubbed by a scope (rows no sealed copy held when the
+        erasure ran, so ``erase`` could not name them); how many items went (``ratchet_core.feedback``)."""
+        ids = set(request_ids)
+        if self.engine is None or not ids:
+            return 0
+        from ratchet_core import feedback
+
+        return feedback.delete(self.engine, request_ids=ids)
 
 
 def snapshot(engine: Any) -> ErasureSnapshot:

@@ -63,6 +63,8 @@ def segment_relpath(day: str, replica: str, first_seq: int) -> str:
 # Parquet footer entry of a sealed segment: when its writer sealed it, ISO 8601 on the writer's own clock
 # (``ratchet_core.clock``), so lateness is judged on the clock the data was written with.
 SEALED_AT = b"ratchet.sealed_at"
+# Parquet footer entry of a sealed segment: the id of the ledger that sealed it (a replica knows its own segments).
+LEDGER_ID = b"ratchet.ledger"
 
 
 @dataclass(frozen=True)
@@ -232,8 +234,10 @@ class Lake:
         else:
             write_once(self.fs, self.path(rel), data)
 
-    def publish_table(self, rel: str, table: Any) -> None:
-        """Publish an Arrow table as a Parquet file at ``rel`` (pyarrow's defaults, as sealed segments always were)."""
+    def publish_table(self, rel: str, table: Any, once: bool = False) -> None:
+        """Publish an Arrow table as a Parquet file at ``rel`` (pyarrow's defaults, as sealed segments always were).
+        `once`: never replace a file already there (FileExistsError), in a folder as on an object store (a new
+        segment; an erasure rewrites one in place)."""
         import pyarrow.parquet as pq
 
         if self.local:
@@ -241,13 +245,22 @@ class Lake:
             path.parent.mkdir(parents=True, exist_ok=True)
             tmp = _tmp_name(path)
             pq.write_table(table, tmp)
-            _commit(tmp, path, durable=True)
+            if once:
+                _commit_once(tmp, path)
+            else:
+                _commit(tmp, path, durable=True)
         else:
             import pyarrow as pa
 
             sink = pa.BufferOutputStream()
             pq.write_table(table, sink)
             write_once(self.fs, self.path(rel), sink.getvalue().to_pybytes())
+
+    def ledger_of(self, rel: str) -> str | None:
+        """The id of the ledger that sealed segment ``rel`` (None: sealed before segments carried it)."""
+        meta = self.read_schema(rel).metadata or {}
+        value = meta.get(LEDGER_ID)
+        return value.decode() if value else None
 
     def read_schema(self, rel: str) -> Any:
         import pyarrow.parquet as pq
@@ -338,6 +351,19 @@ def _commit(tmp: Path, path: Path, durable: bool) -> None:
     os.replace(tmp, path)
     if durable:
         _fsync(path.parent)
+
+
+def _commit_once(tmp: Path, path: Path) -> None:
+    """Move `tmp` to `path` only if nothing is there (a hard link fails on an existing name; rename would
+    replace it), durably; FileExistsError otherwise."""
+    _fsync(tmp)
+    try:
+        os.link(tmp, path)
+    except FileExistsError:
+        raise FileExistsError(f"{path} already exists: lake segments are written once") from None
+    finally:
+        tmp.unlink(missing_ok=True)
+    _fsync(path.parent)
 
 
 def atomic_write_bytes(path: str | os.PathLike, data: bytes, durable: bool = False) -> None:

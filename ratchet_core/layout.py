@@ -7,7 +7,8 @@ V = an adapter version such as ``v3-1a2b3c4d``)::
     examples/day=D/examples.parquet                      teacher-labelled examples, one per example key
     golden/registry.parquet (+ .registry.lock)           permanent key -> golden/train assignment (only grows)
     golden/day=D/golden.parquet, keys.txt, commitment.json   the golden set to date and its commitments
-    train/day=D/train.jsonl, keys.txt, commitment.json   the training set and its commitments
+    train/day=D/train.jsonl, keys.txt, labels.txt, commitment.json   the training set, its rows' label sources
+                                                         and its commitments
     adapters/V/                                          a trained LoRA adapter (PEFT files)
     adapters/day=D/adapter.json                          pointer: the version night D trained or reused
     adapters/.staging-<fingerprint>/                     a training run in progress (renamed to adapters/V/)
@@ -207,6 +208,10 @@ class ArtifactLayout:
 
     def train_keys(self, day: str) -> Path:
         return self.train_dir(day) / KEYS_FILE
+
+    def train_labels(self, day: str) -> Path:
+        """``<key> <label source>`` per training row, in file order (``ratchet_assets.night.training_set``)."""
+        return self.train_dir(day) / "labels.txt"
 
     def train_commitment(self, day: str) -> Path:
         return self.train_dir(day) / COMMITMENT_FILE

@@ -11,7 +11,11 @@ and ``\\Z``): a trailing newline (``%0a`` in a URL) fails, as ``re.match`` with 
 | client | 1-64 of ``A-Z a-z 0-9 . _ -``, starting with a letter or digit |
 | version | 1-128 of ``A-Z a-z 0-9 . _ -``, starting with a letter or digit, no ``..`` |
 | request id | 1-128 of ``A-Z a-z 0-9 . _ -`` |
+| episode | 1-128 of ``A-Z a-z 0-9 . _ -`` (an id a client sets on its requests, ``metadata.ratchet_episode``) |
+| feedback id | 1-128 of ``A-Z a-z 0-9 . _ -`` (a client's own id of one feedback item) |
 | day | ``YYYY-MM-DD``, a real calendar day |
+| replica | 1-64 of ``A-Z a-z 0-9 . _ -``, starting with a letter or digit (a gateway replica's name) |
+| actor | 1-128 of ``A-Z a-z 0-9 . _ - @ +``, starting with a letter or digit (who made an admin change) |
 
 None of them allows a character a path, a header, a log line or an HTML page could misread (no ``/``, ``\\``,
 whitespace, control characters, ``<``, quotes), and none starts with ``.`` or ``-`` (never a hidden file or an
@@ -25,13 +29,16 @@ import datetime as _dt
 import re
 from typing import Any, Literal
 
-NameKind = Literal["task", "client", "version", "request id", "day"]
+NameKind = Literal[
+    "task", "client", "version", "request id", "episode", "feedback id", "day", "replica", "actor"
+]
 
 TASK_NAME_PATTERN = r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}"
 CLIENT_NAME_PATTERN = TASK_NAME_PATTERN
 VERSION_PATTERN = r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}"
 REQUEST_ID_PATTERN = r"[A-Za-z0-9._-]{1,128}"
 DAY_PATTERN = r"[0-9]{4}-[0-9]{2}-[0-9]{2}"
+ACTOR_PATTERN = r"[A-Za-z0-9][A-Za-z0-9._@+-]{0,127}"
 MAX_TASK_NAME_LENGTH = 64
 
 _RULES: dict[str, tuple[re.Pattern[str], str]] = {
@@ -52,7 +59,23 @@ _RULES: dict[str, tuple[re.Pattern[str], str]] = {
         re.compile(REQUEST_ID_PATTERN),
         "a request id is 1-128 characters of A-Z, a-z, 0-9, '.', '_' and '-'",
     ),
+    "episode": (
+        re.compile(REQUEST_ID_PATTERN),
+        "an episode id is 1-128 characters of A-Z, a-z, 0-9, '.', '_' and '-'",
+    ),
+    "feedback id": (
+        re.compile(REQUEST_ID_PATTERN),
+        "a feedback id is 1-128 characters of A-Z, a-z, 0-9, '.', '_' and '-'",
+    ),
     "day": (re.compile(DAY_PATTERN), "a day is a calendar date written YYYY-MM-DD"),
+    "replica": (
+        re.compile(TASK_NAME_PATTERN),
+        "a replica id is 1-64 characters of A-Z, a-z, 0-9, '.', '_' and '-', starting with a letter or digit",
+    ),
+    "actor": (
+        re.compile(ACTOR_PATTERN),
+        "an actor is 1-128 characters of A-Z, a-z, 0-9, '.', '_', '-', '@' and '+', starting with a letter or digit",
+    ),
 }
 
 

@@ -4,7 +4,8 @@ What is found (each candidate is validated, so ordinary numbers survive):
 
 - secrets: ``Bearer <token>``, provider keys (``sk-…``, ``sk-ant-…``, ``pk_/rk_…``, ``AKIA…``, ``ghp_…``,
   ``xox?-…``), JWTs, and long opaque tokens (>= 32 chars of hex or base64url that mix letters and digits);
-- emails (RFC 5322 "dot-atom" subset), and internationalised ones (RFC 6531/6532: non-ASCII local parts and
+- emails (RFC 5322 "dot-atom" subset, within RFC 5321's limits: a local part of at most 64 octets, domain labels
+  of at most 63), and internationalised ones (RFC 6531/6532: non-ASCII local parts and
   IDN domains, full-width ``＠``/``．`` too), normalised with NFKC and lower case;
 - IBANs, ISO 13616: country code + 2 check digits + BBAN, kept only when ``int(rearranged) mod 97 == 1``;
 - payment card numbers: 13-19 digits (spaces/dashes allowed), or groups of 4-6 then 2-6 digits joined by dots,
@@ -30,7 +31,9 @@ arguments, the participant ``name``), tools and legacy functions (descriptions a
 :func:`restore_text`. Structure stays intact: roles, ids, function and schema names, JSON-schema keywords that
 name properties or types (``required``, ``type``, ``pattern``, ``$ref``...), and dict keys.
 
-The gateway calls these functions when ``RATCHET_REDACT_PII`` is on (the default); they always redact.
+The gateway calls these functions when ``RATCHET_REDACT_PII`` is on (the default); they always redact. Their cost
+is linear in the text whatever a client sends (see the patterns), and a long text is matched with the GIL released
+(the ``regex`` package), so the gateway redacts a large body in a worker thread without stalling its event loop.
 """
 
 from __future__ import annotations
@@ -38,10 +41,11 @@ from __future__ import annotations
 import hashlib
 import hmac
 import ipaddress
-import re
 import unicodedata
 from collections.abc import Callable
 from typing import Any, NamedTuple
+
+import regex
 
 DEFAULT_KEY = b"ratchet-redact-v1"
 
@@ -82,43 +86,64 @@ def iban_ok(iban: str) -> bool:
     return int(number) % 97 == 1
 
 
+def _compile(pattern: str) -> regex.Pattern[str]:
+    """A rule's pattern, compiled by the ``regex`` package (``re``'s syntax and matches, version 0), which releases
+    the GIL while it matches a long text (``concurrent=True``): a 4 MiB body redacted in a worker thread never
+    holds the event loop."""
+    return regex.compile(pattern, regex.V0)
+
+
+# A text this long is matched with the GIL released (below, the GIL is held for microseconds anyway).
+LONG_TEXT = 16 * 1024
+
 # Patterns, in the order they are applied (secrets first so a key containing digits is not half-eaten). -------
-_BEARER = re.compile(r"(?i)\b(bearer\s+)([A-Za-z0-9._~+/=-]{8,})")
-_PROVIDER_KEY = re.compile(
+# Every pattern does work linear in the text with a small constant, whatever the text (a client's 4 MiB body is
+# scanned by all of them): an attempt starts only where a match could start and looks at a bounded window, or at a
+# run of characters no other attempt shares, and no repeat can split the same characters several ways. The limits
+# are the RFCs' own: an email local part is at most 64 octets and a domain label at most 63 (RFC 5321 §4.5.3.1.1,
+# RFC 1035 §2.3.4), a domain at most 127 labels. ``tests/core/test_redact_cost.py`` counts each pattern's work on
+# adversarial motifs.
+_BEARER = _compile(r"(?i)\b(bearer\s+)([A-Za-z0-9._~+/=-]{8,})")
+_PROVIDER_KEY = _compile(
     r"\b(?:sk-(?:ant-|proj-|svcacct-)?[A-Za-z0-9_-]{16,}|[pr]k_(?:live|test)_[A-Za-z0-9]{16,}"
     r"|AKIA[0-9A-Z]{16}|gh[pousr]_[A-Za-z0-9]{30,}|xox[abprs]-[A-Za-z0-9-]{10,})"
 )
-_JWT = re.compile(r"\beyJ[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}")
-_LONG_TOKEN = re.compile(r"(?<![A-Za-z0-9_+/=-])[A-Za-z0-9_+/-]{32,}={0,2}(?![A-Za-z0-9_+/=-])")
-_EMAIL = re.compile(
-    r"(?<![\w.+-])[A-Za-z0-9][A-Za-z0-9._%+-]*@[A-Za-z0-9](?:[A-Za-z0-9-]*[A-Za-z0-9])?(?:\.[A-Za-z0-9](?:[A-Za-z0-9-]*[A-Za-z0-9])?)*\.(?:(?i:xn--)[A-Za-z0-9-]*[A-Za-z0-9]|[A-Za-z]{2,})"
+# A JWT starts where a run of its characters starts ("-eyJ-eyJ..." would otherwise be scanned from every "eyJ").
+_JWT = _compile(r"(?<![A-Za-z0-9_-])eyJ[A-Za-z0-9_-]{8,}+\.[A-Za-z0-9_-]{8,}+\.[A-Za-z0-9_-]{8,}")
+_LONG_TOKEN = _compile(r"(?<![A-Za-z0-9_+/=-])[A-Za-z0-9_+/-]{32,}={0,2}(?![A-Za-z0-9_+/=-])")
+_LABEL = r"[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?"
+_EMAIL = _compile(
+    r"(?<![\w.+-])[A-Za-z0-9][A-Za-z0-9._%+-]{0,63}@" + _LABEL + r"(?:\." + _LABEL + r"){0,125}"
+    r"\.(?:(?i:xn--)[A-Za-z0-9-]{0,58}[A-Za-z0-9]|[A-Za-z]{2,63})"
 )
 # Internationalised addresses (RFC 6531): Unicode letters/digits in the local part and the domain labels,
 # a Unicode or punycode TLD. Applied after _EMAIL and only to non-ASCII text, so ASCII addresses keep
 # exactly the matches (and placeholders) they always had.
-_ULABEL = r"[^\W_](?:[^\W_]|-)*(?<!-)"
-_EMAIL_UNICODE = re.compile(
-    r"(?<![\w.+-])[^\W_][\w.%+-]*[@\uff20]" + _ULABEL + r"(?:[.\uff0e]" + _ULABEL + r")*[.\uff0e]"
-    r"(?:(?i:xn--)[A-Za-z0-9-]+|[^\W\d_]{2,})"
+_ULABEL = r"[^\W_](?:[^\W_]|-){0,62}(?<!-)"
+_EMAIL_UNICODE = _compile(
+    r"(?<![\w.+-])[^\W_][\w.%+-]{0,63}[@\uff20]" + _ULABEL + r"(?:[.\uff0e]" + _ULABEL + r"){0,125}[.\uff0e]"
+    r"(?:(?i:xn--)[A-Za-z0-9-]{1,59}|[^\W\d_]{2,63})"
 )
-_IBAN = re.compile(r"(?i)\b[A-Z]{2}\d{2}(?: ?[A-Z0-9]){11,30}\b")
-_CARD = re.compile(r"(?<![\d-])\d(?:[ -]?\d){12,18}(?![\d-])")
+_IBAN = _compile(r"(?i)\b[A-Z]{2}\d{2}(?: ?[A-Z0-9]){11,30}\b")
+_CARD = _compile(r"(?<![\d-])\d(?:[ -]?\d){12,18}(?![\d-])")
 # Grouped card numbers with other separators: dot, NBSP, figure/thin/hair/narrow/ideographic spaces, Unicode
 # hyphens and dashes, minus, full-width hyphen and dot, optionally with a space either side (" – ", " - "); the
 # same separator throughout. Groups keep ordinary decimals (3.14159265358979) out; ASCII spaces/dashes are _CARD's.
 _CARD_SEPARATORS = ".\u00a0\u2002-\u200a\u202f\u3000\u2010-\u2015\u2212\uff0d\uff0e"
-_CARD_SEP = re.compile(
+_CARD_SEP = _compile(
     rf"(?<!\w)(?<!\d[.,])\d{{4,6}}(?P<sep> ?[{_CARD_SEPARATORS}] ?| - )\d{{2,6}}(?:(?P=sep)\d{{2,6}}){{1,3}}(?!\w)"
 )
-_IPV6 = re.compile(
+_IPV6 = _compile(
     r"(?<![\w:.])(?:[0-9A-Fa-f]{0,4}:){2,7}(?:[0-9A-Fa-f]{1,4}|(?:\d{1,3}\.){3}\d{1,3})?(?![\w:])"
 )
-_IPV4 = re.compile(
+_IPV4 = _compile(
     r"(?<![\w.])(?:(?:25[0-5]|2[0-4]\d|1\d\d|[1-9]?\d)\.){3}(?:25[0-5]|2[0-4]\d|1\d\d|[1-9]?\d)(?![\w.]|\.\d)"
 )
-_PHONE_INTL = re.compile(r"(?<![\w+])\+\d{1,3}(?:[ .-]?\(?\d{1,5}\)?){1,6}(?![\w])")
-_PHONE_NANP = re.compile(r"(?<![\w(])(?:\(\d{3}\) ?|\d{3}[ .-])\d{3}[ .-]\d{4}(?!\w)")
-_PHONE_TRUNK = re.compile(r"(?<![\w])0\d{1,4}[ -]\d{3,4}[ -]\d{3,5}(?!\w)")
+# A group's digits are taken whole (possessive): "+1" and forty digits would otherwise be split into six groups
+# in every possible way before the attempt fails (thousands of steps per character).
+_PHONE_INTL = _compile(r"(?<![\w+])\+\d{1,3}(?:[ .-]?\(?\d{1,5}+\)?){1,6}(?![\w])")
+_PHONE_NANP = _compile(r"(?<![\w(])(?:\(\d{3}\) ?|\d{3}[ .-])\d{3}[ .-]\d{4}(?!\w)")
+_PHONE_TRUNK = _compile(r"(?<![\w])0\d{1,4}[ -]\d{3,4}[ -]\d{3,5}(?!\w)")
 
 
 def _digits(s: str) -> str:
@@ -134,32 +159,32 @@ def _mixed(s: str) -> bool:
     return any(c.isdigit() for c in s) and any(c.isalpha() for c in s)
 
 
-def _rules(key: bytes) -> list[tuple[re.Pattern[str], Callable[[re.Match[str]], str | None]]]:
-    def secret(m: re.Match[str]) -> str:
+def _rules(key: bytes) -> list[tuple[regex.Pattern[str], Callable[[regex.Match[str]], str | None]]]:
+    def secret(m: regex.Match[str]) -> str:
         return placeholder("SECRET", m.group(0), key)
 
-    def bearer(m: re.Match[str]) -> str:
+    def bearer(m: regex.Match[str]) -> str:
         return m.group(1) + placeholder("SECRET", m.group(2), key)
 
-    def long_token(m: re.Match[str]) -> str | None:
+    def long_token(m: regex.Match[str]) -> str | None:
         s = m.group(0)
         return placeholder("SECRET", s, key) if _mixed(s) else None
 
-    def email(m: re.Match[str]) -> str:
+    def email(m: regex.Match[str]) -> str:
         return placeholder("EMAIL", m.group(0).lower(), key)
 
-    def email_unicode(m: re.Match[str]) -> str:
+    def email_unicode(m: regex.Match[str]) -> str:
         return placeholder("EMAIL", unicodedata.normalize("NFKC", m.group(0)).lower(), key)
 
-    def iban(m: re.Match[str]) -> str | None:
+    def iban(m: regex.Match[str]) -> str | None:
         s = m.group(0).replace(" ", "").upper()
         return placeholder("IBAN", s, key) if iban_ok(s) else None
 
-    def card(m: re.Match[str]) -> str | None:
+    def card(m: regex.Match[str]) -> str | None:
         d = _card_digits(m.group(0))
         return placeholder("CARD", d, key) if 13 <= len(d) <= 19 and luhn_ok(d) else None
 
-    def ipv6(m: re.Match[str]) -> str | None:
+    def ipv6(m: regex.Match[str]) -> str | None:
         s = m.group(0)
         if not any(c.isalnum() for c in s):
             return None
@@ -168,14 +193,14 @@ def _rules(key: bytes) -> list[tuple[re.Pattern[str], Callable[[re.Match[str]], 
         except ValueError:
             return None
 
-    def ipv4(m: re.Match[str]) -> str:
+    def ipv4(m: regex.Match[str]) -> str:
         return placeholder("IP", str(ipaddress.IPv4Address(m.group(0))), key)
 
-    def phone_intl(m: re.Match[str]) -> str | None:
+    def phone_intl(m: regex.Match[str]) -> str | None:
         d = _digits(m.group(0))
         return placeholder("PHONE", "+" + d, key) if 8 <= len(d) <= 15 else None
 
-    def phone(m: re.Match[str]) -> str | None:
+    def phone(m: regex.Match[str]) -> str | None:
         d = _digits(m.group(0))
         return placeholder("PHONE", d, key) if 9 <= len(d) <= 15 else None
 
@@ -198,23 +223,38 @@ def _rules(key: bytes) -> list[tuple[re.Pattern[str], Callable[[re.Match[str]], 
 
 
 _DEFAULT_RULES = _rules(DEFAULT_KEY)
-_DIGITS = str.maketrans("", "", "0123456789")
-_TOKEN_RUN = re.compile(r"[A-Za-z0-9_+/-]{32}")
-_KEY_HINT = re.compile(r"sk-|k_live_|k_test_|AKIA|gh[pousr]_|xox")
+_TOKEN_RUN = _compile(r"[A-Za-z0-9_+/-]{32}")
+_KEY_HINT = _compile(r"sk-|k_live_|k_test_|AKIA|gh[pousr]_|xox")
+_BEARER_HINT = _compile(r"(?i)bearer")
+_ASCII_DIGIT = _compile(r"[0-9]")
+_DECIMAL = _compile(
+    r"\d"
+)  # any Unicode decimal digit (full-width ones included), as the card rules read them
+_ENOUGH_DIGITS = 13  # the most digits any gate asks for
 
 
-def _gates(s: str) -> tuple[bool, ...]:
-    """Cheap C-speed pre-checks, one per rule in _rules order: a rule whose gate is False cannot match, so its
-    regex is skipped (a plain sentence costs a few microseconds instead of a dozen regex scans)."""
-    digits = len(s) - len(s.translate(_DIGITS))
+def _count(pattern: regex.Pattern[str], s: str, concurrent: bool) -> int:
+    """Matches of `pattern` in `s`, counted up to _ENOUGH_DIGITS (the gates compare against nothing larger)."""
+    n = 0
+    for _ in pattern.finditer(s, concurrent=concurrent):
+        n += 1
+        if n >= _ENOUGH_DIGITS:
+            break
+    return n
+
+
+def _gates(s: str, concurrent: bool) -> tuple[bool, ...]:
+    """Cheap pre-checks, one per rule in _rules order: a rule whose gate is False cannot match, so its regex is
+    skipped (a plain sentence costs a few microseconds instead of a dozen regex scans). Each is one pass in C
+    (``str.count``, ``in``) or a search that releases the GIL on a long text."""
+    digits = _count(_ASCII_DIGIT, s, concurrent)
     ascii_only = s.isascii()
     # full-width and other Unicode decimal digits count for cards (only non-ASCII text pays for the count)
-    card_digits = digits if ascii_only else sum(map(str.isdecimal, s))
-    colons = s.count(":")
-    long_run = len(s) >= 32 and _TOKEN_RUN.search(s) is not None
+    card_digits = digits if ascii_only else _count(_DECIMAL, s, concurrent)
+    long_run = len(s) >= 32 and _TOKEN_RUN.search(s, concurrent=concurrent) is not None
     return (
-        "bearer" in s.lower(),  # bearer
-        _KEY_HINT.search(s) is not None,  # provider keys
+        _BEARER_HINT.search(s, concurrent=concurrent) is not None,  # bearer
+        _KEY_HINT.search(s, concurrent=concurrent) is not None,  # provider keys
         "eyJ" in s,  # JWT
         "@" in s,  # email
         not ascii_only and ("@" in s or "\uff20" in s),  # internationalised email
@@ -222,7 +262,7 @@ def _gates(s: str) -> tuple[bool, ...]:
         digits >= 4 and len(s) >= 15,  # IBAN
         card_digits >= 13 and (not ascii_only or "." in s or " - " in s),  # card with other separators
         card_digits >= 13,  # card
-        colons >= 2,  # IPv6
+        s.count(":") >= 2,  # IPv6
         digits >= 4 and s.count(".") >= 3,  # IPv4
         "+" in s and digits >= 8,  # international phone
         digits >= 10,  # NANP phone
@@ -230,21 +270,38 @@ def _gates(s: str) -> tuple[bool, ...]:
     )
 
 
-def redact_text(s: str, key: bytes = DEFAULT_KEY) -> str:
-    """Return ``s`` with every email, phone, card, IBAN, IP address and key-like string replaced by a placeholder."""
+def _redact(s: str, key: bytes, mapping: dict[str, str] | None) -> str:
+    """Every rule applied to `s` in order; with `mapping`, each placeholder made is recorded -> the client's text
+    (the first original seen for a placeholder is kept: ``Bob@X.com`` and ``bob@x.com`` share one)."""
     if not s or len(s) < 6:
         return s
+    concurrent = len(s) > LONG_TEXT
     rules = _DEFAULT_RULES if key == DEFAULT_KEY else _rules(key)
-    for (pattern, fn), gate in zip(rules, _gates(s), strict=True):
+    for (pattern, fn), gate in zip(rules, _gates(s, concurrent), strict=True):
         if not gate:
             continue
 
-        def sub(m: re.Match[str], fn: Callable[[re.Match[str]], str | None] = fn) -> str:
+        def sub(
+            m: regex.Match[str],
+            fn: Callable[[regex.Match[str]], str | None] = fn,
+            bearer: bool = pattern is _BEARER,
+        ) -> str:
             out = fn(m)
-            return m.group(0) if out is None else out
+            if out is None:
+                return m.group(0)
+            if mapping is not None:
+                ph, orig = (out[len(m.group(1)) :], m.group(2)) if bearer else (out, m.group(0))
+                # a later rule's match may span an earlier placeholder: record the text the client really sent
+                mapping.setdefault(ph, restore_text(orig, mapping))
+            return out
 
-        s = pattern.sub(sub, s)
+        s = pattern.sub(sub, s, concurrent=concurrent)
     return s
+
+
+def redact_text(s: str, key: bytes = DEFAULT_KEY) -> str:
+    """Return ``s`` with every email, phone, card, IBAN, IP address and key-like string replaced by a placeholder."""
+    return _redact(s, key, None)
 
 
 def _walk(value: Any, text: Callable[[str], str]) -> Any:
@@ -277,36 +334,12 @@ def redact_messages(messages: list[dict[str, Any]], key: bytes = DEFAULT_KEY) ->
 
 
 # Reversible redaction (the gateway's student calls) ------------------------------------------------------------
-_PLACEHOLDER = re.compile(r"<(?:SECRET|EMAIL|IBAN|CARD|IP|PHONE)_[0-9a-f]{8}>")
+_PLACEHOLDER = _compile(r"<(?:SECRET|EMAIL|IBAN|CARD|IP|PHONE)_[0-9a-f]{8}>")
 
 
 def _redact_text_recording(s: str, key: bytes, mapping: dict[str, str]) -> str:
-    """:func:`redact_text`, same rules in the same order (so the same output), recording placeholder -> original.
-
-    The first original seen for a placeholder is kept (``Bob@X.com`` and ``bob@x.com`` share one placeholder).
-    """
-    if not s or len(s) < 6:
-        return s
-    rules = _DEFAULT_RULES if key == DEFAULT_KEY else _rules(key)
-    for (pattern, fn), gate in zip(rules, _gates(s), strict=True):
-        if not gate:
-            continue
-
-        def sub(
-            m: re.Match[str],
-            fn: Callable[[re.Match[str]], str | None] = fn,
-            bearer: bool = pattern is _BEARER,
-        ) -> str:
-            out = fn(m)
-            if out is None:
-                return m.group(0)
-            ph, orig = (out[len(m.group(1)) :], m.group(2)) if bearer else (out, m.group(0))
-            # a later rule's match may span an earlier placeholder: record the text the client really sent
-            mapping.setdefault(ph, restore_text(orig, mapping))
-            return out
-
-        s = pattern.sub(sub, s)
-    return s
+    """:func:`redact_text`, same rules in the same order (so the same output), recording placeholder -> original."""
+    return _redact(s, key, mapping)
 
 
 def redact_value_with_mapping(value: Any, key: bytes = DEFAULT_KEY) -> tuple[Any, dict[str, str]]:

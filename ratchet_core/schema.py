@@ -25,7 +25,7 @@ import pyarrow as pa
 
 from ratchet_stats.receipt.v2 import LEAF_FIELDS as LEAF_FIELDS_V2
 
-SCHEMA_VERSION = 4
+SCHEMA_VERSION = 5
 
 SERVED_BY = ("teacher", "student")
 STAGES = ("teacher", "shadow", "canary", "live")
@@ -94,7 +94,7 @@ LEDGER_COLUMNS: list[tuple[str, pa.DataType, str]] = [
     (
         "contract_violation",
         pa.string(),
-        "Kind of the answer-contract violation (ratchet_gateway.contract.VIOLATION_KINDS) of a student answer that "
+        "Kind of the answer-contract violation (ratchet_core.contract.VIOLATION_KINDS) of a student answer that "
         "was confident but broke its request's contract, so the teacher answered instead (request rows), or "
         "would have (shadow pair rows); '' otherwise.",
     ),
@@ -107,9 +107,16 @@ LEDGER_COLUMNS: list[tuple[str, pa.DataType, str]] = [
         "params as POST /v1/chat/completions would carry them) and its answer as a chat message; an embeddings "
         "row stores no content and is never an example. NULL in segments sealed before version 4 (all chat).",
     ),
+    # Added in schema version 5.
+    (
+        "episode",
+        pa.string(),
+        "metadata.ratchet_episode: the client's own id grouping its requests into one episode (feedback may "
+        "name it, ratchet_core.feedback); '' when none, NULL in segments sealed before version 5.",
+    ),
 ]
 # Columns added after version 1, with the version that added them (older rows and ledger files lack them).
-ADDED_COLUMNS = {"teacher_prompt_tokens": 2, "contract_violation": 3, "api": 4}
+ADDED_COLUMNS = {"teacher_prompt_tokens": 2, "contract_violation": 3, "api": 4, "episode": 5}
 # The values of ``api`` (ratchet_gateway.chat.formats and ratchet_gateway.apis name them).
 API_NAMES = ("chat.completions", "responses", "messages", "embeddings")
 

@@ -12,7 +12,7 @@ from functools import cached_property
 from pathlib import Path
 from typing import NamedTuple
 
-from pydantic import Field, ValidationError, field_validator, model_validator
+from pydantic import Field, PrivateAttr, ValidationError, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 ENV_PREFIX = "RATCHET_"
@@ -70,6 +70,13 @@ class Settings(BaseSettings):
     teacher_model: str = Field("openai/demo-teacher", description="litellm model name of the teacher.")
     teacher_api_base: str | None = Field("http://127.0.0.1:8101/v1", description="Teacher API base URL.")
     teacher_api_key: str = Field("sk-demo-teacher", description="Teacher API key (never logged).")
+    teacher_json_schema: str | None = Field(
+        None,
+        pattern=r"^(strict|json_object)$",
+        description="How a json_schema request reaches the teacher: `strict` (as sent) or `json_object` (the schema "
+        "in the system message, for a teacher without strict json_schema); default what `ratchet doctor teacher "
+        "--apply` recorded for this teacher in $RATCHET_HOME/teacher.json, else strict.",
+    )
     embedding_model: str = Field(
         "",
         description="litellm model name that answers POST /v1/embeddings (e.g. openai/text-embedding-3-small); "
@@ -90,6 +97,12 @@ class Settings(BaseSettings):
         None,
         description="Local path of the student's HF base model; default the demo base under $RATCHET_HOME.",
     )
+    student_max_lora_rank: int = Field(
+        32,
+        ge=1,
+        description="The student endpoints' --max-lora-rank (vLLM); the adapter reconciler loads no adapter of a "
+        "higher rank into vLLM.",
+    )
     training_launcher: str = Field(
         "subprocess",
         pattern=r"^(subprocess|k8s)$",
@@ -100,6 +113,11 @@ class Settings(BaseSettings):
     )
     segment_seconds: float = Field(
         60.0, gt=0, description="Seal the ledger into a Parquet segment this often."
+    )
+    replica_id: str | None = Field(
+        None,
+        description="This gateway's replica name in the lake (each worker adds -<slot>); default the host name. "
+        "Gateways that share a lake need distinct ones (same as `ratchet gateway --replica`).",
     )
     max_body_bytes: int = Field(
         4 * 1024 * 1024, gt=0, description="Largest request body the gateway accepts."
@@ -124,12 +142,24 @@ class Settings(BaseSettings):
     upstream_total_timeout_s: float | None = Field(
         None, gt=0, description="Teacher: cap on a whole answer, streams included; unset = no cap."
     )
+    upstream_max_response_bytes: int = Field(
+        32 * 1024 * 1024,
+        gt=0,
+        description="Teacher and student: the largest answer the gateway reads (a stream in all); larger is a 502.",
+    )
     student_timeout_s: float = Field(20.0, gt=0, description="Timeout of every student call (then: teacher).")
     student_breaker_failures: int = Field(
         3, ge=1, description="Consecutive student failures or timeouts that open its circuit breaker."
     )
     student_breaker_probe_s: float = Field(
         10.0, gt=0, description="While the student's breaker is open, one request probes it this often."
+    )
+    shadow_max_in_flight: int = Field(
+        16,
+        ge=0,
+        description="Shadow calls (a candidate answering off the path) one gateway worker runs at once; a request "
+        "that finds them all busy is not shadowed (counted as skipped), so shadowing never swamps the student; "
+        "0 = none.",
     )
     model_aliases: str = Field(
         "", description="Extra model names clients may use for Ratchet, comma-separated."
@@ -175,11 +205,40 @@ class Settings(BaseSettings):
         pattern=r"^\d{4}-\d{2}-\d{2}$",
         description="Accelerated clock: the day it starts at (with RATCHET_DAY_SECONDS).",
     )
+    otel_endpoint: str = Field(
+        "",
+        pattern=r"^(https?://\S+)?$",
+        description="OpenTelemetry collector's OTLP/HTTP endpoint (e.g. http://collector:4318): the gateway and the "
+        "night export traces there (OTEL_SERVICE_NAME, OTEL_RESOURCE_ATTRIBUTES and OTEL_EXPORTER_OTLP_HEADERS are "
+        "honoured); unset: no tracing.",
+    )
+    # The cost report's prices (ratchet_assets.cost: its pricing models).
+    student_tokens_per_second: float | None = Field(
+        None,
+        gt=0,
+        description="Cost report: the deployment's vLLM throughput, prompt + completion tokens per second per GPU "
+        "(pricing model 'configured'); unset = the student endpoint's measured speed (pricing model 'measured').",
+    )
+    student_gpu_price_per_hour: float = Field(
+        2.5, ge=0, description="Cost report: USD per hour of one GPU (or machine) of the student endpoint."
+    )
+    training_price_per_hour: float = Field(
+        2.5, ge=0, description="Cost report: USD per hour of the machine the night's training runs on."
+    )
+
+    _from_home: set[str] = PrivateAttr(default_factory=set)  # settings whose value a file under the home gave
 
     @field_validator("home", mode="after")
     @classmethod
     def _expand_home(cls, v: Path) -> Path:
         return v.expanduser()
+
+    @field_validator("replica_id", mode="after")
+    @classmethod
+    def _replica_name(cls, v: str | None) -> str | None:
+        from ratchet_core.names import check
+
+        return None if v is None or v == "" else check("replica", v)
 
     @model_validator(mode="after")
     def _student_key_from_home(self) -> Settings:
@@ -187,6 +246,18 @@ class Settings(BaseSettings):
             from ratchet_core.home_files import read_student_key
 
             self.student_api_key = read_student_key(self.home)
+        return self
+
+    @model_validator(mode="after")
+    def _teacher_json_schema_from_home(self) -> Settings:
+        # unset: what `ratchet doctor teacher --apply` recorded for this teacher, else strict
+        if self.teacher_json_schema is None:
+            from ratchet_core.teacher_capabilities import recorded_json_schema_mode
+
+            recorded = recorded_json_schema_mode(self.home, self.teacher_model, self.teacher_api_base)
+            self.teacher_json_schema = recorded or "strict"
+            if recorded is not None:
+                self._from_home.add("teacher_json_schema")
         return self
 
     # Derived locations -------------------------------------------------------------------------------------
@@ -225,8 +296,11 @@ def load_settings(**overrides: object) -> Settings:
         settings = Settings(**overrides)  # type: ignore[arg-type]
     except ValidationError as exc:
         for err in exc.errors():
-            loc = ENV_PREFIX + "_".join(str(p) for p in err["loc"]).upper()
-            problems.append(f"{loc}: {err['msg']}")
+            if err["loc"]:
+                loc = ENV_PREFIX + "_".join(str(p) for p in err["loc"]).upper()
+                problems.append(f"{loc}: {err['msg']}")
+            else:  # a whole-settings check (a file under the home): its message names the file
+                problems.append(str(err["msg"]).removeprefix("Value error, "))
         settings = None
     if problems:
         raise SettingsError("invalid configuration:\n  " + "\n  ".join(problems))
@@ -235,7 +309,8 @@ def load_settings(**overrides: object) -> Settings:
 
 
 def describe(settings: Settings | None) -> list[dict[str, object]]:
-    """Every setting for ``ratchet config check``: variable, value, source (environment | default), description.
+    """Every setting for ``ratchet config check``: variable, value, source (environment | home | default: home is a
+    file under $RATCHET_HOME, e.g. ``teacher.json``), description.
 
     `settings` is the loaded object; when loading failed (None), the raw text of each variable is shown instead.
     """
@@ -248,7 +323,11 @@ def describe(settings: Settings | None) -> list[dict[str, object]]:
                 "name": name,
                 "variable": env,
                 "value": value,
-                "source": "environment" if env in os.environ else "default",
+                "source": "environment"
+                if env in os.environ
+                else "home"
+                if settings is not None and name in settings._from_home
+                else "default",
                 "description": field.description or "",
             }
         )

@@ -5,9 +5,15 @@ ByT5 byte tokenizer, small enough to fine-tune on two CPU cores in a minute. It 
 the LoRA adapter (plus its trained embeddings and head, see ratchet_assets.night.lora_trainer) teaches it one narrow task,
 which is exactly what the nightly loop needs to exercise end to end without downloading anything.
 
-It is saved in standard Hugging Face format (``config.json``, ``model.safetensors``, tokenizer files), so every
-piece of code that loads it — training, the student server — uses ``AutoModelForCausalLM``/``AutoTokenizer`` and
-loads a real local base (e.g. Qwen2.5-0.5B-Instruct) the same way.
+It is saved in standard Hugging Face format (``config.json``, ``model.safetensors``, tokenizer files, with
+Ratchet's compact chat template ``ratchet_core.chat_format.RATCHET_CHAT_TEMPLATE`` as ``chat_template`` in its
+``tokenizer_config.json``), so every piece of code that loads it — training, the student server — uses
+``AutoModelForCausalLM``/``AutoTokenizer`` and renders with ``apply_chat_template``, and loads a real local base
+(e.g. Qwen2.5-0.5B-Instruct) the same way.
+
+A base's identity (:func:`base_identity`) is the SHA-256 of its files plus, named on their own, the SHA-256 of its
+chat template and the vLLM tool parser that template needs (``ratchet_core.tool_calls.tool_parser_of``): the
+adapter record, its BOM and its certificate carry all three.
 
 torch/transformers are imported inside the functions: importing this module stays light.
 """
@@ -15,8 +21,11 @@ torch/transformers are imported inside the functions: importing this module stay
 from __future__ import annotations
 
 import hashlib
+import json
 from pathlib import Path
 
+from ratchet_core.chat_format import template_sha256
+from ratchet_core.tool_calls import tool_parser_of
 from ratchet_stats.canonical import sha256_file
 
 DEMO_BASE_NAME = "ratchet-demo-base"
@@ -36,7 +45,7 @@ DEMO_CONFIG = {
 }
 
 # Files that define a base model's behaviour; everything else in the folder (READMEs, caches) is ignored.
-_IDENTITY_SUFFIXES = (".safetensors", ".bin", ".json", ".model", ".txt", ".tiktoken")
+_IDENTITY_SUFFIXES = (".safetensors", ".bin", ".json", ".model", ".txt", ".tiktoken", ".jinja")
 _MARKER = "ratchet_demo_base.txt"
 
 
@@ -45,9 +54,12 @@ def build_demo_base(path: str | Path) -> Path:
     import torch
     from transformers import ByT5Tokenizer, LlamaConfig, LlamaForCausalLM
 
+    from ratchet_core.chat_format import RATCHET_CHAT_TEMPLATE
+
     out = Path(path)
     out.mkdir(parents=True, exist_ok=True)
     tokenizer = ByT5Tokenizer()
+    tokenizer.chat_template = RATCHET_CHAT_TEMPLATE
     config = LlamaConfig(
         **DEMO_CONFIG,
         bos_token_id=None,
@@ -58,7 +70,7 @@ def build_demo_base(path: str | Path) -> Path:
     model = LlamaForCausalLM(config)
     model.generation_config.pad_token_id = tokenizer.pad_token_id
     model.save_pretrained(out)
-    tokenizer.save_pretrained(out)
+    tokenizer.save_pretrained(out, save_jinja_files=False)  # the template inside tokenizer_config.json
     (out / _MARKER).write_text(
         f"{DEMO_BASE_NAME}: a 2-layer Llama with random weights (seed {DEMO_SEED}) and a byte tokenizer.\n"
         "A demo base for Ratchet's embedded default, not a language model.\n"
@@ -67,18 +79,40 @@ def build_demo_base(path: str | Path) -> Path:
 
 
 def ensure_demo_base(path: str | Path) -> Path:
-    """The demo base at `path`, built first if `path` holds no model yet. Returns the path."""
+    """The demo base at `path`, built first if `path` holds no model yet, or a demo base built before it carried
+    its chat template (the same weights, now with the template). Returns the path."""
     out = Path(path)
-    if (out / "config.json").exists() and any(out.glob("*.safetensors")):
+    built = (out / "config.json").exists() and any(out.glob("*.safetensors"))
+    if built and (not (out / _MARKER).exists() or chat_template_text(out)):
         return out
     return build_demo_base(out)
 
 
+def chat_template_text(path: str | Path) -> str:
+    """The chat template a base folder ships (``chat_template.jinja``, else ``chat_template`` in
+    ``tokenizer_config.json``, the default one when it names several), read without loading the tokenizer, as
+    ``AutoTokenizer`` finds it; "" when it has none."""
+    root = Path(path)
+    jinja = root / "chat_template.jinja"
+    if jinja.is_file():
+        return jinja.read_text(encoding="utf-8")
+    config = root / "tokenizer_config.json"
+    if not config.is_file():
+        return ""
+    template = json.loads(config.read_text(encoding="utf-8")).get("chat_template") or ""
+    if isinstance(template, list):  # [{"name": ..., "template": ...}, ...]
+        named = {t.get("name"): t.get("template") for t in template if isinstance(t, dict)}
+        template = named.get("default") or ""
+    return template if isinstance(template, str) else ""
+
+
 def base_identity(path: str | Path) -> dict:
-    """Name and SHA-256 of every file that defines the base at `path` (weights, config, tokenizer).
+    """Name and SHA-256 of every file that defines the base at `path` (weights, config, tokenizer, template).
 
     ``sha256`` is the SHA-256 of the sorted ``"<sha256>  <relative path>\\n"`` lines of those files (the
-    ``sha256sum`` manifest), so the identity changes when any of them does.
+    ``sha256sum`` manifest), so the identity changes when any of them does. ``chat_template_sha256`` is the
+    SHA-256 of the chat template's text ("" without one) and ``tool_parser`` the vLLM tool parser it needs
+    (``ratchet_core.tool_calls.tool_parser_of``).
     """
     root = Path(path)
     if not (root / "config.json").exists():
@@ -93,11 +127,14 @@ def base_identity(path: str | Path) -> dict:
     }
     listing = "".join(f"{digest}  {name}\n" for name, digest in sorted(files.items()))
     name = DEMO_BASE_NAME if (root / _MARKER).exists() else root.name
+    template = chat_template_text(root)
     return {
         "name": name,
         "path": str(root),
         "sha256": hashlib.sha256(listing.encode()).hexdigest(),
         "files": files,
+        "chat_template_sha256": template_sha256(template) if template else "",
+        "tool_parser": tool_parser_of(template),
     }
 
 

@@ -24,6 +24,15 @@ How a version of the task is released (``ratchet_assets.release.decision.Release
   worse than the live version at level ``delta`` (``ratchet_stats.mcnemar``).
 - ``min_certified``: admit a candidate only if its certified lower bound is at least this (default: ``target``).
 
+What the application's feedback means (``ratchet_core.feedback``; ``POST /ratchet/feedback``):
+
+- ``metrics``: the metrics clients may send for the task, name -> ``{"type": "boolean" | "float", "direction":
+  "higher" | "lower"}`` (which values are better); ``comment`` and ``demonstration`` are always accepted and
+  are not metric names.
+- ``bad_when``: the metric and threshold that say an answer was bad (``"thumbs_up=false"``, ``"rating<3"``): a
+  teacher-served request with such feedback is kept out of training, and such feedback on student answers counts
+  against the student in release evidence.
+
 Every field is optional (None = the default). Defaults, in order: the task's built-in workload
 (``ratchet_core.workloads``: its comparator) -> the global settings (``NightConfig.certify_target`` /
 ``certify_delta`` / ``golden_share``, the manifest's ``flags.audit_rate``). A task Ratchet does not know and that has
@@ -39,6 +48,7 @@ comparator, target/delta in the certificate), the certificate verifier and the r
 
 from __future__ import annotations
 
+import re
 from dataclasses import asdict, dataclass
 from typing import Any, Literal
 
@@ -49,6 +59,7 @@ from pydantic import (
     SerializerFunctionWrapHandler,
     field_validator,
     model_serializer,
+    model_validator,
 )
 
 from ratchet_core.workloads import TASKS
@@ -69,6 +80,13 @@ RELEASE_FIELDS = (
     "paired_gate",
     "min_certified",
 )
+# What feedback means for the task (written only when set, like the release fields).
+FEEDBACK_FIELDS = ("metrics", "bad_when")
+METRIC_TYPES = ("boolean", "float")
+DIRECTIONS = ("higher", "lower")
+RESERVED_METRICS = ("comment", "demonstration")  # feedback kinds every task accepts
+METRIC_NAME = re.compile(r"[A-Za-z][A-Za-z0-9_.-]{0,63}")
+_BAD_WHEN = re.compile(r"\s*([A-Za-z][A-Za-z0-9_.-]{0,63})\s*(<=|>=|<|>|=)\s*(\S+)\s*")
 
 
 def valid_comparator(name: str) -> str:
@@ -81,6 +99,72 @@ def valid_comparator(name: str) -> str:
         f"comparator {name!r} is not one of {', '.join(BUILTIN_COMPARATORS)} or custom:<name> "
         "(a comparator registered with ratchet_core.workloads.comparators.register_comparator)"
     )
+
+
+class MetricSpec(BaseModel):
+    """One declared feedback metric: its type and which way is better."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    type: Literal["boolean", "float"]
+    direction: Literal["higher", "lower"] = "higher"
+
+
+@dataclass(frozen=True)
+class BadWhen:
+    """``bad_when`` parsed: ``metric op value`` (booleans only with ``=``)."""
+
+    metric: str
+    op: str
+    value: float | bool
+
+    def bad(self, value: float) -> bool:
+        """Whether a metric value (a boolean as 0/1) says the answer was bad."""
+        v = float(self.value)
+        return {
+            "<": value < v,
+            "<=": value <= v,
+            ">": value > v,
+            ">=": value >= v,
+            "=": value == v,
+        }[self.op]
+
+
+def parse_metric(text: str) -> tuple[str, MetricSpec]:
+    """``name:boolean|float[:higher|lower]`` (``ratchet admin task set --metric``) -> (name, spec)."""
+    parts = text.split(":")
+    if len(parts) not in (2, 3) or not METRIC_NAME.fullmatch(parts[0]):
+        raise ValueError(
+            f"--metric {text!r}: write NAME:boolean or NAME:float:higher|lower (a name of letters, digits, "
+            "'_', '.', '-', starting with a letter)"
+        )
+    if parts[1] not in METRIC_TYPES or (len(parts) == 3 and parts[2] not in DIRECTIONS):
+        raise ValueError(f"--metric {text!r}: the type is boolean or float, the direction higher or lower")
+    return parts[0], MetricSpec(type=parts[1], direction=parts[2] if len(parts) == 3 else "higher")
+
+
+def parse_bad_when(text: str, metrics: dict[str, MetricSpec]) -> BadWhen:
+    """``NAME(<|<=|>|>=|=)VALUE`` against the declared `metrics`; ValueError saying what to write otherwise."""
+    m = _BAD_WHEN.fullmatch(text)
+    if m is None:
+        raise ValueError(
+            f"bad_when {text!r}: write METRIC<VALUE (or <=, >, >=, =), e.g. rating<3 or thumbs_up=false"
+        )
+    name, op, raw = m.groups()
+    spec = metrics.get(name)
+    if spec is None:
+        raise ValueError(f"bad_when {text!r}: {name!r} is not a declared metric (declare it with --metric)")
+    if spec.type == "boolean":
+        if op != "=" or raw.lower() not in ("true", "false"):
+            raise ValueError(f"bad_when {text!r}: {name} is boolean: write {name}=true or {name}=false")
+        return BadWhen(name, op, raw.lower() == "true")
+    try:
+        value = float(raw)
+    except ValueError:
+        raise ValueError(f"bad_when {text!r}: {raw!r} is not a number") from None
+    if value != value or value in (float("inf"), float("-inf")):
+        raise ValueError(f"bad_when {text!r}: the threshold must be finite")
+    return BadWhen(name, op, value)
 
 
 class TaskPolicy(BaseModel):
@@ -100,6 +184,29 @@ class TaskPolicy(BaseModel):
     calibration: Literal["ltt", "point"] | None = None
     paired_gate: bool | None = None
     min_certified: float | None = Field(None, gt=0.0, lt=1.0)
+    metrics: dict[str, MetricSpec] | None = None
+    bad_when: str | None = None
+
+    @field_validator("metrics")
+    @classmethod
+    def _metric_names(cls, v: dict[str, MetricSpec] | None) -> dict[str, MetricSpec] | None:
+        for name in v or {}:
+            if name in RESERVED_METRICS or not METRIC_NAME.fullmatch(name):
+                raise ValueError(
+                    f"metric name {name!r}: letters, digits, '_', '.', '-' starting with a letter, and not "
+                    f"{' or '.join(RESERVED_METRICS)} (every task accepts those)"
+                )
+        return v or None
+
+    @model_validator(mode="after")
+    def _bad_when_names_a_metric(self) -> TaskPolicy:
+        if self.bad_when is not None:
+            parse_bad_when(self.bad_when, self.metrics or {})
+        return self
+
+    def bad_rule(self) -> BadWhen | None:
+        """``bad_when`` parsed (None when unset)."""
+        return None if self.bad_when is None else parse_bad_when(self.bad_when, self.metrics or {})
 
     @field_validator("comparator")
     @classmethod
@@ -109,7 +216,7 @@ class TaskPolicy(BaseModel):
     @model_serializer(mode="wrap")
     def _leave_out_unset_release_fields(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
         data = handler(self)
-        for name in RELEASE_FIELDS:
+        for name in (*RELEASE_FIELDS, *FEEDBACK_FIELDS):
             if data.get(name) is None:
                 data.pop(name, None)
         return data
@@ -133,6 +240,8 @@ class ResolvedPolicy:
     calibration: str = "ltt"
     paired_gate: bool = False
     min_certified: float = DEFAULT_TARGET
+    metrics: dict[str, dict[str, str]] | None = None
+    bad_when: str | None = None
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -193,6 +302,13 @@ def resolve(
         calibration=pick("calibration", p.calibration, "ltt", "default"),
         paired_gate=bool(pick("paired_gate", p.paired_gate, False, "default")),
         min_certified=float(pick("min_certified", p.min_certified, t, "target")),
+        metrics=pick(
+            "metrics",
+            {k: v.model_dump() for k, v in p.metrics.items()} if p.metrics else None,
+            None,
+            "none declared",
+        ),
+        bad_when=pick("bad_when", p.bad_when, None, "none"),
     )
 
 

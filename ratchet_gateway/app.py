@@ -29,6 +29,7 @@ once at startup for provider resolution and prices, never per request on OpenAI-
 
 from __future__ import annotations
 
+import asyncio
 import gc
 import logging
 import os
@@ -52,8 +53,9 @@ from ratchet_gateway.apis.responses_format import RESPONSES
 from ratchet_gateway.chat import ChatHandler
 from ratchet_gateway.errors import GatewayError, client_closed_error
 from ratchet_gateway.hooks import RequestHook, RequestHooks
-from ratchet_gateway.request_body import ChatRequest, describe_errors
+from ratchet_gateway.request_body import ChatRequest, describe_errors, error_param
 from ratchet_gateway.responses import (
+    default_headers,
     error_response,
     json_response,
     new_request_id,
@@ -61,6 +63,7 @@ from ratchet_gateway.responses import (
     ratchet_headers,
 )
 from ratchet_gateway.routers import CHAT_ROUTE, ROUTERS, model_apis
+from ratchet_gateway.routers.proofs import ProofRequest
 from ratchet_gateway.state import DEFAULT_STUDENT_PRICES, Gateway, GatewayOptions
 
 __all__ = ["DEFAULT_STUDENT_PRICES", "Gateway", "GatewayApp", "GatewayOptions", "app_from_env", "create_app"]
@@ -89,9 +92,9 @@ def _version() -> str:
 
 
 def _openapi_document(app: FastAPI) -> dict[str, Any]:
-    """The OpenAPI document, with ``ChatRequest`` and the other model APIs' bodies (and their nested models) among
-    the components: the routes read those bodies themselves, so FastAPI does not see them (see
-    ``ratchet_gateway.routers.chat`` and ``routers.model_apis``)."""
+    """The OpenAPI document, with ``ChatRequest``, the other model APIs' bodies and ``ProofRequest`` (and their
+    nested models) among the components: the routes read those bodies themselves, so FastAPI does not see them
+    (see ``ratchet_gateway.routers.chat`` and ``routers.model_apis``)."""
     if app.openapi_schema is None:
         doc = get_openapi(
             title=app.title, version=app.version, description=app.description, routes=app.routes
@@ -105,7 +108,8 @@ def _openapi_document(app: FastAPI) -> dict[str, Any]:
         schemas = doc.setdefault("components", {}).setdefault("schemas", {})
         for name in ("HTTPValidationError", "ValidationError"):
             schemas.pop(name, None)
-        for name, model in {"ChatRequest": ChatRequest, **model_apis.BODY_MODELS}.items():
+        bodies = {"ChatRequest": ChatRequest, **model_apis.BODY_MODELS, "ProofRequest": ProofRequest}
+        for name, model in bodies.items():
             schema = model.model_json_schema(ref_template="#/components/schemas/{model}")
             schemas.update(schema.pop("$defs", {}))
             schemas[name] = schema
@@ -142,6 +146,8 @@ class GatewayApp(FastAPI):
                 scope["app"] = self
                 await self._chat_asgi(scope, receive, send)
                 return
+            await super().__call__(scope, receive, self._stamped(send))
+            return
         await super().__call__(scope, receive, send)
 
     async def _serve_http(self, scope, receive, send) -> None:
@@ -149,7 +155,23 @@ class GatewayApp(FastAPI):
             scope["app"] = self
             await self._chat_asgi(scope, receive, send)
         else:
-            await super().__call__(scope, receive, send)
+            await super().__call__(scope, receive, self._stamped(send))
+
+    def _stamped(self, send):
+        """`send`, adding to a response's head every x-ratchet-* header (and nosniff) its route left out: every
+        response carries them, a framework error's too (``ratchet_gateway.responses``). Not on the chat route,
+        which sets its own."""
+        gw = self.state.gateway
+
+        async def stamped(message) -> None:
+            if message["type"] == "http.response.start":
+                headers = list(message.get("headers", ()))
+                have = {name.lower() for name, _ in headers}
+                headers.extend(h for h in default_headers(gw.manifest.sequence) if h[0] not in have)
+                message = {**message, "headers": headers}
+            await send(message)
+
+        return stamped
 
     def _is_chat(self, scope) -> bool:
         return (
@@ -176,10 +198,17 @@ HOOKS: tuple[RequestHook, ...] = ()
 def create_app(settings: Settings | None = None, options: GatewayOptions | None = None) -> FastAPI:
     """The gateway app. Starting it (lifespan) opens this replica's ledger and follows the manifest."""
     gw = Gateway(settings or load_settings(), options or GatewayOptions())
+    tracing = None
+    if gw.settings.otel_endpoint:  # the OpenTelemetry SDK is imported only then (ratchet_gateway.tracing)
+        from ratchet_gateway.tracing import GatewayTracing
+
+        tracing = GatewayTracing(gw.settings.otel_endpoint, gw.options.span_exporter)
 
     @asynccontextmanager
     async def lifespan(app: FastAPI):
         await gw.start()
+        if tracing is not None:
+            tracing.instrument(gw)
         if getattr(app.state, "freeze_gc", False):
             # Everything imported and built so far (litellm alone is ~400k objects) lives as long as the process:
             # out of the collector's sight, a full collection no longer walks it (it took 0.2-1 s, the c=64 tail).
@@ -188,6 +217,8 @@ def create_app(settings: Settings | None = None, options: GatewayOptions | None 
             yield
         finally:
             await gw.stop()
+            if tracing is not None:  # after the off-path calls drained: their spans are flushed too
+                await asyncio.to_thread(tracing.shutdown)
 
     app = GatewayApp(
         title="Ratchet gateway",
@@ -202,7 +233,11 @@ def create_app(settings: Settings | None = None, options: GatewayOptions | None 
         telemetry={"tracing": False, "metrics": False, "logs": False},
     )
     app.state.gateway = gw
-    hooks = RequestHooks([*HOOKS, *gw.options.hooks])  # the one place hooks are registered
+    app.state.tracing = tracing
+    # the one place hooks are registered: tracing first (its span covers the other hooks' refusals), then the
+    # gateway's own per-client limits (``ratchet_gateway.limits``)
+    traced = (tracing.hook,) if tracing is not None else ()
+    hooks = RequestHooks([*traced, gw.limits, *HOOKS, *gw.options.hooks], headers=gw.headers)
     app.hooks = hooks if hooks else None
     app.state.chat = chat = ChatHandler(gw, hooks=hooks)
     app._chat_asgi = chat.asgi
@@ -231,6 +266,8 @@ def create_app(settings: Settings | None = None, options: GatewayOptions | None 
 
     @app.exception_handler(StarletteHTTPException)
     async def http_error(request: Request, exc: StarletteHTTPException) -> Response:
+        if isinstance(exc.__cause__, ClientDisconnect):  # FastAPI's "error parsing the body" for a hang-up
+            return await client_closed(request, exc.__cause__)
         msg = {
             404: f"no route {request.url.path}; the API is under /v1 (see GET /v1/models)",
             405: f"method {request.method} is not allowed on {request.url.path}",
@@ -239,16 +276,23 @@ def create_app(settings: Settings | None = None, options: GatewayOptions | None 
 
     @app.exception_handler(ClientDisconnect)
     async def client_closed(request: Request, exc: ClientDisconnect) -> Response:
+        route = request.scope.get("route")
+        template = getattr(route, "path", "unmatched")  # the route's template: a bounded label
         log.info(
             "%s %s: 499: the client closed the connection before sending its whole body",
             request.method,
-            request.url.path,
+            template,
         )
-        return error_response(client_closed_error())
+        gw.metrics.client_closed.labels(template).inc()
+        return error_response(client_closed_error(), gw.headers())
 
     @app.exception_handler(RequestValidationError)
     async def validation_error(request: Request, exc: RequestValidationError) -> Response:
-        return openai_error(400, describe_errors(exc.errors()), "invalid_request")
+        errors = exc.errors()
+        param = error_param(errors[0].get("loc") or ()) if errors else None
+        return error_response(
+            GatewayError(400, describe_errors(errors), "invalid_request", param=param), gw.headers()
+        )
 
     @app.exception_handler(Exception)
     async def unexpected(request: Request, exc: Exception) -> Response:

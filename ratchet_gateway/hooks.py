@@ -28,7 +28,8 @@ Stages run in registration order; ``info.notes`` is a dict for a hook's own stat
 the hook). Why hooks rather than ASGI middleware: a hook cannot forget to call the next app, buffer a stream or
 answer twice, and it costs only what it uses. With no hook registered the app runs none of this (one test per
 request); with hooks, a :class:`RequestInfo` and a wrapped ``send`` per request, and only the stages some hook
-overrides are called.
+overrides are called; with only ``validated`` hooks (the gateway's own limits), a RequestInfo and nothing
+else.
 """
 
 from __future__ import annotations
@@ -98,8 +99,11 @@ def _overrides(hook: RequestHook, stage: str) -> bool:
 class RequestHooks:
     """The registered hooks, by stage (built once by ``create_app``)."""
 
-    def __init__(self, hooks: Iterable[RequestHook] = ()):
+    def __init__(
+        self, hooks: Iterable[RequestHook] = (), headers: Callable[[], dict[str, str]] | None = None
+    ):
         hooks = list(hooks)
+        self._headers = headers or ratchet_headers  # a refusal's x-ratchet-* headers
         self.before_body: tuple[Callable[[RequestInfo], Awaitable[None]], ...] = tuple(
             h.before_body for h in hooks if _overrides(h, "before_body")
         )
@@ -117,6 +121,9 @@ class RequestHooks:
         """Serve one HTTP request with `app`, the hooks around it."""
         info = RequestInfo(scope["method"], scope["path"], scope["headers"], time.perf_counter())
         scope[INFO] = info
+        if not self.before_body and not self.completed:  # only ``validated`` hooks: the pipeline calls them
+            await app(scope, receive, send)
+            return
 
         async def observed(message: Message) -> None:
             if message["type"] == "http.response.start":
@@ -152,7 +159,7 @@ class RequestHooks:
             for stage in self.before_body:
                 await stage(info)
         except GatewayError as err:
-            return error_response(err)
+            return error_response(err, self._headers())
         except Exception:
             rid = new_request_id()
             log.exception("request %s: request hook failed in before_body", rid)

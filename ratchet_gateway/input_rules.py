@@ -9,6 +9,10 @@
   use about 10). Checked on the raw bytes before parsing (:func:`json_too_deep`) or on a parsed value
   (:func:`value_too_deep`), both iteratively, so a hostile body costs a bounded loop and never a
   ``RecursionError`` in a later recursive step (redaction, validation, canonical JSON).
+- **Size in values**: a body larger than 64 KiB holds at most :data:`MAX_JSON_VALUES` (100,000) JSON values
+  (array elements and object members; a 4 MiB conversation of real messages holds a few thousand). Every step
+  after parsing (validation, redaction, the ledger row, freeing the body) costs per value, so a 4 MiB flood of
+  ``[]`` or ``0`` is a 400, not a second of the gateway's time.
 - **Strict types** for the fields the gateway reads: ``max_tokens: true``, ``stream: "yes"``, ``seed: false``,
   ``temperature: "0.5"`` are rejected, as OpenAI rejects them. :data:`StrictBool`, :data:`StrictInt`,
   :data:`Number`, :data:`StrictStr` are pydantic types for the request models; ints stay valid numbers.
@@ -20,22 +24,19 @@ escaped prefix of the offending value.
 
 from __future__ import annotations
 
-import re
 from typing import Annotated, Any
 
-import numpy as np
 from pydantic import Strict, StringConstraints
 
-from ratchet_core.names import TASK_NAME_PATTERN, shown
+from ratchet_core import json_pieces
+from ratchet_core.names import TASK_NAME_PATTERN, is_valid, rule, shown
 
 DEFAULT_TASK = "default"
 TASK_HEADER = "x-ratchet-task"
 MAX_NESTING_DEPTH = 64
+MAX_JSON_VALUES = 100_000
 
-_TASK_NAME = re.compile(TASK_NAME_PATTERN)
-_TASK_RULE = (
-    "a task name is 1-64 characters of A-Z, a-z, 0-9, '.', '_' and '-', starting with a letter or digit"
-)
+_TASK_RULE = rule("task")
 
 
 class InputRuleError(ValueError):
@@ -53,7 +54,7 @@ def validate_task_name(name: Any, source: str = "metadata.ratchet_task") -> str:
     """`name` if it is a valid task name, else InputRuleError naming `source`."""
     if not isinstance(name, str):
         raise InputRuleError(f"{source} must be a string: {_TASK_RULE}", source, "invalid_task")
-    if _TASK_NAME.fullmatch(name) is None:
+    if not is_valid("task", name):
         raise InputRuleError(
             f"{source} {shown(name)} is not a valid task name: {_TASK_RULE}. Rename the task and retry.",
             source,
@@ -94,41 +95,18 @@ def resolve_task(metadata: Any, header: str | bytes | None) -> str:
 
 
 # Nesting depth ------------------------------------------------------------------------------------------------
-_STEP = np.zeros(256, dtype=np.int8)
-_STEP[[ord("["), ord("{")]] = 1
-_STEP[[ord("]"), ord("}")]] = -1
-
-
 def json_too_deep(raw: bytes, limit: int = MAX_NESTING_DEPTH) -> bool:
     """Whether the JSON text `raw` nests arrays/objects more than `limit` deep (checked before parsing).
 
-    Linear in ``len(raw)``, in a fixed number of vectorised passes (numpy, which releases the GIL) and no
-    regular expression: brackets inside JSON strings (RFC 8259 §7) are text, so a quote counts only when an even
-    number of backslashes precedes it, a bracket counts only outside strings, and the running depth is a cumsum.
-    An ordinary body (at most `limit` opening brackets) costs two ``bytes.count`` calls. A regex that skipped
-    strings was quadratic on an unterminated string full of ``\\"`` (40 KB held the event loop for seconds).
-    Malformed JSON is left to the parser: the answer is only about depth.
+    Linear in ``len(raw)``: an ordinary body (at most `limit` opening brackets) costs two ``bytes.count`` calls;
+    any other is scanned by ``json_pieces.structure`` (NumPy, a block at a time, brackets inside strings are text:
+    a quote counts only after an even run of backslashes, RFC 8259 §7). A regex that skipped strings was quadratic
+    on an unterminated string full of ``\\"`` (40 KB held the event loop for seconds). Malformed JSON is left to
+    the parser: the answer is only about depth.
     """
     if raw.count(b"[") + raw.count(b"{") <= limit:
         return False
-    b = np.frombuffer(raw, dtype=np.uint8)
-    quote = b == 0x22
-    if quote.any():
-        backslash = b == 0x5C
-        if backslash.any():
-            # backslashes in the run ending just before i = (i - 1) - (index of the last non-backslash before i)
-            idx = np.arange(len(b), dtype=np.int32)
-            last_other = np.maximum.accumulate(np.where(backslash, -1, idx))
-            run = np.empty(len(b), dtype=np.int32)
-            run[0] = 0
-            run[1:] = idx[:-1] - last_other[:-1]
-            quote &= (run & 1) == 0
-        # inside a string after an odd number of real quotes; the closing quote itself is not a bracket
-        outside = (np.cumsum(quote, dtype=np.int32) & 1) == 0
-        steps = np.where(outside, _STEP[b], 0)
-    else:
-        steps = _STEP[b]
-    return int(np.cumsum(steps, dtype=np.int32).max()) > limit
+    return json_pieces.max_depth(raw) > limit
 
 
 def value_too_deep(value: Any, limit: int = MAX_NESTING_DEPTH) -> bool:
@@ -152,11 +130,16 @@ def value_too_deep(value: Any, limit: int = MAX_NESTING_DEPTH) -> bool:
 def check_nesting(raw: bytes, limit: int = MAX_NESTING_DEPTH) -> None:
     """InputRuleError when the body nests deeper than `limit` (call before parsing it)."""
     if json_too_deep(raw, limit):
-        raise InputRuleError(
-            f"the request body nests arrays/objects more than {limit} levels deep; flatten it and retry",
-            None,
-            "nesting_too_deep",
-        )
+        raise nesting_error(limit)
+
+
+def nesting_error(limit: int = MAX_NESTING_DEPTH) -> InputRuleError:
+    """The 400 of a body nested deeper than `limit`."""
+    return InputRuleError(
+        f"the request body nests arrays/objects more than {limit} levels deep; flatten it and retry",
+        None,
+        "nesting_too_deep",
+    )
 
 
 # Strict field types (pydantic) ----------------------------------------------------------------------------------

@@ -31,6 +31,24 @@ class Metrics:
             registry=r,
         )
         self.errors = Counter("ratchet_errors", "Errors returned, by OpenAI error type", ["type"], registry=r)
+        self.client_limited = Counter(
+            "ratchet_client_limited",
+            "Model requests refused with a 429 before any model call, by client and limit (rpm, tpm, budget)",
+            ["client", "limit"],
+            registry=r,
+        )
+        self.client_spend = Gauge(
+            "ratchet_client_spend_usd",
+            "Each client's spend in its current budget window (day, month), summed over every replica",
+            ["client", "period"],
+            registry=r,
+        )
+        self.client_closed = Counter(
+            "ratchet_client_closed",
+            "Requests whose client left before sending the whole body (answered 499, not an error), by route",
+            ["route"],
+            registry=r,
+        )
         self.ledger_commit = Histogram(
             "ratchet_ledger_commit_seconds",
             "Journal group-commit (write+fdatasync)",
@@ -86,7 +104,7 @@ class Metrics:
             ["kind"],
             registry=r,
         )
-        from ratchet_gateway.contract import VIOLATION_KINDS
+        from ratchet_core.contract import VIOLATION_KINDS
 
         for kind in VIOLATION_KINDS:
             self.contract_violations.labels(kind)

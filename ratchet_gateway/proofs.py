@@ -1,17 +1,12 @@
 """Training-set proofs for clients: was my request in adapter ``version``'s training set, provably, from its BOM?
 
 The example keys and the key trees behind the proof routes (``ratchet_gateway.routers.proofs``; bearer client
-key, like every route; errors in OpenAI's shape):
-
-- ``POST /ratchet/proofs/{version}`` with the chat body the client sent to ``/v1/chat/completions`` (task from
-  ``metadata.ratchet_task``, else the ``X-Ratchet-Task`` header, else ``default``, as the chat route decides):
-  answered only when the calling client itself sent a request with that example key (:func:`client_sent`: this
-  replica's ledger, then the sealed segments of every replica in the lake); any other body is a 404 exactly like
-  an unknown request id, so a client cannot test guesses about other clients' requests;
-- ``GET /ratchet/proofs/{version}/{request_id}``: the same for a request this replica's ledger holds, found by its
-  ``x-ratchet-request-id``; only the calling client's own requests (another client's is a 404 exactly like a
-  missing one). With several gateway workers a request lives in one worker's ledger: on a 404, POST the body;
-- ``GET /ratchet/boms/{version}``: the signed BOM envelope the proof is checked against.
+key, like every route; errors in OpenAI's shape). A proof is asked for by request id, for a request the caller
+itself sent (:func:`find_request_row`: this replica's ledger, then the sealed segments of every replica in the
+lake); another client's is a 404 exactly like a missing one, and a request sent after the version's training data
+was collected (:func:`training_day`, from its BOM) gets none. Not by body: a client that replayed another client's
+exact body would hold a request of its own with the same example key, and a proof by body would tell it whether
+the other's was trained on.
 
 The answer is a proof in ``ratchet_stats.commitment``'s format (``_type`` = ``PROOF_TYPE``): ``membership``
 (Merkle inclusion of the key in the sorted training-key tree) or ``non-membership`` (its two adjacent neighbours),
@@ -21,85 +16,32 @@ PUB [--expect member|absent]``; the verifier trusts only the root and size recor
 
 The example key is computed from exactly what the ledger stores for the request, so it equals the key the night
 gives it (``ratchet_assets.night.examples``): ``key = SHA-256(canonical_json({task, messages, tools,
-response_format}))`` (``ratchet_core.example_key.redacted_example_key``) over
-
-- ``messages``: the body's messages through the gateway's redaction (``ratchet_core.redact.redact_value``, the
-  identity when ``RATCHET_REDACT_PII`` is off, as for the ledger);
-- ``tools``: the redacted ``tools`` list (the ledger stores ``{"tools", "tool_choice"}``; the night keeps
-  ``tools`` only), ``null`` when absent or empty;
-- ``response_format``: as sent, ``null`` when absent or empty.
-
-For a ledger row the same document is rebuilt from its stored texts (``key_of_row``). Key trees are cached per
-file (path, mtime, size): building one costs O(n log n) once per adapter, a proof O(log n).
+response_format}))`` (``ratchet_core.example_key.redacted_example_key``) over the row's stored (redacted) messages,
+its tools (the ledger stores ``{"tools", "tool_choice"}``; the night keeps ``tools`` only) and its response format
+(:func:`key_of_row`). Key trees are cached per file (path, mtime, size): building one costs O(n log n) once per
+adapter, a proof O(log n).
 """
 
 from __future__ import annotations
 
+import base64
 import json
-import re
 import threading
 from collections import OrderedDict
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
-import orjson
-
-from ratchet_core.example_key import body_example_key, redacted_example_key, split_tools_column
+from ratchet_core.example_key import redacted_example_key, split_tools_column
 from ratchet_core.lake import Lake
-from ratchet_core.redact import redact_request
+from ratchet_core.names import is_valid
 from ratchet_gateway.ledger import Ledger
 
-_VERSION = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$")
 _CACHE_SIZE = 4
 
 
 def valid_version(version: str) -> bool:
-    """An adapter version name (no path tricks): what a BOM folder may be called."""
-    return bool(_VERSION.match(version)) and ".." not in version
-
-
-def key_of_request(body: dict[str, Any], task: str, redact: bool) -> str:
-    """The example key of a chat body, from the values the chat route writes to the ledger (see module doc)."""
-    return body_example_key(body, task, redact=redact)
-
-
-def stored_messages(body: dict[str, Any], redact: bool) -> str:
-    """The ``messages`` column text the chat route stores for `body` (redacted, compact JSON, sorted keys)."""
-    messages = (redact_request(body).body if redact else body).get("messages") or []
-    return orjson.dumps(messages, option=orjson.OPT_SORT_KEYS).decode()
-
-
-_OWN_ROWS = (
-    "SELECT task, messages, tools, response_format FROM {src} "
-    "WHERE kind = 'request' AND client = ? AND task = ? AND messages = ?"
-)
-
-
-def client_sent(ledger: Ledger, client: str, task: str, messages: str, key: str) -> bool:
-    """Whether `client` sent a request whose example key is `key` (`messages` is its stored messages text, the
-    index into the rows): this replica's ledger first, then every sealed segment in the lake (other replicas,
-    rows of earlier days). The key is recomputed from each candidate row's stored columns."""
-    params = [client, task, messages]
-    con = ledger._con
-    if con is not None:
-        cur = con.cursor()
-        try:
-            rows = cur.execute(_OWN_ROWS.format(src="ledger"), params).fetchall()
-        finally:
-            cur.close()
-        if any(key_of_row(*r) == key for r in rows):
-            return True
-    lake = Lake(ledger.lake_root)
-    paths = [lake.duckdb_path(seg.rel) for day in lake.days() for seg in lake.segments(day)]
-    if not paths:
-        return False
-    import duckdb
-
-    with duckdb.connect() as db:
-        lake.attach(db)
-        src = "read_parquet(?, union_by_name = true)"
-        rows = db.execute(_OWN_ROWS.format(src=src), [paths, *params]).fetchall()
-    return any(key_of_row(*r) == key for r in rows)
+    """An adapter version name (no path tricks): what a BOM folder may be called (``ratchet_core.names``)."""
+    return is_valid("version", version)
 
 
 def key_of_row(task: str, messages: str, tools: str, response_format: str) -> str:
@@ -134,18 +76,65 @@ class KeyTreeCache:
         return tree
 
 
-def find_request_row(ledger: Ledger, request_id: str) -> tuple[str, str, str, str, str] | None:
-    """(client, task, messages, tools, response_format) of this replica's request row, or None."""
+class OwnRow(NamedTuple):
+    """What a proof needs of a request row."""
+
+    client: str
+    task: str
+    messages: str
+    tools: str
+    response_format: str
+    day: str
+
+
+_ROW = (
+    "SELECT client, task, messages, tools, response_format, day FROM {src} "
+    "WHERE request_id = ? AND kind = 'request' ORDER BY seq LIMIT 1"
+)
+
+
+def find_request_row(ledger: Ledger, request_id: str, until: str | None = None) -> OwnRow | None:
+    """The request row of `request_id`: this replica's ledger first (a separate cursor, safe beside the loader
+    thread), then the sealed segments in the lake (other replicas, earlier days; only days up to `until` when
+    given); None when neither has it."""
     con = ledger._con
-    if con is None:
+    if con is not None:
+        cur = con.cursor()
+        try:
+            rows = cur.execute(_ROW.format(src="ledger"), [request_id]).fetchall()
+        finally:
+            cur.close()
+        if rows:
+            return OwnRow(*rows[0])
+    lake = Lake(ledger.lake_root)
+    days = [d for d in lake.days() if until is None or d <= until]
+    paths = [lake.duckdb_path(seg.rel) for day in days for seg in lake.segments(day)]
+    if not paths:
         return None
-    cur = con.cursor()  # a separate connection to the same database: safe beside the loader thread
-    try:
-        rows = cur.execute(
-            "SELECT client, task, messages, tools, response_format FROM ledger "
-            "WHERE request_id = ? AND kind = 'request' ORDER BY seq LIMIT 1",
-            [request_id],
+    import duckdb
+
+    with duckdb.connect() as db:
+        lake.attach(db)
+        rows = db.execute(
+            _ROW.format(src="read_parquet(?, union_by_name = true)"), [paths, request_id]
         ).fetchall()
-    finally:
-        cur.close()
-    return tuple(rows[0]) if rows else None  # type: ignore[return-value]
+    return OwnRow(*rows[0]) if rows else None
+
+
+_TRAINING_SET = "training-set day="
+
+
+def training_day(bom_path: Path) -> str | None:
+    """The last day of traffic the version's training set was drawn from (its BOM's ``training-set day=D`` data
+    set), or None when the BOM does not say (or cannot be read: then no proof verifies against it anyway)."""
+    try:
+        envelope = json.loads(bom_path.read_bytes())
+        statement = json.loads(base64.b64decode(envelope["payload"]))
+        components = statement["predicate"]["components"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    for component in components if isinstance(components, list) else []:
+        name = component.get("name", "") if isinstance(component, dict) else ""
+        if name.startswith(_TRAINING_SET) and is_valid("day", name[len(_TRAINING_SET) :]):
+            return name[len(_TRAINING_SET) :]
+    return None

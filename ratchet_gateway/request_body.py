@@ -1,68 +1,48 @@
-"""Request bodies: the subset of OpenAI's chat-completions body the gateway checks before forwarding, and how a
-chat body is read (size-limited), parsed and validated -- the same for the chat route and the proof route.
+"""Request bodies: how a chat body is read (size-limited), parsed and validated against the request model
+(``ratchet_gateway.request_model``: the fields OpenAI's API checks, and its rules between them).
 
 Unknown top-level fields are passed through to the upstream unchanged (``extra="allow"``): OpenAI adds
 parameters often and a gateway that rejects them breaks clients. Types of the fields Ratchet reads are checked
 strictly, as OpenAI checks them (``ratchet_gateway.input_rules``: ``max_tokens: true``, ``stream: "yes"``,
 ``seed: false``, ``temperature: "0.5"`` are rejected), and a wrong one is a 400 that names the field.
 
-Before parsing, a body nested deeper than ``input_rules.MAX_NESTING_DEPTH`` is a 400; the task
-(``metadata.ratchet_task``, else the ``X-Ratchet-Task`` header decoded as UTF-8, else ``default``) must be a
-valid task name (``ratchet_core.names.TASK_NAME_PATTERN``: 1-64 of ``A-Za-z0-9._-``) or the request is a 400:
-it is never stored, logged or forwarded upstream unvalidated.
+Before parsing, a body nested deeper than ``input_rules.MAX_NESTING_DEPTH`` is a 400, and so is a large one
+(over :data:`LARGE_BODY_BYTES`) holding more than ``input_rules.MAX_JSON_VALUES`` values; a large body is parsed
+in pieces (``ratchet_core.json_pieces``) and its messages validated in slices, so the chat pipeline can do it
+in a worker thread without long GIL holds (``ratchet_gateway.offload``). The task (``metadata.ratchet_task``, else
+the ``X-Ratchet-Task`` header decoded as UTF-8, else ``default``) must be a valid task name
+(``ratchet_core.names``: 1-64 of ``A-Za-z0-9._-``) or the request is a 400: it is never stored, logged or
+forwarded upstream unvalidated.
 """
 
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from typing import Any, Literal
+from typing import Any
 
 import orjson
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import TypeAdapter, ValidationError
 from starlette.requests import ClientDisconnect, Request
 
+from ratchet_core import json_pieces
 from ratchet_core.names import MAX_TASK_NAME_LENGTH, TASK_NAME_PATTERN
 from ratchet_gateway.errors import GatewayError
 from ratchet_gateway.input_rules import (
+    MAX_JSON_VALUES,
+    MAX_NESTING_DEPTH,
     InputRuleError,
-    Number,
-    StrictBool,
-    StrictInt,
-    StrictStr,
     check_nesting,
+    nesting_error,
     resolve_task,
 )
+from ratchet_gateway.request_model import ChatMessage, ChatRequest, Conversation, check_request
 
+__all__ = ["ChatMessage", "ChatRequest", "parse_chat_body", "read_body", "receive_body", "validate_chat_body"]
 
-class ChatMessage(BaseModel):
-    model_config = ConfigDict(extra="allow")
-
-    role: Literal["system", "developer", "user", "assistant", "tool", "function"]
-    content: StrictStr | list[dict[str, Any]] | None = None
-
-
-class ChatRequest(BaseModel):
-    model_config = ConfigDict(extra="allow")
-
-    model: StrictStr = Field(min_length=1)
-    messages: list[ChatMessage] = Field(min_length=1)
-    stream: StrictBool = False
-    stream_options: dict[str, Any] | None = None
-    tools: list[dict[str, Any]] | None = None
-    tool_choice: StrictStr | dict[str, Any] | None = None
-    response_format: dict[str, Any] | None = None
-    logprobs: StrictBool | None = None
-    top_logprobs: StrictInt | None = Field(None, ge=0, le=20)
-    temperature: Number | None = Field(None, ge=0, le=2)
-    top_p: Number | None = Field(None, ge=0, le=1)
-    max_tokens: StrictInt | None = Field(None, ge=1)
-    max_completion_tokens: StrictInt | None = Field(None, ge=1)
-    stop: StrictStr | list[StrictStr] | None = None
-    seed: StrictInt | None = None
-    user: StrictStr | None = None
-    n: StrictInt | None = Field(None, ge=1, le=1)
-    parallel_tool_calls: StrictBool | None = None
-    metadata: dict[StrictStr, StrictStr] | None = None
+# A body larger than this is "large": parsed in pieces (``json_pieces``) and validated in slices, and the chat
+# pipeline does every step proportional to its size in a worker thread (``ratchet_gateway.chat.handler``).
+LARGE_BODY_BYTES = json_pieces.PIECE
+_SLICE = 256  # messages per pydantic call for a large body
 
 
 def describe_validation_error(exc: ValidationError) -> str:
@@ -70,15 +50,29 @@ def describe_validation_error(exc: ValidationError) -> str:
     return describe_errors(exc.errors(), "Fix these fields (OpenAI chat format) and retry.")
 
 
+def error_param(loc: Sequence[Any]) -> str | None:
+    """OpenAI's ``param`` for a pydantic error location: the field path (``messages.3.content``), without the
+    leading ``body`` and without the labels pydantic adds for the member of a union it tried (``str``,
+    ``list[str]``, ``literal[...]``, a model's class name)."""
+    parts = [str(p) for i, p in enumerate(loc) if not (i == 0 and p == "body") and not _union_label(p)]
+    return ".".join(parts) or None
+
+
+_TYPE_LABELS = frozenset({"str", "int", "float", "bool", "none", "dict", "list", "any"})
+
+
+def _union_label(part: Any) -> bool:
+    if not isinstance(part, str):
+        return False
+    return "[" in part or part in _TYPE_LABELS or (part[:1].isupper() and part.isalnum())
+
+
 def describe_errors(errors: Sequence[Mapping[str, Any]], fix: str = "Fix these fields and retry.") -> str:
-    """``field.path: problem; ...`` for the first few pydantic/FastAPI errors (``loc`` without its leading
-    ``body``), then `fix`."""
+    """``field.path: problem; ...`` for the first few pydantic/FastAPI errors (:func:`error_param`), then
+    `fix`."""
     parts = []
     for err in errors[:3]:
-        loc = list(err.get("loc") or ())
-        if loc and loc[0] == "body":
-            loc = loc[1:]
-        parts.append(f"{'.'.join(str(p) for p in loc) or 'body'}: {err.get('msg', 'invalid')}")
+        parts.append(f"{error_param(err.get('loc') or ()) or 'body'}: {err.get('msg', 'invalid')}")
     more = f" (and {len(errors) - 3} more)" if len(errors) > 3 else ""
     return "invalid request body: " + "; ".join(parts) + more + ". " + fix
 
@@ -129,14 +123,29 @@ def _too_big(limit: int) -> GatewayError:
 
 
 def parse_chat_body(raw: bytes, needs: str = "'model' and 'messages'") -> dict:
-    """The body as a JSON object (orjson), or a 400 that says what is wrong with it (nesting depth first);
-    `needs` names the fields the API's body must have (another request API's, ``ratchet_gateway.apis``)."""
+    """The body as a JSON object, or a 400 that says what is wrong with it (nesting depth first); `needs` names
+    the fields the API's body must have (another request API's, ``ratchet_gateway.apis``).
+
+    A large body (> LARGE_BODY_BYTES) is scanned once (``json_pieces.structure``) for its depth and its number of
+    values (at most ``MAX_JSON_VALUES``), then parsed in pieces: call it in a worker thread."""
     try:
-        check_nesting(raw)
+        if len(raw) <= LARGE_BODY_BYTES:
+            check_nesting(raw)
+            body = orjson.loads(raw)
+        else:
+            scanned = json_pieces.structure(raw)
+            if scanned.max_depth > MAX_NESTING_DEPTH:
+                raise nesting_error()
+            if scanned.values > MAX_JSON_VALUES:
+                raise InputRuleError(
+                    f"the request body holds more than {MAX_JSON_VALUES} JSON values (array elements and object "
+                    "members); send a shorter conversation",
+                    None,
+                    "too_many_values",
+                )
+            body = json_pieces.loads(raw, scanned=scanned)
     except InputRuleError as exc:
         raise input_rule_error(exc) from None
-    try:
-        body = orjson.loads(raw)
     except orjson.JSONDecodeError as exc:
         why = "is not valid UTF-8" if "utf-8" in str(exc).lower() else "is not valid JSON"
         raise GatewayError(
@@ -149,19 +158,80 @@ def parse_chat_body(raw: bytes, needs: str = "'model' and 'messages'") -> dict:
     return body
 
 
+_MESSAGES = TypeAdapter(list[ChatMessage])
+
+
 def validate_chat_body(body: dict) -> ChatRequest:
-    """One pydantic pass over the parsed body; a 400 naming the bad fields otherwise."""
+    """The validated request (``ratchet_gateway.request_model``), or a 400 naming the first bad field.
+
+    A body of more than ``_SLICE`` messages is validated ``_SLICE`` messages at a time, the rules between messages
+    checked as they go (``Conversation``), so no single pydantic call is long (between them a worker thread lets
+    the event loop run); its validated view then keeps only the first message (thousands of message models would
+    be freed on the event loop at the end of the request, all at once): the body holds them all, as sent."""
+    messages = body.get("messages")
     try:
-        return ChatRequest.model_validate(body)
+        if isinstance(messages, list) and len(messages) > _SLICE:
+            req = ChatRequest.model_validate({**body, "messages": messages[:1]})
+            check_request(req, "stream_options" in body, messages=False)
+            conversation = Conversation()
+            conversation.add(0, req.messages[0])
+            for start in range(1, len(messages), _SLICE):
+                try:
+                    part = _MESSAGES.validate_python(messages[start : start + _SLICE])
+                except ValidationError as exc:
+                    raise _slice_error(exc, start) from exc
+                for offset, m in enumerate(part):
+                    conversation.add(start + offset, m)
+            conversation.end()
+        else:
+            req = ChatRequest.model_validate(body)
+            check_request(req, "stream_options" in body)
     except ValidationError as exc:
-        loc = exc.errors()[0].get("loc") or ()
-        param = ".".join(str(p) for p in loc) or None
+        param = error_param(exc.errors()[0].get("loc") or ())
         raise GatewayError(400, describe_validation_error(exc), "invalid_request", param=param) from exc
+    except InputRuleError as exc:
+        raise input_rule_error(exc) from None
+    return req
+
+
+def _slice_error(exc: ValidationError, start: int) -> GatewayError:
+    """A slice's validation error, its locations shifted to the message's place in the body."""
+    errors = [
+        {**e, "loc": ("messages", start + int(e["loc"][0]), *e["loc"][1:])} if e.get("loc") else e
+        for e in exc.errors()
+    ]
+    param = error_param(errors[0]["loc"])
+    return GatewayError(
+        400,
+        describe_errors(errors, "Fix these fields (OpenAI chat format) and retry."),
+        "invalid_request",
+        param=param,
+    )
 
 
 def input_rule_error(exc: InputRuleError) -> GatewayError:
     """The 400 (OpenAI's shape, with ``param``) for a broken input rule."""
     return GatewayError(400, exc.message, exc.code, param=exc.param)
+
+
+# metadata keys that are Ratchet's, not the model's: read here and taken out before the body goes upstream
+RATCHET_METADATA = ("ratchet_task", "ratchet_episode")
+
+
+def episode_of(req: ChatRequest) -> str:
+    """``metadata.ratchet_episode`` (the client's own id grouping requests for feedback; '' when absent), a 400
+    when it breaks the name rule (``ratchet_core.names``: 1-128 of ``A-Z a-z 0-9 . _ -``)."""
+    from ratchet_core.names import NameRuleError, check
+
+    episode = (req.metadata or {}).get("ratchet_episode") or ""
+    if episode:
+        try:
+            check("episode", episode, "metadata.ratchet_episode")
+        except NameRuleError as exc:
+            raise GatewayError(
+                400, exc.message, "invalid_episode", param="metadata.ratchet_episode"
+            ) from None
+    return episode
 
 
 def task_of(req: ChatRequest, header: str | None) -> str:

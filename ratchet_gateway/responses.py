@@ -2,10 +2,13 @@
 error shape ``{"error": {"message", "type", "param", "code"}}``.
 
 Every response carries ``x-ratchet-request-id``, ``x-ratchet-served-by`` (``teacher`` | ``student``),
-``x-ratchet-version`` and ``x-ratchet-overhead-ms`` (the gateway's own time); the chat route fills in the real
-values (``ratchet_gateway.chat``), every other route the defaults. On a chat answer ``x-ratchet-version`` is the
-adapter version when the student served and ``teacher`` when the teacher did, and ``x-ratchet-manifest`` the
-sequence of the release manifest the request was routed by.
+``x-ratchet-version``, ``x-ratchet-manifest``, ``x-ratchet-overhead-ms`` (the gateway's own time) and
+``X-Content-Type-Options: nosniff``; the chat route fills in the real values (``ratchet_gateway.chat``), every
+other route the defaults (``GatewayApp`` adds any a route left out, the manifest sequence in force among them).
+On a chat answer ``x-ratchet-version`` is the adapter version when the student served and ``teacher`` when the
+teacher did (or nobody: an error), and ``x-ratchet-manifest`` the sequence of the release manifest the request
+was routed by. The HTML pages and their files add :data:`PAGE_HEADERS` (a strict Content-Security-Policy: the
+page runs only its own script, loads nothing from elsewhere and cannot be framed).
 
 Every error message a client can trigger says what to do next and never contains a secret (keys, bearer tokens,
 upstream credentials): it is passed through ``ratchet_core.redact.redact_text`` here, on its way out.
@@ -34,9 +37,28 @@ def ratchet_headers(request_id: str | None = None) -> dict[str, str]:
     return {
         "x-ratchet-request-id": request_id or new_request_id(),
         "x-ratchet-served-by": "teacher",
-        "x-ratchet-version": "",
+        "x-ratchet-version": "teacher",
         "x-ratchet-overhead-ms": "0.000",
+        "x-content-type-options": "nosniff",
     }
+
+
+# What every page the gateway serves (the dashboard, its script and style) sends besides the x-ratchet-* headers.
+PAGE_HEADERS = {
+    "content-security-policy": (
+        "default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data:; connect-src 'self'; "
+        "object-src 'none'; base-uri 'none'; form-action 'none'; frame-ancestors 'none'"
+    ),
+    "x-frame-options": "DENY",
+    "referrer-policy": "no-referrer",
+}
+
+
+def default_headers(manifest_sequence: int) -> list[tuple[bytes, bytes]]:
+    """The x-ratchet-* headers (and nosniff) as raw ASGI pairs, for a response that set none of its own."""
+    h = ratchet_headers()
+    h["x-ratchet-manifest"] = str(manifest_sequence)
+    return [(k.encode("latin-1"), v.encode("latin-1")) for k, v in h.items()]
 
 
 def error_body(

@@ -26,8 +26,11 @@ from ratchet_core.redact import redact_text, redact_value
 from ratchet_core.routing import SafetyState
 from ratchet_core.settings import Settings
 from ratchet_gateway.ledger import Ledger
+from ratchet_gateway.limits import ClientLimiter
 from ratchet_gateway.metrics import Metrics
+from ratchet_gateway.offload import Offload
 from ratchet_gateway.proofs import KeyTreeCache
+from ratchet_gateway.responses import ratchet_headers
 from ratchet_gateway.upstream import Upstream
 
 log = logging.getLogger("ratchet.gateway")
@@ -52,6 +55,9 @@ class GatewayOptions:
     )
     # ``ratchet_gateway.hooks.RequestHook``s, run after the app's own (registered by ``create_app``)
     hooks: list[Any] = field(default_factory=list)
+    # where the gateway's spans go instead of RATCHET_OTEL_ENDPOINT's collector (tests: an InMemorySpanExporter);
+    # tracing is on only while the endpoint is set (``ratchet_gateway.tracing``)
+    span_exporter: Any = None
 
 
 def manifest_public_keys(settings: Settings) -> list[Any]:
@@ -69,6 +75,8 @@ class Gateway:
         self.settings = settings
         self.options = options
         self.metrics = Metrics()
+        self.offload = Offload()  # the large-body lane (``ratchet_gateway.offload``)
+        self.limits = ClientLimiter(self)  # per-client limits and budgets (a request hook, ``create_app``)
         self.keys = KeyStore(parse_api_keys(settings.api_keys), load_pepper(settings.pepper, settings.home))
         teacher_bare = settings.teacher_model.split("/", 1)[-1]
         aliases = [a.strip() for a in settings.model_aliases.split(",") if a.strip()]
@@ -93,7 +101,7 @@ class Gateway:
             settings.home / "ledger",
             settings.lake_root,
             settings.segment_seconds,
-            replica_base=options.replica,
+            replica_base=options.replica or settings.replica_id,
             load_interval=options.load_interval,
             on_commit=self.metrics.on_commit,
             erasures=self.erasure_snapshot,  # erasures recorded by `ratchet admin erase` (governance.erase)
@@ -114,6 +122,12 @@ class Gateway:
         except ImportError:  # pragma: no cover
             TASKS, compare = {}, None
         self._tasks, self._compare = TASKS, compare
+
+    def headers(self, request_id: str | None = None) -> dict[str, str]:
+        """The x-ratchet-* headers of a response nobody served, with the manifest sequence in force."""
+        h = ratchet_headers(request_id)
+        h["x-ratchet-manifest"] = str(self.manifest.sequence)
+        return h
 
     def erasure_snapshot(self) -> Any:
         """Erased request ids and erasure scopes from the control DB; the ledger's loader applies them to this
@@ -161,15 +175,27 @@ class Gateway:
             s.teacher_api_key,
             s.upstream_timeout_s,
             force_litellm=self.options.teacher_via_litellm,
+            offload=self.offload,
+            max_response_bytes=s.upstream_max_response_bytes,
         )
         self.student = Upstream(
-            "student", s.student_base_url, s.student_api_key, s.student_timeout_s, resolve=False
+            "student",
+            s.student_base_url,
+            s.student_api_key,
+            s.student_timeout_s,
+            resolve=False,
+            offload=self.offload,
+            max_response_bytes=s.upstream_max_response_bytes,
         )
         await self.teacher.start()
         await self.student.start()
         if s.embedding_model:
             self.embedder = Upstream(
-                s.embedding_model, s.embedding_api_base, s.embedding_api_key or None, s.upstream_timeout_s
+                s.embedding_model,
+                s.embedding_api_base,
+                s.embedding_api_key or None,
+                s.upstream_timeout_s,
+                max_response_bytes=s.upstream_max_response_bytes,
             )
             await self.embedder.start()
             self.embedding_prices = await asyncio.to_thread(embedding_prices, s.embedding_model)
@@ -187,12 +213,14 @@ class Gateway:
 
         await asyncio.to_thread(ensure_schema, self.engine)
         await self.poll_once()
+        await self.limits.poll()  # limits in force before the first request
         self._poller = asyncio.create_task(self._poll_forever())
         log.info(
-            "gateway replica %s ready (teacher %s, fast path %s)",
+            "gateway replica %s ready (teacher %s, fast path %s, json_schema sent %s)",
             self.ledger.replica,
             s.teacher_model,
             self.teacher.fast,
+            s.teacher_json_schema,
         )
 
     async def stop(self) -> None:
@@ -202,10 +230,15 @@ class Gateway:
                 await self._poller
         if self._bg:
             await asyncio.wait(list(self._bg), timeout=self.options.pair_drain_timeout_s)
+        try:
+            await self.limits.close()
+        except Exception as exc:
+            log.warning("client spend not flushed at stop: %s", redact_text(f"{type(exc).__name__}: {exc}"))
         for up in (self.teacher, self.student, self.embedder):
             if up is not None:
                 await up.close()
         await asyncio.to_thread(self.ledger.close)
+        self.offload.close()
 
     def spawn(self, coro: Coroutine) -> None:
         task = asyncio.create_task(coro)
@@ -243,6 +276,10 @@ class Gateway:
         while True:
             await asyncio.sleep(self.settings.manifest_poll_seconds)
             await self.poll_once()
+            try:
+                await self.limits.poll()
+            except Exception as exc:  # keep the limits last read; the next poll retries
+                log.warning("client limits poll failed: %s", redact_text(f"{type(exc).__name__}: {exc}"))
             self.metrics.ledger_lag.set(self.ledger.lag_rows)
 
     def apply_local_safety(self, student_disabled: bool = False, pin: str | None = None) -> None:

@@ -33,6 +33,7 @@ from typing import Any
 
 import orjson
 
+from ratchet_core import json_pieces
 from ratchet_gateway import http1
 from ratchet_gateway.errors import GatewayError
 
@@ -102,8 +103,13 @@ class Upstream:
         timeout_s: float,
         resolve: bool = True,
         force_litellm: bool = False,
+        offload: Any = None,
+        max_response_bytes: int = http1.DEFAULT_MAX_RESPONSE_BYTES,
     ):
+        self.max_response_bytes = max_response_bytes
         self.requested_model = model
+        # the lane a large request's body is encoded in (``ratchet_gateway.offload``); None: encoded inline
+        self._offload = offload
         self.api_key = api_key
         self.timeout_s = timeout_s
         if resolve:
@@ -130,7 +136,7 @@ class Upstream:
 
     async def start(self) -> None:
         if self._pool is None and self.fast:
-            self._pool = http1.Pool(self.base)
+            self._pool = http1.Pool(self.base, max_response_bytes=self.max_response_bytes)
 
     async def close(self) -> None:
         if self._pool is not None:
@@ -151,10 +157,14 @@ class Upstream:
         return self._headers
 
     async def _post(
-        self, body: dict, task: str | None, t: Timeouts, path: str = "/chat/completions"
+        self, body: dict, task: str | None, t: Timeouts, path: str = "/chat/completions", large: bool = False
     ) -> http1.Response:
         assert self._pool is not None, "Upstream.start() first"
-        return await self._pool.post(path, orjson.dumps(body), self._hdrs(task), t.connect)
+        if large and self._offload is not None:  # a large request's body, encoded in the lane
+            payload = await self._offload.run(json_pieces.dumps, body)
+        else:
+            payload = orjson.dumps(body)
+        return await self._pool.post(path, payload, self._hdrs(task), t.connect)
 
     async def complete(
         self,
@@ -163,24 +173,31 @@ class Upstream:
         timeout_s: float | None = None,
         task: str | None = None,
         timeouts: Timeouts | None = None,
+        large: bool = False,
     ) -> dict:
-        """The completion for `body` (validated: :func:`check_completion`); GatewayError on any failure."""
+        """The completion for `body` (validated: :func:`check_completion`); GatewayError on any failure. `large`:
+        the body is a large request's, encoded in the lane."""
         body = {**body, "model": model or self.model, "stream": False}
         body.pop("stream_options", None)
         t = self._timeouts(timeout_s, timeouts)
         if not self.fast:
             return await self._litellm_complete(body, t.total or t.first_byte)
-        return check_completion(await self._answer("/chat/completions", body, task, t))
+        return check_completion(await self._answer("/chat/completions", body, task, t, large))
 
-    async def embed(self, body: dict[str, Any], timeouts: Timeouts, task: str | None = None) -> dict:
+    async def embed(
+        self, body: dict[str, Any], timeouts: Timeouts, task: str | None = None, large: bool = False
+    ) -> dict:
         """The embeddings of `body` (OpenAI's ``POST /embeddings``, the model rewritten; litellm's ``aembedding``
-        for other providers), checked by :func:`check_embeddings`; GatewayError on any failure."""
+        for other providers), checked by :func:`check_embeddings`; GatewayError on any failure. `large`: a large
+        request's body, encoded in the lane."""
         body = {**body, "model": self.model}
         if not self.fast:
             return check_embeddings(await self._litellm_embed(body, timeouts.total or timeouts.first_byte))
-        return check_embeddings(await self._answer("/embeddings", body, task, timeouts))
+        return check_embeddings(await self._answer("/embeddings", body, task, timeouts, large))
 
-    async def _answer(self, path: str, body: dict, task: str | None, t: Timeouts) -> dict:
+    async def _answer(
+        self, path: str, body: dict, task: str | None, t: Timeouts, large: bool = False
+    ) -> dict:
         """The JSON object a non-streaming POST of `body` to `path` answers; GatewayError on any failure."""
         deadline = asyncio.get_running_loop().time() + (
             min(t.first_byte, t.total) if t.total else t.first_byte
@@ -189,7 +206,7 @@ class Upstream:
         try:
             # the whole non-streaming answer is its first byte: the body starts only once generation is done
             async with asyncio.timeout_at(deadline):
-                resp = await self._post(body, task, t, path)
+                resp = await self._post(body, task, t, path, large)
                 try:
                     phase = "body"
                     raw = await resp.read()
@@ -208,25 +225,44 @@ class Upstream:
         timeout_s: float | None = None,
         task: str | None = None,
         timeouts: Timeouts | None = None,
+        large: bool = False,
     ) -> AsyncIterator[tuple[bytes, dict]]:
-        """Yield each chunk as (its ``data:`` payload, the parsed and checked chunk), ``[DONE]`` excluded.
+        """Yield each chunk as (its ``data:`` payload, the parsed and checked chunk), ``[DONE]`` excluded: the
+        chunks of :meth:`stream_batches` one at a time (its errors too)."""
+        async for batch in self.stream_batches(body, timeout_s, task, timeouts, large):
+            for item in batch:
+                yield item
+
+    async def stream_batches(
+        self,
+        body: dict[str, Any],
+        timeout_s: float | None = None,
+        task: str | None = None,
+        timeouts: Timeouts | None = None,
+        large: bool = False,
+    ) -> AsyncIterator[list[tuple[bytes, dict]]]:
+        """Yield the chunks that arrived together (one read of the upstream's body: never one that is still to
+        come), each as (its ``data:`` payload, the parsed and checked chunk), ``[DONE]`` excluded; never an empty
+        batch. The relay sends a batch in one write (``chat.relay``): on loopback each write costs the sender the
+        receiver's wake-up, and an upstream that writes its events together gets them relayed together.
 
         Raises GatewayError before the first chunk (the caller can still answer with an HTTP error) or between two
-        (the caller ends its stream with an error event): an SSE error event, a chunk that is not a chunk object
-        (:func:`check_chunk`), a body that ends before ``[DONE]``, a timeout of any phase."""
+        batches (the caller ends its stream with an error event): an SSE error event, a chunk that is not a chunk
+        object (:func:`check_chunk`), a body that ends before ``[DONE]``, a timeout of any phase (the good chunks of
+        a read before a bad one are yielded first)."""
         body = {**body, "model": self.model, "stream": True}
         body["stream_options"] = {"include_usage": True}
         t = self._timeouts(timeout_s, timeouts)
         if not self.fast:
             async for raw in self._litellm_stream(body, t.total or t.first_byte):
-                yield raw, check_chunk(orjson.loads(raw))
+                yield [(raw, check_chunk(orjson.loads(raw)))]
             return
         loop = asyncio.get_running_loop()
         start = loop.time()
         first = start + (min(t.first_byte, t.total) if t.total else t.first_byte)
         try:
             async with asyncio.timeout_at(first):
-                resp = await self._post(body, task, t)
+                resp = await self._post(body, task, t, large=large)
         except TimeoutError as exc:
             raise _timeout_error("first", t) from exc
         except http1.Http1Error as exc:
@@ -258,15 +294,29 @@ class Upstream:
                 if not piece:
                     break
                 buf += piece
-                while b"\n\n" in buf:
-                    event, buf = buf.split(b"\n\n", 1)
+                if b"\n\n" not in buf:
+                    continue
+                *events, buf = buf.split(b"\n\n")
+                batch = []
+                done = False
+                for event in events:
                     data, is_error = _sse_data(event)
                     if data is None:
                         continue
                     if data == b"[DONE]":
-                        return
+                        done = True
+                        break
+                    try:
+                        batch.append((data, _parse_chunk(data, is_error)))
+                    except GatewayError:
+                        if batch:  # the chunks before the bad one go out first, as they would one at a time
+                            yield batch
+                        raise
+                if batch:
                     started = True
-                    yield data, _parse_chunk(data, is_error)
+                    yield batch
+                if done:
+                    return
             # OpenAI-compatible servers always end with [DONE]: a body that stops before it is a broken stream.
             raise GatewayError(502, "the model's stream ended before [DONE]; retry", "upstream_stream_broken")
         finally:
@@ -330,6 +380,20 @@ class Upstream:
 def _transport_error(exc: http1.Http1Error, t: Timeouts) -> GatewayError:
     if isinstance(exc, http1.ConnectTimeout):
         return _timeout_error("connect", t)
+    if isinstance(exc, http1.TooLarge):
+        return GatewayError(
+            502,
+            "the model's answer is larger than the gateway reads (RATCHET_UPSTREAM_MAX_RESPONSE_BYTES); ask for a "
+            "shorter one (max_tokens)",
+            "upstream_response_too_large",
+        )
+    if isinstance(exc, http1.Disconnected) and exc.before_headers and exc.sent:
+        return GatewayError(
+            502,
+            "the model endpoint closed the connection without answering; it was not asked again, since it may "
+            "have received the request (retry if you want it asked again)",
+            "upstream_bad_response",
+        )
     if isinstance(exc, http1.ConnectFailed) or (isinstance(exc, http1.Disconnected) and exc.before_headers):
         return GatewayError(503, "the model endpoint is unreachable; retry later", "upstream_unavailable")
     if isinstance(exc, http1.Disconnected):

@@ -13,10 +13,15 @@ are the adapter's files (name = file name, digest = sha256). Ratchet's BOM has t
   ``pedigree.ancestors``: the parent's bom-ref, version and SHA-256 digest), ``ratchet:start:new_rows``,
   ``ratchet:start:replay_rows`` and ``ratchet:start:replay_rule``. A BOM without them (older) verifies as before;
 - ``base:<name>`` (``machine-learning-model``): the base model with its license and the sha256 of every weight,
-  config and tokenizer file (``ratchet:file:<name>``);
+  config and tokenizer file (``ratchet:file:<name>``), the sha256 of its chat template
+  (``ratchet:base:chat_template_sha256``) and the vLLM tool parser that template needs (``ratchet:base:tool_parser``,
+  "" for none);
 - ``data:train`` and ``data:golden`` (``data``): Merkle commitments as properties ``ratchet:merkle:key_root``,
   ``ratchet:merkle:key_count``, ``ratchet:merkle:row_root``, ``ratchet:merkle:row_count``
-  (``ratchet_stats.commitment``), plus the data source's license;
+  (``ratchet_stats.commitment``), plus the data source's license; where their rows' label sources are recorded,
+  ``ratchet:labels:<source>`` (rows per source: teacher, people, import, summing to the row count) and, for the
+  training set, ``ratchet:labels:root`` / ``ratchet:labels:count``: the root of the tree whose leaves are each
+  row's ``<example key> <label source>`` in file order;
 - ``teacher`` (a ``service``): the teacher model that labelled the data;
 - document properties ``ratchet:notice:sha256`` (NOTICE.md) and ``ratchet:code:version``.
 
@@ -46,6 +51,7 @@ TEACHER_REF = "teacher"
 ADAPTER_REF_PREFIX = "adapter:"
 BASE_REF_PREFIX = "base:"
 P_FILE = "ratchet:file:"
+P_BASE = "ratchet:base:"
 P_HYPER = "ratchet:hyperparameter:"
 P_KEY_ROOT = "ratchet:merkle:key_root"
 P_KEY_COUNT = "ratchet:merkle:key_count"
@@ -60,6 +66,9 @@ P_START_MODE = "ratchet:start:mode"
 P_PARENT_VERSION = "ratchet:start:parent_version"
 P_PARENT_SHA256 = "ratchet:start:parent_sha256"
 START_MODES = ("warm", "cold")
+P_LABELS = "ratchet:labels:"  # + teacher | people | import: rows per label source
+P_LABEL_ROOT = "ratchet:labels:root"
+P_LABEL_COUNT = "ratchet:labels:count"
 
 
 class BomError(EvidenceError):
@@ -172,6 +181,7 @@ def check_bom_document(bom: Any) -> tuple[str, str, DataCommitment, DataCommitme
     for ref in (TRAIN_REF, GOLDEN_REF):
         if not (comps.get(ref) or {}).get("licenses"):
             raise BomError("components", f"{ref} has no license")
+        _check_labels(comps.get(ref) or {}, ref)
     if not any(s.get("bom-ref") == TEACHER_REF for s in bom.get("services") or []):
         raise BomError("components", "no teacher service")
     doc = properties(bom)
@@ -215,6 +225,27 @@ def _check_start(adapter: Mapping[str, Any], props: Mapping[str, str]) -> None:
     ]
     if len(ancestors) != 1 or not named:
         raise BomError("components", "the adapter's pedigree does not name its parent as its properties do")
+
+
+def _check_labels(component: Mapping[str, Any], ref: str) -> None:
+    """The label-source properties of a data component, when present, account for every row."""
+    props = properties(component)
+    sources = {
+        k: v for k, v in props.items() if k.startswith(P_LABELS) and k not in (P_LABEL_ROOT, P_LABEL_COUNT)
+    }
+    if not sources and P_LABEL_COUNT not in props:
+        return  # a BOM written before label sources were recorded
+    try:
+        rows = int(props[P_ROW_COUNT])
+        counted = sum(int(v) for v in sources.values())
+        labelled = int(props.get(P_LABEL_COUNT, rows))
+    except (KeyError, ValueError) as exc:
+        raise BomError("components", f"{ref}: a label-source property is not a count ({exc})") from exc
+    if counted != rows or labelled != rows:
+        raise BomError(
+            "components",
+            f"{ref}: label sources account for {counted} rows (tree: {labelled}), the set has {rows}",
+        )
 
 
 def notice_requirements(bom: Mapping[str, Any]) -> list[str]:

@@ -32,7 +32,7 @@ from ratchet_stats.keys import Ed25519PublicKey, load_private_key, load_public_k
 # subcommand -> (the formats it accepts, one per version; one-line help)
 DOCUMENTS: dict[str, tuple[tuple[DocumentFormat, ...], str]] = {
     "manifest": ((release_manifest.FORMAT,), "verify a signed release manifest"),
-    "certificate": ((certificate.FORMAT,), "verify a signed evaluation certificate"),
+    "certificate": (tuple(certificate.FORMATS.values()), "verify a signed evaluation certificate"),
 }
 
 _PEM_BLOCK = re.compile(r"-----BEGIN ([A-Z0-9 ]+)-----.*?-----END \1-----", re.S)

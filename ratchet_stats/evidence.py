@@ -9,7 +9,7 @@ or, with ``EvidenceError``, any. ``str(exc)`` is ``"<check>: <message>"``; the C
 
 **The format.** A signed document that ``ratchet verify NAME`` checks (``ratchet_stats.cli_verify``) exports one
 :class:`DocumentFormat` per version (the release manifest's is ``ratchet_stats.release_manifest.FORMAT``, the
-certificate's ``ratchet_stats.certificate.FORMAT``); the CLI keys them by predicate type, so a new version of a
+certificate's ``ratchet_stats.certificate.FORMATS``); the CLI keys them by predicate type, so a new version of a
 document is one format object and one entry there. Receipts, which carry files beside the envelope, have their
 own richer format (``ratchet_stats.receipt.ReceiptFormat``).
 """

@@ -19,6 +19,7 @@ ADMIN_MODULES = (
     "ratchet_assets.admin.export_cmd",
     "ratchet_assets.admin.keys_cmd",
     "ratchet_assets.admin.task_cmd",
+    "ratchet_assets.admin.client_cmd",
 )
 
 
@@ -31,7 +32,7 @@ def _present(module: str) -> bool:
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
 def admin() -> None:
-    """Operate releases: versions, promote, rollback, flags, effects, erasures, trusted keys, audit log."""
+    """Operate releases: versions, promote, rollback, flags, effects, erasures, trusted keys, client limits, audit log."""
 
 
 for _name in ADMIN_MODULES:

@@ -22,7 +22,7 @@ from ratchet_assets.admin.common import (
     json_option,
     reason_option,
 )
-from ratchet_assets.cli_names import names_checked
+from ratchet_assets.cli_names import actor_checked, names_checked
 
 
 @click.command()
@@ -48,7 +48,12 @@ from ratchet_assets.cli_names import names_checked
     "--example-key", "example_key", default=None, help="Example key (`ratchet proof key`) to forget, alone."
 )
 @click.option("--dry-run", is_flag=True, help="Count what would be erased in each store; change nothing.")
-@click.option("--actor", default=None, help="Who asks (logged and signed; default: the OS user).")
+@click.option(
+    "--actor",
+    default=None,
+    callback=actor_checked,
+    help="Who asks (logged and signed; default: the OS user).",
+)
 @reason_option()
 @control_db_option
 @json_option

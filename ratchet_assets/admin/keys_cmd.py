@@ -18,8 +18,11 @@ from typing import Any
 import click
 
 from ratchet_assets.admin.common import control_db_option, echo_json, engine_for, json_option, reason_option
+from ratchet_assets.cli_names import actor_checked
 
-actor_option = click.option("--actor", default="", help="Who is acting (default: the OS user name).")
+actor_option = click.option(
+    "--actor", default="", callback=actor_checked, help="Who is acting (default: the OS user name)."
+)
 signing_key_option = click.option(
     "--signing-key-file",
     default="",

@@ -19,14 +19,16 @@ import click
 
 from ratchet_assets.admin.common import control_db_option, echo_json, engine_for, json_option
 from ratchet_assets.admin.common import reason_option as common_reason_option
-from ratchet_assets.cli_names import names_checked
+from ratchet_assets.cli_names import actor_checked, names_checked
 from ratchet_core.control_db import ensure_schema
 
 FLAG_NAMES = ("student_disabled", "releases_frozen", "training_paused", "audit_rate")
 TARGETS = ("shadow", "canary-5", "canary-25", "canary-50", "live")
 
 reason_option = common_reason_option("Why (3-500 characters); signed into the manifest and the audit log.")
-actor_option = click.option("--actor", default="", help="Who is acting (default: the OS user name).")
+actor_option = click.option(
+    "--actor", default="", callback=actor_checked, help="Who is acting (default: the OS user name)."
+)
 key_option = click.option(
     "--signing-key-file",
     default="",

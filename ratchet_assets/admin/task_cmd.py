@@ -3,7 +3,9 @@
 ``set NAME`` changes only the options given (``--comparator``, ``--target``, ``--delta``, ``--audit-rate``,
 ``--golden-share``, ``--enable/--disable``, and the release rules: ``--release``, ``--promote-evidence``,
 ``--canary-audit-rate``, ``--calibration``, ``--paired-gate/--no-paired-gate``, ``--min-certified``, the same
-names ``ratchet sim`` compares them under; ``--clear FIELD`` returns a field to its default), needs ``--reason``
+names ``ratchet sim`` compares them under; what feedback means: ``--metric NAME:boolean|float[:higher|lower]``
+(repeatable, added to the task's declared metrics) and ``--bad-when 'NAME<VALUE'``; ``--clear FIELD`` returns a
+field to its default), needs ``--reason``
 and is published like every release change: a new signed manifest plus an audit-log row, in one transaction. A task
 needs no other definition: its name and ``ratchet admin task set`` are enough for the gateway, the night, the
 certificate and the release policy to follow it.
@@ -26,9 +28,9 @@ from ratchet_assets.admin.release_cmd import (
 )
 from ratchet_assets.cli_names import names_checked
 from ratchet_assets.release.options import release_options
-from ratchet_core.task_policy import RELEASE_FIELDS
+from ratchet_core.task_policy import FEEDBACK_FIELDS, RELEASE_FIELDS
 
-FIELDS = ("comparator", "target", "delta", "audit_rate", "golden_share", *RELEASE_FIELDS)
+FIELDS = ("comparator", "target", "delta", "audit_rate", "golden_share", *RELEASE_FIELDS, *FEEDBACK_FIELDS)
 
 
 def _resolved_rows(manifest: Any, names: list[str]) -> list[dict[str, Any]]:
@@ -66,6 +68,17 @@ def task_group() -> None:
 )
 @click.option("--enable/--disable", "enabled", default=None, help="--disable sends the task to the teacher.")
 @release_options
+@click.option(
+    "--metric",
+    "metrics",
+    multiple=True,
+    help="A feedback metric clients may send: NAME:boolean or NAME:float:higher|lower (repeatable).",
+)
+@click.option(
+    "--bad-when",
+    default=None,
+    help="The feedback that says an answer was bad, e.g. 'thumbs_up=false' or 'rating<3' (a declared metric).",
+)
 @click.option("--clear", multiple=True, type=click.Choice(FIELDS), help="Return a field to its default.")
 @reason_option
 @actor_option
@@ -86,6 +99,8 @@ def set_cmd(
     calibration: str | None,
     paired_gate: bool | None,
     min_certified: float | None,
+    metrics: tuple[str, ...],
+    bad_when: str | None,
     clear: tuple[str, ...],
     reason: str,
     actor: str,
@@ -96,8 +111,12 @@ def set_cmd(
     """Set TASK's policy (only the options given change); signed into a new release manifest."""
     from pydantic import ValidationError
 
-    from ratchet_core.task_policy import TaskPolicy
+    from ratchet_core.task_policy import TaskPolicy, parse_metric
 
+    try:
+        declared = dict(parse_metric(m) for m in metrics)
+    except ValueError as exc:
+        _fail(str(exc))
     given = {
         k: v
         for k, v in dict(
@@ -113,14 +132,17 @@ def set_cmd(
             calibration=calibration,
             paired_gate=paired_gate,
             min_certified=min_certified,
+            bad_when=bad_when,
         ).items()
         if v is not None
     }
+    if declared:
+        given["metrics"] = declared
     if not given and not clear:
         _fail(
             "nothing to set: give at least one of --comparator/--target/--delta/--audit-rate/--golden-share/"
             "--enable/--disable/--release/--promote-evidence/--canary-audit-rate/--calibration/--paired-gate/"
-            "--min-certified/--clear"
+            "--min-certified/--metric/--bad-when/--clear"
         )
     both = set(clear) & set(given)
     if both:
@@ -129,6 +151,11 @@ def set_cmd(
     def change(conn: Any, m: Any) -> dict:
         old = m.policies.get(name) or TaskPolicy()
         data = {**old.model_dump(), **given, **dict.fromkeys(clear)}
+        if declared and "metrics" not in clear:  # --metric adds to the metrics the task declares
+            data["metrics"] = {
+                **(old.model_dump().get("metrics") or {}),
+                **{k: v.model_dump() for k, v in declared.items()},
+            }
         try:
             m.policies[name] = TaskPolicy.model_validate(data)
         except ValidationError as exc:
@@ -136,7 +163,11 @@ def set_cmd(
             raise ValueError(f"{'.'.join(map(str, first['loc'])) or name}: {first['msg']}") from None
         return {}
 
-    summary = ",".join(f"{k}={v}" for k, v in sorted(given.items())) + "".join(f",{c}=default" for c in clear)
+    shown = {
+        k: (",".join(f"{n}:{s.type}:{s.direction}" for n, s in v.items()) if k == "metrics" else v)
+        for k, v in given.items()
+    }
+    summary = ",".join(f"{k}={v}" for k, v in sorted(shown.items())) + "".join(f",{c}=default" for c in clear)
     _change(
         control_db, signing_key_file, "task", f"{name}:{summary.strip(',')}", reason, actor, change, as_json
     )

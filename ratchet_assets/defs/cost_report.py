@@ -6,7 +6,6 @@ partition, so the UI plots the series) and ``ratchet cost report [--day D] [--js
 
 # No `from __future__ import annotations`: Dagster resolves the Config annotation at definition time.
 import json
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -14,29 +13,20 @@ import click
 import dagster as dg
 
 from ratchet_assets.cli_names import names_checked
+from ratchet_assets.cost import cost_config
 from ratchet_assets.defs.partitions import daily_partitions
 from ratchet_assets.defs.resources import ModelEndpoints, RatchetPaths
 from ratchet_core.artifact_store import publishes_artifacts
 
 
 class CostReportConfig(dg.Config):
-    """Prices: the student endpoint's GPU and the training machine, USD per hour; tokens_per_second > 0 measures the
-    student's time from tokens instead of the gateway's measured wait."""
+    """Prices (USD per hour) of the student endpoint's GPU and of the training machine, and the deployment's vLLM
+    throughput per GPU (tokens/s; 0 = the endpoint's measured speed). Unset: the settings' (RATCHET_STUDENT_GPU_
+    PRICE_PER_HOUR, RATCHET_TRAINING_PRICE_PER_HOUR, RATCHET_STUDENT_TOKENS_PER_SECOND)."""
 
-    gpu_price_per_hour: float = 2.5
-    training_price_per_hour: float = 2.5
-    tokens_per_second: float = 0.0
-
-
-def _config(cfg: Any, teacher_model: str) -> Any:
-    from ratchet_assets.cost import CostConfig
-
-    return CostConfig(
-        teacher_model=teacher_model,
-        gpu_price_per_hour=cfg.gpu_price_per_hour,
-        training_price_per_hour=cfg.training_price_per_hour,
-        tokens_per_second=cfg.tokens_per_second,
-    )
+    gpu_price_per_hour: float | None = None
+    training_price_per_hour: float | None = None
+    tokens_per_second: float | None = None
 
 
 def report_path(artifacts: str | Path, day: str) -> Path:
@@ -55,15 +45,27 @@ def cost_report(
 ) -> dg.MaterializeResult:
     """Teacher spend, student GPU time, training cost and break-even volume for the day, per task."""
     from ratchet_assets.cost import cost_report as compute
-    from ratchet_assets.cost import totals
+    from ratchet_assets.cost import describe_pricing, totals
     from ratchet_assets.night import markdown_table
     from ratchet_core.lake import atomic_write_bytes
+    from ratchet_core.settings import load_settings
 
     day = context.partition_key
-    rows = compute(
-        paths.lake_root(), paths.artifacts_root(), day, _config(config, models.teacher_model or "gpt-4o")
+    settings = load_settings()
+    if models.teacher_model:
+        settings.teacher_model = models.teacher_model
+    prices = cost_config(
+        settings, config.gpu_price_per_hour, config.training_price_per_hour, config.tokens_per_second
     )
-    data = {"day": day, "tasks": [r.as_dict() for r in rows], "totals": totals(rows)}
+    rows = compute(paths.lake_root(), paths.artifacts_root(), day, prices)
+    pricing = describe_pricing(prices, rows)
+    context.log.info(pricing)
+    data = {
+        "day": day,
+        "student_pricing": pricing,
+        "tasks": [r.as_dict() for r in rows],
+        "totals": totals(rows),
+    }
     path = report_path(paths.artifacts_root(), day)
     atomic_write_bytes(path, json.dumps(data, indent=2, sort_keys=True).encode() + b"\n")
     t = data["totals"]
@@ -80,6 +82,7 @@ def cost_report(
         "student_share": dg.MetadataValue.float(
             t["student_served"] / t["requests"] if t["requests"] else 0.0
         ),
+        "student_pricing": dg.MetadataValue.text(pricing),
         "summary": dg.MetadataValue.md(
             markdown_table(
                 [
@@ -126,46 +129,72 @@ def cost() -> None:
     callback=names_checked("day"),
     help="Day(s) YYYY-MM-DD (default: every day in the lake).",
 )
-@click.option("--gpu-price-per-hour", type=float, default=2.5, show_default=True)
-@click.option("--training-price-per-hour", type=float, default=2.5, show_default=True)
-@click.option("--tokens-per-second", type=float, default=0.0, help="> 0: student time from tokens.")
+@click.option(
+    "--gpu-price-per-hour",
+    type=click.FloatRange(min=0),
+    default=None,
+    help="USD per hour of one student GPU (default: RATCHET_STUDENT_GPU_PRICE_PER_HOUR, 2.5).",
+)
+@click.option(
+    "--training-price-per-hour",
+    type=click.FloatRange(min=0),
+    default=None,
+    help="USD per hour of the training machine (default: RATCHET_TRAINING_PRICE_PER_HOUR, 2.5).",
+)
+@click.option(
+    "--tokens-per-second",
+    type=click.FloatRange(min=0),
+    default=None,
+    help="The deployment's vLLM throughput per GPU, prompt + completion tokens/s: pricing model 'configured' "
+    "(default: RATCHET_STUDENT_TOKENS_PER_SECOND; 0 or unset: 'measured', the endpoint's own speed).",
+)
 @click.option("--lake", default="", help="Lake (default: RATCHET_LAKE_ROOT).")
 @click.option("--artifacts", default="", help="Artifacts root (default: RATCHET_ARTIFACTS_ROOT).")
 @click.option("--json", "as_json", is_flag=True, help="Print machine-readable JSON.")
 def report_cmd(
     days: tuple[str, ...],
-    gpu_price_per_hour: float,
-    training_price_per_hour: float,
-    tokens_per_second: float,
+    gpu_price_per_hour: float | None,
+    training_price_per_hour: float | None,
+    tokens_per_second: float | None,
     lake: str,
     artifacts: str,
     as_json: bool,
 ) -> None:
-    """Teacher spend, student GPU time, training cost and the break-even volume per day and task."""
-    from ratchet_assets.cost import CostConfig, cost_report, totals
-    from ratchet_core.lake import Lake
-    from ratchet_core.settings import load_settings
+    """Teacher spend, student GPU time, training cost and the break-even volume per day and task.
 
-    s = load_settings()
+    The student is priced by a stated model, printed first: 'configured' (the deployment's vLLM throughput per
+    GPU) or 'measured' (the endpoint's own speed as the gateway waited on it)."""
+    from ratchet_assets.cost import cost_report, describe_pricing, totals
+    from ratchet_core.lake import Lake
+    from ratchet_core.settings import SettingsError, load_settings
+
+    try:
+        s = load_settings()
+    except SettingsError as exc:
+        raise click.ClickException(str(exc)) from None
     lake = lake or s.lake_root
     artifacts = artifacts or s.artifacts_root
-    for name, v in (
-        ("gpu-price-per-hour", gpu_price_per_hour),
-        ("training-price-per-hour", training_price_per_hour),
-    ):
-        if v < 0:
-            click.echo(f"error: --{name} must be >= 0 (got {v})", err=True)
-            sys.exit(2)
-    config = CostConfig(
-        s.teacher_model or "gpt-4o", gpu_price_per_hour, training_price_per_hour, tokens_per_second
-    )
-    out = []
+    config = cost_config(s, gpu_price_per_hour, training_price_per_hour, tokens_per_second)
+    out, every = [], []
     for day in days or Lake(lake).days():
         rows = cost_report(lake, artifacts, day, config)
+        every += rows
         out.append({"day": day, "tasks": [r.as_dict() for r in rows], "totals": totals(rows)})
+    pricing = describe_pricing(config, every)
     if as_json:
-        click.echo(json.dumps({"config": config.__dict__, "days": out}, indent=2, sort_keys=True))
+        click.echo(
+            json.dumps(
+                {
+                    "config": {**config.__dict__, "student_pricing": config.student_pricing},
+                    "student_pricing": pricing,
+                    "days": out,
+                },
+                indent=2,
+                sort_keys=True,
+            )  # fmt: skip
+        )
         return
+    click.echo(pricing)
     click.echo(f"{'day':<11} {'task':<10} {'req':>5} {'stud':>5} {'teacher$':>10} {'equiv$':>10} {'gpu s':>8} "
                f"{'student$':>9} {'train$':>8} {'saved$':>9} {'break-even/day':>14}")  # fmt: skip
     for d in out:

@@ -7,6 +7,7 @@ from ratchet_assets.defs.resources import ControlDB, NightConfig, RatchetPaths, 
 from ratchet_assets.night import markdown_table
 from ratchet_assets.night.budget import PeakRSS
 from ratchet_assets.night.erasures import load_erasures
+from ratchet_assets.night.labels import load_labels, settle_from_traffic
 from ratchet_assets.night.split import split_golden
 from ratchet_core.artifact_store import publishes_artifacts
 from ratchet_stats.bounds import rows_to_certify
@@ -17,14 +18,15 @@ def certification_floor(night: NightConfig) -> int:
     return rows_to_certify(night.certify_target, night.certify_delta)[0].rows
 
 
-def _task_policies(control_db: ControlDB, signer: Signer, night: NightConfig) -> tuple[dict, dict]:
-    """(task -> golden share, task -> floor from the task's own target/delta) set by signed policies."""
+def _task_policies(control_db: ControlDB, signer: Signer, night: NightConfig) -> tuple[dict, dict, dict]:
+    """(task -> golden share, task -> floor from the task's own target/delta, the policies) from signed policies."""
     from ratchet_core.manifest import current_policies
     from ratchet_core.task_policy import certification_floors
 
     policies = current_policies(control_db.engine(), signer.public_key())
     shares = {t: p.golden_share for t, p in policies.items() if p.golden_share is not None}
-    return shares, certification_floors(policies, target=night.certify_target, delta=night.certify_delta)
+    floors = certification_floors(policies, target=night.certify_target, delta=night.certify_delta)
+    return shares, floors, policies
 
 
 @dg.asset(
@@ -45,18 +47,26 @@ def golden_split(
     """Golden (held-out) example keys: once golden, always golden; Merkle root over the sorted keys."""
     day = context.partition_key
     floor = certification_floor(night)
-    task_shares, task_floors = _task_policies(control_db, signer, night)
+    task_shares, task_floors, policies = _task_policies(control_db, signer, night)
     rss = PeakRSS()
+    engine, erasures = control_db.engine(), load_erasures(control_db.engine())
+    # feedback the gateway could not settle (another replica's unsealed request) meets its sealed request here
+    settled = settle_from_traffic(engine, paths.artifacts_root(), day, policies)
+    labels = load_labels(engine, policies, erasures)
+    context.log.info(
+        f"{day}: feedback: {settled} pending items settled; {len(labels.demonstrations)} demonstrations"
+    )
     r = split_golden(
         paths.artifacts_root(),
         day,
         share=night.golden_share,
         salt=night.golden_salt,
         floor=floor,
-        erasures=load_erasures(control_db.engine()),
+        erasures=erasures,
         budget=night.budget(),
         task_shares=task_shares,
         task_floors=task_floors,
+        labels=labels,
     )
     context.log.info(
         f"{day}: {r.new_keys} new keys, {r.new_golden} golden; golden to date {r.golden_size}, root {r.golden_root}"
@@ -70,6 +80,8 @@ def golden_split(
         "new_keys": dg.MetadataValue.int(r.new_keys),
         "new_golden": dg.MetadataValue.int(r.new_golden),
         "floor_per_task": dg.MetadataValue.int(floor),
+        "people_labelled": dg.MetadataValue.int(r.labels_by_source.get("people", 0)),
+        "feedback_settled": dg.MetadataValue.int(settled),
         "peak_rss_mb": dg.MetadataValue.float(round(rss.mb(), 1)),
         "by_task": dg.MetadataValue.md(
             markdown_table(

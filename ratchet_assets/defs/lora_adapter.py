@@ -43,6 +43,7 @@ class LoraAdapterConfig(dg.Config):
     lr: float = _DEFAULTS.lr
     epochs: int = _DEFAULTS.epochs
     batch_size: int = _DEFAULTS.batch_size
+    # the longest row trained on (a longer one is left out, never cut); 0 = the base's context
     max_len: int = _DEFAULTS.max_len
     min_steps: int = _DEFAULTS.min_steps  # at least this many steps: small training sets run more epochs
     seed: int = _DEFAULTS.seed

@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+from pathlib import Path
 
 import dagster as dg
 
@@ -97,10 +98,21 @@ class StudentEndpoints(dg.ConfigurableResource):
     """Student endpoints (vLLM or ``ratchet student-server``) the adapter reconciler keeps loaded.
 
     ``urls``: comma-separated OpenAI base URLs (``http://host:8102/v1``); empty = ``RATCHET_STUDENT_BASE_URL``.
-    ``api_key``: empty = ``RATCHET_STUDENT_API_KEY``."""
+    ``api_key``: empty = ``RATCHET_STUDENT_API_KEY``. ``base_model``: the base folder they serve, which an adapter
+    is checked against before it is loaded into vLLM; empty = ``RATCHET_STUDENT_BASE_MODEL``, else the demo base
+    under ``$RATCHET_HOME``. ``max_lora_rank``: their ``--max-lora-rank``; 0 = ``RATCHET_STUDENT_MAX_LORA_RANK``."""
 
     urls: str = ""
     api_key: str = ""
+    base_model: str = ""
+    max_lora_rank: int = 0
+
+    def base_and_rank(self, home: Path) -> tuple[Path, int]:
+        from ratchet_core.settings import load_settings
+
+        settings = load_settings()
+        base = self.base_model or settings.student_base_model or str(Path(home) / "models" / "demo-base")
+        return Path(base).expanduser(), self.max_lora_rank or settings.student_max_lora_rank
 
     def endpoints(self) -> list[tuple[str, str]]:
         from ratchet_core.settings import load_settings
@@ -138,6 +150,7 @@ def adapter_reconciler(
                 "no student endpoint: set RATCHET_STUDENT_BASE_URL or student_endpoints.urls"
             )
         )
+    base, max_rank = student_endpoints.base_and_rank(paths.home_path())
     manifest, reports = reconcile(
         control_db.engine(),
         [signer.public_key()],
@@ -145,6 +158,8 @@ def adapter_reconciler(
         paths.artifacts_root(),
         paths.artifact_store(),  # adapters the cache lacks come from RATCHET_ARTIFACTS_URL
         paths.student_adapters_from_store,
+        base,  # what an adapter must fit before it is loaded into vLLM
+        max_rank,
     )
     seen = {
         "sequence": manifest.sequence,

@@ -3,11 +3,17 @@
 import dagster as dg
 
 from ratchet_assets.defs.partitions import daily_partitions
-from ratchet_assets.defs.resources import ControlDB, NightConfig, RatchetPaths
+from ratchet_assets.defs.resources import ControlDB, NightConfig, RatchetPaths, Signer
 from ratchet_assets.night import markdown_table
 from ratchet_assets.night.budget import PeakRSS
 from ratchet_assets.night.erasures import load_erasures
-from ratchet_assets.night.training_set import TrainingSetError, build_training_set, disjoint_from_golden
+from ratchet_assets.night.labels import load_labels
+from ratchet_assets.night.training_set import (
+    TrainingSetError,
+    build_training_set,
+    disjoint_from_golden,
+    window,
+)
 from ratchet_core.artifact_store import publishes_artifacts
 
 DISJOINT_CHECK = "training_set_disjoint_from_golden"
@@ -22,18 +28,29 @@ DISJOINT_CHECK = "training_set_disjoint_from_golden"
 )
 @publishes_artifacts  # what it wrote goes to RATCHET_ARTIFACTS_URL (a no-op without it)
 def training_set(
-    context: dg.AssetExecutionContext, paths: RatchetPaths, control_db: ControlDB, night: NightConfig
+    context: dg.AssetExecutionContext,
+    paths: RatchetPaths,
+    control_db: ControlDB,
+    night: NightConfig,
+    signer: Signer,
 ) -> dg.MaterializeResult:
-    """The night's training rows (chat fine-tuning format), never a golden key."""
+    """The night's training rows (chat fine-tuning format), never a golden key; people's labels first."""
+    from ratchet_core.manifest import current_policies
+
     day = context.partition_key
     rss = PeakRSS()
+    engine = control_db.engine()
+    erasures = load_erasures(engine)
+    policies = current_policies(engine, signer.public_key())
+    labels = load_labels(engine, policies, erasures, paths.artifacts_root(), window(day, night.window_days))
     try:
         r = build_training_set(
             paths.artifacts_root(),
             day,
             window_days=night.window_days,
-            erasures=load_erasures(control_db.engine()),
+            erasures=erasures,
             budget=night.budget(),
+            labels=labels,
         )
     except TrainingSetError as exc:
         raise dg.Failure(description=str(exc)) from None
@@ -48,6 +65,9 @@ def training_set(
             "window_days": dg.MetadataValue.int(r.window_days),
             "peak_rss_mb": dg.MetadataValue.float(round(rss.mb(), 1)),
             "erased": dg.MetadataValue.int(r.erased),
+            "labels_root": dg.MetadataValue.text(r.labels_root),
+            "people_labelled": dg.MetadataValue.int(r.by_label.get("people", 0)),
+            "bad_feedback_left_out": dg.MetadataValue.int(r.bad_left_out),
             "by_task": dg.MetadataValue.md(
                 markdown_table(["task", "rows"], [[t, n] for t, n in sorted(r.by_task.items())])
             ),

@@ -32,10 +32,24 @@ def _when(value: str | None, what: str) -> datetime | None:
 )
 @click.option("--source", required=True, help="Where the rows come from (carried to the BOM and NOTICE).")
 @click.option("--license", "license_", required=True, help="Licence of the rows (e.g. CC-BY-4.0).")
+@click.option(
+    "--label-source",
+    type=click.Choice(["import", "people", "teacher"]),
+    default="import",
+    show_default=True,
+    help="Who labelled the rows: people (counted with people's labels in the certificate), teacher, or import.",
+)
 @click.option("--day", default=None, help="First night that uses them (YYYY-MM-DD; default today, UTC).")
 @click.option("--json", "as_json", is_flag=True, help="Print machine-readable JSON.")
 def import_cmd(
-    path: str, task: str, role: str, source: str, license_: str, day: str | None, as_json: bool
+    path: str,
+    task: str,
+    role: str,
+    source: str,
+    license_: str,
+    label_source: str,
+    day: str | None,
+    as_json: bool,
 ) -> None:
     """Import labelled chat examples (JSONL or Parquet: messages + answer) as golden or training rows."""
     from ratchet_assets.governance.importer import ImportRowError, import_examples
@@ -50,6 +64,7 @@ def import_cmd(
             source=source,
             license=license_,
             day=day,
+            label_source=label_source,
         )
     except (ImportRowError, ValueError) as exc:
         click.echo(f"error: {exc}", err=True)
@@ -84,8 +99,8 @@ def import_cmd(
     "--kind",
     "kinds",
     multiple=True,
-    type=click.Choice(["requests", "examples", "golden", "receipts"]),
-    help="What to export (repeatable; default all four).",
+    type=click.Choice(["requests", "examples", "golden", "receipts", "feedback"]),
+    help="What to export (repeatable; default all five).",
 )
 @click.option(
     "--sign/--no-sign", default=True, show_default=True, help="Sign the manifest (manifest.dsse.json)."

@@ -11,7 +11,9 @@ Then each store is rewritten:
   (``ratchet_core.schema.CONTENT_COLUMNS``) blanked, every other column kept — the rewrite goes through
   ``Lake.publish_table`` (temp file + fsync + atomic rename locally, one write-once PUT on an object store);
 - **artifacts**: each day's ``traffic.parquet`` (blanked the same way), ``examples.parquet`` and ``golden.parquet``
-  (rows dropped), ``train.jsonl`` + ``keys.txt`` (lines of the erased examples' keys dropped);
+  (rows dropped), ``train.jsonl`` + ``keys.txt`` + ``labels.txt`` (lines of the erased examples' keys dropped);
+- **feedback** (``ratchet_core.feedback``): the items on erased requests, of erased clients, and those whose
+  text (a comment, a demonstration) the erased text matches are deleted from the control DB;
 - **gateway ledgers and journals**: the request ids go to the control DB's ``erasures`` table and the matcher to
   ``erasure_scopes``; each replica applies both to its own DuckDB file and journal on its poll, rows not sealed
   yet included (``ratchet_gateway.ledger``: the loader's erasure hook), and records what it scrubbed in
@@ -265,9 +267,15 @@ def _erase_artifacts(layout: ArtifactLayout, ids: set[str], dry_run: bool, repor
             continue
         counts["training_rows"] += len(day_keys) - len(keep)
         report.files += [str(lines_path), str(keys_path)]
+        labels_path = layout.train_labels(day)  # absent in a training set written before label sources
+        label_lines = labels_path.read_bytes().splitlines() if labels_path.exists() else None
         if not dry_run:
             atomic_write_bytes(lines_path, b"".join(lines[i] + b"\n" for i in keep))
             atomic_write_bytes(keys_path, "".join(day_keys[i] + "\n" for i in keep).encode("ascii"))
+            if label_lines is not None:
+                atomic_write_bytes(labels_path, b"".join(label_lines[i] + b"\n" for i in keep))
+        if label_lines is not None:
+            report.files.append(str(labels_path))
         train_days.append(day)
     report.counts.update(counts)
     report.golden_days, report.train_days = golden_days, train_days
@@ -286,6 +294,9 @@ def _recommit(path: Path, fresh: dict[str, Any], at: str) -> None:
         "keys": {**old.get("keys", {}), **fresh["keys"]},
         "rows": {**old.get("rows", {}), **fresh["rows"]},
     }
+    if "labels" in fresh and "labels" in old:
+        doc["labels"] = {**old["labels"], **fresh["labels"]}
+        history[-1]["previous"]["labels"] = {k: old["labels"].get(k) for k in ("root", "size")}
     doc["rewritten_by_erasure"] = history
     atomic_write_bytes(path, json.dumps(doc, indent=2, sort_keys=True).encode())
 
@@ -323,6 +334,15 @@ def recommit(
         keys_tree.add(layout.train_keys(day).read_text().split())
         row_tree.add(layout.train_jsonl(day).read_bytes().splitlines())
         fresh = {"keys": keys_tree.finish().to_dict(), "rows": row_tree.finish().to_dict()}
+        if layout.train_labels(day).exists():
+            label_tree = RowTree()
+            lines = layout.train_labels(day).read_bytes().splitlines()
+            label_tree.add(lines)
+            counts: dict[str, int] = {}
+            for line in lines:
+                source = line.decode("ascii").split(" ", 1)[1]
+                counts[source] = counts.get(source, 0) + 1
+            fresh["labels"] = {**label_tree.finish().to_dict(), "counts": dict(sorted(counts.items()))}
         _recommit(layout.train_commitment(day), fresh, at)
         written.append(str(layout.train_commitment(day)))
     return written
@@ -380,6 +400,7 @@ def erase(
         report.adapters_trained_on_erased = adapters_trained_on(layout, keys)
         if not dry_run:
             report.files += recommit(layout, report.golden_days, report.train_days, at)
+    report.counts["feedback_items"] = _erase_feedback(engine, scope, matcher, ids, report, dry_run)
     report.counts["requests"] = len(ids)
     report.counts["example_keys"] = len(report.example_keys)
     if dry_run:
@@ -388,6 +409,33 @@ def erase(
         engine, scope, matcher, report, reason, private_key, actor or getpass.getuser(), at
     )
     return report
+
+
+def _erase_feedback(
+    engine: Any,
+    scope: ErasureScope,
+    matcher: ScopeMatcher,
+    ids: list[str],
+    report: ErasureReport,
+    dry_run: bool,
+) -> int:
+    """Delete the feedback of the erased requests (those found and those named but not sealed yet), of erased
+    clients when the scope names clients alone, and whose text the erased text matches."""
+    from ratchet_core import feedback
+
+    if engine is None:
+        return 0
+    only_clients = scope.clients and not (
+        scope.request_ids or scope.users or scope.since or scope.until or scope.text
+    )
+    return feedback.delete(
+        engine,
+        request_ids=[*ids, *report.request_ids_not_found],
+        clients=scope.clients if only_clients else (),
+        text_matches=matcher.matches_text if scope.text else None,
+        text_clients=scope.clients,
+        dry_run=dry_run,
+    )
 
 
 def _record(
@@ -481,6 +529,9 @@ def sweep(engine: Any, lake_root: str, artifacts_root: str, day: str) -> dict[st
         report = ErasureReport(dry_run=False, request_ids=sorted(ids), example_keys=[])
         _erase_lake(lake, ids, False, report, late)
         keys = _erase_artifacts(layout, ids, False, report)
+        from ratchet_core import feedback
+
+        report.counts["feedback_items"] = feedback.delete(engine, request_ids=ids)
         recommit(layout, report.golden_days, report.train_days, datetime.now(UTC).isoformat())
         at = datetime.now(UTC).isoformat(timespec="seconds")
         note = f"#{row['log_id']}: sealed after the erasure ({day})"

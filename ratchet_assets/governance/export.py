@@ -1,6 +1,8 @@
-"""``ratchet export``: requests, examples, golden rows and receipt rows of a task, client and time range, verifiable.
+"""``ratchet export``: requests, examples, golden rows, receipt rows and feedback of a task, client and time range,
+verifiable.
 
-Each kind becomes one file (``requests``, ``examples``, ``golden``, ``receipts``; JSONL or Parquet, through
+Each kind becomes one file (``requests``, ``examples``, ``golden``, ``receipts``, ``feedback``: the control DB's
+feedback items, ``ratchet_core.feedback``, by the time they were received; JSONL or Parquet, through
 ``ratchet_core.layout.DataExport``) and ``manifest.json`` says what was exported::
 
     {"format": "jsonl"|"parquet", "filters": {...}, "created_at": ...,
@@ -37,7 +39,11 @@ from ratchet_stats import merkle
 from ratchet_stats.canonical import canonical_json, sha256_hex
 
 PREDICATE_TYPE = "https://ratchet.dev/export/v1"
-KINDS = ("requests", "examples", "golden", "receipts")
+KINDS = ("requests", "examples", "golden", "receipts", "feedback")
+FEEDBACK_COLUMNS = [
+    "received_at", "client", "feedback_id", "target", "request_id", "episode", "task", "metric", "kind", "value",
+    "text", "state", "error", "example_key", "request_day", "served_by", "version", "agrees", "settled_at",
+]  # fmt: skip
 FORMATS = ("jsonl", "parquet")
 REQUEST_COLUMNS = [
     "request_id", "ts", "day", "client", "task", "model_requested", "served_by", "version", "messages", "tools",
@@ -146,6 +152,23 @@ def _receipts(layout: ArtifactLayout, f: ExportFilters) -> pl.DataFrame:
     return frame.select("day", "index", "request_id", "client", "leaf").sort("day", "index")
 
 
+def _feedback(engine: Any, f: ExportFilters, erased: frozenset[str]) -> pl.DataFrame:
+    """The feedback items of the filters (time: when received), erased requests' left out, oldest first."""
+    from ratchet_core import feedback
+
+    items = [
+        {c: r[c] for c in FEEDBACK_COLUMNS}
+        for r in (feedback.rows(engine) if engine is not None else [])
+        if r["request_id"] not in erased
+        and (not f.task or r["task"] == f.task)
+        and (not f.client or r["client"] == f.client)
+        and (not f.since or datetime.fromisoformat(r["received_at"]) >= f.since)
+        and (not f.until or datetime.fromisoformat(r["received_at"]) < f.until)
+    ]
+    schema = {c: pl.String for c in FEEDBACK_COLUMNS} | {"value": pl.Float64, "agrees": pl.Boolean}
+    return pl.DataFrame(items, schema=schema)
+
+
 def leaves(frame: pl.DataFrame) -> list[bytes]:
     """The leaves of a file's rows: canonical JSON of each row, in order."""
     return [canonical_json(row) for row in frame.to_dicts()]
@@ -232,6 +255,7 @@ def export_data(
             [layout.golden_file(golden_days[-1])] if golden_days else [], filters, ids, erased
         ),
         "receipts": lambda: _receipts(layout, filters),
+        "feedback": lambda: _feedback(engine, filters, erased),
     }
     files: dict[str, Any] = {}
     for kind in kinds:

@@ -14,7 +14,10 @@ Each row becomes an example (its key from ``ratchet_core.example_key``'s documen
 ``imports/<id>/examples.parquet`` (the examples file's columns, ``source`` = ``import``), where ``<id>`` is
 ``<day>-<task>-<role>-<digest>`` (the day the rows join the night, the task, ``golden`` or ``train``, then the
 first 12 hex of the file's content digest: the same file imported for two tasks, or as both kinds, keeps both),
-with ``provenance.json`` (source, licence, role, task, counts, sha256 of the input). The keys enter the golden
+with ``provenance.json`` (source, licence, role, task, label source, counts, sha256 of the input). The label
+source says who labelled the rows (``--label-source``: ``people``, ``teacher`` or ``import``, the default): the
+night records it for every row it uses (``ratchet_assets.night.labels``), and golden rows people labelled count
+with people's labels in the certificate (v2). The keys enter the golden
 registry under the registry's lock with reason ``import``:
 
 - ``golden``: golden for good — the night's golden set (``golden_split``) carries them from ``day`` on, so they
@@ -45,6 +48,7 @@ from ratchet_core.names import NameRuleError, check
 from ratchet_stats.canonical import loads_strict
 
 ROLES = ("golden", "train")
+LABEL_SOURCES = ("import", "people", "teacher")
 
 
 class ImportRowError(ValueError):
@@ -206,6 +210,7 @@ def import_examples(
     source: str,
     license: str,
     day: str | None = None,
+    label_source: str = "import",
 ) -> ImportResult:
     """Import ``path`` (module docstring); return what was written and refused."""
     from ratchet_assets.night.examples import EXAMPLES_SCHEMA
@@ -213,6 +218,8 @@ def import_examples(
 
     if role not in ROLES:
         raise ImportRowError(f"role {role!r}: use golden or train")
+    if label_source not in LABEL_SOURCES:
+        raise ImportRowError(f"label source {label_source!r}: use {', '.join(LABEL_SOURCES)}")
     if not task or not source.strip() or not license.strip():
         raise ImportRowError("give --task, --source and --license (they travel to the BOM and NOTICE)")
     try:
@@ -268,6 +275,7 @@ def import_examples(
         "role": role,
         "task": task,
         "day": day,
+        "label_source": label_source,
         "input": {"name": path.name, "sha256": digest},
         "rows": rows,
         "imported": table.num_rows,

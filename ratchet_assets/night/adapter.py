@@ -43,13 +43,15 @@ from ratchet_assets.night import warm_start
 from ratchet_assets.night.commitments import training_commitment
 from ratchet_assets.night.lora_trainer import LoraTrainConfig
 from ratchet_core.layout import ArtifactLayout
+from ratchet_stats.certificate import BASE_KEYS
 
 EFFECT = "training.launch"
 LEASE_SECONDS = 6 * 3600
 
 # The night's training settings: the ones the demo certifies with, and the ``lora_adapter`` asset's defaults (so a
 # run without run config, e.g. the UI's "Materialize all", computes the same config hash and reuses the adapter).
-# They are the trainer's defaults (``ratchet_assets.night.lora_trainer``: rank 32, lr 4e-3, max_len 160, min_steps 150)
+# They are the trainer's defaults (``ratchet_assets.night.lora_trainer``: rank 32, lr 4e-3, max_len 0 = the base's
+# context, min_steps 150)
 # except: one epoch, since the 7-day window grows every night and 4 epochs made each night longer than the last
 # (``min_steps`` still gives a small set enough steps); half the rows trained with made-up e-mails/phones in place
 # of placeholders (``pii_surrogates``); one torch thread, measured 3.6x faster than two on the embedded default's
@@ -216,8 +218,12 @@ def effective_hyperparameters(adapter_dir: Path, train_config: dict[str, Any]) -
     if meta_file.exists():
         meta = json.loads(meta_file.read_text())
         data.update(meta.get("config") or {})
-        if "prompt_window" in meta:
-            data["prompt_window"] = meta["prompt_window"]
+        for key in (
+            "max_len",
+            "prompt_window",
+        ):  # max_len as resolved (0 = the base's context); older: the cut
+            if key in meta:
+                data[key] = meta[key]
     return {k: v for k, v in data.items() if v is not None and k != "num_threads"}
 
 
@@ -276,6 +282,7 @@ def train_in_process(extras: dict[str, Any], log: Callable[[str], None] = print)
 def _start_plan(
     artifacts: str | Path,
     day: str,
+    base: Path,
     base_sha256: str,
     train_config: dict[str, Any],
     effects: Any,
@@ -291,6 +298,7 @@ def _start_plan(
     plan = warm_start.plan_start(
         artifacts,
         day,
+        base=base,
         tasks=names,
         base_sha256=base_sha256,
         train_config=train_config,
@@ -332,7 +340,7 @@ def train_adapter(
         staging.mkdir(parents=True)
         tasks = row_tasks(artifacts, day)
         plan, policies_digest = _start_plan(
-            artifacts, day, identity["sha256"], train_config, effects, release, tasks
+            artifacts, day, base, identity["sha256"], train_config, effects, release, tasks
         )
         log(f"{plan.mode} start: {plan.reason}")
         extras = {
@@ -365,7 +373,7 @@ def train_adapter(
             "adapter_dir": layout.name_of(target),
             "adapter_sha256": trained["adapter_sha256"],
             "files": trained["files"],
-            "base": {k: identity[k] for k in ("name", "sha256", "files")},
+            "base": {k: identity[k] for k in BASE_KEYS},  # what the certificate and BOM name: no path
             "base_license": base_license_of(base),
             "config": train_config,
             "hyperparameters": effective_hyperparameters(target, train_config),
@@ -377,6 +385,7 @@ def train_adapter(
             "seconds": trained["seconds"],
             "cpu_seconds": trained.get("cpu_seconds"),
             "examples": trained.get("examples", 0),
+            "rows_left_out": trained.get("rows_left_out", 0),  # longer than max_len: never cut, left out
             "learner": learner_numbers(trained),
             "effect_key": key,
             "start": plan.to_record(

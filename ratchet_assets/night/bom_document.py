@@ -43,6 +43,10 @@ class DataSet:
     keys: Commitment
     rows: Commitment
     license: str = TRAFFIC_LICENSE
+    labels: Mapping[str, int] | None = (
+        None  # rows per label source (teacher | people | import), when recorded
+    )
+    labels_tree: Commitment | None = None  # the training set's label-source tree (``<key> <source>`` leaves)
 
 
 def code_version() -> str:
@@ -119,12 +123,16 @@ def _metrics(certificate: Mapping[str, Any]) -> list[dict[str, Any]]:
 
 
 def _data_component(ref: str, data: DataSet) -> dict[str, Any]:
-    props = {
+    props: dict[str, Any] = {
         B.P_KEY_ROOT: data.keys.root,
         B.P_KEY_COUNT: data.keys.size,
         B.P_ROW_ROOT: data.rows.root,
         B.P_ROW_COUNT: data.rows.size,
     }
+    props.update({f"{B.P_LABELS}{source}": n for source, n in (data.labels or {}).items()})
+    if data.labels_tree is not None:
+        props.update({B.P_LABEL_ROOT: data.labels_tree.root, B.P_LABEL_COUNT: data.labels_tree.size})
+    people = (data.labels or {}).get("people", 0)
     return {
         "type": "data",
         "bom-ref": ref,
@@ -138,7 +146,9 @@ def _data_component(ref: str, data: DataSet) -> dict[str, Any]:
                 "type": "dataset",
                 "name": data.name,
                 "contents": {"properties": _props(props)},
-                "classification": "teacher-labelled traffic (PII redacted)",
+                "classification": "teacher- and people-labelled traffic (PII redacted)"
+                if people
+                else "teacher-labelled traffic (PII redacted)",
             }
         ],
         "properties": _props(props),
@@ -237,7 +247,14 @@ def build_bom(
         "name": base["name"],
         "hashes": [{"alg": "SHA-256", "content": base["sha256"]}],
         "licenses": [_license_entry(base_license_id)],
-        "properties": _props({f"{B.P_FILE}{n}": d for n, d in (base.get("files") or {}).items()}),
+        "properties": _props(
+            {
+                **{f"{B.P_FILE}{n}": d for n, d in (base.get("files") or {}).items()},
+                # the template every prompt was rendered with and the vLLM tool parser it needs (older records
+                # have neither)
+                **{f"{B.P_BASE}{k}": base[k] for k in ("chat_template_sha256", "tool_parser") if k in base},
+            }
+        ),
     }
     bom = {
         "bomFormat": "CycloneDX",

@@ -57,7 +57,7 @@ def write_bom(
     from ratchet_stats import certificate as cert
     from ratchet_stats.canonical import canonical_json, sha256_hex
     from ratchet_stats.commitment import Commitment, KeyTree
-    from ratchet_stats.dsse import make_statement, sign_statement, verify_statement
+    from ratchet_stats.dsse import make_statement, sign_statement
 
     layout = ArtifactLayout(artifacts)
     record = read_record(artifacts, day, needed_by="`evaluation_certificate` and `bom`")
@@ -68,7 +68,7 @@ def write_bom(
             f"no certificate at {cert_file}: materialise `evaluation_certificate` for {day} first"
         )
     certificate_bytes = cert_file.read_bytes()
-    predicate = verify_statement(certificate_bytes, public_keys, cert.PREDICATE_TYPE)["predicate"]
+    predicate = cert.verify_certificate(certificate_bytes, public_keys)["predicate"]
     if not predicate["certified_tasks"]:
         raise BomStepError(
             f"{version} certified no task: no BOM is produced for an adapter that will not serve"
@@ -96,17 +96,22 @@ def write_bom(
     ):  # the proof's tree
         raise BomStepError(f"golden/day={day}/keys.txt does not match the golden set's commitment")
 
+    train_labels, train_tree_l = _labels(layout.train_commitment(train_day))
+    golden_labels, _ = _labels(layout.golden_commitment(day))
     train = BD.DataSet(
         f"training-set day={train_day}",
-        "teacher-labelled requests (PII redacted), one row per example key",
+        _labelled("teacher-labelled requests (PII redacted), one row per example key", train_labels),
         train_c.keys,
         train_c.rows,
+        labels=train_labels,
+        labels_tree=train_tree_l,
     )
     golden = BD.DataSet(
         f"golden-set day={day}",
-        "held-out teacher-labelled requests the certificate was computed on",
+        _labelled("held-out teacher-labelled requests the certificate was computed on", golden_labels),
         golden_c.keys,
         golden_c.rows,
+        labels=golden_labels,
     )
     license_id = _base_license(record, day)
     notice = BD.build_notice(
@@ -167,6 +172,27 @@ def write_bom(
         license_id=license_id,
         checks=list(report.checks),
     )
+
+
+def _labels(commitment_path: Path) -> tuple[dict[str, int] | None, Any]:
+    """(rows per label source, the label-source tree) a data set's commitment records (None, None when it predates
+    label sources)."""
+    from ratchet_stats.commitment import Commitment
+
+    doc = json.loads(commitment_path.read_bytes())
+    labels = doc.get("labels")
+    if not labels:
+        return None, None
+    if "root" in labels:  # the training set: a tree and counts
+        return dict(labels.get("counts") or {}), Commitment(labels["root"], int(labels["size"]))
+    return dict(labels), None  # the golden set: counts (its leaves carry the source)
+
+
+def _labelled(what: str, labels: dict[str, int] | None) -> str:
+    """A data set's description, naming who labelled it."""
+    if labels and labels.get("people"):
+        return f"{what}; {labels['people']} rows labelled by people instead (feedback demonstrations)"
+    return what
 
 
 def _base_license(record: dict[str, Any], day: str) -> str:

@@ -140,7 +140,9 @@ def certify_adapter(
     problems = cert.check_certificate(predicate)
     if problems:  # the verifier's own recomputation must agree before anything is signed
         raise CertificateError("certificate does not recompute: " + "; ".join(problems[:5]))
-    statement = make_statement(cert.PREDICATE_TYPE, predicate, cert.certificate_subjects(predicate))
+    statement = make_statement(
+        cert.predicate_type_of(predicate), predicate, cert.certificate_subjects(predicate)
+    )
     envelope = sign_statement(statement, private_key)
     path = layout.certificate(version)
     atomic_write_bytes(path, canonical_json(envelope) + b"\n")

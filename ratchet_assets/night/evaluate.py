@@ -1,7 +1,7 @@
 """Evaluate an adapter version on the golden set through the student endpoint (plain functions, no Dagster).
 
 1. ``load_golden``: the night's golden set to date (``golden/day=D/golden.parquet``, written by ``golden_split``):
-   request + the teacher's answer per example key.
+   request + its label per example key (the teacher's answer, or people's: ``GoldenRow.label_source``).
 2. ``ensure_adapter_loaded``: vLLM's runtime LoRA API (``POST /v1/load_lora_adapter {lora_name, lora_path}``),
    through the effect ledger (effect ``adapter.load``, key ``<endpoint>|<version>``, fingerprint = the adapter
    digest: one name never means two adapters on one endpoint). The endpoint's ``/v1/models`` is asked first: a
@@ -12,15 +12,18 @@
    ``ratchet_core.confidence.answer_confidence`` (the gateway's cascade uses the same score). Requests go one at a
    time by default: a batch's padding changes floating-point results, and a rerun must reproduce the certificate
    byte for byte. A row the endpoint fails on (5xx) counts as wrong with confidence 0 (fail closed).
-   Each row's ``max_tokens`` is capped from the teacher's answer (``row_max_tokens``): ``min(max_tokens,
-   2 * b + 16)`` where ``b`` = UTF-8 bytes of ``render_target(teacher answer)``, the text a correct student
-   writes. Bytes bound tokens from above (the demo base's tokenizer is byte-level; a BPE token covers >= 1 byte),
+   Tool calls an endpoint answers as text (vLLM without a tool parser) are read as vLLM's hermes parser reads
+   them (``ratchet_core.tool_calls``), as the gateway reads them. Each row's ``max_tokens`` is capped from the
+   teacher's answer (``row_max_tokens``): ``min(max_tokens, 2 * b + 16)`` where ``b`` = UTF-8 bytes of
+   ``hermes_text(teacher answer)``, about the text a correct student writes (its template may space it
+   differently: the slack covers that). Bytes bound tokens from above (the demo base's tokenizer is byte-level; a BPE token covers >= 1 byte),
    so a correct answer (b tokens + EOS) always fits, while an adapter that has not learnt to stop writes ~2 b
    tokens instead of 512 (measured: an untrained day-1 adapter took ~21 s a row). The cap depends only on the
    row, so a rerun asks the same questions and the certificate stays byte-identical.
 4. ``task_outcomes``: correctness by the task's comparator (``COMPARATORS`` overrides, else
-   ``ratchet_core.workloads.comparators``: exact label, canonical JSON, tool-call equality) against the teacher's
-   answer; the live version's correctness on the same rows for McNemar.
+   ``ratchet_core.workloads.comparators``: exact label, canonical JSON, tool-call equality) against the row's
+   label; the live version's correctness on the same rows for McNemar. Where people labelled rows of a task, each
+   row's label source and the answer's agreement with the teacher's own answer too (certificate v2).
 
 The certificate itself is built and checked by ``ratchet_stats.certificate``.
 """
@@ -52,7 +55,8 @@ class EvaluationError(RuntimeError):
 
 @dataclass(frozen=True)
 class GoldenRow:
-    """One golden example: the request and the teacher's answer (``expected``)."""
+    """One golden example: the request and its label (``expected``): the teacher's answer, or the answer people
+    gave (``label_source`` ``people``, with the teacher's answer it replaced in ``teacher_answer``)."""
 
     key: str
     task: str
@@ -60,19 +64,23 @@ class GoldenRow:
     tools: list[dict[str, Any]] | None
     response_format: dict[str, Any] | None
     expected: dict[str, Any]
+    label_source: str = "teacher"
+    teacher_answer: dict[str, Any] | None = None
 
     def leaf(self) -> bytes:
-        """Row-tree leaf of the golden set: canonical JSON of the row (key, task, request, teacher answer)."""
-        return canonical_json(
-            {
-                "example_key": self.key,
-                "task": self.task,
-                "messages": self.messages,
-                "tools": self.tools,
-                "response_format": self.response_format,
-                "answer": self.expected,
-            }
-        )
+        """Row-tree leaf of the golden set: canonical JSON of the row (key, task, request, label; a row people
+        labelled also says so and carries the teacher's answer)."""
+        doc: dict[str, Any] = {
+            "example_key": self.key,
+            "task": self.task,
+            "messages": self.messages,
+            "tools": self.tools,
+            "response_format": self.response_format,
+            "answer": self.expected,
+        }
+        if self.label_source == "people":
+            doc.update(label_source="people", teacher_answer=self.teacher_answer)
+        return canonical_json(doc)
 
 
 @dataclass(frozen=True)
@@ -89,11 +97,12 @@ def load_golden(artifacts_root: str | Path, day: str) -> list[GoldenRow]:
     path = ArtifactLayout(artifacts_root).golden_file(day)
     if not path.exists():
         raise EvaluationError(f"no golden set at {path}: materialise `golden_split` for {day} first")
-    table = pq.read_table(
-        path, columns=["example_key", "task", "messages", "tools", "response_format", "answer"]
-    )
+    columns = ["example_key", "task", "messages", "tools", "response_format", "answer"]
+    labelled = "label_source" in pq.read_schema(path).names  # a golden set written before label sources: none
+    table = pq.read_table(path, columns=columns + (["label_source", "teacher_answer"] if labelled else []))
     rows = []
     for r in table.to_pylist():
+        teacher = r.get("teacher_answer")
         rows.append(
             GoldenRow(
                 key=r["example_key"],
@@ -102,6 +111,8 @@ def load_golden(artifacts_root: str | Path, day: str) -> list[GoldenRow]:
                 tools=json.loads(r["tools"]) if r["tools"] else None,
                 response_format=json.loads(r["response_format"]) if r["response_format"] else None,
                 expected=json.loads(r["answer"]),
+                label_source=r.get("label_source") or "teacher",
+                teacher_answer=json.loads(teacher) if teacher else None,
             )
         )
     rows.sort(key=lambda g: g.key)
@@ -222,10 +233,10 @@ ANSWER_SLACK_TOKENS = 16
 
 
 def row_max_tokens(row: GoldenRow, max_tokens: int) -> int:
-    """``min(max_tokens, 2 * bytes(render_target(row.expected)) + 16)`` (module docstring, step 3)."""
-    from ratchet_core.chat_format import render_target
+    """``min(max_tokens, 2 * bytes(hermes_text(row.expected)) + 16)`` (module docstring, step 3)."""
+    from ratchet_core.tool_calls import hermes_text
 
-    answer_bytes = len(render_target(row.expected).encode("utf-8"))
+    answer_bytes = len(hermes_text(row.expected).encode("utf-8"))
     return max(1, min(max_tokens, ANSWER_SLACK_FACTOR * answer_bytes + ANSWER_SLACK_TOKENS))
 
 
@@ -244,6 +255,7 @@ def answer_rows(
     import openai
 
     from ratchet_core.confidence import answer_confidence
+    from ratchet_core.tool_calls import read_text_calls
 
     client = openai.OpenAI(base_url=base_url, api_key=api_key or "none", timeout=timeout_s, max_retries=1)
 
@@ -272,7 +284,10 @@ def answer_rows(
             ) from exc
         choice = resp.choices[0]
         logprobs = [t.logprob for t in (choice.logprobs.content or [])] if choice.logprobs else []
-        return Answer(_message_dict(choice.message), answer_confidence(logprobs))
+        message = _message_dict(choice.message)
+        if row.tools:
+            read_text_calls(message)
+        return Answer(message, answer_confidence(logprobs))
 
     answers: list[Answer] = []
     with ThreadPoolExecutor(max_workers=max(1, concurrency)) as pool:
@@ -333,16 +348,32 @@ def task_outcomes(
                 is_correct(task, rows[i].expected, a.message, comparators.get(task))
                 for i, a in zip(idx, base_answers, strict=True)
             ]
+        correct = [is_correct(task, rows[i].expected, answers[i].message, comparators.get(task)) for i in idx]
+        people = any(rows[i].label_source == "people" for i in idx)
         out.append(
             TaskOutcomes(
                 task=task,
                 comparator=comparator_name(task, comparators.get(task)),
                 confidences=[answers[i].confidence for i in idx],
-                correct=[
-                    is_correct(task, rows[i].expected, answers[i].message, comparators.get(task)) for i in idx
-                ],
+                correct=correct,
                 baseline_correct=base_correct,
                 baseline_version=baseline[0] if baseline is not None else None,
+                # rows people labelled: their source, and agreement with the teacher's answer they replaced
+                label_sources=[rows[i].label_source for i in idx] if people else None,
+                teacher_agrees=[
+                    ok
+                    if rows[i].label_source == "teacher"
+                    else (
+                        None
+                        if rows[i].teacher_answer is None
+                        else is_correct(
+                            task, rows[i].teacher_answer, answers[i].message, comparators.get(task)
+                        )
+                    )
+                    for i, ok in zip(idx, correct, strict=True)
+                ]
+                if people
+                else None,
             )
         )
     return out

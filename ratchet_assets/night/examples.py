@@ -66,6 +66,13 @@ EXAMPLES_SCHEMA = pa.schema(
 _COMPLETE = """status_code = 200 AND NOT coalesce(truncated, false) AND coalesce(error, '') = ''
   AND finish_reason NOT IN ('length', 'error', 'content_filter')"""
 
+# A teacher asked for a json_schema answer with ``json_object`` and the schema in its system message (``ratchet
+# doctor teacher --apply``) may answer outside the schema; the gateway notes that in the row's params
+# (``ratchet_teacher_schema.violation``, ratchet_gateway/chat/rows.py) and such an answer is never a label. The LIKE
+# keeps the JSON read off every other row.
+_TEACHER_IN_SCHEMA = """(coalesce(params, '') NOT LIKE '%"ratchet_teacher_schema"%'
+  OR coalesce(json_extract_string(params, '$.ratchet_teacher_schema.violation'), '') = '')"""
+
 _AUDIT_PAIR = """kind = 'pair' AND pair_role = 'audit' AND pair_outcome <> 'error'
   AND NOT coalesce(truncated, false) AND coalesce(error, '') = ''
   AND finish_reason NOT IN ('length', 'error', 'content_filter') AND status_code IN (0, 200)"""
@@ -84,6 +91,7 @@ CANDIDATES_SQL = f"""
 SELECT request_id, ts, task, messages, tools, response_format, answer, tool_calls, 'request' AS source,
        file_row_number AS _row, NULL::BIGINT AS _row2
 FROM t WHERE kind = 'request' AND served_by = 'teacher' AND messages <> '' AND {_COMPLETE}
+  AND {_TEACHER_IN_SCHEMA}
 UNION ALL
 SELECT p.request_id, p.ts, coalesce(nullif(p.task, ''), l.r_task) AS task, p.messages, p.tools,
        p.response_format, p.answer, p.tool_calls, 'audit' AS source, p.file_row_number AS _row, l._row2

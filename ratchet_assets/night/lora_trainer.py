@@ -1,14 +1,16 @@
 """The LoRA trainer: train the student's adapter on the teacher's answers (train.jsonl, OpenAI chat fine-tuning format).
 
-Each row ``{"messages": [..., final assistant message], "tools": ..., "response_format": ...}`` becomes
-``prompt = render_prompt(messages[:-1], tools, response_format)`` and ``target = render_target(messages[-1])``
-(ratchet_core.chat_format, the format the student server decodes with), tokenised and cut as the server does
-(ratchet_core.chat_encoding). The loss is the mean token cross-entropy over the target tokens and the EOS token
-only; prompt tokens are masked (label -100).
+Each row ``{"messages": [..., final assistant message], "tools": ..., "response_format": ...}`` is rendered by the
+base's own chat template (``ratchet_core.chat_format.training_pair``: the prompt as vLLM renders the request,
+``response_format`` left out as vLLM leaves it out; the target what the template renders for the answer turn, tool
+calls in the template's native format) and tokenised as the server does (``ratchet_core.chat_encoding``: the
+target up to and including its EOS token). The loss is the mean token cross-entropy over the target tokens only;
+prompt tokens are masked (label -100). A base without a chat template is refused (``ChatTemplateError``).
 
-Context window: a sequence is at most ``max_len`` tokens. Every prompt is cut to its LAST ``prompt_window``
-tokens, ``prompt_window = max_len - (longest target + 1)`` (at least max_len // 2), and the same number is saved
-in ``ratchet_train.json`` next to the adapter so the student server cuts prompts identically at serving time.
+Context window: nothing is cut. A row whose prompt and target together exceed ``max_len`` tokens (0 = the base's
+context, ``max_position_embeddings``; set it to the serving endpoint's ``--max-model-len``) is left out and counted
+(``rows_left_out`` in ``ratchet_train.json`` and the result): vLLM takes a prompt whole or refuses it, so training
+on a cut prompt would teach the adapter a prompt it never sees. The resolved ``max_len`` is saved there too.
 
 Schedule: ``epochs_run = max(epochs, ceil(min_steps / steps_per_epoch))`` with ``steps_per_epoch =
 ceil(rows / batch_size)``: a small training set (an early night: 179 rows are 12 steps an epoch, 48 steps in 4
@@ -58,7 +60,8 @@ that carry fully trained ``embed_tokens``/``lm_head`` weights (peft ``modules_to
 issue #9280 (closed unresolved) and the unmerged PRs #8082 / #11714 ("LoRA with lm_head and embed_tokens fully
 trained"); the older ``lora_extra_vocab_size`` path only covered added tokens. So ``modules_to_save`` is used
 only for the demo base (random weights: its embeddings and head must be learnt, and it is served by Ratchet's
-own student server), and is empty by default for a real base, whose adapters must stay vLLM-loadable.
+own student server), and is empty by default for a real base, whose adapters must stay vLLM-loadable (the adapter
+reconciler checks it before loading into vLLM: ``ratchet_assets.release.vllm_compat``).
 
 torch/transformers/peft are imported inside the functions: importing this module stays light.
 """
@@ -75,7 +78,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from ratchet_core.chat_encoding import TRAIN_META_FILE, cut_prompt, encode
+from ratchet_core.chat_encoding import TRAIN_META_FILE, context_length, encode, encode_answer
 from ratchet_core.chat_format import training_pair
 from ratchet_stats.certificate import adapter_digest, adapter_file_hashes
 
@@ -87,14 +90,16 @@ class LoraTrainConfig:
     """Hyper-parameters of one LoRA training run (all of them end up in the adapter's metadata)."""
 
     # Defaults: the settings that certified `tickets` on the demo base (118/118 golden rows after ~520 examples);
-    # (3 epochs, lr 5e-3, rank 16, max_len 256) did not.
+    # (3 epochs, lr 5e-3, rank 16) did not.
     rank: int = 32
     alpha: int = 32
     dropout: float = 0.0
     lr: float = 4e-3
     epochs: int = 4
     batch_size: int = 16
-    max_len: int = 160
+    # The longest sequence (prompt + answer, in tokens) trained on; longer rows are left out, never cut (module
+    # docstring, "Context window"). 0 = the base's context (its max_position_embeddings).
+    max_len: int = 0
     seed: int = 0
     # At least this many optimiser steps: a small training set runs more epochs (module docstring, "Schedule").
     # 0 = exactly `epochs`. Part of the config (and so of the config hash) like every hyper-parameter.
@@ -159,7 +164,8 @@ class TrainResult:
     files: dict[str, str] = field(default_factory=dict)
     examples: int = 0
     target_tokens: int = 0
-    prompt_window: int = 0
+    max_len: int = 0  # the resolved max_len (config 0 = the base's context)
+    rows_left_out: int = 0  # rows longer than max_len, never trained on
     losses: list[float] = field(default_factory=list)
     epochs_run: int = 0
     # with validation_share > 0: epochs run, best epoch, validation accuracy per epoch, why it stopped
@@ -177,13 +183,17 @@ class TrainResult:
         return d
 
 
-def read_train_jsonl(path: str | Path) -> list[tuple[str, str]]:
-    """(prompt, target) pairs of a train.jsonl file; a bad line raises ValueError naming its line number."""
-    return [pair for pair, _row in read_train_rows(path)]
+def read_train_jsonl(path: str | Path, tokenizer) -> list[tuple[str, str]]:
+    """(prompt, target) texts of a train.jsonl file, rendered by `tokenizer`'s chat template; a bad line raises
+    ValueError naming its line number (a base without a template: ``ChatTemplateError``, at once)."""
+    return [pair for pair, _row in read_train_rows(path, tokenizer)]
 
 
-def read_train_rows(path: str | Path) -> list[tuple[tuple[str, str], dict]]:
-    """((prompt, target), row) of each line of a train.jsonl file; a bad line raises ValueError naming it."""
+def read_train_rows(path: str | Path, tokenizer) -> list[tuple[tuple[str, str], dict]]:
+    """((prompt, target), row) of each line of a train.jsonl file, as ``read_train_jsonl`` renders them."""
+    from ratchet_core.chat_format import ChatTemplateError, chat_template
+
+    chat_template(tokenizer)
     out = []
     with Path(path).open(encoding="utf-8") as f:
         for lineno, line in enumerate(f, 1):
@@ -191,7 +201,9 @@ def read_train_rows(path: str | Path) -> list[tuple[tuple[str, str], dict]]:
                 continue
             try:
                 row = json.loads(line)
-                out.append((training_pair(row), row))
+                out.append((training_pair(tokenizer, row), row))
+            except ChatTemplateError:
+                raise
             except (ValueError, AttributeError, TypeError) as exc:
                 raise ValueError(f"{path}:{lineno}: not a chat fine-tuning row ({exc})") from exc
     if not out:
@@ -285,7 +297,7 @@ def train_lora(
     """
     import torch
     from peft import LoraConfig, PeftModel, get_peft_model
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
 
     config = config or LoraTrainConfig()
     started = time.perf_counter()
@@ -297,7 +309,7 @@ def train_lora(
     tokenizer = AutoTokenizer.from_pretrained(base_path)
     eos = tokenizer.eos_token_id
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else eos
-    rows_read = read_train_rows(train_jsonl)
+    rows_read = read_train_rows(train_jsonl, tokenizer)
     pairs = [pair for pair, _ in rows_read]
     if config.pii_surrogates > 0:
         pick = random.Random(f"{config.seed}:pii")
@@ -305,24 +317,29 @@ def train_lora(
             (with_surrogates(p), with_surrogates(t)) if pick.random() < config.pii_surrogates else (p, t)
             for p, t in pairs
         ]
-    encoded = [(encode(tokenizer, p), encode(tokenizer, t) + [eos]) for p, t in pairs]
-    longest_target = max(len(t) for _, t in encoded)
-    prompt_window = max(config.max_len // 2, config.max_len - longest_target)
-    examples = []
-    for p, t in encoded:
-        p = cut_prompt(p, prompt_window)
-        t = t[: config.max_len - len(p)]
-        examples.append((p + t, [-100] * len(p) + t))
-    tasks = list(row_tasks) if row_tasks is not None else ["all"] * len(examples)
-    if len(tasks) != len(examples):
+    encoded = [(encode(tokenizer, p), encode_answer(tokenizer, t)) for p, t in pairs]
+    max_len = config.max_len or context_length(AutoConfig.from_pretrained(base_path))
+    tasks = list(row_tasks) if row_tasks is not None else ["all"] * len(encoded)
+    if len(tasks) != len(encoded):
         raise ValueError(
-            f"row_tasks has {len(tasks)} entries for {len(examples)} training rows in {train_jsonl}"
+            f"row_tasks has {len(tasks)} entries for {len(encoded)} training rows in {train_jsonl}"
         )
+    fits = [len(p) + len(t) <= max_len for p, t in encoded]
+    if not any(fits):
+        raise ValueError(
+            f"every row of {train_jsonl} is longer than max_len {max_len} tokens (prompt + answer, shortest "
+            f"{min(len(p) + len(t) for p, t in encoded)}): raise max_len (up to the endpoint's --max-model-len)"
+        )
+    rows = [row for _, row in rows_read]
+    pairs, tasks, encoded, rows = (
+        [x for x, keep in zip(items, fits, strict=True) if keep] for items in (pairs, tasks, encoded, rows)
+    )
+    examples = [(p + t, [-100] * len(p) + t) for p, t in encoded]
     validation: list[tuple[list[int], list[int]]] = []
     validation_tasks: list[str] = []
     if config.validation_share > 0:
         held = validation_mask(
-            [row for _, row in rows_read],
+            rows,
             [prompt for prompt, _ in pairs],
             config.validation_share,
             config.validation_groups,
@@ -476,8 +493,8 @@ def train_lora(
     meta = {
         # num_threads does not change the adapter (same as night.adapter.config_hash): left out of its bytes
         "config": {k: v for k, v in config.to_dict().items() if k != "num_threads"},
-        "prompt_window": prompt_window,
-        "max_len": config.max_len,
+        "max_len": max_len,
+        "rows_left_out": {"longer_than_max_len": fits.count(False)},
         "examples": len(examples),
         "steps": step,
         "epochs_run": epochs_run,
@@ -495,7 +512,8 @@ def train_lora(
         files=files,
         examples=len(examples),
         target_tokens=sum(len(t) for _, t in encoded),
-        prompt_window=prompt_window,
+        max_len=max_len,
+        rows_left_out=fits.count(False),
         losses=losses,
         epochs_run=epochs_run,
         validation=report,
@@ -532,18 +550,12 @@ def _by_task(right: list[bool], tasks: list[str]) -> dict[str, float]:
     return {task: sum(v) / len(v) for task, v in out.items()}
 
 
-def scoring_rows(
-    tokenizer, pairs: Sequence[tuple[str, str]], prompt_window: int, max_len: int | None = None
-) -> list[tuple[list[int], list[int]]]:
-    """(input ids, labels) of (prompt, target) pairs as training and serving see them: the prompt cut to its last
-    `prompt_window` tokens, the target plus EOS (cut to `max_len` in all when given), prompt tokens labelled -100;
-    for ``_exact_rows``/``_validate`` on rows scored outside a training run."""
+def scoring_rows(tokenizer, pairs: Sequence[tuple[str, str]]) -> list[tuple[list[int], list[int]]]:
+    """(input ids, labels) of rendered (prompt, target) pairs as training encodes them (the prompt whole, the target
+    up to its EOS, prompt tokens labelled -100), for ``_exact_rows``/``_validate`` on rows scored outside a run."""
     out = []
     for prompt, target in pairs:
-        p = cut_prompt(encode(tokenizer, prompt), prompt_window)
-        t = encode(tokenizer, target) + [tokenizer.eos_token_id]
-        if max_len is not None:
-            t = t[: max_len - len(p)]
+        p, t = encode(tokenizer, prompt), encode_answer(tokenizer, target)
         out.append((p + t, [-100] * len(p) + t))
     return out
 

@@ -12,6 +12,13 @@ atomic rename. The day's output is the golden set to date: every golden example 
 ``golden/day=D/golden.parquet`` (sorted by key) and ``keys.txt``; its commitment is the RFC 9162 root over the
 sorted keys (``ratchet_stats.commitment.key_commitment``); it and the row commitment are written once, to
 ``golden/day=D/commitment.json`` (``night.commitments``), for the certificate and the BOM.
+
+People's labels (``night.labels``): a golden row whose key has a recorded demonstration takes it as its answer,
+``label_source`` ``people`` and the teacher's answer in ``teacher_answer`` (both in its row-tree leaf, so the
+commitment says which rows people labelled); an imported row's source is its import's (``import`` unless the import
+named one); every other row's is ``teacher``. A key whose teacher label feedback called bad (and no demonstration
+fixed) is left out of the golden set the certificate is computed on: its label is known to be wrong. It stays golden
+in the registry (never trained on).
 """
 
 from __future__ import annotations
@@ -31,6 +38,7 @@ from ratchet_assets.night.budget import Budget, resolve
 from ratchet_assets.night.budget import connect as budget_connect
 from ratchet_assets.night.erasures import Erasures
 from ratchet_assets.night.examples import EXAMPLES_SCHEMA, examples_path
+from ratchet_assets.night.labels import Labels, import_label_sources
 from ratchet_assets.night.ranges import (
     Values,
     check_key_order,
@@ -55,6 +63,9 @@ REGISTRY_SCHEMA = pa.schema(
         ("first_day", pa.string()),
     ]
 )
+# The golden set's rows: an example's columns plus where its label came from (teacher | people | import) and, for a
+# row people labelled, the teacher's answer it replaced.
+GOLDEN_SCHEMA = pa.schema([*EXAMPLES_SCHEMA, ("label_source", pa.string()), ("teacher_answer", pa.string())])
 SCORE_HEX = 13  # 52 bits: exact in a double
 GOLDEN_ROW_GROUP_ROWS = 65_536
 
@@ -75,6 +86,7 @@ class SplitResult:
     floor_topped_up: dict[str, int] = field(default_factory=dict)
     golden_by_task: dict[str, int] = field(default_factory=dict)
     floor: int = 0
+    labels_by_source: dict[str, int] = field(default_factory=dict)  # golden rows per label source
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -103,12 +115,13 @@ def split_golden(
     budget: Budget | int | None = None,
     task_shares: dict[str, float] | None = None,
     task_floors: dict[str, int] | None = None,
+    labels: Labels | None = None,
 ) -> SplitResult:
     """Assign the day's new keys, then write the golden set to date for ``day``.
 
     ``task_shares``: task -> golden share from its signed policy (``ratchet_core.task_policy``), else ``share``;
     ``task_floors``: task -> its floor from its own target/delta (``task_policy.certification_floors``), else
-    ``floor``.
+    ``floor``. ``labels``: people's labels (``night.labels.load_labels``): demonstrations relabel golden rows.
 
     In bounded memory (`budget`, ``ratchet_assets.night.budget``): DuckDB scores and assigns the day's new keys
     in one pass; the merged registry and the golden set to date are then produced one example-key range at a
@@ -231,20 +244,50 @@ def split_golden(
         for r in con.execute(f"SELECT DISTINCT task FROM {src} WHERE task IS NOT NULL ORDER BY 1").fetchall()
     ]
     leaf_sql = golden_row_leaf_sql(tasks)
+    # people's labels and the label sources of imports, as tables the range query joins (plain tables: the
+    # ranges run on a cursor, another connection to this database)
+    con.register("_people", (labels or Labels()).table())
+    imports = import_label_sources(artifacts_root, layout.import_files(until=day))
+    con.register(
+        "_imports",
+        pa.table(
+            {
+                "import_id": pa.array(sorted(imports), pa.string()),
+                "label": [imports[i] for i in sorted(imports)],
+            }
+        ),
+    )
+    con.register("_bad", pa.table({"k": pa.array(sorted((labels or Labels()).bad), pa.string())}))
+    con.execute(
+        "CREATE TABLE people AS SELECT * FROM _people; CREATE TABLE import_labels AS SELECT * FROM _imports; "
+        "CREATE TABLE bad_keys AS SELECT * FROM _bad"
+    )
+    bad_sql = " AND e.example_key NOT IN (SELECT k FROM bad_keys)" if (labels and labels.bad) else ""
     cur = con.cursor()
 
     def golden_range(bounds: tuple[str, str | None]) -> Iterator[pa.RecordBatch]:
         in_range = range_sql("example_key", *bounds)
         yield from cur.sql(
             f"""
-            SELECT e.*, {leaf_sql} AS _leaf,
-                   e.example_key || chr(10) AS _key_line
-            FROM {src} e
-            WHERE {in_range.replace("example_key", "e.example_key")}
-              AND e.example_key IN (SELECT example_key FROM {reg_src} WHERE golden AND {in_range})
-              AND {not_erased}
-            {dedup}
-            ORDER BY e.example_key
+            WITH g AS (
+              SELECT e.* FROM {src} e
+              WHERE {in_range.replace("example_key", "e.example_key")}
+                AND e.example_key IN (SELECT example_key FROM {reg_src} WHERE golden AND {in_range})
+                AND {not_erased}{bad_sql}
+              {dedup}
+            ), labelled AS (
+              SELECT g.* REPLACE (coalesce(p.people_answer, g.answer) AS answer),
+                     CASE WHEN p.people_answer IS NOT NULL THEN 'people'
+                          WHEN g.source = 'import' THEN coalesce(i.label, 'import')
+                          ELSE 'teacher' END AS label_source,
+                     CASE WHEN p.people_answer IS NOT NULL AND g.source <> 'import' THEN g.answer END
+                       AS teacher_answer
+              FROM g LEFT JOIN people p ON p.example_key = g.example_key
+                     LEFT JOIN import_labels i ON g.source = 'import'
+                       AND i.import_id = split_part(g.request_id, ':', 2)
+            )
+            SELECT *, {leaf_sql} AS _leaf, example_key || chr(10) AS _key_line
+            FROM labelled ORDER BY example_key
             """
         ).to_arrow_reader(16_384)  # small batches: buffers reused, fewer pages faulted in
 
@@ -252,9 +295,10 @@ def split_golden(
     # Row groups of 65,536 rows (the writer's buffers stay small in the memory budget; 256,000 before this, at
     # 10M requests a day that took golden_split past 2 GB); the rows and their commitments do not change.
     writer = ChunkedParquetWriter(
-        out, EXAMPLES_SCHEMA, row_group_size=GOLDEN_ROW_GROUP_ROWS, compression="zstd"
+        out, GOLDEN_SCHEMA, row_group_size=GOLDEN_ROW_GROUP_ROWS, compression="zstd"
     )
     by_task: dict[str, int] = {}
+    by_label: dict[str, int] = {}
     keys_tmp = keys_path.with_name(f".{keys_path.name}.tmp")
     key_tree, row_tree = TreeBuilder(), TreeBuilder()
     last = ""
@@ -273,13 +317,17 @@ def split_golden(
             row_tree.add_hashes(Values(part.column("_leaf")).leaf_hashes(every))
             for item in pc.value_counts(part.column("task")).to_pylist():
                 by_task[item["values"]] = by_task.get(item["values"], 0) + int(item["counts"])
+            for item in pc.value_counts(part.column("label_source")).to_pylist():
+                by_label[item["values"]] = by_label.get(item["values"], 0) + int(item["counts"])
     cur.close()
     writer.close()
     keys_tmp.replace(keys_path)
     by_task = dict(sorted(by_task.items(), key=lambda kv: (kv[0] is None, kv[0] or "")))
     commitment = Commitment(key_tree.finish().hex(), key_tree.size)
     rows_c = Commitment(row_tree.finish().hex(), row_tree.size)
-    write_golden_commitment(layout.golden_commitment(day), day, commitment, rows_c)
+    write_golden_commitment(
+        layout.golden_commitment(day), day, commitment, rows_c, dict(sorted(by_label.items()))
+    )
     con.close()
     return SplitResult(
         day=day,
@@ -292,4 +340,5 @@ def split_golden(
         floor_topped_up=topped,
         golden_by_task={k: int(v) for k, v in by_task.items()},
         floor=floor,
+        labels_by_source=dict(sorted(by_label.items())),
     )

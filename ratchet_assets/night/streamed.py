@@ -77,25 +77,38 @@ def json_string_sql(column: str, values: list[str]) -> str:
     return f"CASE {cases} END"
 
 
-def golden_row_leaf_sql(tasks: list[str]) -> str:
+def golden_row_leaf_sql(tasks: list[str], labelled: bool = True) -> str:
     """SQL over a golden/examples table: ``GoldenRow.leaf()`` text — keys in canonical order (answer <
-    example_key < messages < response_format < task < tools), parts from the stored canonical JSON texts."""
+    example_key < label_source < messages < response_format < task < teacher_answer < tools), parts from the
+    stored canonical JSON texts. ``label_source`` and ``teacher_answer`` are in the leaf of a row people labelled
+    only (``labelled``: the table has those columns; a golden set written before them has none)."""
+    people = "label_source = 'people'"
+    source = f"CASE WHEN {people} THEN ',\"label_source\":\"people\"' ELSE '' END || " if labelled else ""
+    teacher = (
+        f"CASE WHEN {people} THEN ',\"teacher_answer\":' || coalesce(teacher_answer, 'null') ELSE '' END || "
+        if labelled
+        else ""
+    )
     return (
-        '\'{"answer":\' || answer || \',"example_key":"\' || example_key || \'","messages":\' || messages || '
+        "'{\"answer\":' || answer || ',\"example_key\":\"' || example_key || '\"' || "
+        f"{source}',\"messages\":' || messages || "
         "',\"response_format\":' || coalesce(nullif(response_format, ''), 'null') || ',\"task\":' || "
-        f"{json_string_sql('task', tasks)} || ',\"tools\":' || coalesce(nullif(tools, ''), 'null') || '}}'"
+        f"{json_string_sql('task', tasks)} || {teacher}',\"tools\":' || coalesce(nullif(tools, ''), 'null') || '}}'"
     )
 
 
 def stream_golden_commitment(con, golden_file: Path, out: Path, day: str) -> tuple[Commitment, Commitment]:
     """Key and row commitments of the golden set in `golden_file` (sorted by key), streamed through `con`;
     writes them to `out` (the file ``night.commitments.golden_commitment`` reads) and returns (keys, rows)."""
+    import pyarrow.parquet as pq
+
     from ratchet_assets.night import sql_str, stream_batches
 
     src = f"read_parquet({sql_str(str(golden_file))})"
     tasks = [r[0] for r in con.execute(f"SELECT DISTINCT task FROM {src} ORDER BY 1").fetchall()]
+    labelled = "label_source" in pq.read_schema(golden_file).names
     keys, rows = KeyTree(), RowTree()
-    sql = f"SELECT example_key, encode({golden_row_leaf_sql(tasks)}) AS leaf FROM {src}"
+    sql = f"SELECT example_key, encode({golden_row_leaf_sql(tasks, labelled)}) AS leaf FROM {src}"
     for batch in stream_batches(con, sql):
         keys.add(batch.column(0).to_pylist())
         leaves = batch.column(1)
@@ -103,18 +116,27 @@ def stream_golden_commitment(con, golden_file: Path, out: Path, day: str) -> tup
             raise ValueError(f"{golden_file}: a golden row has an empty column; rebuild it with golden_split")
         rows.add(pa.array(leaves).to_pylist())
     kc, rc = keys.finish(), rows.finish()
-    write_golden_commitment(out, day, kc, rc)
+    by_label: dict[str, int] = {}
+    if labelled:
+        counts = con.execute(f"SELECT label_source, count(*) FROM {src} GROUP BY 1 ORDER BY 1").fetchall()
+        by_label = {str(k): int(n) for k, n in counts}
+    write_golden_commitment(out, day, kc, rc, by_label)
     return kc, rc
 
 
-def write_golden_commitment(out: Path, day: str, keys: Commitment, rows: Commitment) -> None:
-    """Write ``golden/day=D/commitment.json`` (read by ``night.commitments.golden_commitment``)."""
+def write_golden_commitment(
+    out: Path, day: str, keys: Commitment, rows: Commitment, labels: dict[str, int] | None = None
+) -> None:
+    """Write ``golden/day=D/commitment.json`` (read by ``night.commitments.golden_commitment``); `labels`: golden
+    rows per label source (teacher | people | import), when the rows record it."""
     from ratchet_core.lake import atomic_write_bytes
 
-    document = {
+    document: dict = {
         "day": day,
         "keys": {**keys.to_dict(), "leaf": "example key ASCII, sorted ascending"},
         "rows": {**rows.to_dict(), "leaf": "GoldenRow.leaf(): canonical_json of the row, key order"},
         "tree": "RFC 9162 SHA-256",
     }
+    if labels:
+        document["labels"] = labels
     atomic_write_bytes(out, json.dumps(document, indent=2, sort_keys=True).encode())

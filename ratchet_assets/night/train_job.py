@@ -69,6 +69,7 @@ def run_training(extras: dict[str, Any], log: Callable[[str], None]) -> tuple[di
         "train_seconds": {"raw_value": round(float(result.seconds), 2), "type": "float"},
         "train_cpu_seconds": {"raw_value": data["cpu_seconds"], "type": "float"},
         "train_examples": {"raw_value": int(result.examples), "type": "int"},
+        "train_rows_left_out": {"raw_value": int(result.rows_left_out), "type": "int"},
         "adapter_sha256": {"raw_value": result.adapter_sha256, "type": "text"},
     }
     v = result.validation
@@ -80,6 +81,8 @@ def run_training(extras: dict[str, Any], log: Callable[[str], None]) -> tuple[di
         log(
             f"validation accuracy per epoch {v['accuracy_per_epoch']}; best epoch {v['best_epoch']}; {v['stopped']}"
         )
+    if result.rows_left_out:
+        log(f"{result.rows_left_out} rows longer than max_len {result.max_len} tokens left out (never cut)")
     log(f"done: {result.steps} steps, final loss {result.final_loss:.4f}, {result.seconds:.1f} s")
     return data, metadata
 

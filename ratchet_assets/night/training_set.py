@@ -9,6 +9,11 @@ JSON parts stored by ``examples`` (keys in sorted order: messages < response_for
 ARE the Merkle leaves. Commitments (``commitment.json``, RFC 9162 SHA-256): the row tree over the lines in file
 order and the key tree over the sorted keys (``keys.txt``), which makes non-membership provable.
 Keys assigned golden in the registry are excluded, and the result is checked against the full registry.
+
+People's labels (``night.labels``): a key with a recorded demonstration takes it as its answer; a key whose
+teacher answer feedback called bad is left out. Every row's label source (``teacher`` | ``people`` | ``import``) is
+a line ``<key> <source>`` of ``labels.txt`` in file order, committed by a third tree (``labels`` in
+``commitment.json``, with the counts per source and, when feedback was read, the digest of what it gave).
 """
 
 from __future__ import annotations
@@ -27,6 +32,7 @@ from ratchet_assets.night import connect, sql_list, sql_str
 from ratchet_assets.night.budget import Budget, resolve
 from ratchet_assets.night.budget import connect as budget_connect
 from ratchet_assets.night.erasures import Erasures
+from ratchet_assets.night.labels import Labels, import_label_sources
 from ratchet_assets.night.ranges import (
     Values,
     check_key_order,
@@ -59,6 +65,9 @@ class TrainingResult:
     by_task: dict[str, int] = field(default_factory=dict)
     golden_overlap: int = 0
     erased: int = 0
+    labels_root: str = ""
+    by_label: dict[str, int] = field(default_factory=dict)  # rows per label source
+    bad_left_out: int = 0  # rows feedback called bad, left out
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -69,6 +78,7 @@ def window(day: str, window_days: int) -> list[str]:
     return [(d - timedelta(days=i)).isoformat() for i in range(window_days - 1, -1, -1)]
 
 
+LABEL_LEAF = "example key, a space and its label source (teacher | people | import), file order"
 BATCH_ROWS = 16_384  # small batches: their buffers are reused, not faulted in afresh (1/3 of the system time)
 
 ROW_SQL = """
@@ -85,8 +95,10 @@ def build_training_set(
     window_days: int = 7,
     erasures: Erasures | None = None,
     budget: Budget | int | None = None,
+    labels: Labels | None = None,
 ) -> TrainingResult:
-    """Write ``train/day=D/{train.jsonl, keys.txt, commitment.json}``; return counts, roots and the overlap.
+    """Write ``train/day=D/{train.jsonl, keys.txt, labels.txt, commitment.json}``; return counts, roots and the
+    overlap. ``labels``: people's labels (``night.labels.load_labels``; module docstring).
 
     In bounded memory (`budget`, ``ratchet_assets.night.budget``), one example-key range at a time
     (``night.ranges``; the next range's query runs while this one is written): a range's rows are the window's
@@ -117,6 +129,25 @@ def build_training_set(
     src = f"read_parquet({sql_list(files)})"
     reg_src = f"read_parquet({sql_str(str(snapshot(con, reg)))})"  # one version for every range
     erasing = bool(erasures.example_keys or erasures.request_ids)
+    labels = labels or Labels()
+    relabel = bool(labels.demonstrations)
+    bad = pa.array(sorted(labels.bad), pa.string())
+    con.register("_people", labels.table())
+    con.register("_bad", pa.table({"k": bad}))
+    imports = import_label_sources(artifacts_root, [p for p in files if p.parent.parent.name == "imports"])
+    con.register(
+        "_imports",
+        pa.table(
+            {
+                "import_id": pa.array(sorted(imports), pa.string()),
+                "label": [imports[i] for i in sorted(imports)],
+            }
+        ),
+    )
+    con.execute(
+        "CREATE TABLE people AS SELECT * FROM _people; CREATE TABLE bad_keys AS SELECT * FROM _bad; "
+        "CREATE TABLE import_labels AS SELECT * FROM _imports"
+    )
     erased = 0
     if erasing:
         erased = con.execute(
@@ -127,18 +158,32 @@ def build_training_set(
     # key has one row (``examples`` writes one per key), so the range is a plain scan in file order (key order),
     # erasures applied in Python; ``in_key_order`` refuses a repeated key rather than write it twice.
     dedup = len(files) > 1
+    bad_left_out = 0
+    if len(bad) and dedup:
+        bad_left_out = con.execute(
+            f"SELECT count(DISTINCT example_key) FROM {src} WHERE example_key IN (SELECT k FROM bad_keys) "
+            f"AND example_key NOT IN (SELECT example_key FROM {reg_src} WHERE golden)"
+        ).fetchall()[0][0]
     if dedup:
         not_erased = (
             "e.example_key NOT IN (SELECT k FROM erased_keys) AND e.request_id NOT IN (SELECT r FROM erased_ids)"
             if erasing
             else "TRUE"
         )
+        if len(bad):
+            not_erased += " AND e.example_key NOT IN (SELECT k FROM bad_keys)"
         tail = (
             f"AND {not_erased} QUALIFY row_number() OVER (PARTITION BY e.example_key ORDER BY e.day, e.ts, "
-            "e.request_id) = 1 ORDER BY e.example_key"
+            "e.request_id) = 1"
         )
     else:
         tail = ""
+    # The answer is people's where a demonstration gives one; each row's label source beside its line.
+    labelled = dedup or relabel
+    label_sql = (
+        "CASE WHEN p.people_answer IS NOT NULL THEN 'people' WHEN w.source = 'import' "
+        "THEN coalesce(i.label, 'import') ELSE 'teacher' END"
+    )
     ek = pa.array(sorted(erasures.example_keys), pa.string())
     ei = pa.array(sorted(erasures.request_ids), pa.string())
     rid_col = "e.request_id," if erasing and not dedup else ""  # read only where Python erases by it
@@ -150,17 +195,29 @@ def build_training_set(
         in_range = range_sql("example_key", *bounds)
         in_range_e = in_range.replace("example_key", "e.example_key")
         reg_part = cur.sql(f"SELECT example_key, golden FROM {reg_src} WHERE {in_range}").to_arrow_table()
-        wide = f"""SELECT e.example_key, e.task, {rid_col} {ROW_SQL} || chr(10) AS line
-                   FROM {src} e WHERE {in_range_e} {tail}"""
+        if labelled:  # joined with people's labels and the imports' label sources, in key order
+            wide = f"""WITH w AS (SELECT e.* FROM {src} e WHERE {in_range_e} {tail}),
+                       x AS (SELECT w.* REPLACE (coalesce(p.people_answer, w.answer) AS answer), {label_sql} AS label
+                             FROM w LEFT JOIN people p ON p.example_key = w.example_key
+                             LEFT JOIN import_labels i ON w.source = 'import'
+                               AND i.import_id = split_part(w.request_id, ':', 2))
+                       SELECT example_key, task, {rid_col.replace("e.", "")} {ROW_SQL} || chr(10) AS line, label
+                       FROM x ORDER BY example_key"""
+        else:  # one examples file: every label is the teacher's, rows in file (key) order
+            wide = f"""SELECT e.example_key, e.task, {rid_col} {ROW_SQL} || chr(10) AS line, 'teacher' AS label
+                       FROM {src} e WHERE {in_range_e}"""
         if dedup:
             part = cur.sql(wide).to_arrow_table()
             yield reg_part, part.select(["example_key"])
             for batch in part.to_batches(max_chunksize=BATCH_ROWS):
                 yield None, batch
             return
+        order = " ORDER BY e.example_key" if relabel else ""  # the wide query's order (joined: key order)
         yield (
             reg_part,
-            cur.sql(f"SELECT e.example_key, {rid_col} FROM {src} e WHERE {in_range_e}").to_arrow_table(),
+            cur.sql(
+                f"SELECT e.example_key, {rid_col} FROM {src} e WHERE {in_range_e}{order}"
+            ).to_arrow_table(),
         )
         yield from ((None, batch) for batch in cur.sql(wide).to_arrow_reader(BATCH_ROWS))
 
@@ -169,12 +226,19 @@ def build_training_set(
     tmp = out.with_name(f".{out.name}.tmp")
     keys_path = layout.train_keys(day)
     keys_tmp = keys_path.with_name(f".{keys_path.name}.tmp")
-    key_tree, row_tree = TreeBuilder(), TreeBuilder()
+    labels_path = layout.train_labels(day)
+    labels_tmp = labels_path.with_name(f".{labels_path.name}.tmp")
+    key_tree, row_tree, label_tree = TreeBuilder(), TreeBuilder(), TreeBuilder()
     by_task: dict[str, int] = {}
+    by_label: dict[str, int] = {}
     last, unassigned, overlap = "", 0, 0
     ranges = plan_ranges(b, files, layout.examples_file(day))
     keep_all, golden, at = pa.array([], pa.bool_()), pa.array([], pa.string()), 0
-    with open(tmp, "wb", buffering=1 << 20) as fh, open(keys_tmp, "wb", buffering=1 << 20) as keys_file:
+    with (
+        open(tmp, "wb", buffering=1 << 20) as fh,
+        open(keys_tmp, "wb", buffering=1 << 20) as keys_file,
+        open(labels_tmp, "wb", buffering=1 << 20) as labels_file,
+    ):
         for reg_part, rows in prefetched_chunks(ranges, produce):
             if reg_part is not None:  # a range starts: which of its rows are kept, decided on its narrow rows
                 keys = check_key_order(rows.column("example_key"), last)
@@ -184,6 +248,10 @@ def build_training_set(
                 )
                 golden = reg_part.filter(reg_part.column("golden")).column("example_key")
                 keep_all = pc.invert(pc.is_in(keys, value_set=golden))
+                if len(bad) and not dedup:  # keys feedback called bad (night.labels)
+                    left_out = pc.is_in(keys, value_set=bad)
+                    bad_left_out += pc.sum(pc.and_(keep_all, left_out)).as_py() or 0
+                    keep_all = pc.and_(keep_all, pc.invert(left_out))
                 # erased here as SQL's NOT IN would: a NULL request id is not kept once ids are erased
                 if erasing and not dedup:
                     rid = rows.column("request_id")
@@ -205,17 +273,25 @@ def build_training_set(
             overlap += pc.sum(pc.is_in(pc.filter(keys, keep), value_set=golden)).as_py() or 0
             lines = Values(rows.column("line"))
             key_lines = Values(pc.binary_join_element_wise(keys, "", "\n"))
+            sources = rows.column("label")
+            label_lines = Values(
+                pc.binary_join_element_wise(pc.binary_join_element_wise(keys, sources, " "), "", "\n")
+            )
             for i, j in runs:
                 fh.write(lines.span(i, j))
                 keys_file.write(key_lines.span(i, j))
+                labels_file.write(label_lines.span(i, j))
             key_tree.add_hashes(key_lines.leaf_hashes(runs, strip=1))
             row_tree.add_hashes(lines.leaf_hashes(runs, strip=1))
-            for item in pc.value_counts(pc.filter(rows.column("task"), keep)).to_pylist():
-                by_task[item["values"]] = by_task.get(item["values"], 0) + int(item["counts"])
+            label_tree.add_hashes(label_lines.leaf_hashes(runs, strip=1))
+            for counts, column in ((by_task, rows.column("task")), (by_label, sources)):
+                for item in pc.value_counts(pc.filter(column, keep)).to_pylist():
+                    counts[item["values"]] = counts.get(item["values"], 0) + int(item["counts"])
     cur.close()
     if unassigned:
         tmp.unlink(missing_ok=True)
         keys_tmp.unlink(missing_ok=True)
+        labels_tmp.unlink(missing_ok=True)
         con.close()
         raise TrainingSetError(
             f"{unassigned} example keys in the window have no golden/train assignment: materialise "
@@ -223,10 +299,13 @@ def build_training_set(
         )
     tmp.replace(out)
     keys_tmp.replace(keys_path)
+    labels_tmp.replace(labels_path)
     con.close()
     by_task = dict(sorted(by_task.items(), key=lambda kv: (kv[0] is None, kv[0] or "")))
     rows_c = Commitment(row_tree.finish().hex(), row_tree.size)
     keys_c = Commitment(key_tree.finish().hex(), key_tree.size)
+    labels_c = Commitment(label_tree.finish().hex(), label_tree.size)
+    by_label = dict(sorted(by_label.items()))
     rows_root = rows_c.root
     commitment = {
         "day": day,
@@ -234,8 +313,16 @@ def build_training_set(
         "days": days,
         "rows": {"root": rows_root, "size": rows_c.size, "leaf": "canonical_json(row), file order"},
         "keys": {"root": keys_c.root, "size": keys_c.size, "leaf": "example key ASCII, sorted ascending"},
+        "labels": {**labels_c.to_dict(), "leaf": LABEL_LEAF, "counts": by_label},
         "tree": "RFC 9162 SHA-256",
     }
+    if labels.items:  # what the application's feedback gave this set (night.labels)
+        commitment["feedback"] = {
+            "items": labels.items,
+            "demonstrations_used": by_label.get("people", 0),
+            "bad_left_out": int(bad_left_out),
+            "sha256": labels.digest,
+        }
     if erasures.example_keys or erasures.request_ids:  # the erasures this set honoured (the BOM records them)
         from ratchet_stats.canonical import canonical_json, sha256_hex
 
@@ -263,6 +350,9 @@ def build_training_set(
         by_task={k: int(v) for k, v in by_task.items()},
         golden_overlap=int(overlap),
         erased=int(erased),
+        labels_root=labels_c.root,
+        by_label=by_label,
+        bad_left_out=int(bad_left_out),
     )
 
 

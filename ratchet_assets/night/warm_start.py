@@ -13,7 +13,7 @@ Warm only when all of these hold, else cold, with the reason recorded:
 - there is a parent, its folder is there, and it was trained for an earlier day than this night;
 - the base is the same bytes (the identity's sha256 covers weights, config and tokenizer files, so the chat
   template too);
-- the LoRA's shape is the same (rank, alpha, target modules, modules to save, max_len), so the weights load;
+- the LoRA's shape is the same (rank, alpha, target modules, modules to save), so the weights load;
 - the validation split is drawn alike (``validation_share``, ``validation_groups``): a row's side is a function of
   the row alone, so no adapter of the line trained on a row held out tonight;
 - the signed policies of the set's tasks are the ones the parent was trained under (``policies_sha256``);
@@ -41,7 +41,7 @@ from typing import Any
 from ratchet_core.layout import ArtifactLayout
 
 # the fields that fix the shape of the LoRA weights: a parent with other values cannot be loaded
-SHAPE_FIELDS = ("rank", "alpha", "target_modules", "modules_to_save", "max_len")
+SHAPE_FIELDS = ("rank", "alpha", "target_modules", "modules_to_save")
 # the fields that choose the validation split: with other values the parent may have trained on today's held-out rows
 SPLIT_FIELDS = ("validation_share", "validation_groups")
 
@@ -285,6 +285,7 @@ def plan_start(
     artifacts: str | Path,
     day: str,
     *,
+    base: str | Path,
     tasks: Sequence[str],
     base_sha256: str,
     train_config: dict[str, Any],
@@ -316,19 +317,22 @@ def plan_start(
         parent.train_day,
         float(train_config.get("replay_share", 0.25)),
         int(train_config.get("replay_cap", 1000)),
-        held_out(layout.train_jsonl(day), train_config),
+        held_out(layout.train_jsonl(day), train_config, base),
     )
     if not new:
         return cold(f"no row is newer than the parent {parent.version}'s day {parent.train_day}")
     return StartPlan("warm", f"from {parent.chosen_as} {parent.version}", parent, rows, new, replay)
 
 
-def held_out(train_jsonl: Path, train_config: dict[str, Any]) -> list[bool]:
-    """The rows of ``train_jsonl`` the trainer's validation split holds out under ``train_config``: a function of
-    each row alone, so the same rows every night (and so never trained on by a parent with the same split)."""
+def held_out(train_jsonl: Path, train_config: dict[str, Any], base: str | Path) -> list[bool]:
+    """The rows of ``train_jsonl`` the trainer's validation split holds out under ``train_config`` (prompts
+    rendered by the chat template of ``base``): a function of each row alone, so the same rows every night (and so
+    never trained on by a parent with the same split)."""
+    from transformers import AutoTokenizer
+
     from ratchet_assets.night.lora_trainer import read_train_rows, validation_mask
 
-    rows = read_train_rows(train_jsonl)
+    rows = read_train_rows(train_jsonl, AutoTokenizer.from_pretrained(base))
     share = float(train_config.get("validation_share", 0.0))
     if share <= 0:
         return [False] * len(rows)

@@ -6,7 +6,10 @@ goes). :func:`reconcile_endpoint` converges one endpoint speaking vLLM's runtime
 
 - ``GET /v1/models`` says what is loaded now (adapters are the entries with a ``parent``);
 - a desired version that is missing is loaded (``POST /v1/load_lora_adapter {lora_name, lora_path}``) from
-  ``<artifacts>/adapters/<version>``, through the effect ledger (type ``adapter.load``, policy retry). The key is
+  ``<artifacts>/adapters/<version>``; into a vLLM endpoint (one whose ``/v1/models`` entries are not owned by
+  ``ratchet``, Ratchet's student server) only once ``vllm_compat.vllm_compatible`` says vLLM can load it onto
+  the configured base (``RATCHET_STUDENT_BASE_MODEL``) within ``RATCHET_STUDENT_MAX_LORA_RANK``, else it stays
+  missing with the reasons (a demo-base adapter, say, carries ``modules_to_save``); then through the effect ledger (type ``adapter.load``, policy retry). The key is
   ``<endpoint>|<version>#<n>``: ``n`` counts the loads that already happened, so an endpoint that lost the
   adapter (restarted, or vLLM evicted it) is a new target and the ledger never stops a needed reload, while two
   reconcilers that see the same absence share one key and load once. The fingerprint is the adapter's digest
@@ -105,12 +108,15 @@ class _Endpoint:
         self.base_url = base_url.rstrip("/")
         headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
         self.client = httpx.Client(headers=headers, timeout=timeout_s)
+        self.is_vllm = False  # known after adapters(): its models are not owned by Ratchet's student server
 
     def adapters(self) -> set[str]:
         resp = self.client.get(f"{self.base_url}/models", timeout=10.0)
         if resp.status_code != 200:
             raise RuntimeError(f"GET /models answered HTTP {resp.status_code}: {resp.text[:200]}")
-        return {m.get("id", "") for m in resp.json().get("data", []) if m.get("parent")}
+        models = resp.json().get("data", [])
+        self.is_vllm = any(m.get("owned_by") != "ratchet" for m in models)
+        return {m.get("id", "") for m in models if m.get("parent")}
 
     def load(self, name: str, path: str, digest: str = "") -> None:
         body = {"lora_name": name, "lora_path": path}
@@ -176,12 +182,16 @@ def reconcile_endpoint(
     statuses: dict[str, set[str]],
     store: Any = None,
     from_store: bool = False,
+    base: str | Path | None = None,
+    max_rank: int = 32,
 ) -> EndpointReport:
     """Converge one endpoint to `desired` (version -> tasks); `statuses`: version -> its registry statuses.
 
     `store` (``ratchet_core.artifact_store.ArtifactStore``): an adapter the local artifacts cache lacks is fetched
     from it first (the cache may be a volume shared with vLLM, which loads local paths); with `from_store` the
-    endpoint is given the store URL instead and downloads the adapter itself (Ratchet's student server)."""
+    endpoint is given the store URL instead and downloads the adapter itself (Ratchet's student server).
+    `base` (the base model folder the endpoint serves) and `max_rank` (its ``--max-lora-rank``): what an adapter
+    must fit before it is loaded into a vLLM endpoint (``vllm_compat``)."""
     from ratchet_core.layout import ArtifactLayout
 
     layout = ArtifactLayout(artifacts)
@@ -202,6 +212,11 @@ def reconcile_endpoint(
             if not (folder / "adapter_config.json").is_file():
                 report.missing[version] = f"no adapter files at {folder}"
                 continue
+            if ep.is_vllm:
+                fits = _vllm_fit(folder, base, max_rank)
+                if not fits.ok:
+                    report.missing[version] = str(fits)
+                    continue
             if store is not None and from_store:
                 url = store.uri(name)
                 _load(ep, effects, version, folder, report, url, url)
@@ -223,6 +238,19 @@ def reconcile_endpoint(
     return report
 
 
+def _vllm_fit(folder: Path, base: str | Path | None, max_rank: int):
+    from ratchet_assets.release.vllm_compat import Compatibility, vllm_compatible
+
+    if not base:
+        return Compatibility(
+            [
+                "no base model is configured (RATCHET_STUDENT_BASE_MODEL): the adapter cannot be checked against "
+                "the base the vLLM endpoint serves"
+            ]
+        )
+    return vllm_compatible(folder, base, max_rank)
+
+
 def registry_statuses(engine: Any) -> dict[str, set[str]]:
     """version -> the statuses the versions registry gives it (one per task)."""
     from ratchet_assets.release import registry
@@ -240,8 +268,11 @@ def reconcile(
     artifacts: str | Path,
     store: Any = None,
     from_store: bool = False,
+    base: str | Path | None = None,
+    max_rank: int = 32,
 ) -> tuple[mf.Manifest, list[EndpointReport]]:
-    """Every endpoint (base URL, API key) against the newest verified manifest; returns it and one report each."""
+    """Every endpoint (base URL, API key) against the newest verified manifest; returns it and one report each
+    (`base`, `max_rank`: :func:`reconcile_endpoint`)."""
     from ratchet_assets.effects import EffectLedger
 
     manifest, _ = mf.latest_verified(engine, public_keys)
@@ -250,7 +281,7 @@ def reconcile(
     statuses = registry_statuses(engine)
     effects = EffectLedger(engine)
     reports = [
-        reconcile_endpoint(url, key, desired, artifacts, effects, statuses, store, from_store)
+        reconcile_endpoint(url, key, desired, artifacts, effects, statuses, store, from_store, base, max_rank)
         for url, key in endpoints
     ]
     return manifest, reports

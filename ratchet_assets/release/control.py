@@ -10,7 +10,9 @@
    live); each admission is published as its own signed manifest;
 3. the plan feeds unread pair rows, in segment order, into the (version, task) tracks of every version serving a
    task (``decision.serving_tracks``), stopping at the first promote/rollback decision (one decision per tick: the
-   watermark stays right after the deciding row);
+   watermark stays right after the deciding row); a version whose student answers the application's feedback
+   rates worse than the teacher's at the same time (:func:`feedback_holds`, ``decision.feedback_evidence``) is held:
+   its promotions wait, its rollbacks do not;
 4. the decision is applied: effect ledger (type ``release.publish``, key = version/task/target/evidence digest) ->
    signed manifest (``tick.apply_decision``), versions registry (``tick.decision_statuses``) and audit log in one
    control-DB transaction.
@@ -38,8 +40,8 @@ from sqlalchemy.engine import Engine
 
 from ratchet_assets.release import registry
 from ratchet_assets.release.admission import Candidate
-from ratchet_assets.release.decision import Decision, ReleaseRule, Track, serving_tracks
-from ratchet_assets.release.evidence import Watermark, pending_segments, read_pairs
+from ratchet_assets.release.decision import Decision, ReleaseRule, Track, feedback_evidence, serving_tracks
+from ratchet_assets.release.evidence import Watermark, feedback_observations, pending_segments, read_pairs
 from ratchet_assets.release.guard import NotCertified, certified_task
 from ratchet_assets.release.tick import (
     Admission,
@@ -279,6 +281,20 @@ def candidates(
     return out
 
 
+def feedback_holds(engine: Engine, manifest: mf.Manifest, rule: ReleaseRule) -> dict[tuple[str, str], str]:
+    """(version, task) -> why its promotions wait: the application's feedback rates the version's answers worse
+    than the teacher's at the same time (``decision.feedback_evidence``, at the rule's alpha)."""
+    holds: dict[tuple[str, str], str] = {}
+    for task, release in sorted(manifest.tasks.items()):
+        if not release.version:
+            continue
+        policy = manifest.policies.get(task)
+        ev = feedback_evidence(feedback_observations(engine, task, release.version, policy), rule.alpha)
+        if ev.worse:
+            holds[(release.version, task)] = ev.message(release.version, task)
+    return holds
+
+
 def release_tick(
     engine: Engine,
     private_key: Any,
@@ -313,7 +329,14 @@ def release_tick(
         result.notes.append(f"{late} segment(s) of settled days ignored")
     pairs = read_pairs(lake, segments, wm)
     try:
-        plan = decide_tick(manifest, candidates(engine, keys, rule, artifacts, manifest), old, pairs, rule)
+        plan = decide_tick(
+            manifest,
+            candidates(engine, keys, rule, artifacts, manifest),
+            old,
+            pairs,
+            rule,
+            feedback_holds(engine, manifest, rule),
+        )
     finally:
         pairs.close()  # a plan stops reading at its decision: close the lake connection now
     result.holds.extend(plan.waiting)

@@ -49,6 +49,15 @@ pure function of the track and the rule, looked up in ``ROLLBACK_RULES`` and ``P
   answers (at least ``min_stage_audits``) exceeds the target, with the same caveat. Default: ``e-value`` under the
   sequential rule, ``bound`` under the Wilson rule.
 
+Feedback (``ratchet_core.feedback``) is evidence too: :func:`feedback_evidence` asks whether the student's answers of
+a task draw worse feedback than the teacher's at the same time. Student and teacher observations (bad or not, by
+the task's ``bad_when``, or a demonstration the served answer disagrees with) are paired in the order they arrive;
+under H0 "the student's bad rate is at most the teacher's" (independent answers), a discordant pair (one bad, the
+other not) is the student's bad one with probability at most 1/2, so the same betting e-process the rollback uses,
+``BettingEProcess.rollback(1/2, alpha)`` over the discordant pairs, is anytime-valid (a sign test, as McNemar's).
+When it rejects, the version's promotions are held (``held`` of :func:`decide`) while its audits go on deciding
+rollbacks.
+
 References: Ramdas, Grünwald, Vovk & Shafer (2023), "Game-theoretic statistics and safe anytime-valid
 inference", Statistical Science 38(4); Waudby-Smith & Ramdas (2023), JRSS-B 86(1) (the betting rule); Shin,
 Ramdas & Rinaldo (2024), "E-detectors: a nonparametric framework for sequential change detection", New England
@@ -565,6 +574,43 @@ def feed(
         if rollback(track, rule) or (track.step < LIVE and not (frozen or held) and promotes(track, rule)):
             return decide(track, rule, frozen, held), consumed
     return decide(track, rule, frozen, held), consumed
+
+
+@dataclass(frozen=True)
+class FeedbackEvidence:
+    """What feedback says of a version against the teacher (module docstring): the pairs, the discordant ones, the
+    student's bad ones among them, the e-value and whether it rejected H0 (worse feedback: hold)."""
+
+    pairs: int
+    discordant: int
+    student_bad: int
+    e_value: float
+    threshold: float
+    worse: bool
+
+    def message(self, version: str, task: str) -> str:
+        return (
+            f"the application's feedback rates {version}'s answers on {task} worse than the teacher's at the same "
+            f"time ({self.student_bad} of {self.discordant} discordant pairs bad for the student, e-value "
+            f"{self.e_value:.3g} >= {self.threshold:g}); promotions wait while audits still decide rollbacks"
+        )
+
+
+def feedback_evidence(observations: Iterable[tuple[str, bool]], alpha: float = 0.05) -> FeedbackEvidence:
+    """`observations`: (served_by, bad) in arrival order; the paired sign test of the module docstring."""
+    proc = BettingEProcess.rollback(0.5, alpha)
+    student: list[bool] = []
+    teacher: list[bool] = []
+    pairs = discordant = 0
+    for served_by, bad in observations:
+        (student if served_by == "student" else teacher).append(bool(bad))
+        if student and teacher:
+            s, t = student.pop(0), teacher.pop(0)
+            pairs += 1
+            if s != t:
+                discordant += 1
+                proc.update(s)
+    return FeedbackEvidence(pairs, discordant, proc.errors, proc.e_value, proc.threshold, proc.rejected)
 
 
 def simulate(

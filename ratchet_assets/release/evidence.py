@@ -8,13 +8,17 @@ student answered off the path); ``pair_outcome`` agree | disagree | error. As ev
 
 - ``disagree`` -> an error, ``agree`` -> a correct answer;
 - ``error`` (one side failed) -> no evidence; a shadow answer whose confidence is below the threshold, or that
-  broke its request's contract (``contract_violation``, ``ratchet_gateway.contract``) -> no evidence either (the
+  broke its request's contract (``contract_violation``, ``ratchet_core.contract``) -> no evidence either (the
   gateway would have sent that request to the teacher).
 
 Segments are immutable once sealed (written under a temp name, then renamed), so a watermark over segment names is
 exact: :class:`Watermark` holds, per day, the segments fully read, plus the position inside the segment where the
 last evaluation stopped. Days more than ``SETTLE_DAYS`` before the newest day seen are considered settled and
 dropped from the watermark (a segment sealed that late is ignored, and counted in ``late_ignored``).
+
+Feedback (``ratchet_core.feedback``, in the control DB) is read by :func:`feedback_observations`: per (version,
+task), what the application said about the student's answers of that version and about the teacher's answers of the
+task received since the version's first one, in arrival order (``decision.feedback_evidence`` tests them).
 """
 
 from __future__ import annotations
@@ -100,6 +104,28 @@ class Watermark:
         self.min_day = cutoff
         self.done = {d: v for d, v in self.done.items() if d >= cutoff}
         self.partial = {p: n for p, n in self.partial.items() if _day_and_name(p)[0] >= cutoff}
+
+
+def feedback_observations(engine: Any, task: str, version: str, policy: Any) -> list[tuple[str, bool]]:
+    """(served_by, bad) of the recorded feedback on `version`'s answers of `task`, and on the teacher's answers of
+    `task` received since the first of those, in arrival order; items whose verdict says neither are left out."""
+    from ratchet_core import feedback
+    from ratchet_core.control_db import feedback as table
+
+    rows = feedback.rows(
+        engine, (table.c.task == task) & (table.c.state == "recorded") & (table.c.target == "request")
+    )
+    out: list[tuple[str, bool]] = []
+    started = False
+    for r in rows:  # oldest first
+        mine = r["served_by"] == "student" and r["version"] == version
+        started = started or mine
+        if not started or not (mine or r["served_by"] == "teacher"):
+            continue
+        bad = feedback.verdict(r, policy)
+        if bad is not None:
+            out.append((r["served_by"], bad))
+    return out
 
 
 def _day_and_name(rel: str) -> tuple[str, str]:

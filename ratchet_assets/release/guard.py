@@ -44,8 +44,8 @@ def certified_task(
 ) -> CertifiedTask:
     """The verified certificate at `path` certifies `task` for `version` (at `target` when given) with a threshold
     under `calibration` (``ltt`` | ``point``); else raises."""
-    from ratchet_stats.certificate import PREDICATE_TYPE, check_certificate
-    from ratchet_stats.dsse import VerificationError, verify_statement
+    from ratchet_stats.certificate import check_certificate, verify_certificate
+    from ratchet_stats.dsse import VerificationError
 
     path = Path(path)
     try:
@@ -56,7 +56,7 @@ def certified_task(
             "can serve; run its night, or pass --force with a reason"
         ) from None
     try:
-        statement = verify_statement(text, public_keys, predicate_type=PREDICATE_TYPE)
+        statement = verify_certificate(text, public_keys)
     except (VerificationError, ValueError) as exc:
         check = getattr(exc, "check", "format")
         raise NotCertified(
@@ -66,7 +66,7 @@ def certified_task(
     predicate = statement["predicate"]
     if str(predicate.get("version")) != version:
         raise NotCertified(f"{path.name} certifies {predicate.get('version')!r}, not {version}")
-    problems = check_certificate(predicate)
+    problems = check_certificate(predicate, statement["predicateType"])
     if problems:
         raise NotCertified(f"the numbers of {path.name} do not recompute: {problems[0]}")
     section = (predicate.get("tasks") or {}).get(task)

@@ -140,8 +140,8 @@ def register_certificates(engine: Engine, artifacts: Path, public_keys: Any) -> 
     """
     from ratchet_core.key_history import keys_ever_trusted
     from ratchet_core.keys import as_key_list
-    from ratchet_stats.certificate import PREDICATE_TYPE, check_certificate
-    from ratchet_stats.dsse import VerificationError, verify_statement
+    from ratchet_stats.certificate import check_certificate, verify_certificate
+    from ratchet_stats.dsse import VerificationError
 
     ensure_schema(engine)
     # A certificate signed before a key rotation still verifies: every key the history ever trusted counts.
@@ -159,13 +159,13 @@ def register_certificates(engine: Engine, artifacts: Path, public_keys: Any) -> 
         if name in known:
             continue
         try:
-            statement = verify_statement(path.read_text(), public_keys, predicate_type=PREDICATE_TYPE)
+            statement = verify_certificate(path.read_text(), public_keys)
         except (VerificationError, ValueError, OSError) as exc:
             check = getattr(exc, "check", "read")
             notes.append(f"{path.name}: not registered, {check} check failed: {exc}")
             continue
         predicate = statement["predicate"]
-        problems = check_certificate(predicate)
+        problems = check_certificate(predicate, statement["predicateType"])
         if problems:
             notes.append(f"{path.name}: not registered, numbers do not recompute: {problems[0]}")
             continue

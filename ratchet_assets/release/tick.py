@@ -128,9 +128,12 @@ def decide_tick(
     previous: Mapping[tuple[str, str], Track],
     evidence: Iterable[tuple[str, Sequence[PairRow]]],
     rule: ReleaseRule,
+    feedback_holds: Mapping[tuple[str, str], str] | None = None,
 ) -> TickPlan:
     """One evaluation of release control (module docstring). `candidates` in registration order (the last of a
-    task is the newest); `evidence`: (batch name, unread rows) in order, read lazily and only as far as needed."""
+    task is the newest); `evidence`: (batch name, unread rows) in order, read lazily and only as far as needed;
+    `feedback_holds`: (version, task) -> why the application's feedback holds its promotions
+    (``decision.feedback_evidence``)."""
     newest: dict[str, Candidate] = {}
     older: dict[str, list[str]] = {}
     for c in candidates:
@@ -199,7 +202,7 @@ def decide_tick(
         rel = current.task(t.task)
         if rel.forced and rel.version == t.version:
             return "an operator forced it here (`ratchet admin promote --force`): promote it by hand"
-        return ""
+        return (feedback_holds or {}).get((t.version, t.task), "")
 
     decision: Decision | None = None
     for t in tracks.values():  # evidence already in hand (e.g. a promotion held while frozen)

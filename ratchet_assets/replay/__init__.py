@@ -24,6 +24,11 @@ the gateway's own decisions, with nothing but what its ledger rows recorded:
   what their teacher answers cost (``teacher_cost_usd``), is known exactly for every rate.
 - **Quality.** Audit pairs say whether the student agreed with the teacher (``pair_outcome``); the what-if's error
   count is over the served rows whose outcome is known (``known_outcomes``), and says how many it is not known for.
+- **Feedback.** What the application said about the answers (``ratchet_core.feedback``, :func:`load_feedback`: bad
+  or good by the task's ``bad_when``, or a demonstration the served answer agreed with or not) is counted for the
+  model that served each request: the student's agreement with feedback is the share of its answers with feedback
+  that feedback did not call bad, beside the teacher's. A what-if counts it only where it serves a request with the
+  model that really answered it (feedback is about that answer).
 """
 
 from __future__ import annotations
@@ -79,14 +84,31 @@ class Outcome:
     audit_cost_usd: float = 0.0
     served_known_outcomes: int = 0
     served_known_errors: int = 0
+    student_feedback: int = 0  # student answers with feedback that says good or bad
+    student_feedback_bad: int = 0
+    teacher_feedback: int = 0
+    teacher_feedback_bad: int = 0
 
     @property
     def student_share(self) -> float:
         return self.student_served / self.requests if self.requests else 0.0
 
+    def feedback(self, served: str, bad: bool | None) -> None:
+        if bad is None:
+            return
+        if served == "student":
+            self.student_feedback += 1
+            self.student_feedback_bad += bad
+        else:
+            self.teacher_feedback += 1
+            self.teacher_feedback_bad += bad
+
     def as_dict(self) -> dict[str, Any]:
         d = asdict(self)
         d["student_share"] = self.student_share
+        for who in ("student", "teacher"):
+            n, bad = d[f"{who}_feedback"], d[f"{who}_feedback_bad"]
+            d[f"{who}_feedback_agreement"] = round((n - bad) / n, 9) if n else None
         d["saved_usd"] = self.teacher_only_cost_usd - self.cost_usd - self.audit_cost_usd
         for k, v in list(d.items()):
             if isinstance(v, float):
@@ -159,10 +181,31 @@ def _serves(conf: float | None, threshold: float | None, violation_free: bool = 
     return violation_free and (threshold is None or conf >= threshold)
 
 
+def load_feedback(engine: Any, task: str, policy: Any = None) -> dict[str, bool]:
+    """request id -> whether the application's feedback on its answer says bad (any item) or good; requests whose
+    feedback says neither are left out (module docstring, "Feedback")."""
+    from ratchet_core import feedback
+    from ratchet_core.control_db import feedback as table
+
+    out: dict[str, bool] = {}
+    if engine is None:
+        return out
+    for r in feedback.rows(engine, (table.c.task == task) & (table.c.target == "request")):
+        bad = feedback.verdict(r, policy)
+        if bad is not None:
+            out[r["request_id"]] = out.get(r["request_id"], False) or bad
+    return out
+
+
 def replay(
-    rows: list[dict[str, Any]], task: str, days: list[str], scenario: ReplayScenario | None = None
+    rows: list[dict[str, Any]],
+    task: str,
+    days: list[str],
+    scenario: ReplayScenario | None = None,
+    feedback: dict[str, bool] | None = None,
 ) -> Replay:
-    """Replay `rows` (one task's ledger rows, :func:`load_rows`) as served, and under `scenario` when given."""
+    """Replay `rows` (one task's ledger rows, :func:`load_rows`) as served, and under `scenario` when given;
+    `feedback`: :func:`load_feedback`."""
     from ratchet_core.routing import unit_hash
 
     scenario = scenario or ReplayScenario()
@@ -204,6 +247,8 @@ def replay(
                 out.teacher_only_cost_usd += teacher
         # what the gateway did
         _add(actual, r["served_by"] == "student", teacher, student_cost, student_asked, outcome)
+        verdict = (feedback or {}).get(rid)
+        actual.feedback(r["served_by"], verdict)
         if audit_pair is not None:
             actual.audits += 1
             actual.audit_cost_usd += float(audit_pair["actual_cost_usd"] or 0.0)
@@ -212,6 +257,8 @@ def replay(
         if again != (r["served_by"] == "student"):
             mismatches.append(rid)
         _add(replayed, again, teacher, student_cost, student_asked, outcome)
+        if again == (r["served_by"] == "student"):
+            replayed.feedback(r["served_by"], verdict)
         if again and audit_pair is not None:
             replayed.audits += 1
             replayed.audit_cost_usd += float(audit_pair["actual_cost_usd"] or 0.0)
@@ -229,6 +276,8 @@ def replay(
             threshold = None if sh is None else sh["threshold"]
         served = _serves(w_conf, threshold, ok)
         _add(what_if, served, teacher, w_cost, w_asked, w_outcome)
+        if served == (r["served_by"] == "student") and scenario.candidate is None:
+            what_if.feedback(r["served_by"], verdict)
         if served:
             rate = scenario.audit_rate
             audited = (audit_pair is not None) if rate is None else unit_hash("audit", rid) < rate

@@ -81,7 +81,11 @@ def replay_cmd(
                 certificate = str(ArtifactLayout(settings.artifacts_root).certificate(versions[0]))
             threshold = threshold_at_target(certificate, task, target)
         result = replay(
-            rows, task, days, ReplayScenario(threshold=threshold, audit_rate=audit_rate, candidate=candidate)
+            rows,
+            task,
+            days,
+            ReplayScenario(threshold=threshold, audit_rate=audit_rate, candidate=candidate),
+            _feedback(settings, task),
         )
     except (ReplayError, ValueError, OSError) as exc:
         click.echo(f"error: {exc}", err=True)
@@ -108,5 +112,29 @@ def replay_cmd(
             f"${w['cost_usd']:.6f} + audits ${w['audit_cost_usd']:.6f} ({w['audits']}), known errors "
             f"{w['served_known_errors']}/{w['served_known_outcomes']} of {w['student_served']} served"
         )
+    if a["student_feedback"] or a["teacher_feedback"]:
+        click.echo(
+            f"feedback: the student's answers {_agreement(a, 'student')}; the teacher's {_agreement(a, 'teacher')}"
+        )
     for note in data["notes"]:
         click.echo(f"note: {note}")
+
+
+def _agreement(out: dict, who: str) -> str:
+    n, bad = out[f"{who}_feedback"], out[f"{who}_feedback_bad"]
+    return f"{n - bad} of {n} good ({(n - bad) / n:.1%})" if n else "have no feedback"
+
+
+def _feedback(settings, task: str) -> dict[str, bool]:
+    """The application's feedback on the task's requests (the control DB; the task's signed bad_when)."""
+    from ratchet_assets.replay import load_feedback
+    from ratchet_core.control_db import make_engine
+    from ratchet_core.keys import root_public_keys
+    from ratchet_core.manifest import current_policies
+
+    engine = make_engine(settings.control_db_url)
+    try:
+        policy = current_policies(engine, root_public_keys(settings)).get(task)
+    except Exception:  # no trusted key here: only demonstrations say good or bad
+        policy = None
+    return load_feedback(engine, task, policy)

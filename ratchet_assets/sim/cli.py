@@ -21,8 +21,10 @@ def _day_line(r: dict[str, Any]) -> str:
     )
     sp = r["student_precision"]
     cost = r["cost"]
+    per_task = r["student_share_per_task"]
+    shares = f" ({', '.join(f'{t} {v:.1%}' for t, v in per_task.items())})" if len(per_task) > 1 else ""
     line = (
-        f"day {r['day']} {r['date']}: student {r['student_share']:.1%} | served precision "
+        f"day {r['day']} {r['date']}: student {r['student_share']:.1%}{shares} | served precision "
         f"{r['served_precision']:.3f} (student {'-' if sp is None else f'{sp:.3f}'}) | stage: {stages} | "
         f"cost ${cost['actual_usd']:.4f} vs all-teacher ${cost['all_teacher_usd']:.4f} "
         f"({(cost['ratio'] or 0):.1%}) | audits so far {r['audits']['cumulative']} | night "

@@ -539,6 +539,7 @@ class Simulation:
                 "audit": 0,
                 "shadow": 0,
             }
+            by_task: dict[str, list[int]] = {}  # task -> [requests, served by the student]
             for i, ex in enumerate(examples):
                 if i % cfg.tick_requests == 0:
                     self._tick(day, i)
@@ -546,6 +547,9 @@ class Simulation:
                 rows.extend(r)
                 student = st["served_by"] == "student"
                 agg["student"] += student
+                per_task = by_task.setdefault(ex.task, [0, 0])
+                per_task[0] += 1
+                per_task[1] += student
                 agg["correct"] += st["correct"]
                 agg["student_correct"] += student and st["correct"]
                 agg["teacher"] += st["teacher_cost"]
@@ -575,6 +579,7 @@ class Simulation:
                 "date": date_s,
                 "requests": n,
                 "student_share": round(agg["student"] / n, 6),
+                "student_share_per_task": {t: round(c[1] / c[0], 6) for t, c in sorted(by_task.items())},
                 "served_precision": round(agg["correct"] / n, 6),
                 "student_precision": round(agg["student_correct"] / agg["student"], 6)
                 if agg["student"]

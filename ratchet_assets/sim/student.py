@@ -379,17 +379,22 @@ class LoraStudent:
         response_format: Mapping[str, Any] | None = None,
         max_new_tokens: int = 160,
     ) -> tuple[dict[str, Any], float]:
-        from ratchet_core.chat_format import parse_completion, render_prompt
+        """The adapter's greedy answer, its prompt rendered by the base's chat template as the student server
+        renders it (``response_format`` is not part of it; this in-process student does not constrain decoding)."""
+        from ratchet_core.chat_encoding import encode
+        from ratchet_core.chat_format import render_prompt
         from ratchet_core.confidence import answer_confidence
+        from ratchet_core.tool_calls import answer_message
 
         torch = self._torch
         prompt = render_prompt(
-            list(messages), list(tools) if tools else None, dict(response_format or {}) or None
+            self.tokenizer, [dict(m) for m in messages], [dict(t) for t in tools or []] or None
         )
-        ids = self.tokenizer(prompt, return_tensors="pt").input_ids
+        ids = torch.tensor([encode(self.tokenizer, prompt)])
         with torch.no_grad():
             out = self.model.generate(
                 ids,
+                attention_mask=torch.ones_like(ids),
                 max_new_tokens=max_new_tokens,
                 do_sample=False,
                 output_scores=True,
@@ -402,4 +407,4 @@ class LoraStudent:
             float(torch.log_softmax(score[0], -1)[tok]) for score, tok in zip(out.scores, new, strict=False)
         ]
         text = self.tokenizer.decode(new, skip_special_tokens=True)
-        return parse_completion(text, list(tools) if tools else None), answer_confidence(logprobs)
+        return answer_message(text, list(tools) if tools else None), answer_confidence(logprobs)

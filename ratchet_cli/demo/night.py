@@ -1,12 +1,14 @@
 """The demo's nights and release control.
 
-``python -m ratchet_cli.demo.night DAY OUT.json [RUN_CONFIG_JSON]`` runs the code location's ``nightly`` job for partition DAY in
-the Dagster instance of ``$DAGSTER_HOME`` (the one `dagster dev` shows, so each night appears in the UI's runs and
-asset lineage) and writes a summary: which assets materialised (with their key metadata), which checks passed,
-which steps failed and why. RUN_CONFIG_JSON is the job's run config: the demo passes none, since
-``lora_adapter``'s defaults are the training settings it certifies with (``night_run_config``: only
-``--train-epochs`` / ``--train-min-steps`` override them). It runs in its own process so a night never shares memory with the demo's driver and
-Ctrl-C can stop it by process group.
+``python -m ratchet_cli.demo.night DAY OUT.json [RUN_CONFIG_JSON]`` runs the code location's ``nightly`` job for
+partition DAY in the Dagster instance of ``$DAGSTER_HOME`` (the one `dagster dev` shows, so each night appears in
+the UI's runs and asset lineage) and writes a summary: which assets materialised (with their key metadata), which
+checks passed, which steps failed and why, and how long each step took (``step_seconds``: the run's step events).
+A home that records its partition window (``ratchet_core.partition_window``) has it widened to DAY first.
+RUN_CONFIG_JSON is the job's run config: the demo passes none, since ``lora_adapter``'s defaults are the training
+settings it certifies with (``night_run_config``: only ``--train-epochs`` / ``--train-min-steps`` override them).
+It runs in its own process so a night never shares memory with the demo's driver and Ctrl-C can stop it by process
+group.
 
 ``release_tick_once``: one evaluation of release control (what Dagster's ``release_promotion_sensor`` runs each
 tick), and ``reconcile_adapters_once`` (``adapter_reconciler``'s pass), for ``ratchet demo --no-dagster-ui`` where
@@ -59,11 +61,42 @@ def night_run_config(
     return {"ops": {"lora_adapter": {"config": config}}} if config else None
 
 
+def step_seconds(instance: Any, run_id: str) -> list[tuple[str, float | None]]:
+    """Each step of the run in the order it started, with its seconds from the step's start to its success or
+    failure as Dagster's event log recorded them (None: it never ended)."""
+    import dagster as dg
+
+    started: dict[str, float] = {}
+    ended: dict[str, float] = {}
+    kinds = {
+        dg.DagsterEventType.STEP_START,
+        dg.DagsterEventType.STEP_SUCCESS,
+        dg.DagsterEventType.STEP_FAILURE,
+    }
+    for entry in instance.all_logs(run_id, of_type=kinds):
+        if not entry.step_key or entry.dagster_event is None:
+            continue
+        if entry.dagster_event.event_type == dg.DagsterEventType.STEP_START:
+            started.setdefault(entry.step_key, entry.timestamp)
+        else:
+            ended[entry.step_key] = entry.timestamp
+    order = sorted(started, key=started.__getitem__)
+    return [(k, round(ended[k] - started[k], 2) if k in ended else None) for k in order]
+
+
+def describe_steps(steps: list[tuple[str, float | None]] | list[list[Any]]) -> str:
+    """``traffic 1.2 s, examples 0.8 s, ...`` (a step that never ended: ``lora_adapter -``)."""
+    return ", ".join(f"{k} {'-' if v is None else f'{v:.1f} s'}" for k, v in steps)
+
+
 def _run_night(day: str, run_config: dict[str, Any] | None = None) -> dict[str, Any]:
     import dagster as dg
 
     from ratchet_assets.definitions import defs as load_defs
+    from ratchet_assets.run_trace import trace_run
+    from ratchet_core.settings import load_settings
 
+    loading = time.monotonic()
     job = load_defs().resolve_job_def(NIGHT_JOB)
     started = time.monotonic()
     with dg.DagsterInstance.get() as instance:
@@ -88,11 +121,17 @@ def _run_night(day: str, run_config: dict[str, Any] | None = None) -> dict[str, 
                 first = message[0] if message else "failed"
                 failures[event.step_key or "?"] = re.sub(r"^[\w.]+(Error|Failure|Exception): ", "", first)
         skipped = [e.step_key for e in result.all_events if e.event_type_value == "STEP_SKIPPED"]
+        steps = step_seconds(instance, result.run_id)
+        endpoint = load_settings().otel_endpoint
+        if endpoint:  # no daemon may run the trace sensors (--no-dagster-ui): export the night's trace here
+            trace_run(instance, result.run_id, endpoint)
     return {
         "day": day,
         "run_id": result.run_id,
         "success": result.success,
         "seconds": round(time.monotonic() - started, 1),
+        "load_seconds": round(started - loading, 1),  # importing and loading the code location
+        "steps": steps,
         "materialised": materialised,
         "checks": checks,
         "failures": failures,
@@ -108,6 +147,10 @@ def main(argv: list[str] | None = None) -> int:
         )
         return 2
     day, out = args[:2]
+    from ratchet_core.partition_window import widen_window
+    from ratchet_core.settings import load_settings
+
+    widen_window(load_settings().home, day)  # a home that records its days: this one is a partition too
     summary = _run_night(day, json.loads(args[2]) if len(args) == 3 else None)
     tmp = Path(out).with_suffix(".tmp")
     tmp.write_text(json.dumps(summary, indent=2, sort_keys=True))
@@ -122,6 +165,9 @@ class NightResult:
     exit_code: int
     log_path: Path
     summary: dict[str, Any] = field(default_factory=dict)
+    wall_seconds: float | None = (
+        None  # the night's process, start to exit (Python and Dagster start-up included)
+    )
 
     @property
     def materialised(self) -> list[str]:
@@ -143,6 +189,7 @@ def run_night(
     log_path = logs / f"night-{day}.log"
     out = logs / f"night-{day}.json"
     out.unlink(missing_ok=True)
+    started = time.monotonic()
     with open(log_path, "ab") as log:
         proc = subprocess.Popen(
             [
@@ -166,7 +213,7 @@ def run_night(
             _stop(proc)
             raise
     summary = json.loads(out.read_text()) if out.exists() else {}
-    return NightResult(day, code, log_path, summary)
+    return NightResult(day, code, log_path, summary, round(time.monotonic() - started, 1))
 
 
 def _stop(proc: subprocess.Popen) -> None:

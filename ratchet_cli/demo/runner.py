@@ -2,8 +2,10 @@
 
 A day: ``bursts`` bursts of the built-in workload spread over the first 80% of the day (``run_traffic``), then
 wait for the day to end on Ratchet's clock and for the gateway to seal its last segment (two sealing intervals
-after the last answer), then the night (``ratchet_cli.demo.night``), then one line per day: requests, share served
-by the student, accuracy, the receipt, the certificate and every task's stage. Release control and the adapter
+after the last answer, and until the lake holds every request the gateway answered), then the night
+(``ratchet_cli.demo.night``), then one line per day: requests, share served by the student, accuracy, the night's
+steps and their seconds, the receipt, the certificate and every task's stage. On the accelerated clock a day's
+traffic always stays in its day: the clock waits for it (``ratchet_cli.demo.state``). Release control and the adapter
 reconciler run in Dagster's daemon (``release_promotion_sensor``, ``adapter_reconciler``) when `dagster dev` runs,
 else here between bursts (``--no-dagster-ui``).
 """
@@ -20,17 +22,27 @@ from datetime import date, timedelta
 from pathlib import Path
 from typing import Any
 
+from ratchet_cli.demo.costs import demo_price_env, side_by_side
 from ratchet_cli.demo.night import (
     describe_stage,
+    describe_steps,
     night_run_config,
     reconcile_adapters_once,
     release_tick_once,
     run_night,
     serving_stages,
 )
-from ratchet_cli.demo.state import DayClock, DemoState, next_day, real_day_clock, set_accelerated_clock
+from ratchet_cli.demo.state import (
+    DayClock,
+    DemoState,
+    hold_clock_at,
+    next_day,
+    real_day_clock,
+    set_accelerated_clock,
+)
 from ratchet_cli.demo.supervisor import Service, Supervisor
 from ratchet_core.layout import ArtifactLayout
+from ratchet_core.partition_window import PartitionWindow, write_window
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 TASKS = ["tickets", "extract", "tools"]
@@ -92,6 +104,8 @@ class Totals:
     served_by: Counter = field(default_factory=Counter)
     by_task: dict[str, Counter] = field(default_factory=dict)
     error_samples: list[str] = field(default_factory=list)
+    day_seconds: float | None = None  # real seconds from the day's midnight to its traffic sealed
+    past_day_end: float = 0.0  # of which the clock stood at the day's end waiting for its traffic
 
     def add(self, s: dict[str, Any]) -> None:
         self.sent += s["sent"]
@@ -136,14 +150,13 @@ class DemoRunner:
             LITELLM_LOCAL_MODEL_COST_MAP="True",
             PYTHONUNBUFFERED="1",
         )
-        window = self.partitions_window()
-        if window:  # Dagster's partitions span the demo's own days (ratchet_assets.defs.partitions: UI plots)
-            env.update(RATCHET_PARTITIONS_START=window[0], RATCHET_PARTITIONS_END=window[1])
+        env.update(demo_price_env(env))  # the nights' cost_report prices the deployment the demo stands for
         return env
 
-    def partitions_window(self) -> tuple[str, str] | None:
-        """(first, last) day the accelerated demo runs with --days: its days lie far before the wall clock, and the
-        UI's Partitions plots graph only the definition's newest 120 partitions. None: real days or no --days."""
+    def partitions_window(self) -> PartitionWindow | None:
+        """First and last day the accelerated demo runs with --days: its days lie far before the wall clock, and the
+        UI's Partitions plots graph only the definition's newest 120 partitions. None: real days or no --days.
+        ``run`` records it in the home (``ratchet_core.partition_window``) for every Dagster process on it."""
         if not self.o.accelerated or self.o.days is None:
             return None
         st = self.state
@@ -152,7 +165,7 @@ class DemoRunner:
         first_new = pending or (next_day(max(known)) if known else self.o.clock_start)
         remaining = max(1, self.o.days - len(st.days_done))
         last = (date.fromisoformat(first_new) + timedelta(days=remaining - 1)).isoformat()
-        return min([*known, first_new]), max([*known, last])
+        return PartitionWindow(min([*known, first_new]), max([*known, last]))
 
     def gateway_env(self) -> dict[str, str]:
         env = self.base_env()
@@ -160,6 +173,9 @@ class DemoRunner:
             RATCHET_API_KEYS=f"demo:{self.state.api_key}",
             RATCHET_SEGMENT_SECONDS=f"{self.o.segment_seconds:g}",
         )
+        # the demo's student is one CPU process: two shadow calls at a time keep its queue short enough that a
+        # candidate's shadow pairs are answers, not timeouts (a vLLM endpoint takes the default's sixteen)
+        env.setdefault("RATCHET_SHADOW_MAX_IN_FLIGHT", "2")
         if self.o.accelerated:
             env.update(RATCHET_DAY_SECONDS=f"{self.o.day_seconds:g}", RATCHET_CLOCK_START=self.o.clock_start)
         return env
@@ -260,11 +276,17 @@ class DemoRunner:
         from ratchet_cli.init_cmd import ensure_home
 
         os.environ["RATCHET_HOME"] = str(self.home)  # this process's own settings (release ticks, manifests)
+        os.environ.update(demo_price_env(os.environ))  # ... and the cost report of its last lines
         info = ensure_home(self.home)
         self.echo(f"Ratchet home {info['home']} (signing key id {info['key_id'][:16]}…)")
         self.state = DemoState.load(self.home)
         self.state.save(self.home)
         self.prepare_dagster_home()
+        window = self.partitions_window()
+        if (
+            window is not None
+        ):  # Dagster's partitions are the demo's days, now and in any later UI on this home
+            write_window(self.home, window)
         mode = f"accelerated: one day = {self.o.day_seconds:g} s" if self.o.accelerated else "real UTC days"
         self.echo(f"clock: {mode}; {self.o.requests_per_day} requests a day ({self.o.workload})")
         if self.o.days is not None and len(self.state.days_done) >= self.o.days:
@@ -273,6 +295,7 @@ class DemoRunner:
                 f"pass --days {len(self.state.days_done) + 1} or more to continue"
             )
             self.print_verify()
+            self.print_costs()
             return []
         try:
             self.start_services()
@@ -287,6 +310,7 @@ class DemoRunner:
             if killed:
                 self.echo(f"had to kill: {', '.join(killed)}")
         self.print_verify()
+        self.print_costs()
         return self.reports
 
     def next_day(self) -> str:
@@ -328,13 +352,15 @@ class DemoRunner:
         self.state.save(self.home)
         done = int(self.state.bursts_done.get(day, 0))
         clock = (
-            set_accelerated_clock(self.home, day, self.o.day_seconds)
+            set_accelerated_clock(self.home, day, self.o.day_seconds, hold_at_day_end=True)
             if self.o.accelerated
             else real_day_clock(day)
         )
         n, b = self.o.requests_per_day, self.o.bursts
         sizes = [n // b + (1 if i < n % b else 0) for i in range(b)]
         total = Totals()
+        # a resumed day's earlier bursts are in the lake already
+        sealed_before = self.sealed_requests(day) if self.o.accelerated else 0
         self.echo(f"day {day} (#{index + 1}): sending {n} requests in {b} bursts ...")
         for j in range(done, b):
             self.wait_until(clock.real_time_at(TRAFFIC_SPAN * j / b), clock)
@@ -357,7 +383,35 @@ class DemoRunner:
             self.tick()
         last_answer = time.time()
         self.wait_until(max(clock.real_end, last_answer + 2 * self.o.segment_seconds + 1.0), clock)
+        if self.o.accelerated:
+            self.wait_sealed(day, sealed_before + total.ok, clock)
+            hold_clock_at(self.home, next_day(day), self.o.day_seconds)  # the night runs between the days
+            total.day_seconds = round(time.time() - clock.real_start, 1)
+            total.past_day_end = round(max(0.0, time.time() - clock.real_end), 1)
         return total
+
+    def sealed_requests(self, day: str) -> int:
+        """Answered (200) requests of `day` sealed into the lake so far."""
+        import pyarrow.compute as pc
+
+        from ratchet_core.lake import Lake
+        from ratchet_core.settings import load_settings
+
+        return sum(
+            t.filter(pc.and_(pc.equal(t["kind"], "request"), pc.equal(t["status_code"], 200))).num_rows
+            for t in Lake(load_settings().lake_root).day_tables(day, ["kind", "status_code"])
+        )
+
+    def wait_sealed(self, day: str, expected: int, clock: DayClock) -> None:
+        """Until the lake holds `expected` answered requests of `day` (the clock stands at the day's last instant
+        meanwhile, so what is sealed late is still that day's). Gives up with a warning after a minute."""
+        deadline = time.time() + 60.0 + 4 * self.o.segment_seconds
+        sealed = self.sealed_requests(day)
+        while sealed < expected and time.time() < deadline:
+            self.wait_until(time.time() + min(1.0, self.o.segment_seconds), clock)
+            sealed = self.sealed_requests(day)
+        if sealed < expected:
+            self.echo(f"  warning: {sealed} of the day's {expected} answered requests are sealed in the lake")
 
     def wait_until(self, real_time: float, clock: DayClock) -> None:
         """Sleep until `real_time`, checking the children every second and ticking release control when due."""
@@ -421,16 +475,26 @@ class DemoRunner:
         return {
             "day": day,
             "requests": totals.sent,
+            "day_seconds": totals.day_seconds,
+            "past_day_end_seconds": totals.past_day_end,
             "ok": totals.ok,
             "errors": totals.sent - totals.ok,
             "error_samples": totals.error_samples,
             "accuracy": (totals.correct / totals.ok) if totals.ok and not resumed else None,
             "served_by": dict(totals.served_by),
             "student_share": totals.student_share,
+            "student_share_per_task": {
+                t: c["student"] / c["ok"]
+                for t, c in sorted(totals.by_task.items())
+                if c["ok"] and not resumed
+            },
             "by_task": {t: dict(c) for t, c in sorted(totals.by_task.items())},
             "night": {
                 "exit_code": result.exit_code,
                 "seconds": result.summary.get("seconds"),
+                "load_seconds": result.summary.get("load_seconds"),
+                "wall_seconds": result.wall_seconds,
+                "steps": result.summary.get("steps", []),
                 "run_id": result.summary.get("run_id"),
                 "materialised": result.materialised,
                 "failures": result.summary.get("failures", {}),
@@ -466,14 +530,33 @@ class DemoRunner:
 
     def print_day(self, r: dict[str, Any]) -> None:
         acc = "-" if r["accuracy"] is None else f"{r['accuracy']:.1%}"
+        per_task = r["student_share_per_task"]
+        shares = f" ({', '.join(f'{t} {v:.1%}' for t, v in per_task.items())})" if len(per_task) > 1 else ""
         self.echo(
             f"day {r['day']}: {r['requests']} requests ({r['errors']} errors), "
-            f"student served {r['student_share']:.1%}, accuracy {acc}"
+            f"student served {r['student_share']:.1%}{shares}, accuracy {acc}"
         )
+        if r["day_seconds"] is not None:
+            waited = r["past_day_end_seconds"]
+            self.echo(
+                f"  day: {r['day_seconds']:.0f} s"
+                + (
+                    f" (the clock stood at the day's end {waited:.0f} s for its traffic to be sealed)"
+                    if waited
+                    else ""
+                )
+            )
         for sample in r["error_samples"]:
             self.echo(f"  error: {sample}")
         night = r["night"]
-        self.echo(f"  night: {', '.join(night['materialised']) or 'nothing'} ({night['seconds']} s)")
+        self.echo(
+            f"  night: {night['wall_seconds']} s ({night['seconds']} s running the job, "
+            f"{night['load_seconds']} s loading the code location, the rest starting Python and Dagster)"
+        )
+        if night["steps"]:
+            self.echo(f"  steps: {describe_steps(night['steps'])}")
+        else:
+            self.echo(f"  materialised: {', '.join(night['materialised']) or 'nothing'}")
         num = r["numbers"]
         if num["new_examples"] is not None:
             self.echo(
@@ -522,3 +605,10 @@ class DemoRunner:
             extra = f" --notice {notice}" if notice.exists() else ""
             extra += f" --adapter-dir {adapter}" if adapter.exists() else ""
             self.echo(f"  ratchet verify bom {bom} --key {pub}{extra}")
+
+    def print_costs(self) -> None:
+        """The last lines: each day's receipt beside its cost report (``ratchet_cli.demo.costs``)."""
+        days = self.layout.receipt_days()
+        if days:
+            for line in side_by_side(self.home, days):
+                self.echo(line)

@@ -7,8 +7,11 @@ because it holds the demo's API key.
 
 Clock: with ``--day-seconds S`` the demo owns ``$RATCHET_HOME/clock.json`` (the file ``ratchet_core.clock``
 reads on every call, so the gateway follows it without a restart). At the start of each day's traffic it sets
-the clock to that day's midnight; days then last S real seconds. Nights run "between" days: the next day starts
-when the night is done, so a slow night never eats the next day's traffic.
+the clock to that day's midnight; days then last S real seconds, and the clock WAITS for the day's traffic: it
+stops at the day's last instant (``until``) however late the traffic runs on a loaded machine, so every request
+the demo sends for a day is stamped that day. Once the day's requests are answered and sealed into the lake,
+the clock moves to the next midnight and stands there through the night (``hold_clock_at``); the next day's
+traffic starts it again. Nights run "between" days, so a slow night never eats the next day's traffic.
 """
 
 from __future__ import annotations
@@ -102,20 +105,39 @@ class DayClock:
 
 
 def set_accelerated_clock(
-    home: Path, day: str, day_seconds: float, real_now: float | None = None
+    home: Path, day: str, day_seconds: float, real_now: float | None = None, *, hold_at_day_end: bool = False
 ) -> DayClock:
-    """Point ``$RATCHET_HOME/clock.json`` at midnight of `day`, now; every `day_seconds` real seconds is a day."""
+    """Point ``$RATCHET_HOME/clock.json`` at midnight of `day`, now; every `day_seconds` real seconds is a day.
+
+    `hold_at_day_end`: the clock stops at the day's last microsecond (the finest a ledger timestamp holds) until
+    the file is rewritten: a day's late traffic is still that day's."""
     real_now = time.time() if real_now is None else real_now
+    start = midnight(day)
+    until = start + timedelta(days=1, microseconds=-1) if hold_at_day_end else None
+    _write_clock(home, real_now, start, day_seconds, until)
+    return DayClock(day, real_now, float(day_seconds))
+
+
+def hold_clock_at(home: Path, day: str, day_seconds: float) -> None:
+    """Stop the accelerated clock at midnight of `day` (between a day's traffic and the next: during the night)."""
+    _write_clock(home, time.time(), midnight(day), day_seconds, midnight(day))
+
+
+def _write_clock(
+    home: Path, real_epoch: float, start: datetime, day_seconds: float, until: datetime | None
+) -> None:
     path = home / "clock.json"
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(".clock.json.tmp")
-    tmp.write_text(
-        json.dumps(
-            {"real_epoch": real_now, "start": midnight(day).isoformat(), "day_seconds": float(day_seconds)}
-        )
-    )
+    state: dict[str, Any] = {
+        "real_epoch": real_epoch,
+        "start": start.isoformat(),
+        "day_seconds": float(day_seconds),
+    }
+    if until is not None:
+        state["until"] = until.isoformat()
+    tmp.write_text(json.dumps(state))
     os.replace(tmp, path)  # readers see the old or the new clock, never half a file
-    return DayClock(day, real_now, float(day_seconds))
 
 
 def real_day_clock(day: str) -> DayClock:

@@ -49,6 +49,23 @@ REPORT_SCHEMA = {
     "additionalProperties": False,
 }
 
+# Scout's local corpus: what its `search_sources` tool finds per subject (a real deployment would search the web).
+# Scout's team (ratchet_agents.scout) and its page in the gateway (/ratchet/scout) search the same one.
+CORPUS: dict[str, str] = {
+    "solar panels": "Utility-scale solar is the cheapest new power in most markets; output follows daylight.",
+    "wind turbines": "Onshore wind has low running costs; output varies with weather and needs balancing.",
+    "heat pumps": "Heat pumps deliver 3-4 units of heat per unit of electricity; upfront cost is the barrier.",
+    "battery storage": "Lithium-ion storage costs fell ~90% since 2010; it shifts hours, not seasons.",
+    "electric buses": "Electric buses cut fuel and maintenance costs; charging depots need grid connections.",
+    "green hydrogen": "Green hydrogen suits steel and fertiliser; as a fuel for cars and homes it is inefficient.",
+    "coal plants": "Coal plants are the most carbon-intensive power source; many run at a loss today.",
+    "gas boilers": "Gas boilers are cheap to install; running costs follow volatile gas prices.",
+    "diesel generators": "Diesel generators are reliable backup but costly and polluting per kWh.",
+    "petrol cars": "Petrol cars cost less upfront than EVs; fuel and servicing cost more over their life.",
+    "grid upgrades": "Grid upgrades take a decade to build; they unlock more renewables per connection.",
+    "oil heating": "Oil heating is being phased out in several countries; fuel deliveries add cost.",
+}
+
 SEARCH_TOOL = {
     "type": "function",
     "function": {

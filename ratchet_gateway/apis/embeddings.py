@@ -5,7 +5,9 @@ gateway's own HTTP/1.1 client, others through ``litellm.aembedding``), so an app
 Not the chat pipeline: nothing is routed to a student and nothing is distilled. Each request is logged and priced
 like any other: authenticated first (``Authorization: Bearer``), the body read with the size limit and checked
 (``model`` is the configured model's name, with or without its provider prefix; ``input`` a text, a list of texts,
-or token arrays; ``encoding_format``, ``dimensions``, ``user``; other fields pass through), and its ledger row
+or token arrays; ``encoding_format``, ``dimensions``, ``user``; other fields pass through; a large body in the
+large-body lane, ``ratchet_gateway.offload``), admitted by the client's limits (``ratchet_gateway.limits``: a 429
+before any model call; its tokens and dollars count like a chat request's), and its ledger row
 (``api='embeddings'``, ``served_by='teacher'``, the model's usage and its price from litellm's local map) is
 committed before the answer is released. The row stores no content: ``messages`` and ``answer`` are empty and
 ``params`` holds the request's parameters (redacted) and the number of inputs, never the input texts, so the
@@ -16,7 +18,9 @@ failed row.
 
 from __future__ import annotations
 
+import functools
 import time
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Literal
 
 import orjson
@@ -33,7 +37,7 @@ from ratchet_gateway.chat.rows import Recorder, canonical_json
 from ratchet_gateway.errors import GatewayError
 from ratchet_gateway.hooks import INFO
 from ratchet_gateway.input_rules import InputRuleError, StrictInt, StrictStr, resolve_task
-from ratchet_gateway.request_body import input_rule_error, parse_chat_body, read_body
+from ratchet_gateway.request_body import LARGE_BODY_BYTES, input_rule_error, parse_chat_body, read_body
 from ratchet_gateway.responses import error_response, ratchet_headers
 from ratchet_gateway.upstream import teacher_timeouts
 
@@ -83,10 +87,11 @@ class Embeddings:
             info = request.scope.get(INFO)
             if info is not None:
                 info.client = client
-            body = parse_chat_body(
-                await read_body(request, gw.settings.max_body_bytes), "'model' and 'input'"
-            )
-            req = _validated(body)
+            raw = await read_body(request, gw.settings.max_body_bytes)
+            # a large body is parsed and validated in the lane, off the event loop (``ratchet_gateway.offload``)
+            large = len(raw) > LARGE_BODY_BYTES
+            body, req = await gw.offload.run(_parsed, raw) if large else _parsed(raw)
+            del raw
             self._check_model(req.model)
             try:
                 task = resolve_task(None, request.headers.get("x-ratchet-task"))
@@ -94,9 +99,9 @@ class Embeddings:
                 raise input_rule_error(exc) from None
             if info is not None:
                 info.task = task
-            return await self._answer(body, req, client, task, t0, headers)
+            return await self._answer(body, req, client, task, t0, headers, large)
         except Exception as exc:
-            return error_response(failure(exc, t0, headers, gw.metrics), headers)
+            return error_response(failure(exc, t0, headers, gw.metrics, "/v1/embeddings"), headers)
 
     def _check_model(self, model: str) -> None:
         name = self.gw.settings.embedding_model
@@ -115,12 +120,22 @@ class Embeddings:
             )
 
     async def _answer(
-        self, body: dict, req: EmbeddingsRequest, client: str, task: str, t0: float, headers: dict[str, str]
+        self,
+        body: dict,
+        req: EmbeddingsRequest,
+        client: str,
+        task: str,
+        t0: float,
+        headers: dict[str, str],
+        large: bool,
     ) -> Response:
         gw = self.gw
         assert gw.embedder is not None  # checked by _check_model
         ts, day = arrival(gw.clock_now)
+        gw.limits.admit(client, day)  # per-client limits, as for every model request (a 429 before the call)
         params = {k: v for k, v in body.items() if k not in ("model", "input")}
+        # the parameters column: redacted, in the lane for a large body (its other fields may be large too)
+        params_column = functools.partial(_params_column, gw.redact, params, input_count(req.input))
         fields = {
             "request_id": headers["x-ratchet-request-id"],
             "ts": ts,
@@ -131,11 +146,11 @@ class Embeddings:
             "stage": "teacher",
             "served_by": "teacher",
             "api": "embeddings",
-            "params": canonical_json({**gw.redact(params), "inputs": input_count(req.input)}),
+            "params": await gw.offload.run(params_column) if large else params_column(),
         }
         t = time.perf_counter()
         try:
-            resp = await gw.embedder.embed(body, self.timeouts, task)
+            resp = await gw.embedder.embed(body, self.timeouts, task, large)
         except GatewayError as err:
             gw.metrics.upstream_faults.labels("embeddings", err.code or "").inc()
             await self.recorder.append_quietly(self._row(fields, {}, err, t0, t))
@@ -169,6 +184,15 @@ class Embeddings:
             error_type=err.type if err else "",
             error=self.gw.redact(err.message) if err else "",
         )
+
+
+def _params_column(redact: Callable[[Any], Any], params: dict, inputs: int) -> str:
+    return canonical_json({**redact(params), "inputs": inputs})
+
+
+def _parsed(raw: bytes) -> tuple[dict, EmbeddingsRequest]:
+    body = parse_chat_body(raw, "'model' and 'input'")
+    return body, _validated(body)
 
 
 def _validated(body: dict) -> EmbeddingsRequest:

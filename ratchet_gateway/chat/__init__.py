@@ -18,7 +18,8 @@ One module per part, each doing one job:
   ``ratchet_gateway.apis`` implement);
 - ``complete``: the non-streamed path; ``relay``: the streamed one (teacher relay, student replay); ``parts``:
   what both use;
-- ``student``: the student endpoint behind its circuit breaker, and the cascade;
+- ``student``: the student endpoint behind its circuit breaker, and the cascade; ``student_format``: the body
+  the student endpoint gets (the request as the ledger stores it) and its tool calls read from text;
 - ``redaction``: the body the student gets and the ledger stores, the client's text put back;
 - ``rows``: the ledger rows, their commit, the answer's headers and served metrics;
 - ``pairs``: audit and shadow calls off the request path and their pair rows;

@@ -9,6 +9,7 @@ from starlette.responses import Response
 
 from ratchet_gateway.chat.context import ChatCall
 from ratchet_gateway.chat.parts import Parts
+from ratchet_gateway.chat.teacher import check_teacher_schema, teacher_body
 from ratchet_gateway.errors import GatewayError
 
 
@@ -30,7 +31,7 @@ class CompletePath:
         try:
             out = p.api.answer(resp, call.received)
         except GatewayError as err:  # an answer the caller's API cannot carry: recorded as the failure it is
-            await p.recorder.append_quietly(p.recorder.request_row(call, resp, err=err))
+            await p.recorder.append_quietly(p.recorder.request_row(call, resp, err=err), call)
             raise
         await p.recorder.commit(call, p.recorder.request_row(call, resp))
         p.pairs.after(call, resp)
@@ -40,12 +41,14 @@ class CompletePath:
         p = self.parts
         t = time.perf_counter()
         try:
+            body = teacher_body(call, p.gw.settings.teacher_json_schema)
             resp = await p.gw.teacher.complete(
-                call.received.body, task=call.received.task, timeouts=p.teacher_timeouts
+                body, task=call.received.task, timeouts=p.teacher_timeouts, large=call.received.large
             )
         except GatewayError as err:
             call.outcome.upstream_ms += (time.perf_counter() - t) * 1000
             await p.recorder.teacher_failed(call, err)
             raise
         call.outcome.upstream_ms += (time.perf_counter() - t) * 1000
+        await check_teacher_schema(call, resp)
         return resp

@@ -37,10 +37,15 @@ class Received:
     day: str  # the row's ``day`` (UTC, or the accelerated clock's)
     client: str  # the authenticated client's name
     task: str
-    req: ChatRequest  # the validated view of the body (the fields the gateway reads)
-    body: dict  # the body the teacher gets: as sent (or its chat translation), less ``metadata.ratchet_task``
+    # the validated view of the body (the fields the gateway reads; a large body's keeps its first message only)
+    req: ChatRequest
+    body: dict  # the body the teacher gets: as sent (or its chat translation), less Ratchet's metadata keys
     api: str = "chat.completions"  # the API it came in through (``ApiFormat.api``; the row's ``api``)
     origin: Any = None  # the request as that API wrote it, what its answer echoes (``ApiFormat.parse``)
+    # a large body: every step proportional to it runs in the lane (``ratchet_gateway.offload``)
+    large: bool = False
+    # ``metadata.ratchet_episode``: the client's id grouping requests (``ratchet_core.feedback``)
+    episode: str = ""
 
 
 @dataclass(slots=True)
@@ -74,6 +79,9 @@ class Outcome:
     served_by: str = "teacher"
     upstream_ms: float = 0.0  # time spent waiting on models (the rest of the latency is the gateway's own)
     error: GatewayError | None = None  # the error a stream ended with after its headers went out
+    # ``json_object`` when the teacher got the request's json_schema in its system message (``chat.teacher``)
+    teacher_schema: str = ""
+    teacher_schema_violation: str = ""  # then: the guard's kind when the teacher's answer broke that schema
 
 
 @dataclass(slots=True)
@@ -83,6 +91,17 @@ class Redaction:
     student_body: dict | None = None  # None until computed (once per request)
     pii_map: dict[str, str] | None = None  # placeholder -> the client's original text
     messages: Any = None  # the redacted messages (the row's ``messages``)
+    columns: BodyColumns | None = None  # the row's columns of the request, as text (computed once)
+
+
+@dataclass(slots=True, frozen=True)
+class BodyColumns:
+    """The ledger row's columns that come from the (redacted) request, as the ledger stores them."""
+
+    messages: str
+    tools: str
+    response_format: str
+    params: str
 
 
 @dataclass(slots=True)

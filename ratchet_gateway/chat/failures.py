@@ -50,13 +50,15 @@ def log_5xx(rid: str, err: GatewayError) -> None:
     )
 
 
-def failure(exc: Exception, t0: float, headers: dict[str, str], metrics: Any) -> GatewayError:
+def failure(exc: Exception, t0: float, headers: dict[str, str], metrics: Any, route: str) -> GatewayError:
     """The error a request that failed before its answer started is answered with, logged and counted
-    (``ratchet_errors``, ``ratchet_requests_total``); `headers` (the answer's) get its overhead."""
+    (``ratchet_errors``, ``ratchet_requests_total``, a 499 in ``ratchet_client_closed_total`` of its `route`);
+    `headers` (the answer's) get its overhead."""
     rid = headers["x-ratchet-request-id"]
     if isinstance(exc, ClientDisconnect):  # the client left mid-body: its doing, not the gateway's
         err = client_closed_error()
         log_client_closed(rid)
+        metrics.client_closed.labels(route).inc()
     else:
         err = exc if isinstance(exc, GatewayError) else unexpected(exc)
         if err.status >= 500:

@@ -25,7 +25,7 @@ from starlette.responses import Response
 
 from ratchet_gateway.chat.completion import message_of
 from ratchet_gateway.errors import GatewayError
-from ratchet_gateway.request_body import ChatRequest, parse_chat_body, validate_chat_body
+from ratchet_gateway.request_body import RATCHET_METADATA, ChatRequest, parse_chat_body, validate_chat_body
 from ratchet_gateway.responses import error_event, error_response
 
 if TYPE_CHECKING:
@@ -88,7 +88,8 @@ class ChatCompletions:
         return orjson.dumps(resp)
 
     def stream(self, received: Received) -> ChatCompletionsStream:
-        return ChatCompletionsStream(bool((received.req.stream_options or {}).get("include_usage")))
+        opts = received.req.stream_options
+        return ChatCompletionsStream(bool(opts and opts.include_usage))
 
     def error(self, err: GatewayError, headers: dict[str, str]) -> Response:
         return error_response(err, headers)
@@ -122,12 +123,13 @@ class ChatCompletionsStream:
 
 
 def validated_chat(body: dict) -> ChatRequest:
-    """The validated view of an internal chat body; ``metadata.ratchet_task`` is Ratchet's (the task, read from
-    the view by ``task_of``), so it is taken out of the body that goes upstream (the rest of the metadata stays)."""
+    """The validated view of an internal chat body; ``metadata.ratchet_task`` and ``metadata.ratchet_episode`` are
+    Ratchet's (read from the view by ``task_of`` and ``episode_of``), so they are taken out of the body that goes
+    upstream (the rest of the metadata stays)."""
     req = validate_chat_body(body)
     meta = body.get("metadata")
     if isinstance(meta, dict):
-        rest = {k: v for k, v in meta.items() if k != "ratchet_task"}
+        rest = {k: v for k, v in meta.items() if k not in RATCHET_METADATA}
         if rest:
             body["metadata"] = rest
         else:

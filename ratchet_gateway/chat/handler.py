@@ -2,9 +2,10 @@
 :class:`~ratchet_gateway.chat.context.ChatCall` and hands it to the non-streamed or the streamed path; every error
 it answers in the caller's format (``ratchet_gateway.chat.formats``).
 
-Where the next checks go, without reopening the parts: the body is parsed by ``ApiFormat.parse``, a pure function
-of the bytes, so a large body can be parsed and validated in a worker thread (``asyncio.to_thread``) right where
-``self.api.parse(raw)`` is called; per-key rate limits and spend budgets are a ``validated`` request hook
+A large body (over ``request_body.LARGE_BODY_BYTES``) is parsed and validated by ``ApiFormat.parse`` (a pure
+function of the bytes) in the large-body lane (``ratchet_gateway.offload``), and its redaction and ledger columns
+are computed there before routing; its upstream and journal encodings are the lane's too (``Upstream``,
+``chat.rows``). Per-key rate limits and spend budgets are a ``validated`` request hook
 (``ratchet_gateway.hooks``), which runs after authentication and validation, before routing and any model call,
 and refuses with a 429 and ``retry-after``; another request API is another ``ChatHandler`` for its ``ApiFormat``
 (``ratchet_gateway.chat.formats``), made by :meth:`ChatHandler.for_api` so that every API shares one student (its
@@ -29,12 +30,13 @@ from ratchet_gateway.chat.failures import failure
 from ratchet_gateway.chat.formats import CHAT_COMPLETIONS, ApiFormat
 from ratchet_gateway.chat.pairs import Pairs
 from ratchet_gateway.chat.parts import Parts
+from ratchet_gateway.chat.redaction import body_columns
 from ratchet_gateway.chat.relay import StreamPath
 from ratchet_gateway.chat.rows import Recorder
 from ratchet_gateway.chat.student import Student
 from ratchet_gateway.errors import GatewayError
 from ratchet_gateway.hooks import INFO, RequestHooks, RequestInfo
-from ratchet_gateway.request_body import read_body, receive_body, task_of
+from ratchet_gateway.request_body import LARGE_BODY_BYTES, episode_of, read_body, receive_body, task_of
 from ratchet_gateway.responses import new_request_id, ratchet_headers
 from ratchet_gateway.serve_http import EXTENSION as HOLD_HEAD
 from ratchet_gateway.upstream import teacher_timeouts
@@ -70,9 +72,11 @@ class ChatHandler:
         api: ApiFormat = CHAT_COMPLETIONS,
         hooks: RequestHooks | None = None,
         shared: Parts | None = None,
+        route: str = "/v1/chat/completions",
     ):
         self.gw = gw
         self.api = api
+        self.route = route  # its path (a metrics label)
         self.hooks = hooks if hooks else None  # the app's request hooks (``validated`` runs here)
         if shared is None:
             timeouts = teacher_timeouts(gw.settings)
@@ -87,7 +91,8 @@ class ChatHandler:
     def for_api(self, api: ApiFormat) -> ChatHandler:
         """A handler of the same pipeline for another request API (``ratchet_gateway.apis``): it shares this one's
         student and its circuit breakers, recorder and pairs, and runs the same hooks."""
-        return ChatHandler(self.gw, api, self.hooks, shared=self.parts)
+        # its route is ``/v1/<api>`` (``/v1/responses``, ``/v1/messages``): a metrics label
+        return ChatHandler(self.gw, api, self.hooks, shared=self.parts, route=f"/v1/{api.api}")
 
     # entry points ------------------------------------------------------------------------------------------
     async def __call__(self, request: Request) -> Response:
@@ -138,6 +143,7 @@ class ChatHandler:
         t0 = time.perf_counter()
         rid = new_request_id()
         headers = ratchet_headers(rid)
+        headers["x-ratchet-manifest"] = str(gw.manifest.sequence)  # routed by it, or refused under it
         try:
             # Authentication is the first thing, before the body is read (an unknown caller costs no parsing).
             client = gw.keys.authenticate(authorization)
@@ -146,7 +152,10 @@ class ChatHandler:
             if info is not None:
                 info.client = client
             raw = await read()
-            body, req, origin = self.api.parse(raw)
+            large = len(raw) > LARGE_BODY_BYTES
+            # a large body is parsed and validated in the lane, in short calls (``ratchet_gateway.offload``)
+            body, req, origin = await gw.offload.run(self.api.parse, raw) if large else self.api.parse(raw)
+            del raw
             if req.model not in gw.model_names:
                 raise GatewayError(
                     404,
@@ -155,14 +164,19 @@ class ChatHandler:
                     "model_not_found",
                 )
             task = task_of(req, task_header)
+            episode = episode_of(req)
             ts, day = arrival(gw.clock_now)
-            received = Received(rid, t0, ts, day, client, task, req, body, self.api.api, origin)
+            received = Received(
+                rid, t0, ts, day, client, task, req, body, self.api.api, origin, large=large, episode=episode
+            )
             if info is not None:
                 info.task = task
                 await self.hooks.check_validated(info, received)  # type: ignore[union-attr]
             # the manifest the route is decided with (no await in between)
             decision = Decision(route(gw.manifest, gw.safety, task, rid), gw.manifest.sequence)
             call = ChatCall(received, decision, headers)
+            if large:  # its redaction and ledger columns, in the lane before anything needs them
+                await gw.offload.run(body_columns, call, gw.settings.redact_pii)
             if req.stream:
                 return await self.stream(call)
             return await self.complete(call)
@@ -171,4 +185,4 @@ class ChatHandler:
 
     def _failed(self, exc: Exception, t0: float, headers: dict[str, str]) -> Response:
         """The answer to a request that failed before its answer started; logged and counted."""
-        return self.api.error(failure(exc, t0, headers, self.gw.metrics), headers)
+        return self.api.error(failure(exc, t0, headers, self.gw.metrics, self.route), headers)

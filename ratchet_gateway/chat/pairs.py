@@ -7,6 +7,11 @@ shadowed, it answers too and is compared with the teacher's answer (``shadow`` r
 threshold and what the contract guard would have said). An audited request may also shadow a candidate, compared
 with the teacher's audit answer. Nothing here delays or fails the client's answer: the calls run as background
 tasks (``Gateway.spawn``) and a failed call is a pair with outcome ``error``.
+
+Shadows are capped (``RATCHET_SHADOW_MAX_IN_FLIGHT`` calls at once per gateway worker): a request that finds the
+cap reached is not shadowed (``ratchet_pairs_total{role="shadow",outcome="skipped"}``), so a slow student is never
+queued into timeouts by its own evidence gathering. Which requests are skipped depends on load, never on their
+answers, so the shadow pairs stay an unbiased sample of the candidate's traffic.
 """
 
 from __future__ import annotations
@@ -22,6 +27,7 @@ from ratchet_gateway.chat.redaction import restore_answer, student_body
 from ratchet_gateway.chat.rows import Recorder
 from ratchet_gateway.chat.student import Student
 from ratchet_gateway.errors import GatewayError
+from ratchet_gateway.schema_prompt import for_teacher
 from ratchet_gateway.upstream import Timeouts
 
 if TYPE_CHECKING:
@@ -36,14 +42,23 @@ class Pairs:
         self.student = student
         self.recorder = recorder
         self.teacher_timeouts = teacher_timeouts
+        self.shadows_in_flight = 0
 
     def after(self, call: ChatCall, served: dict) -> None:
         """Start what runs off the path now that `served` answered `call` (nothing when nothing is due)."""
         p = pairs(call.decision.route, call.outcome.served_by)
         if p.audit:
             self.gw.spawn(self._audit(call, served, p.shadow_version))
-        elif p.shadow_version:
+        elif p.shadow_version and self._take_shadow():
             self.gw.spawn(self._shadow(call, served, p.shadow_version))
+
+    def _take_shadow(self) -> bool:
+        """A shadow call's place under the cap (released when its row is written), or False: skipped."""
+        if self.shadows_in_flight >= self.gw.settings.shadow_max_in_flight:
+            self.gw.metrics.pairs.labels("shadow", "skipped").inc()
+            return False
+        self.shadows_in_flight += 1
+        return True
 
     async def _audit(self, call: ChatCall, served: dict, candidate: str | None) -> None:
         """Re-ask the teacher about a student-served request -> ``audit`` pair row; then, when a candidate is
@@ -51,8 +66,9 @@ class Pairs:
         gw = self.gw
         t = time.perf_counter()
         try:
+            body, _ = for_teacher(call.received.body, gw.settings.teacher_json_schema)
             teacher = await gw.teacher.complete(
-                call.received.body, task=call.received.task, timeouts=self.teacher_timeouts
+                body, task=call.received.task, timeouts=self.teacher_timeouts, large=call.received.large
             )
             error = None
         except GatewayError as err:
@@ -65,19 +81,27 @@ class Pairs:
         row = self.recorder.pair_row(
             call, "audit", call.student.version, teacher, error, outcome, None, call.student.threshold, _ms(t)
         )
-        await self._write(row)
-        if candidate and teacher is not None:  # no teacher answer: nothing to compare the candidate with
+        await self._write(call, row)
+        # no teacher answer: nothing to compare the candidate with
+        if candidate and teacher is not None and self._take_shadow():
             await self._shadow(call, teacher, candidate)
 
     async def _shadow(self, call: ChatCall, teacher: dict, version: str) -> None:
         """Have candidate `version` answer off the path; compare it with the teacher's answer -> ``shadow`` row
-        with the candidate's own threshold (``Route.shadow_threshold``)."""
+        with the candidate's own threshold (``Route.shadow_threshold``). Holds a place under the cap
+        (:meth:`_take_shadow`) and gives it back."""
+        try:
+            await self._shadow_row(call, teacher, version)
+        finally:
+            self.shadows_in_flight -= 1
+
+    async def _shadow_row(self, call: ChatCall, teacher: dict, version: str) -> None:
         gw = self.gw
         t = time.perf_counter()
         conf = None
         try:
             body = {**student_body(call, gw.settings.redact_pii), "logprobs": True}
-            student = await self.student.ask(body, version, call.received.task)
+            student = await self.student.ask(body, version, call.received.task, call.received.large)
             conf = confidence(student)
             restore_answer(student, call.redaction.pii_map or {})
             error = None
@@ -102,13 +126,13 @@ class Pairs:
             _ms(t),
             contract_violation=violation.kind if violation else "",
         )
-        await self._write(row)
+        await self._write(call, row)
 
-    async def _write(self, row: dict) -> None:
+    async def _write(self, call: ChatCall, row: dict) -> None:
         self.gw.metrics.pairs.labels(row["pair_role"], row["pair_outcome"]).inc()
         if row["pair_role"] == "audit":
             self.gw.teacher_equivalent.observe(row)
-        await self.recorder.append_quietly(row)
+        await self.recorder.append_quietly(row, call)
 
 
 def _ms(since: float) -> float:

@@ -12,8 +12,17 @@ from typing import Any
 
 import orjson
 
+from ratchet_core import json_pieces
 from ratchet_core.redact import redact_request, restore_text
-from ratchet_gateway.chat.context import ChatCall
+from ratchet_gateway.chat.context import BodyColumns, ChatCall
+
+_SORTED = orjson.OPT_SORT_KEYS
+# request fields stored in columns of their own; every other one is stored (redacted) in ``params``
+_OWN_COLUMNS = frozenset({"model", "messages", "tools", "tool_choice", "response_format", "stream"})
+# in ``params`` when the teacher got the request's json_schema in its system message (``chat.teacher``):
+# {"sent_as": "json_object", "violation": "" or the guard's kind when its answer broke the schema}; written by the
+# gateway only (``Recorder.request_row``): a client's own field of that name is never stored
+TEACHER_SCHEMA_PARAM = "ratchet_teacher_schema"
 
 
 def student_body(call: ChatCall, redact_pii: bool) -> dict:
@@ -34,6 +43,32 @@ def stored_messages(call: ChatCall, redact_pii: bool) -> Any:
     if call.redaction.messages is None:
         student_body(call, redact_pii)
     return call.redaction.messages
+
+
+def _canonical(obj: Any, large: bool) -> str:
+    """Compact JSON with sorted keys (the ledger's canonical text form of structured values); a large request's
+    in pieces (``json_pieces``: the same bytes as one ``orjson.dumps``)."""
+    return (json_pieces.dumps(obj, _SORTED) if large else orjson.dumps(obj, option=_SORTED)).decode()
+
+
+def body_columns(call: ChatCall, redact_pii: bool) -> BodyColumns:
+    """The row's request columns from the redacted body, computed once per request: messages; tools (with
+    ``tool_choice``), response_format and params (every request parameter without a column of its own), each ''
+    when absent."""
+    red = call.redaction
+    if red.columns is None:
+        rb = student_body(call, redact_pii)
+        req, large = call.received.req, call.received.large
+        tools = {"tools": rb.get("tools"), "tool_choice": rb.get("tool_choice")}
+        red.columns = BodyColumns(
+            messages=_canonical(red.messages, large),
+            tools=_canonical(tools, large) if req.tools else "",
+            response_format=_canonical(rb["response_format"], large) if req.response_format else "",
+            params=_canonical(
+                {k: v for k, v in rb.items() if k not in _OWN_COLUMNS and k != TEACHER_SCHEMA_PARAM}, large
+            ),
+        )
+    return red.columns
 
 
 def restore_answer(resp: dict, mapping: dict[str, str]) -> None:

@@ -2,30 +2,88 @@
 as a stream.
 
 A stream is recorded when it ends, before its end marker (``[DONE]``): the row is built from the chunks relayed
-(:class:`StreamAccumulator`) and committed, then the marker goes out. Any fault after the headers went out (an
+(:class:`StreamAccumulator`) and committed, then the marker goes out; the ledger never delays a first byte. Any fault after the headers went out (an
 upstream error event, a malformed chunk, an early close, a timeout) ends the stream with one error event in the
 caller's format and no end marker; its row is stored failed and truncated. A stream the client abandons is stored
 truncated. A student's answer is complete before its first byte is sent: its row is committed first, then the
 answer is replayed as chunks (``StreamFormat.replay``).
+
+:class:`RelayResponse` sends it with as few socket writes as the upstream allows (the head with the first bytes,
+the chunks that arrived together in one write, the end marker with the end of the body), and notices a client that
+hangs up with one plain task instead of Starlette's task group per response (measured: ~65 us of CPU less per
+streamed request).
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 from collections.abc import AsyncIterator
 from typing import Any
 
 from starlette.responses import Response, StreamingResponse
+from starlette.types import Receive, Scope, Send
 
 from ratchet_gateway import http1
 from ratchet_gateway.chat.context import ChatCall
 from ratchet_gateway.chat.failures import log_5xx
 from ratchet_gateway.chat.formats import StreamFormat
 from ratchet_gateway.chat.parts import Parts
+from ratchet_gateway.chat.teacher import check_teacher_schema, teacher_body
 from ratchet_gateway.errors import GatewayError
+from ratchet_gateway.serve_http import EXTENSION as HOLD_HEAD
 
 log = logging.getLogger("ratchet.gateway")
+_NO_EXTENSIONS: dict = {}
+
+
+class Last(bytes):
+    """A stream's last bytes (its end marker or error event): sent with the end of the body, in one write."""
+
+
+class RelayResponse(StreamingResponse):
+    """A streamed answer (see the module): the same messages as Starlette's ``StreamingResponse``, fewer writes.
+
+    A client that hangs up cancels the send loop (so the generator stops reading its upstream and stores its row
+    truncated), as Starlette's response does; the cancellation ends here. Under ``ratchet gateway``'s server the
+    head waits for the first bytes (``ratchet.hold_head``, ``ratchet_gateway.serve_http``)."""
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        hold_head = scope.get("extensions", _NO_EXTENSIONS).get(HOLD_HEAD)
+        if hold_head is not None:
+            hold_head()
+        task = asyncio.current_task()
+        assert task is not None
+        gone = False
+
+        async def listen() -> None:
+            nonlocal gone
+            while (await receive())["type"] != "http.disconnect":
+                pass
+            gone = True
+            task.cancel()
+
+        listener = asyncio.get_running_loop().create_task(listen())
+        try:
+            await self.stream_response(send)
+        except asyncio.CancelledError:
+            if not gone:
+                raise
+            task.uncancel()  # the client left: nothing more to send, nothing to report
+        finally:
+            listener.cancel()
+
+    async def stream_response(self, send: Send) -> None:
+        await send({"type": "http.response.start", "status": self.status_code, "headers": self.raw_headers})
+        ended = False
+        async for chunk in self.body_iterator:  # to its end: the generator's own clean-up runs here
+            if ended:
+                continue
+            ended = type(chunk) is Last
+            await send({"type": "http.response.body", "body": bytes(chunk), "more_body": not ended})
+        if not ended:
+            await send({"type": "http.response.body", "body": b"", "more_body": False})
 
 
 class StreamPath:
@@ -42,14 +100,15 @@ class StreamPath:
             if resp is not None:
                 call.outcome.served_by = "student"
                 row = p.recorder.request_row(call, resp)
-                return StreamingResponse(
+                return RelayResponse(
                     self._replay(call, resp, row, out),
                     media_type=out.media_type,
                     headers=p.recorder.answer_headers(call),
                 )
         t = time.perf_counter()
         rec = call.received
-        agen = p.gw.teacher.stream(rec.body, task=rec.task, timeouts=p.teacher_timeouts)
+        body = teacher_body(call, p.gw.settings.teacher_json_schema)
+        agen = p.gw.teacher.stream_batches(body, task=rec.task, timeouts=p.teacher_timeouts, large=rec.large)
         try:
             first = await agen.__anext__()
         except StopAsyncIteration:
@@ -58,7 +117,7 @@ class StreamPath:
             call.outcome.upstream_ms += (time.perf_counter() - t) * 1000
             await p.recorder.teacher_failed(call, err)
             raise
-        return StreamingResponse(
+        return RelayResponse(
             self._relay(call, agen, first, t, out),
             media_type=out.media_type,
             headers=p.recorder.answer_headers(call),
@@ -67,35 +126,40 @@ class StreamPath:
     async def _relay(
         self,
         call: ChatCall,
-        agen: AsyncIterator[tuple[bytes, dict]],
-        first: tuple[bytes, dict] | None,
+        agen: AsyncIterator[list[tuple[bytes, dict]]],
+        first: list[tuple[bytes, dict]] | None,
         t: float,
         out: StreamFormat,
     ) -> AsyncIterator[bytes]:
-        """Relay the teacher's checked chunks (``Upstream.stream``), record the row, then the end marker."""
+        """Relay the teacher's checked chunks (``Upstream.stream_batches``: those that arrived together, in one
+        write), record the row, then the end marker."""
         p = self.parts
         acc = StreamAccumulator()
-        add, render, next_chunk = acc.add, out.chunk, agen.__anext__  # looked up once, not per chunk
+        add, render, next_batch = acc.add, out.chunk, agen.__anext__  # looked up once, not per chunk
         done = False
         try:
-            item = first
-            while item is not None:
-                raw, obj = item
-                add(obj)
-                event = render(raw, obj)
-                if event is not None:
-                    yield event
+            batch = first
+            while batch is not None:
+                events = []
+                for raw, obj in batch:
+                    add(obj)
+                    event = render(raw, obj)
+                    if event is not None:
+                        events.append(event)
+                if events:
+                    yield events[0] if len(events) == 1 else b"".join(events)
                 try:
-                    item = await next_chunk()
+                    batch = await next_batch()
                 except StopAsyncIteration:
-                    item = None
+                    batch = None
             call.outcome.upstream_ms += (time.perf_counter() - t) * 1000
             resp = acc.response()
+            await check_teacher_schema(call, resp)
             # [DONE] without a finish_reason: the answer may be incomplete, so it is never a training example
             await p.recorder.commit(call, p.recorder.request_row(call, resp, truncated=not acc.finish))
             done = True
             p.pairs.after(call, resp)
-            yield out.end()
+            yield Last(out.end())
         except Exception as exc:  # the stream broke after its headers: tell the client in the stream itself
             if isinstance(exc, GatewayError):
                 err = exc
@@ -110,10 +174,10 @@ class StreamPath:
                 call.outcome.error = err
                 p.gw.metrics.upstream_faults.labels("teacher", err.code or "").inc()
             p.gw.metrics.errors.labels(err.type).inc()
-            yield out.error(err)
+            yield Last(out.error(err))
         finally:
             if not done:
-                p.recorder.commit_nowait(p.recorder.request_row(call, acc.response(), truncated=True))
+                p.recorder.commit_nowait(call, p.recorder.request_row(call, acc.response(), truncated=True))
             await agen.aclose()
 
     async def _replay(self, call: ChatCall, resp: dict, row: dict, out: StreamFormat) -> AsyncIterator[bytes]:
@@ -123,13 +187,12 @@ class StreamPath:
         try:
             await recorder.commit(call, row)
             committed = True
-            for event in out.replay(resp, call.received.request_id):
-                yield event
+            events = out.replay(resp, call.received.request_id)
             self.parts.pairs.after(call, resp)
-            yield out.end()
+            yield Last(b"".join(events) + out.end())  # complete already: one write
         finally:
             if not committed:
-                recorder.commit_nowait(recorder.request_row(call, resp, truncated=True))
+                recorder.commit_nowait(call, recorder.request_row(call, resp, truncated=True))
 
 
 class StreamAccumulator:

@@ -15,19 +15,18 @@ from typing import TYPE_CHECKING, Any
 
 import orjson
 
+from ratchet_core import json_pieces
 from ratchet_core.routing import pairs
 from ratchet_core.schema import pair_row, request_row
 from ratchet_gateway.chat.completion import message_of, token_counts
 from ratchet_gateway.chat.context import ChatCall
-from ratchet_gateway.chat.redaction import stored_messages, student_body
+from ratchet_gateway.chat.redaction import TEACHER_SCHEMA_PARAM, body_columns
 from ratchet_gateway.errors import GatewayError
 
 if TYPE_CHECKING:
     from ratchet_gateway.state import Gateway
 
 _SORTED = orjson.OPT_SORT_KEYS
-# request fields stored in columns of their own; every other one is stored (redacted) in ``params``
-_OWN_COLUMNS = frozenset({"model", "messages", "tools", "tool_choice", "response_format", "stream"})
 
 
 def canonical_json(obj: Any) -> str:
@@ -40,19 +39,6 @@ class Recorder:
 
     def __init__(self, gw: Gateway):
         self.gw = gw
-
-    def _body_columns(self, call: ChatCall) -> tuple[str, str, str]:
-        """(tools, response_format, params) columns: from the redacted body; params are every request parameter
-        without a column of its own."""
-        rb = student_body(call, self.gw.settings.redact_pii)
-        req = call.received.req
-        tools = (
-            canonical_json({"tools": rb.get("tools"), "tool_choice": rb.get("tool_choice")})
-            if req.tools
-            else ""
-        )
-        rf = canonical_json(rb["response_format"]) if req.response_format else ""
-        return tools, rf, canonical_json({k: v for k, v in rb.items() if k not in _OWN_COLUMNS})
 
     def _columns(self, call: ChatCall, resp: dict | None, err: GatewayError | None) -> dict[str, Any]:
         """The columns a request row and its pair rows share: the request, and an answer (`resp`, None when there
@@ -73,7 +59,7 @@ class Recorder:
             "model_requested": rec.req.model,
             "stage": call.decision.route.stage,
             "stream": rec.req.stream,
-            "messages": canonical_json(stored_messages(call, gw.settings.redact_pii)),
+            "messages": body_columns(call, gw.settings.redact_pii).messages,
             "answer": red(content) if isinstance(content, str) else "",
             "tool_calls": canonical_json(red(tool_calls)) if tool_calls else "",
             "finish_reason": "error" if err else finish,
@@ -100,14 +86,16 @@ class Recorder:
         served_by = outcome.served_by
         actual = attempt.cost if served_by == "student" else teacher_cost + (attempt.cost or 0.0)
         latency = (time.perf_counter() - call.received.t0) * 1000
-        tools, response_format, params = self._body_columns(call)
+        body = body_columns(call, gw.settings.redact_pii)
         return request_row(
             **cols,
             version=attempt.version or route.version,
             served_by=served_by,
-            tools=tools,
-            response_format=response_format,
-            params=params,
+            tools=body.tools,
+            response_format=body.response_format,
+            params=body.params
+            if not call.outcome.teacher_schema
+            else _with_teacher_schema(body.params, call),
             teacher_cost_usd=teacher_cost if resp else 0.0,
             actual_cost_usd=actual if resp else (attempt.cost or 0.0),
             latency_ms=latency,
@@ -118,6 +106,7 @@ class Recorder:
             pair_role=pairs(route, served_by).role,
             truncated=truncated,
             contract_violation=attempt.violation,
+            episode=call.received.episode,
         )
 
     def pair_row(
@@ -143,7 +132,7 @@ class Recorder:
             **cols,
             version=version,
             served_by="student" if role == "shadow" else "teacher",
-            response_format=self._body_columns(call)[1],
+            response_format=body_columns(call, gw.settings.redact_pii).response_format,
             teacher_cost_usd=teacher_cost,
             actual_cost_usd=gw.student_prices.cost(p, c) if role == "shadow" else teacher_cost,
             latency_ms=elapsed_ms,
@@ -160,12 +149,14 @@ class Recorder:
         """Settle the row's teacher-equivalent columns and append it durably; a 503 when the ledger cannot take it
         (the answer is not released unrecorded)."""
         await self.gw.teacher_equivalent.settle(row, call.student.teacher_prompt)
-        await self.append(row)
+        await self.append(row, await self._encoded(call, row))
 
-    async def append(self, row: dict) -> None:
-        """Append a row durably (the journal's group commit); a 503 when the ledger cannot take it."""
+    async def append(self, row: dict, encoded: bytes | None = None) -> None:
+        """Append a request row durably (the journal's group commit; `encoded`: its JSON, written in the lane for
+        a large request) and count it against its client's limits; a 503 when the ledger cannot take it."""
         try:
-            await self.gw.ledger.append(row)
+            await self.gw.ledger.append(row, encoded)
+            self.gw.limits.observe(row)  # its spend and tokens against the client's limits
         except OSError as exc:
             raise GatewayError(
                 503,
@@ -173,26 +164,38 @@ class Recorder:
                 "ledger_unavailable",
             ) from exc
 
-    def commit_nowait(self, row: dict) -> None:
-        """Queue a row without waiting for its journal sync (a stream that ended without its answer)."""
+    def commit_nowait(self, call: ChatCall, row: dict) -> None:
+        """Queue a row without waiting for its journal sync (a stream that ended without its answer); a large
+        request's row is encoded in the lane first (a background task)."""
+        self.gw.limits.observe(row)  # the tokens and dollars an unfinished answer used
+        if call.received.large:
+            self.gw.spawn(self.append_quietly(row, call))
+            return
         try:
             self.gw.ledger.append_nowait(row)
         except OSError:
             self.gw.metrics.errors.labels("ledger_unavailable").inc()
 
-    async def append_quietly(self, row: dict) -> None:
-        """Append a row durably off the answer's path: a ledger failure is counted, never raised."""
+    async def append_quietly(self, row: dict, call: ChatCall | None = None) -> None:
+        """Append a row durably off the answer's path (`call`: the request it belongs to, so a large one's row is
+        encoded in the lane): a ledger failure is counted, never raised."""
         try:
-            await self.gw.ledger.append(row)
+            await self.gw.ledger.append(row, None if call is None else await self._encoded(call, row))
         except OSError:
             self.gw.metrics.errors.labels("ledger_unavailable").inc()
+
+    async def _encoded(self, call: ChatCall, row: dict) -> bytes | None:
+        """A large request's row as journal JSON, written in the lane (None: the ledger encodes it itself)."""
+        if not call.received.large:
+            return None
+        return await self.gw.offload.run(json_pieces.dumps, row)
 
     async def teacher_failed(self, call: ChatCall, err: GatewayError) -> None:
         """The teacher failed before sending any answer: count the fault and record the failed row (the client
         gets `err` as an HTTP error)."""
         self.gw.metrics.upstream_faults.labels("teacher", err.code or "").inc()
         call.outcome.served_by = "teacher"
-        await self.append_quietly(self.request_row(call, None, err=err))
+        await self.append_quietly(self.request_row(call, None, err=err), call)
 
     def answer_headers(self, call: ChatCall) -> dict[str, str]:
         """The answer's ``x-ratchet-*`` headers, now that it is known who served; counts the request as served
@@ -207,3 +210,9 @@ class Recorder:
         h["x-ratchet-overhead-ms"] = f"{overhead:.3f}"
         self.gw.metrics.served(served_by, elapsed / 1000, overhead / 1000)
         return h
+
+
+def _with_teacher_schema(params: str, call: ChatCall) -> str:
+    """The params column with the gateway's note that the teacher got the schema as text (``chat.teacher``)."""
+    note = {"sent_as": call.outcome.teacher_schema, "violation": call.outcome.teacher_schema_violation}
+    return canonical_json({**orjson.loads(params), TEACHER_SCHEMA_PARAM: note})

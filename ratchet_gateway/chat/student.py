@@ -19,6 +19,7 @@ from ratchet_gateway.breaker import STATE_VALUES, Breaker
 from ratchet_gateway.chat.completion import confidence, message_of, token_counts
 from ratchet_gateway.chat.context import ChatCall
 from ratchet_gateway.chat.redaction import restore_answer, student_body
+from ratchet_gateway.chat.student_format import read_tool_calls, student_request
 from ratchet_gateway.errors import GatewayError
 from ratchet_gateway.upstream import student_timeouts
 
@@ -62,7 +63,7 @@ class Student:
             m.breaker_state.labels(label).set(0)
         return b
 
-    async def ask(self, body: dict, version: str | None, task: str) -> dict:
+    async def ask(self, body: dict, version: str | None, task: str, large: bool = False) -> dict:
         """The student's answer through its endpoint's breaker; GatewayError when it fails or the breaker is open
         (then nothing is sent: the caller turns to the teacher at once)."""
         gw = self.gw
@@ -72,7 +73,10 @@ class Student:
             gw.metrics.breaker_bypassed.labels(endpoint_label(gw.student.base)).inc()
             raise GatewayError(503, "the student endpoint's circuit breaker is open", "student_circuit_open")
         try:
-            resp = await gw.student.complete(body, model=version, task=task, timeouts=self.timeouts)
+            resp = await gw.student.complete(
+                student_request(body), model=version, task=task, timeouts=self.timeouts, large=large
+            )
+            read_tool_calls(body, resp)  # an endpoint without a tool parser answers tool calls as text
         except GatewayError as err:
             gw.metrics.upstream_faults.labels("student", err.code or "").inc()
             # a 4xx is an answer (an adapter not loaded, a request it refuses): the endpoint itself is healthy
@@ -94,7 +98,7 @@ class Student:
         body = {**student_body(call, gw.settings.redact_pii), "logprobs": True}
         t = time.perf_counter()
         try:
-            resp = await self.ask(body, route.student_version, call.received.task)
+            resp = await self.ask(body, route.student_version, call.received.task, call.received.large)
         except GatewayError as err:
             attempt.error = err.message
             call.outcome.upstream_ms += (time.perf_counter() - t) * 1000

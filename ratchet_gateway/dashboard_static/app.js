@@ -39,6 +39,18 @@ function chart(days) {
   return svg;
 }
 
+function feedbackTable(rows) {
+  if (!rows.length) return el("p", { class: "feedback none" }, "No feedback sent for this task yet.");
+  const bad = (n, of) => (of ? `${n} of ${of} (${pct(n / of)})` : "—");
+  return el("table", { class: "feedback" },
+    el("tr", {}, ...["day", "items", "demonstrations", "student answers rated bad", "teacher answers rated bad"]
+      .map((h) => el("th", {}, h))),
+    ...rows.map((r) => el("tr", {},
+      el("td", {}, r.day), el("td", {}, r.items + (r.pending ? ` (${r.pending} pending)` : "")),
+      el("td", {}, r.demonstrations), el("td", {}, bad(r.student_bad, r.student_rated)),
+      el("td", {}, bad(r.teacher_bad, r.teacher_rated)))));
+}
+
 function card(t) {
   const bound = t.certified_bound == null ? (t.version ? "unverified" : "—")
     : t.certified_bound.toFixed(3) + (t.bound_verified ? " ✓" : "");
@@ -56,7 +68,22 @@ function card(t) {
       stat("saved", fmt(t.saved_usd))),
     el("div", { class: "legend" }, el("span", { class: "te" }, "■ teacher-equivalent"), el("span", { class: "actual" }, "■ spent")),
     chart(t.days),
+    el("h3", {}, "Feedback"),
+    feedbackTable(t.feedback || []),
     el("div", { class: "evidence" }, "Evidence: ", ...t.evidence.map((e) => el("a", { href: e.href }, e.label))));
+}
+
+// The client's own limits: requests and tokens per minute, its budget and what it has spent of it.
+function limits(l) {
+  const stat = (label, value) => el("div", { class: "stat" }, label, el("b", {}, value));
+  const stats = [
+    stat("requests / min", l.rpm ?? "no limit"),
+    stat("tokens / min", l.tpm ?? "no limit"),
+    stat("budget", l.budget_usd == null ? "none" : `${fmt(l.budget_usd)} per ${l.budget_period}`),
+  ];
+  if (l.budget_usd != null) stats.push(stat("spent this " + l.budget_period, fmt(l.spent_usd)), stat("left", fmt(l.remaining_usd)));
+  stats.push(stat("refused (429)", `${l.refused.rpm} rpm · ${l.refused.tpm} tpm · ${l.refused.budget} budget`));
+  return el("section", { class: "limits" }, el("h2", {}, "Your limits"), el("div", { class: "stats" }, ...stats));
 }
 
 async function load() {
@@ -68,7 +95,7 @@ async function load() {
   const data = await r.json();
   document.getElementById("who").textContent = `client ${data.client} · manifest #${data.manifest_sequence}`;
   const main = document.getElementById("tasks");
-  main.replaceChildren(...data.tasks.map(card));
+  main.replaceChildren(limits(data.limits), ...data.tasks.map(card));
   status.textContent = data.tasks.length ? "" : "No sealed traffic of yours yet.";
   document.body.dataset.loaded = "true";
 }

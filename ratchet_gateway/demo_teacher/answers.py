@@ -29,10 +29,10 @@ from typing import Any
 import orjson
 
 from ratchet_core import pricing
+from ratchet_core.contract import check_answer
 from ratchet_core.workloads import DESCRIPTIONS, detect_task, solve
 from ratchet_core.workloads.base import compact_json, last_user_text, tool_call_id
 from ratchet_core.workloads.tickets import LABELS
-from ratchet_gateway.contract import check_answer
 
 from .instances import instance_for
 
@@ -228,7 +228,7 @@ def answer(body: Mapping[str, Any], task: str | None, wrong: bool) -> dict:
 
     A built-in task's own answer only inside the request's contract: its schema only when the request declares
     it, its tool call only to a function the request declares with arguments valid there, ``tool_choice``
-    honoured (``ratchet_gateway.contract.check_answer``, the gateway's own guard); otherwise, as for any other
+    honoured (``ratchet_core.contract.check_answer``, the gateway's own guard); otherwise, as for any other
     request, :func:`contract_reply`. ``wrong`` gives a wrong answer of the same shape (another valid one outside
     the workloads)."""
     if task is not None and _declares_own_schema(body, task):

@@ -32,7 +32,13 @@ Erasures (``ratchet erase``) are applied by the loader to the files this replica
 
 Replica identity must survive a crash so the restarted process replays the right journal: a process takes the
 first free slot ``<base>-<i>`` by ``flock`` on ``<ledger dir>/<base>-<i>.lock`` (the kernel releases it when the
-process dies), so ``--workers 2`` gives ``host-0`` and ``host-1`` and a restart takes them back.
+process dies), so ``--workers 2`` gives ``host-0`` and ``host-1`` and a restart takes them back. The base is
+``RATCHET_REPLICA_ID`` (``ratchet gateway --replica``), default the host name. A ledger has an id of its own (made
+once, in its DuckDB file) and stamps it on every segment it seals (``ratchet_core.lake.LEDGER_ID``): a new ledger
+refuses a replica name that already has segments in the lake, an old one refuses it when the newest segment is
+another ledger's (``ReplicaConflict``: two gateways on one host, or two hosts with one name, never interleave their
+segments). Segments are written once: a name already taken is never replaced, and the rows it would have held
+stay in the ledger (its seal mark does not move) until the conflict is resolved.
 
 Modules: ``replica`` (:class:`Ledger`: slot, append API, loader, sealing), ``journal`` (the file and its records),
 ``commit`` (the two group-commit engines), ``erasure`` (scrubbing erased rows), ``arrow`` (rows as Arrow tables).
@@ -41,6 +47,14 @@ Modules: ``replica`` (:class:`Ledger`: slot, append API, loader, sealing), ``jou
 from ratchet_gateway.ledger.arrow import rows_to_arrow
 from ratchet_gateway.ledger.erasure import scrub_duckdb, scrub_journal
 from ratchet_gateway.ledger.journal import read_journal
-from ratchet_gateway.ledger.replica import Ledger, default_replica_base
+from ratchet_gateway.ledger.replica import Ledger, ReplicaConflict, default_replica_base
 
-__all__ = ["Ledger", "default_replica_base", "read_journal", "rows_to_arrow", "scrub_duckdb", "scrub_journal"]
+__all__ = [
+    "Ledger",
+    "ReplicaConflict",
+    "default_replica_base",
+    "read_journal",
+    "rows_to_arrow",
+    "scrub_duckdb",
+    "scrub_journal",
+]

@@ -79,7 +79,8 @@ class Erasures:
         the DuckDB file so no freed block keeps the old text. Returns the connection to use from now on.
 
         Erased ids come by id, and by each new erasure scope (``ratchet_core.erasure_scope``) matched here
-        against this replica's rows written before it; what a scope scrubbed is reported to the control DB."""
+        against this replica's rows written before it; what a scope scrubbed is reported to the control DB, and the
+        feedback on those requests deleted there."""
         self._last_poll = time.monotonic()
         try:
             snap = self.source()  # type: ignore[misc]
@@ -122,6 +123,8 @@ class Erasures:
                     "journal_records": journal,
                     "ledger_rows": rows,
                 }
+                if hasattr(snap, "forget_feedback"):
+                    counts["feedback_items"] = snap.forget_feedback(found)
                 snap.report(k, f"replica:{replica}", counts)
         self._scopes = scopes
         # A row is written within an hour of its ts (ts is set when the request arrives): past that, no row

@@ -18,7 +18,7 @@ from typing import Any
 import orjson
 
 from ratchet_core.clock import now as clock_now
-from ratchet_core.lake import SEALED_AT, Lake, parse_segment_relpath, segment_relpath
+from ratchet_core.lake import LEDGER_ID, SEALED_AT, Lake, parse_segment_relpath, segment_relpath
 from ratchet_core.schema import LEDGER_SCHEMA, duckdb_ddl
 from ratchet_gateway.ledger.arrow import pa_int64, rows_to_arrow
 from ratchet_gateway.ledger.commit import CommitQueue, Entry, LoopCommit, ThreadCommit
@@ -28,6 +28,10 @@ from ratchet_gateway.ledger.journal import Journal, read_journal
 
 def default_replica_base() -> str:
     return re.sub(r"[^A-Za-z0-9_.-]", "-", socket.gethostname()) or "replica"
+
+
+class ReplicaConflict(RuntimeError):
+    """Another ledger's segments carry this replica's name in the lake: two gateways share a replica id."""
 
 
 class Ledger:
@@ -54,12 +58,14 @@ class Ledger:
         self.journal_max_bytes = journal_max_bytes
         self.on_commit = on_commit
         self.replica = ""
+        self.ledger_id = ""  # this ledger's own id (``open``): stamped on its segments
         self.error: str | None = None
         self._queue = CommitQueue()
         self.engine: LoopCommit | ThreadCommit | None = None  # the journal's group commit (``open``)
         self._journal: Journal | None = None
         self._to_load: list[dict[str, Any]] = []
         self._to_load_json: list[bytes] = []  # the same rows' journal JSON (rows_to_arrow's fast path)
+        self._loading: list[dict[str, Any]] = []  # rows being inserted into DuckDB now (find_rows sees them)
         self._load_lock = threading.Lock()
         self._loader_stop = threading.Event()
         self._seal_request = threading.Event()
@@ -96,9 +102,12 @@ class Ledger:
             break
         else:  # pragma: no cover
             raise RuntimeError(f"no free ledger slot under {self.ledger_dir}")
-        self._con = duckdb.connect(str(self.ledger_dir / f"{self.replica}.duckdb"))
+        db_path = self.ledger_dir / f"{self.replica}.duckdb"
+        fresh = not db_path.exists()
+        self._con = duckdb.connect(str(db_path))
         self._sql(duckdb_ddl("ledger"))
         self._sql("CREATE TABLE IF NOT EXISTS seal_state (id INTEGER PRIMARY KEY, sealed_seq BIGINT)")
+        self.ledger_id = self._identity()
         self._erasures.load(self._sql)
         self._loaded_seq = int(self._sql("SELECT coalesce(max(seq), 0) FROM ledger")[0][0])
         rows = self._sql("SELECT sealed_seq FROM seal_state WHERE id = 1")
@@ -108,6 +117,13 @@ class Ledger:
         if tail:
             self._insert(tail)
         self._seq = self._written_seq = self._loaded_seq
+        try:
+            self._check_own_segments(fresh)
+        except ReplicaConflict:
+            self._con.close()
+            self._con = None
+            os.close(self._lock_fd)
+            raise
         self._recover_sealed()
         self._journal = Journal(self.journal_path, self.journal_max_bytes)
         self._journal.open()
@@ -142,7 +158,10 @@ class Ledger:
         if self._loader_thread is not None:
             self._loader_thread.join()
         self._load_pending()
-        self._seal()
+        try:
+            self._seal()
+        except ReplicaConflict as exc:  # the rows stay here, unsealed: the next start says so again
+            self.error = str(exc)
         self._journal.close(all_loaded=self._loaded_seq >= self._written_seq)  # type: ignore[union-attr]
         self._sql("CHECKPOINT")
         self._con.close()
@@ -150,11 +169,12 @@ class Ledger:
         os.close(self._lock_fd)
 
     # appending ---------------------------------------------------------------------------------------------
-    async def append(self, row: dict[str, Any]) -> int:
-        """Give ``row`` the next seq and return it once the row is fdatasync'd in the journal."""
+    async def append(self, row: dict[str, Any], encoded: bytes | None = None) -> int:
+        """Give ``row`` the next seq and return it once the row is fdatasync'd in the journal. `encoded`: the row
+        as JSON already, without ``seq`` and ``replica`` (a large row, written off the event loop)."""
         loop = asyncio.get_running_loop()
         fut = loop.create_future()
-        seq = self._enqueue(row, fut, loop)
+        seq = self._enqueue(row, fut, loop, encoded)
         await fut
         return seq
 
@@ -162,7 +182,7 @@ class Ledger:
         """Queue a row without awaiting durability (rows written off the request path)."""
         return self._enqueue(row, None, None)
 
-    def _enqueue(self, row, fut, loop) -> int:
+    def _enqueue(self, row, fut, loop, encoded: bytes | None = None) -> int:
         if self.error:
             raise OSError(f"ledger is not writable: {self.error}")
         q = self._queue
@@ -172,7 +192,12 @@ class Ledger:
             self._seq += 1
             seq = row["seq"] = self._seq
             row["replica"] = self.replica
-            q.rows.append((orjson.dumps(row), row, fut, loop))
+            if encoded is None:
+                data = orjson.dumps(row)
+            else:  # the same document: seq and replica first, then the row's own members
+                head = b'{"seq":%d,"replica":%s' % (seq, orjson.dumps(self.replica))
+                data = head + (b"," + encoded[1:] if len(encoded) > 2 else b"}")
+            q.rows.append((data, row, fut, loop))
             if self.engine is not None:
                 self.engine.queued()
         return seq
@@ -231,8 +256,48 @@ class Ledger:
         with self._load_lock:
             rows, self._to_load = self._to_load, []
             encoded, self._to_load_json = self._to_load_json, []
-        if rows:
-            self._insert(rows, encoded if len(encoded) == len(rows) else None)
+            self._loading = rows
+        try:
+            if rows:
+                self._insert(rows, encoded if len(encoded) == len(rows) else None)
+        finally:
+            with self._load_lock:
+                self._loading = []
+
+    def find_rows(
+        self, column: str, values: list[str], columns: list[str], client: str | None = None
+    ) -> list[dict[str, Any]]:
+        """This replica's request rows whose `column` (request_id or episode) is one of `values` (of `client` when
+        given), as dicts of `columns` (request_id first): rows journaled but not yet in DuckDB first, read under the
+        load lock, so an acknowledged row is always in memory or already committed; then DuckDB (the feedback
+        route: ``ratchet_gateway.feedback``)."""
+        assert column in ("request_id", "episode") and columns[0] == "request_id"
+        want = set(values)
+        with self._load_lock:
+            mem = [
+                r
+                for r in (*self._loading, *self._to_load)
+                if r.get("kind") == "request"
+                and r.get(column) in want
+                and (client is None or r.get("client") == client)
+            ]
+        found = [{c: r.get(c) for c in columns} for r in mem]
+        con = self._con
+        if con is None or not want:
+            return found
+        cur = con.cursor()  # a separate connection to the same database: safe beside the loader thread
+        try:
+            marks = ", ".join("?" for _ in want)
+            who = " AND client = ?" if client is not None else ""
+            out = cur.execute(
+                f"SELECT {', '.join(columns)} FROM ledger WHERE kind = 'request' AND {column} IN ({marks}){who} "
+                "ORDER BY seq",
+                [*sorted(want), *([client] if client is not None else [])],
+            ).fetchall()
+        finally:
+            cur.close()
+        seen = {r["request_id"] for r in found}
+        return found + [dict(zip(columns, r, strict=True)) for r in out if r[0] not in seen]
 
     def _insert(self, rows: list[dict[str, Any]], encoded: list[bytes] | None = None) -> None:
         given = rows
@@ -244,6 +309,38 @@ class Ledger:
         finally:
             self._con.unregister("incoming")
         self._loaded_seq = rows[-1]["seq"]
+
+    def _identity(self) -> str:
+        """This ledger's id (made once, kept in its DuckDB file): stamped on every segment it seals."""
+        import uuid
+
+        self._sql("CREATE TABLE IF NOT EXISTS ledger_identity (id VARCHAR)")
+        rows = self._sql("SELECT id FROM ledger_identity")
+        if rows:
+            return str(rows[0][0])
+        new = uuid.uuid4().hex
+        self._sql("INSERT INTO ledger_identity VALUES (?)", [new])
+        return new
+
+    def _check_own_segments(self, fresh: bool) -> None:
+        """Refuse to run as a replica whose name already has segments in the lake from another ledger: a new
+        ledger may take a name with no segments, a ledger that sealed before finds its own id on the newest one.
+        (Two gateways with one name would otherwise write each other's segment names.)"""
+        segments = self._lake.replica_segments(self.replica)
+        if not segments:
+            return
+        newest = segments[-1]
+        owner = self._lake.ledger_of(newest)
+        if owner == self.ledger_id or (
+            owner is None and not fresh
+        ):  # ours (or sealed before ids were stamped)
+            return
+        raise ReplicaConflict(
+            f"replica id {self.replica} already has {len(segments)} segment(s) in the lake {self.lake_root} "
+            f"sealed by another ledger ({owner or 'unknown'}, e.g. {newest}); this ledger ({self.ledger_dir}) is "
+            "not theirs. Give this gateway its own replica id (RATCHET_REPLICA_ID or `ratchet gateway --replica "
+            "NAME`); gateways that share a lake need distinct ones."
+        )
 
     def _recover_sealed(self) -> None:
         """Seqs of this replica's segments above the mark (a crash between publishing and marking)."""
@@ -274,12 +371,23 @@ class Ledger:
             part = table.filter(pc.equal(table.column("day"), day))
             first = int(pc.min(part.column("seq")).as_py())
             rel = segment_relpath(day, self.replica, first)
-            if self._lake.exists(rel):
-                continue  # published before a crash; its rows are in _recovered (never rewritten)
-            sealed_at = {SEALED_AT: clock_now().isoformat().encode()}  # lateness is judged on this clock
-            self._lake.publish_table(
-                rel, part.replace_schema_metadata({**(part.schema.metadata or {}), **sealed_at})
-            )
+            # lateness is judged on this clock; the ledger id says whose segment it is
+            stamp = {SEALED_AT: clock_now().isoformat().encode(), LEDGER_ID: self.ledger_id.encode()}
+            try:
+                # written once: a name taken (by another gateway with this replica id) is never replaced
+                self._lake.publish_table(
+                    rel, part.replace_schema_metadata({**(part.schema.metadata or {}), **stamp}), once=True
+                )
+            except FileExistsError:
+                # the rows stay in this ledger (the mark does not move): nothing is lost, the loader reports it
+                raise ReplicaConflict(
+                    f"cannot seal {rel}: the name is taken in the lake by another writer with replica id "
+                    f"{self.replica}; the rows stay in this replica's ledger. Give each gateway its own replica "
+                    "id (RATCHET_REPLICA_ID) and restart."
+                ) from None
+            self._recovered.update(
+                part.column("seq").to_pylist()
+            )  # sealed: a retry after a failure skips them
             written.append(self._lake.path(rel))
         self._sql("INSERT OR REPLACE INTO seal_state VALUES (1, ?)", [top])
         self._sealed_seq = top

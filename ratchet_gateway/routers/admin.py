@@ -17,6 +17,7 @@ from fastapi import APIRouter
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, field_validator
 from starlette.responses import Response
 
+from ratchet_core.names import check, rule
 from ratchet_core.reasons import check_reason
 from ratchet_gateway import safety
 from ratchet_gateway.deps import AdminDep, GatewayDep
@@ -44,8 +45,15 @@ class StudentDisabledBody(_Reasoned):
 
 
 class PinBody(_Reasoned):
-    task: str = Field(min_length=1, description="The task to answer with the teacher only.")
+    task: str = Field(description=f"The task to answer with the teacher only ({rule('task')}).")
     pinned: StrictBool = Field(True, description="Must be true: unpinning needs a signed manifest.")
+
+    @field_validator("task")
+    @classmethod
+    def _named(cls, v: str) -> str:
+        return check(
+            "task", v, "task"
+        )  # the one name rule (a NameRuleError is a ValueError: a 400 naming 'task')
 
 
 _DOCS = error_docs(400, 403)
@@ -75,9 +83,7 @@ async def student_disabled(body: StudentDisabledBody, gw: GatewayDep) -> Respons
     "/pin", dependencies=[AdminDep], summary="Pin a task to the teacher on every replica", responses=_DOCS
 )
 async def pin(body: PinBody, gw: GatewayDep) -> Response:
-    task = body.task.strip()
-    if not task:
-        raise GatewayError(400, "name the task to pin in 'task'")
+    task = body.task
     if body.pinned is not True:
         raise GatewayError(
             403,

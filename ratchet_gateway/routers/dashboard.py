@@ -1,14 +1,18 @@
 """The app owner's dashboard: ``GET /ratchet/dashboard`` (the page) and ``GET /ratchet/dashboard/data`` (its data).
 
-For the calling client only (its API key, like every client route), per task: the stage and version the signed
+For the calling client only (its API key, like every client route): its limits (requests and tokens per minute,
+its budget, what it spent of it and how many requests were refused, ``ratchet_gateway.limits``), and per task: the stage and version the signed
 manifest serves, the canary share and calibrated threshold, the certified lower bound read from the version's
 certificate *after* its signature verifies with the gateway's trusted keys (else shown as unverified), the
 student's share of the client's requests, and per day the client's actual spend against the teacher-equivalent
 (the gap is the saving), with links to the evidence: the day's receipt view, the version's BOM and the public key.
+Per task and day, too, the feedback the client sent (``ratchet_core.feedback``, from the control DB): items, and
+how many of the student's and of the teacher's answers it called bad (the task's ``bad_when``, or a demonstration
+the answer disagreed with).
 
 Numbers come from the sealed lake segments (what receipts are built from), so they trail the live traffic by at
 most one segment (``RATCHET_SEGMENT_SECONDS``). The page and its script are static files served from this package
-(no CDN, no third-party script); the script asks for the key (or reads it from the URL fragment ``#key=...``,
+(no CDN, no third-party script, a strict Content-Security-Policy that allows nothing else); the script asks for the key (or reads it from the URL fragment ``#key=...``,
 which browsers never send to a server) and calls the data route with ``Authorization: Bearer``.
 """
 
@@ -22,8 +26,9 @@ from typing import Any
 from fastapi import APIRouter
 from starlette.responses import FileResponse, Response
 
+from ratchet_core.names import is_valid
 from ratchet_gateway.deps import ClientDep, GatewayDep
-from ratchet_gateway.responses import error_docs, json_response
+from ratchet_gateway.responses import PAGE_HEADERS, error_docs, json_response, ratchet_headers
 from ratchet_gateway.state import Gateway
 
 router = APIRouter(prefix="/ratchet", tags=["dashboard"])
@@ -34,14 +39,19 @@ _FILES = {"app.js": "text/javascript", "app.css": "text/css"}
 
 @router.get("/dashboard", summary="The app owner's dashboard page (static; its data needs the client key)")
 async def dashboard_page() -> Response:
-    return FileResponse(STATIC / "index.html", media_type="text/html")
+    return FileResponse(STATIC / "index.html", media_type="text/html", headers=_page_headers())
 
 
 @router.get("/dashboard/static/{name}", include_in_schema=False)
 async def dashboard_static(name: str) -> Response:
     if name not in _FILES:  # a fixed list: no path from the URL reaches the filesystem
-        return Response(status_code=404)
-    return FileResponse(STATIC / name, media_type=_FILES[name])
+        return Response(status_code=404, headers=_page_headers())
+    return FileResponse(STATIC / name, media_type=_FILES[name], headers=_page_headers())
+
+
+def _page_headers() -> dict[str, str]:
+    """A page's headers: the strict CSP and its kin (``responses.PAGE_HEADERS``) and the x-ratchet-* ones."""
+    return {**ratchet_headers(), **PAGE_HEADERS}
 
 
 @router.get(
@@ -55,7 +65,8 @@ async def dashboard_data(gw: GatewayDep, client: ClientDep) -> Response:
 
 def build(gw: Gateway, client: str) -> dict[str, Any]:
     daily = _daily(gw, client)
-    tasks = sorted({r["task"] for r in daily} | set(gw.manifest.tasks))
+    feedback = _feedback(gw, client)
+    tasks = sorted({r["task"] for r in daily} | set(gw.manifest.tasks) | {r["task"] for r in feedback})
     out = []
     for task in tasks:
         release = gw.manifest.task(task)
@@ -78,10 +89,44 @@ def build(gw: Gateway, client: str) -> dict[str, Any]:
                 "actual_usd": sum(r["actual_usd"] for r in rows),
                 "saved_usd": sum(r["teacher_equivalent_usd"] - r["actual_usd"] for r in rows),
                 "days": rows,
+                "feedback": [r for r in feedback if r["task"] == task],
                 "evidence": _evidence(gw, release.version, [r["day"] for r in rows]),
             }
         )
-    return {"client": client, "manifest_sequence": _sequence(gw), "tasks": out}
+    return {
+        "client": client,
+        "manifest_sequence": _sequence(gw),
+        "limits": gw.limits.view(client),
+        "tasks": out,
+    }
+
+
+def _feedback(gw: Gateway, client: str) -> list[dict[str, Any]]:
+    """Per task and day (the request's day, else the day it was received): the client's feedback items, the
+    demonstrations among them, and per model the answers with a verdict and the bad ones."""
+    from ratchet_core import feedback
+    from ratchet_core.control_db import feedback as table
+
+    if gw.engine is None:
+        return []
+    out: dict[tuple[str, str], dict[str, Any]] = {}
+    for r in feedback.rows(gw.engine, table.c.client == client):
+        if not r["task"]:
+            continue
+        day = r["request_day"] or r["received_at"][:10]
+        d = out.setdefault(
+            (r["task"], day),
+            {"task": r["task"], "day": day, "items": 0, "pending": 0, "demonstrations": 0}
+            | {f"{w}_{k}": 0 for w in ("student", "teacher") for k in ("rated", "bad")},
+        )
+        d["items"] += 1
+        d["pending"] += r["state"] == "pending"
+        d["demonstrations"] += r["kind"] == "demonstration" and r["state"] == "recorded"
+        bad = feedback.verdict(r, gw.manifest.policies.get(r["task"]))
+        if bad is not None and r["served_by"] in ("student", "teacher"):
+            d[f"{r['served_by']}_rated"] += 1
+            d[f"{r['served_by']}_bad"] += bad
+    return [out[k] for k in sorted(out)]
 
 
 def _sequence(gw: Gateway) -> int:
@@ -128,6 +173,8 @@ def _certified_bound(gw: Gateway, version: str, task: str) -> tuple[float | None
     """The task's certified lower bound from the version's certificate, only if its signature verifies."""
     from ratchet_stats.dsse import verify_envelope
 
+    if not is_valid("version", version):  # signed before the name rule: it names no artifact
+        return None, False
     path = gw.artifacts.certificate(version)
     if not path.exists() or not gw.public_keys:
         return None, False
@@ -149,7 +196,7 @@ def _evidence(gw: Gateway, version: str, days: list[str]) -> list[dict[str, str]
         for d in days
         if gw.artifacts.receipt_envelope(d).exists()
     ]
-    if version:
+    if version and is_valid("version", version):
         links.append({"label": f"BOM {version}", "href": f"/ratchet/boms/{version}"})
     links.append({"label": "public key", "href": "/ratchet/public-key"})
     return links

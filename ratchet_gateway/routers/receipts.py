@@ -24,7 +24,6 @@ Another client's request is a 404 exactly like a missing one, so its existence i
 from __future__ import annotations
 
 import asyncio
-import re
 from pathlib import Path
 from typing import Annotated
 
@@ -32,6 +31,7 @@ from fastapi import APIRouter, Query
 from fastapi import Path as PathParam
 from starlette.responses import Response
 
+from ratchet_core.names import is_valid
 from ratchet_gateway.deps import AdminDep, ClientDep, GatewayDep
 from ratchet_gateway.errors import GatewayError
 from ratchet_gateway.responses import error_docs, json_response
@@ -39,8 +39,6 @@ from ratchet_gateway.state import Gateway, manifest_public_keys
 
 router = APIRouter(prefix="/ratchet", tags=["receipts"])
 
-_DAY = re.compile(r"^\d{4}-\d{2}-\d{2}$")
-_RID = re.compile(r"^[A-Za-z0-9_.-]{1,128}$")
 Day = Annotated[str, PathParam(description="The UTC day, YYYY-MM-DD.")]
 RequestId = Annotated[str, PathParam(description="An x-ratchet-request-id value.")]
 WithRows = Annotated[
@@ -49,6 +47,13 @@ WithRows = Annotated[
         description="Add your own request leaves and pair lines (a scan of the day's rows; slower on big days)."
     ),
 ]
+
+
+def _check_day(day: str) -> None:
+    """400 unless `day` is a calendar day YYYY-MM-DD (the one name rule, ``ratchet_core.names``: anchored at both
+    ends, so a trailing newline fails)."""
+    if not is_valid("day", day):
+        raise GatewayError(400, "day must be a calendar day, YYYY-MM-DD", "invalid_day", param="day")
 
 
 def build_proof(folder: Path, day: str, request_id: str, client: str) -> dict | None:
@@ -75,8 +80,7 @@ def _receipt_folder(gw: Gateway, day: str) -> Path:
     responses=error_docs(400, 401, 404),
 )
 async def receipt(day: Day, gw: GatewayDep, client: ClientDep, rows: WithRows = False) -> Response:
-    if not _DAY.match(day):
-        raise GatewayError(400, "day must be YYYY-MM-DD")
+    _check_day(day)
     folder = _receipt_folder(gw, day)
     from ratchet_gateway.receipt_views import client_view
 
@@ -90,8 +94,7 @@ async def receipt(day: Day, gw: GatewayDep, client: ClientDep, rows: WithRows = 
     dependencies=[AdminDep],
 )
 async def receipt_audit(day: Day, gw: GatewayDep) -> Response:
-    if not _DAY.match(day):
-        raise GatewayError(400, "day must be YYYY-MM-DD")
+    _check_day(day)
     folder = _receipt_folder(gw, day)
     from ratchet_gateway.receipt_views import auditor_view
 
@@ -104,8 +107,11 @@ async def receipt_audit(day: Day, gw: GatewayDep) -> Response:
     responses=error_docs(400, 401, 404),
 )
 async def receipt_proof(day: Day, request_id: RequestId, gw: GatewayDep, client: ClientDep) -> Response:
-    if not _DAY.match(day) or not _RID.match(request_id):
-        raise GatewayError(400, "day must be YYYY-MM-DD and request_id an x-ratchet-request-id value")
+    _check_day(day)
+    if not is_valid("request id", request_id):
+        raise GatewayError(
+            400, "request_id must be an x-ratchet-request-id value", "invalid_request_id", param="request_id"
+        )
     folder = _receipt_folder(gw, day)
     data = await asyncio.to_thread(build_proof, folder, day, request_id, client)
     if data is None:  # another client's request answers exactly like a missing one

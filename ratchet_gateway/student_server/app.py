@@ -1,11 +1,16 @@
 """The student server: an OpenAI-compatible chat endpoint over a local base + LoRA adapters, with vLLM's
 runtime LoRA admin API, so the gateway talks to it exactly as it talks to vLLM ``--enable-lora`` at scale.
 
-Routes: ``POST /v1/chat/completions`` (``model`` = the base's name or a loaded adapter's name; greedy when
-temperature is 0 or absent; ``max_tokens``/``max_completion_tokens``; ``stop``; ``logprobs`` + ``top_logprobs``
-in OpenAI's shape; ``tools`` answered as ``tool_calls`` parsed from the model's text; ``stream`` as SSE with
-usage when ``stream_options.include_usage``), ``POST /v1/load_lora_adapter {"lora_name", "lora_path"}``,
-``POST /v1/unload_lora_adapter {"lora_name"}``, ``GET /v1/models``, ``GET /health``, ``GET /healthz``.
+Routes: ``POST /v1/chat/completions`` (``model`` = the base's name or a loaded adapter's name; the prompt rendered
+by the base's chat template as vLLM renders it, ``ratchet_core.chat_format``; greedy when temperature is 0 or
+absent; ``max_tokens``/``max_completion_tokens``; ``stop``; ``logprobs`` + ``top_logprobs`` in OpenAI's shape;
+``tools`` answered as ``tool_calls`` read from the model's text as vLLM's ``hermes`` tool parser reads them,
+``ratchet_core.tool_calls``; ``response_format`` honoured by constrained decoding, ``constrained``; a prompt that
+does not fit the base's context refused with HTTP 400, never cut; ``stream`` as SSE with usage when
+``stream_options.include_usage``), ``POST /v1/load_lora_adapter {"lora_name", "lora_path"}``,
+``POST /v1/unload_lora_adapter {"lora_name"}``, ``POST /tokenize`` (vLLM's: a chat request's ``messages`` and
+``tools`` as the chat route renders them, or a plain ``prompt``, as token ids: what the GPU check compares with
+vLLM's), ``GET /v1/models``, ``GET /health``, ``GET /healthz``.
 Errors have OpenAI's shape ``{"error": {"message", "type", "param", "code"}}``.
 """
 
@@ -27,9 +32,13 @@ from fastapi.exceptions import RequestValidationError
 from pydantic import BaseModel, ConfigDict, Field
 from starlette.responses import PlainTextResponse, Response, StreamingResponse
 
-from ratchet_core.chat_format import parse_completion, render_prompt
+from ratchet_core.chat_encoding import encode
+from ratchet_core.chat_format import chat_template, render_prompt
+from ratchet_core.tool_calls import HERMES, answer_message, tool_parser_of
+from ratchet_gateway.student_server.constrained import FormatError
 from ratchet_gateway.student_server.engine import (
     AdapterError,
+    ContextError,
     Generation,
     GenerationRequest,
     StudentEngine,
@@ -80,6 +89,19 @@ class UnloadAdapter(BaseModel):
     model_config = ConfigDict(extra="allow")
     lora_name: str = Field(min_length=1)
     lora_int_id: int | None = None
+
+
+class TokenizeRequest(BaseModel):
+    """vLLM's ``POST /tokenize`` body: chat ``messages`` (with ``tools``) or a plain ``prompt``."""
+
+    model_config = ConfigDict(extra="allow")
+    model: str | None = None
+    messages: list[dict[str, Any]] | None = None
+    tools: list[dict[str, Any]] | None = None
+    prompt: str | None = None
+    add_generation_prompt: bool = True
+    add_special_tokens: bool | None = None  # vLLM's defaults: False for messages, True for a prompt
+    return_token_strs: bool = False
 
 
 def _logprob_entries(gen: Generation, top: int) -> list[dict]:
@@ -134,6 +156,9 @@ def create_app(
         import asyncio
 
         await asyncio.to_thread(engine.load_base)
+        chat_template(
+            engine.tokenizer
+        )  # a base without one cannot be served as it is trained (a clear error)
         engine.start()
         try:
             for name, path in (adapters or {}).items():
@@ -220,6 +245,33 @@ def create_app(
             return error_response(exc.status, str(exc))
         return PlainTextResponse(f"Success: LoRA adapter '{body.lora_name}' removed successfully.")
 
+    @app.post("/tokenize")
+    async def tokenize(body: TokenizeRequest) -> Response:
+        if body.model is not None and body.model not in (base_name, str(base_path), *engine.adapters):
+            return error_response(404, f"The model `{body.model}` does not exist.", code="model_not_found")
+        if (body.messages is None) == (body.prompt is None):
+            return error_response(400, "Send either `messages` (a chat request) or `prompt`, not both.")
+        tokenizer = engine.tokenizer
+        if body.messages is not None:
+            if not body.add_generation_prompt:
+                return error_response(
+                    400, "This server renders a chat request with its generation prompt only: drop "
+                    "`add_generation_prompt` or set it to true.",
+                )  # fmt: skip
+            if body.add_special_tokens:
+                return error_response(
+                    400, "A chat prompt is tokenized without added special tokens (the template writes them): "
+                    "drop `add_special_tokens`.",
+                )  # fmt: skip
+            text = await asyncio.to_thread(render_prompt, tokenizer, body.messages, body.tools)
+            ids = await asyncio.to_thread(encode, tokenizer, text)
+        else:
+            added = body.add_special_tokens is not False
+            ids = list(tokenizer(body.prompt, add_special_tokens=added)["input_ids"])
+        strs = tokenizer.convert_ids_to_tokens(ids) if body.return_token_strs else None
+        payload = {"count": len(ids), "max_model_len": engine.context_len, "tokens": ids, "token_strs": strs}
+        return Response(orjson.dumps(payload), media_type="application/json")
+
     @app.post("/v1/chat/completions")
     async def chat_completions(body: ChatRequest) -> Response:
         if body.model in (base_name, str(base_path)):
@@ -231,8 +283,9 @@ def create_app(
         stop = [body.stop] if isinstance(body.stop, str) else list(body.stop or [])
         top = body.top_logprobs or 0
         request = GenerationRequest(
-            prompt=render_prompt(body.messages, body.tools, body.response_format),
+            prompt=await asyncio.to_thread(render_prompt, engine.tokenizer, body.messages, body.tools),
             adapter=adapter,
+            response_format=body.response_format,
             max_tokens=body.max_completion_tokens or body.max_tokens,
             temperature=body.temperature or 0.0,
             top_p=body.top_p or 1.0,
@@ -244,12 +297,13 @@ def create_app(
             gen = await engine.generate(request)
         except UnknownModelError as exc:  # unloaded while the request waited
             return error_response(404, str(exc), code="model_not_found")
-        message = (
-            parse_completion(gen.text, body.tools)
-            if body.tools and body.tool_choice != "none"
-            else {"role": "assistant", "content": gen.text, "tool_calls": None}
+        except (ContextError, FormatError) as exc:
+            return error_response(400, str(exc))
+        hermes = tool_parser_of(chat_template(engine.tokenizer)) == HERMES
+        message = answer_message(gen.text, body.tools if hermes else None, body.tool_choice)
+        finish = (
+            "tool_calls" if message.get("tool_calls") and gen.finish_reason == "stop" else gen.finish_reason
         )
-        finish = "tool_calls" if message.get("tool_calls") else gen.finish_reason
         usage = {
             "prompt_tokens": gen.prompt_tokens,
             "completion_tokens": gen.completion_tokens,

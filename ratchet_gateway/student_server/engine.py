@@ -14,25 +14,27 @@ initialisation, so it changes nothing) that is never served.
 
 Logprobs are always computed (log-softmax of the raw logits of each generated token): the gateway's confidence
 score needs them. The EOS token ends an answer and is not part of its text or logprobs.
+
+Prompts are rendered by the base's chat template (``ratchet_core.chat_format``, as vLLM renders them) and never
+cut: a prompt that leaves no room for the answer in the base's context is refused before it is queued
+(``ContextError``, vLLM's message). A request's ``response_format`` constrains decoding (``constrained``), as
+vLLM's structured outputs do; decoding stops at EOS (or the request's own ``stop``), as vLLM's does.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import queue
 import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ratchet_core.chat_encoding import TRAIN_META_FILE, cut_prompt, encode
-from ratchet_core.chat_format import TURN_MARKER
+from ratchet_core.chat_encoding import context_error, context_length, encode
+from ratchet_gateway.student_server.constrained import Grammars, grammar_key, logits_processor
 
 _IDENTITY_ADAPTER = "__ratchet_identity__"
-# The text a model writes when it runs on into a new turn; never part of an answer.
-_INTERNAL_STOP = "\n" + TURN_MARKER
 
 
 class UnknownModelError(LookupError):
@@ -41,6 +43,10 @@ class UnknownModelError(LookupError):
     def __init__(self, name: str):
         super().__init__(f"The model `{name}` does not exist.")
         self.name = name
+
+
+class ContextError(ValueError):
+    """The prompt (and ``max_tokens``) does not fit the base's context: refused whole, never cut (HTTP 400)."""
 
 
 class AdapterError(ValueError):
@@ -57,12 +63,16 @@ class GenerationRequest:
 
     prompt: str
     adapter: str | None = None
+    response_format: dict | None = None
     max_tokens: int | None = None
     temperature: float = 0.0
     top_p: float = 1.0
     stop: list[str] = field(default_factory=list)
     top_logprobs: int = 0
     seed: int | None = None
+    # set by StudentEngine.generate before the request is queued
+    prompt_ids: list[int] = field(default_factory=list)
+    grammar: Any = None
 
 
 @dataclass
@@ -99,7 +109,6 @@ class StudentEngine:
         self.max_batch = max(1, max_batch)
         self.default_max_tokens = default_max_tokens
         self.adapters: dict[str, str] = {}  # name -> path; written only by the worker thread
-        self._prompt_windows: dict[str | None, int] = {}
         self._queue: queue.Queue[_Job | None] = queue.Queue()
         self._thread: threading.Thread | None = None
         self.model = None
@@ -117,7 +126,7 @@ class StudentEngine:
         self.tokenizer = AutoTokenizer.from_pretrained(self.base_path)
         base = AutoModelForCausalLM.from_pretrained(self.base_path, dtype=torch.float32)
         base.eval()
-        self.context_len = int(getattr(base.config, "max_position_embeddings", 1024) or 1024)
+        self.context_len = context_length(base.config)
         identity = LoraConfig(r=1, target_modules="all-linear", init_lora_weights=True)
         self.model = get_peft_model(base, identity, adapter_name=_IDENTITY_ADAPTER)
         self.model.eval()
@@ -125,6 +134,8 @@ class StudentEngine:
         self._eos = eos
         self._pad = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else eos
         self._byte_offset = 3 if type(self.tokenizer).__name__.startswith("ByT5") else None
+        self._vocab_size = int(base.config.vocab_size)
+        self.grammars = Grammars(self.tokenizer, self._vocab_size, self._byte_offset)
 
     def start(self) -> None:
         if self.model is None:
@@ -146,6 +157,14 @@ class StudentEngine:
         return await future
 
     async def generate(self, request: GenerationRequest) -> Generation:
+        """The generation for `request`; ContextError or FormatError (the request's fault) before it is queued."""
+        request.prompt_ids = await asyncio.to_thread(encode, self.tokenizer, request.prompt)
+        problem = context_error(len(request.prompt_ids), request.max_tokens, self.context_len)
+        if problem:
+            raise ContextError(problem)
+        key = grammar_key(request.response_format)
+        if key is not None:
+            request.grammar = await asyncio.to_thread(self.grammars.compile, key)
         return await self._submit("generate", request)
 
     async def load_adapter(self, name: str, path: str) -> None:
@@ -241,10 +260,6 @@ class StudentEngine:
                 ) from exc
             self.model.eval()
             self.adapters[name] = str(folder)
-            meta = folder / TRAIN_META_FILE
-            if meta.is_file():
-                with contextlib.suppress(ValueError, KeyError, TypeError):
-                    self._prompt_windows[name] = int(json.loads(meta.read_text())["prompt_window"])
         elif job.kind == "unload":
             name = job.payload
             if name not in self.adapters:
@@ -252,7 +267,6 @@ class StudentEngine:
             self.model.set_adapter(_IDENTITY_ADAPTER)
             self.model.delete_adapter(name)
             del self.adapters[name]
-            self._prompt_windows.pop(name, None)
 
     def _token_view(self, token_id: int) -> tuple[str, list[int]]:
         if self._byte_offset is not None and self._byte_offset <= token_id < self._byte_offset + 256:
@@ -268,24 +282,19 @@ class StudentEngine:
         adapter = requests[0].adapter
         if adapter is not None and adapter not in self.adapters:
             raise UnknownModelError(adapter)
-        prompts = []
-        budgets = []
-        for r in requests:
-            ids = encode(self.tokenizer, r.prompt)
-            want = r.max_tokens if r.max_tokens is not None else self.default_max_tokens
-            window = self._prompt_windows.get(
-                adapter, self.context_len - max(1, min(want, self.context_len // 2))
-            )
-            ids = cut_prompt(ids, window)
-            budgets.append(max(1, min(want, self.context_len - len(ids))))
-            prompts.append(ids)
+        prompts = [r.prompt_ids for r in requests]
+        # the request's max_tokens fits (generate checked it); without one, the default within the context
+        budgets = [
+            max(1, min(r.max_tokens or self.default_max_tokens, self.context_len - len(ids)))
+            for r, ids in zip(requests, prompts, strict=True)
+        ]
         width = max(len(p) for p in prompts)
         input_ids = torch.full((len(prompts), width), self._pad, dtype=torch.long)
         mask = torch.zeros((len(prompts), width), dtype=torch.long)
         for row, ids in enumerate(prompts):  # left padding: every prompt ends where decoding starts
             input_ids[row, width - len(ids) :] = torch.tensor(ids, dtype=torch.long)
             mask[row, width - len(ids) :] = 1
-        stops = [[*r.stop, _INTERNAL_STOP] for r in requests]
+        stops = [list(r.stop) for r in requests]
         tokenizer = self.tokenizer
 
         class _RowsDone(StoppingCriteria):
@@ -295,7 +304,7 @@ class StudentEngine:
                 for row in range(gen.shape[0]):
                     n = gen.shape[1]
                     finished = n >= budgets[row]
-                    if not finished and n:
+                    if not finished and n and stops[row]:
                         tail = tokenizer.decode(gen[row, -32:].tolist(), skip_special_tokens=True)
                         finished = any(s and s in tail for s in stops[row])
                     done.append(finished)
@@ -310,6 +319,8 @@ class StudentEngine:
             kwargs.update(temperature=first.temperature, top_p=first.top_p)
         else:
             kwargs.update(temperature=None, top_p=None, top_k=None)
+        if any(r.grammar is not None for r in requests):
+            kwargs["logits_processor"] = [logits_processor([r.grammar for r in requests], self._vocab_size)]
         if adapter is None:
             self.model.set_adapter(_IDENTITY_ADAPTER)
             ctx = self.model.disable_adapter()

@@ -38,19 +38,21 @@ def golden_exact(base: Path, adapter: Path, golden) -> list[bool]:
     from peft import PeftModel
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from ratchet_assets.night.lora_trainer import _exact_rows, scoring_rows
-    from ratchet_core.chat_encoding import TRAIN_META_FILE
-    from ratchet_core.chat_format import render_prompt, render_target
+    from ratchet_assets.night.lora_trainer import _exact_rows
+    from ratchet_core.chat_encoding import encode, encode_answer
+    from ratchet_core.chat_format import render_answer, render_prompt, structured_answer
 
-    window = json.loads((adapter / TRAIN_META_FILE).read_text())["prompt_window"]
     tok = AutoTokenizer.from_pretrained(base)
     model = PeftModel.from_pretrained(
         AutoModelForCausalLM.from_pretrained(base, dtype=torch.float32), adapter
     )
-    pairs = [
-        (render_prompt(g.messages, g.tools, g.response_format), render_target(g.expected)) for g in golden
-    ]
-    return _exact_rows(model, scoring_rows(tok, pairs, window), tok.pad_token_id, 32)
+    rows = []
+    for g in golden:
+        p = encode(tok, render_prompt(tok, g.messages, g.tools))
+        answer = structured_answer(g.expected, g.response_format)
+        t = encode_answer(tok, render_answer(tok, g.messages, g.tools, answer))
+        rows.append((p + t, [-100] * len(p) + t))
+    return _exact_rows(model, rows, tok.pad_token_id, 32)
 
 
 def main() -> int:

@@ -24,7 +24,7 @@ pytestmark = pytest.mark.slow  # the demo base and the upstream night: ~10-25 s 
 
 DAY = "2026-01-05"
 # A few optimiser steps on one thread: this is about the step's bookkeeping, not the adapter's quality.
-TINY = {"rank": 4, "alpha": 8, "max_len": 96, "epochs": 1, "batch_size": 16, "min_steps": 0, "num_threads": 1}
+TINY = {"rank": 4, "alpha": 8, "epochs": 1, "batch_size": 16, "min_steps": 0, "num_threads": 1}
 
 
 def build_night(home: Path) -> dict:

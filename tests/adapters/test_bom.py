@@ -267,3 +267,34 @@ def test_a_warm_started_bom_names_its_parent_and_verifies_and_an_older_bom_still
     a["pedigree"] = copy.deepcopy(adapter["pedigree"])
     with pytest.raises(B.BomError, match="cold-started adapter names a parent"):
         B.verify_bom(envelope(cold_with_parent), signing_key.public_key())
+
+
+def test_label_sources_are_recorded_and_must_account_for_every_row(built, signing_key):
+    import dataclasses
+
+    labels_tree = C.row_commitment({"line": i} for i in range(60))
+    train = BD.DataSet(
+        "training-set 2026-01-02",
+        "teacher answers; 12 rows labelled by people instead",
+        C.key_commitment(TRAIN_KEYS),
+        C.row_commitment({"i": i} for i in range(60)),
+        labels={"people": 12, "teacher": 48},
+        labels_tree=labels_tree,
+    )
+    comp = BD._data_component(B.TRAIN_REF, train)
+    props = B.properties(comp)
+    assert props["ratchet:labels:people"] == "12" and props[B.P_LABEL_ROOT] == labels_tree.root
+    assert "people-labelled" in comp["data"][0]["classification"]
+    pub = signing_key.public_key()
+    stmt = copy.deepcopy(built["stmt"])
+    comps = stmt["predicate"]["components"]
+    i = next(n for n, c in enumerate(comps) if c["bom-ref"] == B.TRAIN_REF)
+    comps[i] = comp
+    assert B.verify_bom(sign_statement(stmt, signing_key), pub).train.row_count == 60
+    # counts that leave rows unaccounted for are refused
+    comps[i] = BD._data_component(
+        B.TRAIN_REF, dataclasses.replace(train, labels={"people": 12, "teacher": 40})
+    )
+    with pytest.raises(B.BomError) as exc:
+        B.verify_bom(sign_statement(stmt, signing_key), pub)
+    assert exc.value.check == "components" and "label sources" in exc.value.message

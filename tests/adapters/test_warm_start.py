@@ -4,7 +4,6 @@ upstream steps as the simulator runs them, the real effect ledger on SQLite."""
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import pytest
@@ -17,7 +16,7 @@ pytestmark = pytest.mark.slow  # two tiny trainings on the demo base: ~20-40 s o
 
 DAY1, DAY2 = "2026-01-05", "2026-01-06"
 TINY = {
-    "rank": 4, "alpha": 8, "max_len": 96, "epochs": 1, "batch_size": 16, "min_steps": 0, "num_threads": 1,
+    "rank": 4, "alpha": 8, "epochs": 1, "batch_size": 16, "min_steps": 0, "num_threads": 1,
     "validation_share": 0.25, "patience": 1, "max_epochs": 2, "time_budget_s": 0.0, "start": "warm",
 }  # fmt: skip
 
@@ -88,7 +87,7 @@ def test_the_first_night_starts_cold_and_the_next_from_the_certified_adapter(nig
     train_keys = ArtifactLayout(nights["art"]).train_keys(DAY2).read_text().split()
     days = W.row_first_days(nights["art"], DAY2)
     new = sum(d == DAY2 for d in days)
-    held = W.held_out(ArtifactLayout(nights["art"]).train_jsonl(DAY2), TINY)
+    held = W.held_out(ArtifactLayout(nights["art"]).train_jsonl(DAY2), TINY, nights["base"])
     fresh_rows = sum(d == DAY2 and not h for d, h in zip(days, held, strict=True))
     assert start["new_rows"] == fresh_rows > 0 and 0 < start["replay_rows"] <= len(train_keys) - new
     # trained on the new and replayed rows; validated on every held-out row of the window, old days' too
@@ -125,12 +124,10 @@ def test_the_warm_start_begins_from_the_parents_weights(nights, tmp_path):
     config = LoraTrainConfig(**{**TINY, "max_epochs": 1, "patience": 1})
     result = train_lora(base, train, tmp_path / "child", config, init_adapter=parent_dir)
 
-    rows = read_train_rows(train)
-    held = validation_mask([r for _, r in rows], [p for (p, _), _ in rows], 0.25, "near_duplicate")
-    window = json.loads((parent_dir / "ratchet_train.json").read_text())["prompt_window"]
     tok = AutoTokenizer.from_pretrained(base)
-    held_pairs = [pair for (pair, _), h in zip(rows, held, strict=True) if h]
-    encoded = scoring_rows(tok, held_pairs, window, config.max_len)
+    rows = read_train_rows(train, tok)
+    held = validation_mask([r for _, r in rows], [p for (p, _), _ in rows], 0.25, "near_duplicate")
+    encoded = scoring_rows(tok, [pair for (pair, _), h in zip(rows, held, strict=True) if h])
     model = AutoModelForCausalLM.from_pretrained(base, dtype=torch.float32)
     parent = PeftModel.from_pretrained(model, str(parent_dir))
     right, loss = _validate(parent, encoded, tok.pad_token_id, 16)
@@ -152,6 +149,7 @@ def test_a_changed_base_config_or_policy_starts_cold(nights):
     first = nights["first"]
     records = W.launch_records(effects, step.EFFECT)
     common = {
+        "base": nights["base"],
         "tasks": ["tickets"],
         "live": release.live,
         "certified": release.certified,
@@ -214,13 +212,13 @@ def test_the_replay_sample_never_holds_a_golden_row_and_a_parent_that_saw_one_is
     layout = ArtifactLayout(art)
     records = W.launch_records(nights["effects"], step.EFFECT)
     plan = W.plan_start(
-        art, DAY2, tasks=["tickets"], base_sha256=nights["first"]["base"]["sha256"], train_config=TINY,
+        art, DAY2, base=nights["base"], tasks=["tickets"], base_sha256=nights["first"]["base"]["sha256"], train_config=TINY,
         policies_digest=W.policies_sha256({}, ["tickets"]), records=records, live={},
         certified=nights["release"].certified,
     )  # fmt: skip
     keys = layout.train_keys(DAY2).read_text().split()
     days = W.row_first_days(art, DAY2)
-    held = W.held_out(layout.train_jsonl(DAY2), TINY)
+    held = W.held_out(layout.train_jsonl(DAY2), TINY, nights["base"])
     replayed = {keys[i] for i in plan.rows if days[i] <= DAY1 and not held[i]}
     assert len(replayed) == plan.replay_rows > 0
     golden = set(layout.golden_keys(DAY2).read_text().split())
@@ -240,7 +238,7 @@ def test_the_replay_sample_never_holds_a_golden_row_and_a_parent_that_saw_one_is
     golden_file.write_text("".join(k + "\n" for k in sorted(golden | {leaked})))
     try:
         refused = W.plan_start(
-            art, DAY2, tasks=["tickets"], base_sha256=nights["first"]["base"]["sha256"], train_config=TINY,
+            art, DAY2, base=nights["base"], tasks=["tickets"], base_sha256=nights["first"]["base"]["sha256"], train_config=TINY,
             policies_digest=W.policies_sha256({}, ["tickets"]), records=records, live={},
             certified=nights["release"].certified,
         )  # fmt: skip

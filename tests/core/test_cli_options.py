@@ -75,3 +75,35 @@ def test_the_walk_sees_the_auditor_and_the_operator_commands():
         "ratchet admin erase",
         "ratchet liverun verify",
     } <= paths
+
+
+def _click_params(command: click.Command, path: str) -> Iterator[tuple[str, click.Parameter]]:
+    for param in command.params:
+        yield path, param
+    if isinstance(command, click.Group):
+        ctx = click.Context(command)
+        for name in command.list_commands(ctx):
+            sub = command.get_command(ctx, name)
+            if sub is not None:
+                yield from _click_params(sub, f"{path} {name}")
+
+
+def test_every_actor_option_follows_the_name_rule():
+    """``--actor`` is logged and signed into the audit log: every command's checks it (ratchet_core/names.py)."""
+    from ratchet_assets.cli_names import actor_checked
+
+    actors = [(path, p) for path, p in _click_params(cli, "ratchet") if "--actor" in getattr(p, "opts", ())]
+    assert len(actors) >= 5  # the release, key and erase commands
+    for path, param in actors:
+        assert param.callback is actor_checked, path
+    ctx = click.Context(cli)
+    param = actors[0][1]
+    assert actor_checked(ctx, param, "") == "" and actor_checked(ctx, param, None) is None
+    assert actor_checked(ctx, param, "ops.bot+ci@example.com") == "ops.bot+ci@example.com"
+    for bad in ("alice\n[signed] bob", "\x1b[2Jroot", "-rf", "a" * 129, "<script>"):
+        try:
+            actor_checked(ctx, param, bad)
+        except click.BadParameter as exc:
+            assert "actor" in exc.message
+        else:
+            raise AssertionError(f"{bad!r} was accepted")

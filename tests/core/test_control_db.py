@@ -27,6 +27,10 @@ TABLES = {
     "erasure_scopes",
     "erasure_applied",
     "gateway_safety_events",
+    "client_limits",
+    "client_spend",
+    "gateway_replicas",
+    "feedback",
     "ratchet_schema",
 }
 
@@ -74,6 +78,33 @@ def test_a_database_from_before_schema_versions_is_migrated_and_keeps_its_rows(t
         )
     cdb.ensure_schema(engine)
     assert "trusted_keys" in sa.inspect(engine).get_table_names()
+    with engine.connect() as conn:
+        assert conn.execute(sa.select(cdb.erasures.c.example_key)).scalars().all() == ["k1"]
+        assert conn.execute(sa.select(cdb.ratchet_schema.c.version)).scalar_one() == cdb.SCHEMA_VERSION
+
+
+@pytest.mark.parametrize(
+    "missing",
+    [("feedback",), ("client_limits", "client_spend", "gateway_replicas")],
+    ids=["version-6-with-client-limits", "version-6-with-feedback"],
+)
+def test_a_version_6_database_of_either_lineage_gets_every_table_and_keeps_its_rows(
+    tmp_path, missing: tuple[str, ...]
+) -> None:
+    # Two lines of development each called their new tables version 6: one added the per-client limits, the
+    # other feedback. Version 7 holds both; a database at 6 from either line is brought to 7 with all of them.
+    engine = cdb.make_engine(_url(tmp_path))
+    tables = [t for name, t in cdb.metadata.tables.items() if name not in missing]
+    cdb.metadata.create_all(engine, tables=tables)
+    with engine.begin() as conn:
+        conn.execute(cdb.ratchet_schema.insert().values(id=1, version=6, updated_at="2026-01-01T00:00:00"))
+        conn.execute(cdb.release_manifest_lock.insert().values(id=1))
+        conn.execute(
+            cdb.erasures.insert().values(example_key="k1", reason="user asked", at="2026-01-01T00:00:00")
+        )
+    assert not set(missing) & set(sa.inspect(engine).get_table_names())
+    cdb.ensure_schema(engine)
+    assert set(sa.inspect(engine).get_table_names()) >= TABLES
     with engine.connect() as conn:
         assert conn.execute(sa.select(cdb.erasures.c.example_key)).scalars().all() == ["k1"]
         assert conn.execute(sa.select(cdb.ratchet_schema.c.version)).scalar_one() == cdb.SCHEMA_VERSION

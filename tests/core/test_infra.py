@@ -228,6 +228,52 @@ def test_vllm_serves_the_trained_adapters(compose) -> None:
     assert _covered(artifacts, _mounts(vllm)) and _mounts(vllm)["/var/lib/ratchet"] == "ratchet"
     assert cmd[0] == daemon["environment"]["RATCHET_STUDENT_BASE_MODEL"]
     assert vllm["deploy"]["resources"]["reservations"]["devices"][0]["capabilities"] == ["gpu"]
+    # the reconciler checks adapters against the rank vLLM loads; tool calls come back through the base's parser
+    assert int(daemon["environment"]["RATCHET_STUDENT_MAX_LORA_RANK"]) == rank
+    assert _tool_flags(cmd) == ("hermes", True)
+
+
+def _tool_flags(args: list[str]) -> tuple[str, bool]:
+    """(--tool-call-parser, --enable-auto-tool-choice given) of a vLLM command line."""
+    return args[args.index("--tool-call-parser") + 1], "--enable-auto-tool-choice" in args
+
+
+def test_every_vllm_deployment_serves_tool_calls_structured_and_checks_the_rank(compose) -> None:
+    """launch.sh, compose, the Kubernetes manifest (and the GPU check) start vLLM alike: the hermes tool parser
+    Ratchet's templates need (the demo's and Qwen2.5-style ones), --max-lora-rank equal to
+    RATCHET_STUDENT_MAX_LORA_RANK's default, no sampling defaults from the base's generation_config.json."""
+    from ratchet_core.chat_format import RATCHET_CHAT_TEMPLATE
+    from ratchet_core.chatml_base import CHATML_TOOLS_TEMPLATE
+    from ratchet_core.settings import Settings
+    from ratchet_core.tool_calls import tool_parser_of
+
+    parsers = {tool_parser_of(RATCHET_CHAT_TEMPLATE), tool_parser_of(CHATML_TOOLS_TEMPLATE)}
+    default_rank = Settings.model_fields["student_max_lora_rank"].default
+    launch = (INFRA / "vllm" / "launch.sh").read_text()
+    assert (
+        "--enable-auto-tool-choice" in launch
+        and '${CHAT_TEMPLATE:+--chat-template "$CHAT_TEMPLATE"}' in launch
+    )
+    assert {re.search(r'--tool-call-parser "\$\{TOOL_PARSER:-(\w+)\}"', launch).group(1)} == parsers
+    assert int(re.search(r'--max-lora-rank "\$\{MAX_LORA_RANK:-(\d+)\}"', launch).group(1)) == default_rank
+    (deployment, service) = list(yaml.safe_load_all((INFRA / "k8s" / "vllm.yaml").read_text()))
+    args = deployment["spec"]["template"]["spec"]["containers"][0]["args"]
+    for cmd in (args, compose["services"]["vllm"]["command"]):
+        assert {_tool_flags(cmd)[0]} == parsers and _tool_flags(cmd)[1]
+        assert int(cmd[cmd.index("--max-lora-rank") + 1]) == default_rank and "--enable-lora" in cmd
+        # the answers the night certified greedy, not the base's generation_config.json sampling defaults
+        assert cmd[cmd.index("--generation-config") + 1] == "vllm"
+    for script in (launch, (INFRA / "vllm" / "gpu_check.sh").read_text()):
+        assert (
+            "--generation-config vllm" in script and "--enable-auto-tool-choice --tool-call-parser" in script
+        )
+    helm = yaml.safe_load((INFRA / "helm" / "dagster-values.yaml").read_text())
+    env = {e["name"]: e["value"] for e in helm["dagster-user-deployments"]["deployments"][0]["env"]}
+    assert int(env["RATCHET_STUDENT_MAX_LORA_RANK"]) == default_rank
+    assert (
+        env["RATCHET_STUDENT_BASE_URL"]
+        == f"http://{service['metadata']['name']}:{service['spec']['ports'][0]['port']}/v1"
+    )
 
 
 def test_volumes_and_secrets_are_declared(compose) -> None:

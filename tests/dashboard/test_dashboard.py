@@ -88,6 +88,21 @@ def test_dashboard_shows_each_task_with_non_empty_charts(tmp_path) -> None:
                 time.sleep(0.1)
             _traffic(url)
             gw.ledger.seal_now()
+            # the application confirms one student answer: a demonstration equal to it (feedback per task and day)
+            from tests.gateway.conftest import sealed_rows
+
+            answered = next(
+                r
+                for r in sealed_rows(settings.lake_root)
+                if r["task"] == "tickets" and r["served_by"] == "student"
+            )
+            item = {"feedback_id": "ok-1", "request_id": answered["request_id"], "metric": "demonstration"}
+            posted = httpx.post(
+                f"{url}/ratchet/feedback",
+                json={**item, "value": answered["answer"]},
+                headers={"Authorization": f"Bearer {KEY}"},
+            )
+            assert posted.status_code == 200, posted.text
 
             data = httpx.get(
                 f"{url}/ratchet/dashboard/data", headers={"Authorization": f"Bearer {KEY}"}
@@ -116,6 +131,7 @@ def test_dashboard_shows_each_task_with_non_empty_charts(tmp_path) -> None:
                     tickets = page.locator("section.task[data-task=tickets]")
                     assert "live" in tickets.inner_text() and "100.0%" in tickets.inner_text()
                     assert f"{bound:.3f} ✓" in tickets.inner_text()
+                    assert "0 of 1 (0.0%)" in tickets.locator("table.feedback").inner_text()
                     # Non-empty charts: every card draws its day's bars with a real height.
                     heights = page.eval_on_selector_all(
                         "svg.chart rect.bar.te", "els => els.map(e => e.getBBox().height)"

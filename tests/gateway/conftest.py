@@ -4,6 +4,10 @@ loopback, a gateway built by ``create_app`` on a free port, signed manifests thr
 from __future__ import annotations
 
 import glob
+import os
+import signal
+import subprocess
+import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -14,7 +18,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from ratchet_core.settings import Settings
-from tests.serve import serve_in_thread
+from tests.serve import free_port, serve_in_thread, wait_healthy
 
 API_KEY = "sk-app1-0123456789abcdef"
 OTHER_KEY = "sk-app2-fedcba9876543210"
@@ -53,28 +57,34 @@ def _by_model(apps: dict[str, Any]):
                 await send({"type": f"lifespan.{kind}.complete"})
                 if kind == "shutdown":
                     return
-        chunks, more = [], True
-        while more:
-            msg = await receive()
-            chunks.append(msg.get("body", b""))
-            more = msg.get("more_body", False)
-        body = b"".join(chunks)
+        body, replay = await buffered(receive)
         try:
             model = orjson.loads(body).get("model") if body else None
         except (orjson.JSONDecodeError, AttributeError):
             model = None
-        replayed = False
-
-        async def replay():
-            nonlocal replayed
-            if not replayed:
-                replayed = True
-                return {"type": "http.request", "body": body, "more_body": False}
-            return await receive()
-
         await apps.get(model, first)(scope, replay, send)
 
     return app
+
+
+async def buffered(receive):
+    """(the whole request body read from ASGI `receive`, a receive that hands it on again, then goes on)."""
+    chunks, more = [], True
+    while more:
+        msg = await receive()
+        chunks.append(msg.get("body", b""))
+        more = msg.get("more_body", False)
+    body = b"".join(chunks)
+    replayed = False
+
+    async def replay():
+        nonlocal replayed
+        if not replayed:
+            replayed = True
+            return {"type": "http.request", "body": body, "more_body": False}
+        return await receive()
+
+    return body, replay
 
 
 @contextmanager
@@ -168,3 +178,43 @@ def running_gateway(
     )
     with serve_in_thread(app) as url:
         yield RunningGateway(url, settings, app, key, make_engine(settings.control_db_url))
+
+
+@contextmanager
+def gateway_process(home: Path, teacher_url: str, env: dict[str, str] | None = None) -> Iterator[str]:
+    """``ratchet gateway`` in a process of its own (uvloop, its HTTP protocol, as deployed) on a free port, in front
+    of `teacher_url`; yields its base URL once ``/readyz`` answers, stops it with SIGTERM (drain, seal) after."""
+    home.mkdir(parents=True, exist_ok=True)
+    port = free_port()
+    base = {k: v for k, v in os.environ.items() if not k.startswith("RATCHET_")}
+    base.update(
+        RATCHET_HOME=str(home),
+        RATCHET_API_KEYS=f"app1:{API_KEY},app2:{OTHER_KEY}",
+        RATCHET_TEACHER_API_BASE=teacher_url,
+        RATCHET_STUDENT_BASE_URL="http://127.0.0.1:9/v1",
+        RATCHET_MANIFEST_POLL_SECONDS="0.3",
+        LITELLM_LOCAL_MODEL_COST_MAP="True",
+        **(env or {}),
+    )
+    ratchet = Path(sys.executable).with_name("ratchet")
+    with (home / "gateway.log").open("w") as log:
+        proc = subprocess.Popen(
+            [str(ratchet), "gateway", "--port", str(port), "--log-level", "info"],
+            env=base,
+            cwd=home,
+            start_new_session=True,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )
+        url = f"http://127.0.0.1:{port}"
+        try:
+            wait_healthy(proc, url + "/readyz", f"gateway in {home}", 90)
+            yield url
+        finally:
+            if proc.poll() is None:
+                os.killpg(proc.pid, signal.SIGTERM)
+                try:
+                    proc.wait(60)
+                except subprocess.TimeoutExpired:
+                    os.killpg(proc.pid, signal.SIGKILL)
+                    proc.wait(10)

@@ -194,7 +194,8 @@ def test_upstream_500_is_502(tmp_path):
         assert r.headers["x-ratchet-request-id"] in r.json()["error"]["message"]
 
 
-def test_health_ready_metrics(gateway):
+def test_health_ready_metrics(gateway, client):
+    client.chat.completions.create(model="ratchet", messages=[{"role": "user", "content": "hello"}])
     assert httpx.get(gateway.url + "/healthz").status_code == 200
     ready = httpx.get(gateway.url + "/readyz")
     assert ready.status_code == 200 and ready.json()["checks"] == {

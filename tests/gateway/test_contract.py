@@ -7,8 +7,8 @@ import socket
 import orjson
 import pytest
 
+from ratchet_core.contract import VIOLATION_KINDS, Violation, check_answer
 from ratchet_core.workloads import get_workload, solve
-from ratchet_gateway.contract import VIOLATION_KINDS, Violation, check_answer
 from ratchet_gateway.demo_teacher.answers import answer as demo_answer
 
 SCHEMA = {
@@ -194,7 +194,7 @@ def test_json_content_next_to_tool_calls_and_text_requests():
 
 
 def test_a_schema_is_compiled_once_then_cached():
-    from ratchet_gateway.contract import _compiled
+    from ratchet_core.contract import _compiled
 
     answer = _content(orjson.dumps({"name": "x", "amount": 2, "tags": ["a", "b"]}).decode())
     check_answer(JSON_SCHEMA_BODY, answer, "stop")

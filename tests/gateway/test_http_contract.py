@@ -39,6 +39,13 @@ EXPECTED = {
     ("get", "/ratchet/boms/{version}"): "clientKey",
     ("get", "/ratchet/dashboard"): None,
     ("get", "/ratchet/dashboard/data"): "clientKey",
+    ("post", "/ratchet/feedback"): "clientKey",
+    ("post", "/ratchet/feedback:batch"): "clientKey",
+    ("get", "/ratchet/feedback/{feedback_id}"): "clientKey",
+    ("get", "/"): None,
+    ("get", "/ratchet/serving"): "clientKey",
+    ("get", "/ratchet/scout"): None,
+    ("get", "/ratchet/scout/team"): None,
 }
 
 
@@ -97,13 +104,14 @@ def test_openapi_documents_every_route_with_its_body_and_bearer_scheme(gateway):
     schemas = doc["components"]["schemas"]
     for key, model in (
         (("post", "/v1/chat/completions"), "ChatRequest"),
-        (("post", "/ratchet/proofs/{version}"), "ChatRequest"),
+        (("post", "/ratchet/proofs/{version}"), "ProofRequest"),
         (("post", "/v1/responses"), "ResponsesRequest"),
         (("post", "/v1/messages"), "MessagesRequest"),
         (("post", "/v1/embeddings"), "EmbeddingsRequest"),
     ):
         body = documented[key]["requestBody"]["content"]["application/json"]["schema"]
         assert body == {"$ref": f"#/components/schemas/{model}"}
+    assert schemas["ProofRequest"]["required"] == ["request_id"]
     assert set(schemas["ResponsesRequest"]["required"]) == {"model", "input"}
     assert set(schemas["MessagesRequest"]["required"]) == {"model", "max_tokens", "messages"}
     messages_401 = documented[("post", "/v1/messages")]["responses"]["401"]["content"]["application/json"]
@@ -113,6 +121,15 @@ def test_openapi_documents_every_route_with_its_body_and_bearer_scheme(gateway):
     assert chat["properties"]["messages"]["items"] == {"$ref": "#/components/schemas/ChatMessage"}
     assert "role" in schemas["ChatMessage"]["properties"]
     assert set(schemas["PinBody"]["required"]) == {"reason", "task"}
+    # the feedback bodies (read by the routes themselves, with the body limit) are documented inline
+    item = documented[("post", "/ratchet/feedback")]["requestBody"]["content"]["application/json"]["schema"]
+    assert {"feedback_id", "metric", "value"} <= set(item["required"]) and item[
+        "additionalProperties"
+    ] is False
+    batch = documented[("post", "/ratchet/feedback:batch")]["requestBody"]["content"]["application/json"][
+        "schema"
+    ]
+    assert batch["properties"]["items"]["maxItems"] == 1000
     # errors are documented in OpenAI's shape, never as FastAPI's 422
     assert "422" not in r.text and "HTTPValidationError" not in schemas
     models_401 = documented[("get", "/v1/models")]["responses"]["401"]

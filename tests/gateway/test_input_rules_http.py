@@ -102,14 +102,14 @@ def test_loose_types_are_400_naming_the_field(gw, field, value):
     assert err["type"] == "invalid_request_error" and err["param"].split(".")[0] == field, err
 
 
-def test_proof_route_applies_the_same_rules(gw):
+def test_proof_route_takes_a_request_id_not_a_body(gw):
     r = httpx.post(
         f"{gw.url}/ratchet/proofs/v1-0123abcd",
         json={"model": "ratchet", "messages": MSG, "metadata": {"ratchet_task": "bad\nname"}},
         headers=AUTH,
         timeout=20,
     )
-    _bad(r, "metadata.ratchet_task", "invalid_task")
+    _bad(r, "request_id", "proof_by_request_id")
 
 
 def _closed_port() -> int:
@@ -136,14 +136,18 @@ def test_a_5xx_outside_the_chat_route_is_logged_with_its_request_id(gw, caplog):
     from pathlib import Path
 
     body = {"model": "ratchet", "messages": [{"role": "user", "content": "Proof me, please."}]}
-    assert _post(gw, body).status_code == 200
+    sent = _post(gw, body)
+    assert sent.status_code == 200
     gw.drain()
     bom = Path(gw.settings.artifacts_root) / "boms" / "v1-badkeys"
     bom.mkdir(parents=True)
     (bom / "bom.dsse.json").write_text("{}")
     (bom / "train-keys.txt").write_text("not-a-key\n")
     with caplog.at_level(logging.WARNING, logger="ratchet.gateway"):
-        r = httpx.post(f"{gw.url}/ratchet/proofs/v1-badkeys", json=body, headers=AUTH, timeout=20)
+        rid = sent.headers["x-ratchet-request-id"]
+        r = httpx.post(
+            f"{gw.url}/ratchet/proofs/v1-badkeys", json={"request_id": rid}, headers=AUTH, timeout=20
+        )
     assert r.status_code == 500 and r.json()["error"]["code"] == "train_keys_invalid"
     rid = r.headers["x-ratchet-request-id"]
     assert rid in r.json()["error"]["message"]

@@ -429,3 +429,99 @@ def test_embeddings_without_a_configured_model_say_how_to_configure_one(tmp_path
     with running_gateway(tmp_path, teacher_url) as g:
         r = _post(g, "/v1/embeddings", {"model": "text-embedding-3-small", "input": "x"})
         assert r.status_code == 404 and "RATCHET_EMBEDDING_MODEL" in r.json()["error"]["message"]
+
+
+# every API: headers, large bodies -------------------------------------------------------------------------------
+ANSWERED = {
+    "/v1/responses": {"model": "ratchet", "input": "Where is my order?"},
+    "/v1/messages": {"model": "ratchet", "max_tokens": 50, "messages": [{"role": "user", "content": "hi"}]},
+    "/v1/embeddings": {"model": "demo-teacher", "input": "Where is my order?"},
+}
+
+
+@pytest.mark.parametrize("path", list(ANSWERED))
+def test_every_apis_answer_carries_the_ratchet_headers(gateway, path):
+    r = _post(gateway, path, ANSWERED[path])
+    assert r.status_code == 200, r.text
+    for name in ("x-ratchet-request-id", "x-ratchet-served-by", "x-ratchet-version", "x-ratchet-manifest"):
+        assert r.headers.get(name), (name, dict(r.headers))
+    assert r.headers["x-ratchet-manifest"] == str(gateway.gw.manifest.sequence)
+    assert r.headers["x-content-type-options"] == "nosniff"
+
+
+def test_a_large_body_of_every_api_is_parsed_and_validated_in_the_lane(gateway, monkeypatch):
+    """Over 64 KiB, each API's body is parsed and validated in the large-body lane, never on the event loop (and
+    an embeddings request's parameters column is redacted there too)."""
+    lane = gateway.gw.offload
+    ran: list[str] = []
+    run = lane.run
+
+    async def recorded(fn, *args):
+        ran.append(getattr(getattr(fn, "func", fn), "__name__", repr(fn)))
+        return await run(fn, *args)
+
+    monkeypatch.setattr(lane, "run", recorded)
+    turns = [{"role": "user", "content": f"turn {i}: where is my order? " + "x" * 100} for i in range(600)]
+    bodies = {
+        "/v1/responses": {"model": "ratchet", "input": turns},
+        "/v1/messages": {"model": "ratchet", "max_tokens": 50, "messages": turns},
+        "/v1/embeddings": {
+            "model": "demo-teacher",
+            "input": [t["content"] for t in turns],
+            "user": "x" * 70_000,
+        },
+    }
+    for path, body in bodies.items():
+        assert len(orjson.dumps(body)) > 64 * 1024
+        ran.clear()
+        r = _post(gateway, path, body)
+        assert r.status_code == 200, (path, r.text)
+        assert "parse" in ran or "_parsed" in ran, (path, ran)
+    assert "_params_column" in ran  # the last one: embeddings
+
+
+def test_long_lists_are_validated_in_slices_with_the_same_result():
+    """A Messages or Responses body's long lists are validated a slice at a time (no pydantic call, which holds the
+    GIL, sees more than ``wire.SLICE + 1`` items), with the same request, and an error names its item's place."""
+    from pydantic import model_validator
+
+    from ratchet_gateway.apis import wire
+    from ratchet_gateway.errors import GatewayError
+
+    seen: list[int] = []
+
+    class Recorded(MessagesRequest):
+        @model_validator(mode="before")
+        @classmethod
+        def _seen(cls, data):
+            seen.extend(len(v) for v in data.values() if isinstance(v, list))
+            return data
+
+    class Counting:
+        def __init__(self, adapter):
+            self.adapter = adapter
+
+        def validate_python(self, items):
+            seen.append(len(items))
+            return self.adapter.validate_python(items)
+
+    turns = [{"role": "user", "content": f"turn {i}"} for i in range(3000)]
+    tools = [{"name": f"t{i}", "input_schema": TOOL_SCHEMA} for i in range(600)]
+    body = {"model": "ratchet", "max_tokens": 5, "messages": turns, "tools": tools, "extra": list(range(900))}
+    adapter = wire._adapter
+    try:
+        wire._adapter = lambda annotation: Counting(adapter(annotation))
+        req = wire.validated(Recorded, body, "Anthropic Messages")
+        assert max(seen) <= wire.SLICE + 1 and sum(seen) > 3600
+        assert req.model_dump() == MessagesRequest.model_validate(body).model_dump()
+        turns[2222] = "not a message"
+        with pytest.raises(GatewayError) as info:
+            wire.validated(Recorded, body, "Anthropic Messages")
+    finally:
+        wire._adapter = adapter
+    assert info.value.param == "messages" and "messages.2222: Input should be a valid dictionary" in str(
+        info.value.message
+    )
+    ints = {"model": "m", "input": ["a", *[1] * 600]}  # a union takes one member for the whole list
+    with pytest.raises(GatewayError):
+        wire.validated(ResponsesRequest, ints, "OpenAI Responses")

@@ -143,3 +143,70 @@ def test_audited_previous_live_request_is_evidence_for_the_candidate(tmp_path, t
         rows = _rows(g, h["x-ratchet-request-id"])
         assert len(rows["request"]) == 1 and not rows["audit"] and not rows["shadow"]
         assert rows["request"][0]["pair_role"] == ""
+
+
+def test_shadow_calls_are_capped_and_the_rest_skipped_not_failed(tmp_path, teacher_url):
+    """A slow candidate: at most RATCHET_SHADOW_MAX_IN_FLIGHT shadow calls reach it at once; the requests that
+    find the cap reached are not shadowed (counted as skipped), and no shadow pair is an error."""
+    import threading
+
+    from fastapi import FastAPI
+
+    from tests.serve import serve_in_thread
+
+    release = threading.Event()
+    lock = threading.Lock()
+    state = {"now": 0, "most": 0, "calls": 0}
+    app = FastAPI()
+
+    @app.post("/v1/chat/completions")
+    def complete(body: dict) -> dict:  # a sync route: each call holds a worker thread until released
+        with lock:
+            state["now"] += 1
+            state["calls"] += 1
+            state["most"] = max(state["most"], state["now"])
+        release.wait(30)
+        with lock:
+            state["now"] -= 1
+        token = {"token": "billing", "logprob": -0.01, "bytes": list(b"billing"), "top_logprobs": []}
+        return {
+            "id": "c",
+            "object": "chat.completion",
+            "created": 0,
+            "model": body["model"],
+            "choices": [
+                {
+                    "index": 0,
+                    "message": {"role": "assistant", "content": "billing"},
+                    "logprobs": {"content": [token]},
+                    "finish_reason": "stop",
+                }
+            ],
+            "usage": {"prompt_tokens": 5, "completion_tokens": 1, "total_tokens": 6},
+        }
+
+    with (
+        serve_in_thread(app) as surl,
+        running_gateway(
+            tmp_path, teacher_url, surl + "/v1", shadow_max_in_flight=2, student_timeout_s=30
+        ) as g,
+    ):
+        client = openai.OpenAI(base_url=g.url + "/v1", api_key=API_KEY, max_retries=0, timeout=20)
+        g.publish(tickets={"stage": "shadow", "version": NEW, "threshold": 0.0})
+        ids = [
+            _ask(client, seed)["x-ratchet-request-id"] for seed in range(6)
+        ]  # teacher-served, each shadowed
+        release.set()
+        g.drain()
+        rows = [r for r in sealed_rows(g.settings.lake_root) if r["request_id"] in ids]
+        metrics = httpx_get(g.url + "/metrics")
+    shadows = [r for r in rows if r["kind"] == "pair" and r["pair_role"] == "shadow"]
+    assert state["most"] == 2 and state["calls"] == 2  # two held the cap while the other four arrived
+    assert len(shadows) == 2 and all(r["pair_outcome"] != "error" for r in shadows)
+    assert 'ratchet_pairs_total{outcome="skipped",role="shadow"} 4.0' in metrics
+
+
+def httpx_get(url: str) -> str:
+    import httpx
+
+    return httpx.get(url, timeout=10).text

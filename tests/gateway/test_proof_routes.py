@@ -1,6 +1,9 @@
 """Training-set proofs served by the gateway, checked end to end with the auditor's CLI.
 
-Traffic goes through a running gateway with the real openai client; the night's own code
+Proofs are asked for by request id, for the caller's own requests only (a chat body is refused: replaying
+another client's body must not yield a proof about that client's request), and a request sent after the version's
+training data was collected gets none. Traffic goes through a running gateway with the real openai client; the
+night's own code
 (``consolidate_traffic`` + ``build_examples``) computes every request's example key from the sealed ledger, so the
 keys the gateway proves are compared with the night's, not with the route's own computation. Part of the night's
 keys form an adapter's training set (plus unrelated keys), committed in a BOM built by ``bom_document`` and signed;
@@ -10,6 +13,7 @@ the proofs the gateway returns must pass ``ratchet verify proof`` (member / abse
 from __future__ import annotations
 
 import copy
+import datetime
 import hashlib
 import json
 import subprocess
@@ -26,6 +30,7 @@ from .conftest import API_KEY, OTHER_KEY, running_gateway, sealed_rows
 REPO = Path(__file__).resolve().parents[2]
 VERSION = "v1-0123abcd"
 AUTH = {"Authorization": f"Bearer {API_KEY}"}
+OTHER = {"Authorization": f"Bearer {OTHER_KEY}"}
 
 
 @dataclass
@@ -96,7 +101,7 @@ def _filler(i: int) -> str:
     return hashlib.sha256(f"someone-else-{i}".encode()).hexdigest()
 
 
-def _write_bom(out: Path, train_keys: list[str], signing_key) -> None:
+def _write_bom(out: Path, train_keys: list[str], signing_key, train_name: str = "training-set") -> None:
     """A signed BOM committing to `train_keys` (key tree) via the night's own builder, plus train-keys.txt."""
     from ratchet_assets.night import bom_document as BD
     from ratchet_stats import bom_format as B
@@ -107,7 +112,7 @@ def _write_bom(out: Path, train_keys: list[str], signing_key) -> None:
 
     golden_keys = [_filler(1000 + i) for i in range(10)]
     train = BD.DataSet(
-        "training-set",
+        train_name,
         "teacher answers",
         C.key_commitment(train_keys),
         C.row_commitment({"k": k} for k in train_keys),
@@ -211,8 +216,8 @@ def _verify(
 def _post(world: World, sent: Sent, version: str = VERSION, headers: dict | None = None) -> httpx.Response:
     return httpx.post(
         f"{world.url}/ratchet/proofs/{version}",
-        json=sent.body,
-        headers={**AUTH, **sent.headers, **(headers or {})},
+        json={"request_id": sent.request_id},
+        headers={**AUTH, **(headers or {})},
         timeout=20,
     )
 
@@ -245,39 +250,65 @@ def _not_found(r: httpx.Response) -> dict:
     return err
 
 
-def test_proofs_only_for_bodies_the_caller_sent(world):
-    """A body this client never sent (another task, another client's, an edited one) is the same 404 as an
-    unknown request id: the route cannot be used to test guesses about other clients' requests."""
-    sent = world.trained[0]
-    other_task = _post(
-        world, Sent({**sent.body, "metadata": {"ratchet_task": "some-other-task"}}, {}, "", "")
-    )
-    edited = copy.deepcopy(sent.body)
-    edited["messages"][-1]["content"] += " (edited)"
+def test_proofs_only_for_the_callers_own_requests(world):
+    """Another client's request id is the same 404 as an unknown one: the route cannot be used to probe other
+    clients' requests."""
     theirs = _post(world, world.other_client)  # app1 asks about app2's request
     unknown = httpx.get(f"{world.url}/ratchet/proofs/{VERSION}/req_doesnotexist", headers=AUTH, timeout=20)
-    errors = [
-        _not_found(r) for r in (other_task, _post(world, Sent(edited, sent.headers, "", "")), theirs, unknown)
-    ]
-    assert all(e == errors[0] for e in errors)  # one answer for all
+    errors = [_not_found(r) for r in (theirs, unknown)]
+    assert errors[0] == errors[1]  # one answer for both
     mine = _post(world, world.other_client, headers={"Authorization": f"Bearer {OTHER_KEY}"})
     assert mine.status_code == 200 and mine.json()["key"] == world.other_client.night_key
 
 
+def test_a_chat_body_gets_no_proof(world):
+    """By body, a client that once replayed another client's exact body would learn whether that client's request
+    was trained on: the route takes request ids only."""
+    theirs = world.trained[0].body
+    r = httpx.post(f"{world.url}/ratchet/proofs/{VERSION}", json=theirs, headers=OTHER, timeout=20)
+    assert r.status_code == 400, r.text
+    err = r.json()["error"]
+    assert (
+        err["code"] == "proof_by_request_id"
+        and err["param"] == "request_id"
+        and "request_id" in err["message"]
+    )
+
+
+def test_a_request_after_the_training_cut_gets_no_proof(world, tmp_path):
+    """A replay of a trained body, sent after the version's training data was collected, shares the trained
+    example's key: it gets no proof (neither member nor absent), and neither does any request after the cut."""
+    from ratchet_stats.keys import generate_private_key
+
+    signing = generate_private_key()
+    day = {r["day"] for r in sealed_rows(world.lake_root)}.pop()
+    before = (datetime.date.fromisoformat(day) - datetime.timedelta(days=1)).isoformat()
+    for version, cut in (("v2-cutbefore", before), ("v2-cutthen", day)):
+        out = world.bom_dir.parent / version
+        _write_bom(out, [world.trained[0].night_key], signing, f"training-set day={cut}")
+    replay = openai.OpenAI(base_url=world.url + "/v1", api_key=OTHER_KEY, max_retries=0, timeout=20)
+    rid = _send(replay, world.trained[0].body, world.trained[0].headers)
+    httpx.get(f"{world.url}/healthz")
+    late = httpx.get(f"{world.url}/ratchet/proofs/v2-cutbefore/{rid}", headers=OTHER, timeout=20)
+    assert late.status_code == 404 and late.json()["error"]["code"] == "request_after_training", late.text
+    assert "key" not in late.text
+    # within the window the replayer's own request was part of the training data: its proof is its own
+    within = httpx.get(f"{world.url}/ratchet/proofs/v2-cutthen/{rid}", headers=OTHER, timeout=20)
+    assert within.status_code == 200 and within.json()["kind"] == "membership"
+
+
 def test_ownership_is_found_in_the_lake_too(world):
-    """Rows another replica sealed (this replica's ledger does not hold them) still count as the client's own."""
-    from ratchet_gateway.proofs import client_sent, stored_messages
+    """Rows another replica sealed (this replica's ledger does not hold them) are found in the lake."""
+    from ratchet_gateway.proofs import find_request_row
 
     class NoLocalLedger:  # a replica that holds none of these rows: only the lake can answer
         _con = None
         lake_root = world.lake_root
 
     for sent in world.trained[:2]:
-        task = (sent.body.get("metadata") or {}).get("ratchet_task") or sent.headers["X-Ratchet-Task"]
-        messages = stored_messages(sent.body, True)
-        assert client_sent(NoLocalLedger(), "app1", task, messages, sent.night_key)
-        assert not client_sent(NoLocalLedger(), "app2", task, messages, sent.night_key)
-        assert not client_sent(NoLocalLedger(), "app1", task, messages, "0" * 64)
+        row = find_request_row(NoLocalLedger(), sent.request_id)
+        assert row is not None and row.client == "app1"
+    assert find_request_row(NoLocalLedger(), "req_doesnotexist") is None
 
 
 def test_forged_proofs_fail(world, tmp_path):
@@ -323,7 +354,7 @@ def test_proof_by_request_id_for_own_requests_only(world):
         r = httpx.get(f"{world.url}/ratchet/proofs/{VERSION}/{sent.request_id}", headers=AUTH, timeout=20)
         assert r.status_code == 200, r.text
         assert r.json()["key"] == sent.night_key and r.json()["kind"] == kind
-        assert r.json() == _post(world, sent).json()
+        assert r.json() == _post(world, sent).json()  # GET and POST {"request_id"} answer alike
     theirs = httpx.get(f"{world.url}/ratchet/proofs/{VERSION}/{world.other_client.request_id}", headers=AUTH)
     missing = httpx.get(f"{world.url}/ratchet/proofs/{VERSION}/req_doesnotexist", headers=AUTH)
     for r in (theirs, missing):
@@ -347,8 +378,8 @@ def test_errors_say_what_to_do(world):
     assert err["type"] == "not_found_error" and "no BOM" in err["message"] and "v9-notbuilt" in err["message"]
     bad = httpx.post(f"{world.url}/ratchet/proofs/{VERSION}", content=b"{not json", headers=AUTH)
     assert bad.status_code == 400 and bad.json()["error"]["type"] == "invalid_request_error"
-    no_msgs = httpx.post(f"{world.url}/ratchet/proofs/{VERSION}", json={"model": "ratchet"}, headers=AUTH)
-    assert no_msgs.status_code == 400 and "messages" in no_msgs.json()["error"]["message"]
+    no_id = httpx.post(f"{world.url}/ratchet/proofs/{VERSION}", json={"model": "ratchet"}, headers=AUTH)
+    assert no_id.status_code == 400 and "request_id" in no_id.json()["error"]["message"]
     assert httpx.post(f"{world.url}/ratchet/proofs/{VERSION}", json=sent.body).status_code == 401
     wrong = httpx.post(
         f"{world.url}/ratchet/proofs/{VERSION}", json=sent.body, headers={"Authorization": "Bearer sk-nope"}

@@ -13,6 +13,7 @@ import time
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
+import httpx
 import openai
 import pyarrow as pa
 import pytest
@@ -21,6 +22,7 @@ import sqlalchemy as sa
 from ratchet_assets.governance.erase import ErasureScope, erase, read_log, sweep
 from ratchet_assets.night.erasures import load_erasures
 from ratchet_assets.night.fixtures import request_rows, write_day
+from ratchet_core import feedback
 from ratchet_core.control_db import erasure_applied, make_engine
 from ratchet_core.erasure_scope import ScopeMatcher
 from ratchet_core.redact import redact_text
@@ -30,6 +32,7 @@ from ratchet_gateway.ledger import Ledger
 from ratchet_stats.canonical import canonical_json
 from ratchet_stats.keys import generate_private_key, public_key_pem
 from tests.governance.test_erase import _found
+from tests.night.test_feedback_labels import _send
 from tests.serve import free_port, serve_in_thread
 
 DAY = "2026-01-01"
@@ -100,8 +103,10 @@ def test_a_segment_sealed_after_the_erasure_is_swept_by_the_night(tmp_path: Path
     finally:
         ledger.close()
     assert _found(tmp_path / "lake", [marker.encode()])
+    _send(engine, late[0], "fb-carol", "comment", "thanks", {})  # on a request the erasure could not see yet
     swept = sweep(engine, str(lake), str(art), DAY)
-    assert swept["requests"] == 3 and swept["lake_rows"] == 3
+    assert swept["requests"] == 3 and swept["lake_rows"] == 3 and swept["feedback_items"] == 1
+    assert feedback.rows(engine) == []
     assert _found(tmp_path / "lake", [marker.encode()]) == {}
     assert {f"req-carol-{i}" for i in range(3)} <= load_erasures(
         engine
@@ -158,9 +163,25 @@ def test_erase_by_user_reaches_a_live_gateways_unsealed_rows(tmp_path: Path) -> 
                     assert proc.poll() is None, (tmp_path / "gw.log").read_text()[-3000:]
                     assert time.monotonic() < deadline, "gateway not up after 120 s"
                     time.sleep(0.3)
+            ids = {}
             for user, text in [*(("alice", t) for t in alice), ("bob", bob)]:
                 msgs = [{"role": "user", "content": f"Please file this note: {text}"}]
-                client.chat.completions.create(model="ratchet", messages=msgs, user=user)
+                raw = client.chat.completions.with_raw_response.create(
+                    model="ratchet", messages=msgs, user=user
+                )
+                ids[text] = raw.headers["x-ratchet-request-id"]
+            for i, text in enumerate([alice[0], bob]):  # feedback on unsealed requests: this replica's own
+                sent = httpx.post(
+                    f"http://127.0.0.1:{port}/ratchet/feedback",
+                    headers={"Authorization": "Bearer sk-acme-1234"},
+                    json={
+                        "feedback_id": f"fb-{i}",
+                        "request_id": ids[text],
+                        "metric": "comment",
+                        "value": "ok",
+                    },
+                )
+                assert sent.status_code == 200 and sent.json()["status"] == "recorded", sent.text
             assert not list((home / "lake").rglob("*.parquet"))  # every row is still the replica's alone
             # the journal, not the DuckDB file: the gateway holds that alone
             journal = (home / "ledger" / "gw-0.journal").read_bytes()
@@ -183,7 +204,10 @@ def test_erase_by_user_reaches_a_live_gateways_unsealed_rows(tmp_path: Path) -> 
                 assert time.monotonic() < deadline, (tmp_path / "gw.log").read_text()[-3000:]
                 time.sleep(0.2)
             assert applied[0]["store"] == "replica:gw-0"
-            assert json.loads(applied[0]["counts"])["requests_not_sealed"] == len(alice)
+            counts = json.loads(applied[0]["counts"])
+            assert counts["requests_not_sealed"] == len(alice) and counts["feedback_items"] == 1
+            # the feedback on alice's scrubbed request went with it; bob's stays
+            assert [r["request_id"] for r in feedback.rows(engine)] == [ids[bob]]
         finally:
             _stop(proc)
     assert list((home / "lake").rglob("*.parquet"))  # sealed at shutdown, alice's rows blanked

@@ -157,3 +157,37 @@ def test_an_out_folder_linked_into_the_home_is_refused(tmp_path: Path) -> None:
     with pytest.raises(ExportError, match="inside the Ratchet home"):
         check_out_folder(tmp_path / "link" / "export", {"Ratchet home": home})
     check_out_folder(tmp_path / "outside", {"Ratchet home": home, "lake": "s3://bucket/lake"})
+
+
+def test_export_carries_feedback_of_the_filters(night: dict) -> None:
+    import pyarrow.parquet as pq
+
+    from ratchet_core import feedback as fb
+    from ratchet_gateway.feedback import item_row
+
+    rows = [r for r in pq.read_table(Path(night["art"]) / "traffic" / f"day={DAY1}" / "traffic.parquet").to_pylist()
+            if r["kind"] == "request"]  # fmt: skip
+    cols = ["request_id", "client", "task", "day", "served_by", "version", "messages", "tools"]
+    cols += ["response_format", "answer", "tool_calls"]
+    for i, r in enumerate(rows[:4]):
+        stored = fb.StoredRequest(**{c: r[c] or "" for c in cols})
+        item = {
+            "feedback_id": f"f{i}",
+            "request_id": r["request_id"],
+            "metric": "comment",
+            "value": f"note {i}",
+        }
+        fb.take(
+            night["engine"], item_row(r["client"], item, {r["request_id"]: stored}, {}, lambda v: v, None)
+        )
+    manifest = export_data(
+        night["tmp"] / "fb", lake_root=night["lake"], artifacts_root=night["art"],
+        filters=ExportFilters(client="acme"), kinds=("feedback",), engine=night["engine"],
+    )  # fmt: skip
+    lines = [json.loads(x) for x in (night["tmp"] / "fb" / "feedback.jsonl").read_text().splitlines()]
+    want = sum(r["client"] == "acme" for r in rows[:4])
+    assert manifest["files"]["feedback"]["rows"] == len(lines) == want and {x["client"] for x in lines} == {
+        "acme"
+    }
+    assert all(x["state"] == "recorded" and x["text"].startswith("note") for x in lines)
+    assert verify_export(night["tmp"] / "fb")["root"] == manifest["root"]

@@ -181,3 +181,25 @@ def test_a_bad_task_or_day_is_refused_and_nothing_is_written(
     )
     assert result.exit_code == 2 and expected in result.stderr, result.stderr
     assert not (home / "artifacts").exists()
+
+
+def test_imported_labels_keep_their_source_in_the_golden_and_training_sets(tmp_path: Path) -> None:
+    lake, art = tmp_path / "lake", tmp_path / "art"
+    write_day(lake, DAY1, 40, seed=1)
+    golden_in, train_in = tmp_path / "golden.jsonl", tmp_path / "train.jsonl"
+    golden_in.write_text("".join(json.dumps(r) + "\n" for r in _rows(6)))
+    train_in.write_text("".join(json.dumps(r) + "\n" for r in _rows(5, offset=50)))
+    common = {"artifacts_root": str(art), "task": "moods", "source": "support team", "license": "CC-BY-4.0"}
+    import_examples(golden_in, role="golden", day=DAY1, label_source="people", **common)
+    t = import_examples(train_in, role="train", day=DAY1, **common)  # no source named: "import"
+    assert t.provenance["label_source"] == "import"
+    with pytest.raises(ImportRowError, match="label source"):
+        import_examples(train_in, role="train", day=DAY1, label_source="robots", **common)
+    consolidate_traffic(lake, art, DAY1)
+    build_examples(art, DAY1)
+    split = split_golden(art, DAY1)
+    assert split.labels_by_source["people"] == 6
+    people = [g for g in load_golden(art, DAY1) if g.task == "moods"]
+    assert {g.label_source for g in people} == {"people"} and all(g.teacher_answer is None for g in people)
+    result = build_training_set(art, DAY1)
+    assert result.by_label["import"] == 5 and result.by_label["teacher"] == result.rows - 5

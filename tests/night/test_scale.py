@@ -214,13 +214,25 @@ def test_golden_and_training_sets_by_key_range_equal_one_pass_with_erasures(
     first = ArtifactLayout(art).examples_file(DAYS[0])
     rows = duckdb.connect().execute(f"SELECT example_key, request_id FROM '{first}' ORDER BY 1").fetchall()
     erasures = Erasures(example_keys=frozenset({rows[3][0]}), request_ids=frozenset({rows[7][1]}))
+    # people's labels (night.labels): a demonstration and a bad teacher label on keys of both days
+    from ratchet_assets.night.labels import Labels
+
+    second = ArtifactLayout(art).examples_file(DAYS[1])
+    more = duckdb.connect().execute(f"SELECT example_key FROM '{second}' ORDER BY 1").fetchall()
+    demo = '{"content":"people say so","role":"assistant","tool_calls":null}'
+    labels = Labels({rows[10][0]: demo, more[5][0]: demo}, frozenset({rows[12][0], more[9][0]}), 4)
     sums = {}
-    for name, budget in (("one", Budget()), ("four", Budget(shards=4))):
+    for name, budget, labelled in (
+        ("one", Budget(), None),
+        ("four", Budget(shards=4), None),
+        ("one-labelled", Budget(), labels),
+        ("four-labelled", Budget(shards=4), labels),
+    ):
         copy = tmp_path / name
         shutil.copytree(art, copy)
         for day in DAYS:
-            split_golden(copy, day, floor=20, erasures=erasures, budget=budget)
-            t = build_training_set(copy, day, erasures=erasures, budget=budget)
+            split_golden(copy, day, floor=20, erasures=erasures, budget=budget, labels=labelled)
+            t = build_training_set(copy, day, erasures=erasures, budget=budget, labels=labelled)
             assert t.erased >= 2 and t.golden_overlap == 0
         sums[name] = {
             str(p.relative_to(copy)): hashlib.sha256(p.read_bytes()).hexdigest()
@@ -228,7 +240,9 @@ def test_golden_and_training_sets_by_key_range_equal_one_pass_with_erasures(
             for p in sorted((copy / sub).rglob("*"))
             if p.is_file() and not p.name.startswith(".")
         }
-    assert len(sums["one"]) == 13 and sums["four"] == sums["one"]
+    # per day: golden (set, keys, commitment) and train (lines, keys, labels, commitment), and the registry
+    assert len(sums["one"]) == 15 and sums["four"] == sums["one"]
+    assert sums["four-labelled"] == sums["one-labelled"] != sums["one"]
     train_keys = set(ArtifactLayout(tmp_path / "one").train_keys(DAYS[0]).read_text().split())
     assert rows[3][0] not in train_keys and rows[7][0] not in train_keys
 

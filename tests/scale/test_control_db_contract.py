@@ -176,3 +176,42 @@ def test_registry_and_audit_log_commit_with_their_manifest(control_db_url: str) 
 
     assert registry.record_failed_night(engine, "run-1", "night", "2026-01-02", "boom") is True
     assert registry.record_failed_night(engine, "run-1", "night", "2026-01-02", "boom") is False
+
+
+def _feedback_in_child(url: str, value: float, barrier, out) -> None:
+    from ratchet_core import feedback as fb
+
+    engine = sa.create_engine(url)
+    row = {
+        "client": "app", "feedback_id": "same-id", "target": "request", "request_id": "req_1", "metric": "rating",
+        "kind": "float", "value": value, "fingerprint": f"fp-{value}", "state": "recorded",
+        "received_at": datetime.now(UTC).isoformat(),
+    }  # fmt: skip
+    barrier.wait()
+    try:
+        stored, new = fb.take(engine, row)
+        out.put(("new" if new else "again", stored["value"]))
+    except fb.FeedbackError as exc:
+        out.put((exc.code, value))
+    engine.dispose()
+
+
+def test_one_feedback_id_taken_by_eight_replicas_at_once_is_stored_once(control_db_url: str) -> None:
+    """A retry lands on several replicas at once: one row is stored, the same item is answered as stored, another
+    item under the same id is refused (409)."""
+    from ratchet_core import feedback as fb
+
+    _create_schema(control_db_url)
+    ctx = mp.get_context("fork")
+    barrier, out = ctx.Barrier(8), ctx.Queue()
+    values = [4.0] * 6 + [1.0] * 2
+    procs = [ctx.Process(target=_feedback_in_child, args=(control_db_url, v, barrier, out)) for v in values]
+    for p in procs:
+        p.start()
+    outcomes = [out.get(timeout=120) for _ in procs]
+    for p in procs:
+        p.join(timeout=60)
+    [stored] = fb.rows(make_engine(control_db_url))
+    kinds = sorted(k for k, _ in outcomes)
+    assert kinds.count("new") == 1 and all(v == stored["value"] for k, v in outcomes if k in ("new", "again"))
+    assert kinds.count("feedback_id_reused") == sum(v != stored["value"] for v in values)

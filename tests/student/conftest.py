@@ -60,3 +60,11 @@ def trained_adapter(demo_base, tickets_split, tmp_path_factory):
         on_progress=lambda step, total, loss: progress.append((step, total, loss)),
     )
     return result, progress
+
+
+@pytest.fixture(scope="session")
+def chatml_base(tmp_path_factory) -> Path:
+    """The real-architecture base (Qwen2, BPE tokenizer, ChatML-with-tools template), built once, no download."""
+    from ratchet_core.chatml_base import build_chatml_base
+
+    return build_chatml_base(tmp_path_factory.mktemp("base") / "chatml-base")

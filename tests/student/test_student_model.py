@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from ratchet_core.student_model import base_identity, build_demo_base, ensure_demo_base
@@ -29,6 +31,27 @@ def test_demo_base_loads_with_auto_classes(demo_base):
     model = AutoModelForCausalLM.from_pretrained(demo_base)
     assert model.config.vocab_size == len(tok) == 384
     assert tok.decode(tok("héllo", add_special_tokens=False)["input_ids"]) == "héllo"
+
+
+def test_identity_names_the_chat_template_and_its_tool_parser(demo_base, tmp_path):
+    import hashlib
+    import shutil
+
+    from ratchet_core.chat_format import RATCHET_CHAT_TEMPLATE
+
+    identity = base_identity(demo_base)
+    assert identity["chat_template_sha256"] == hashlib.sha256(RATCHET_CHAT_TEMPLATE.encode()).hexdigest()
+    assert identity["tool_parser"] == "hermes"
+    # a demo base built before it carried its template gets it (same weights), and so another identity
+    old = tmp_path / "old"
+    shutil.copytree(demo_base, old)
+    config = json.loads((old / "tokenizer_config.json").read_text())
+    del config["chat_template"]
+    (old / "tokenizer_config.json").write_text(json.dumps(config))
+    stale = base_identity(old)
+    assert (stale["chat_template_sha256"], stale["tool_parser"]) == ("", "")
+    ensure_demo_base(old)
+    assert base_identity(old)["sha256"] == identity["sha256"]
 
 
 def test_identity_of_a_missing_model_says_what_to_do(tmp_path):

@@ -33,7 +33,7 @@ def test_min_steps_changes_the_adapter_config_hash():
 def test_training_runs_the_extra_epochs(demo_base, tmp_path):
     rows = 20  # 2 steps an epoch at batch 16; min_steps 5 -> 3 epochs -> 6 steps
     train = write_train_jsonl(get_workload("tickets").generate(rows, seed=5), tmp_path / "train.jsonl")
-    cfg = LoraTrainConfig(epochs=1, batch_size=16, min_steps=5, max_len=96, rank=4, num_threads=1)
+    cfg = LoraTrainConfig(epochs=1, batch_size=16, min_steps=5, rank=4, num_threads=1)
     totals: set[int] = set()
     result = train_lora(demo_base, train, tmp_path / "adapter", cfg, lambda s, t, loss: totals.add(t))
     assert result.steps == math.ceil(rows / 16) * 3 == 6 and totals == {6}

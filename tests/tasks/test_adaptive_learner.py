@@ -40,12 +40,14 @@ def test_training_stops_on_its_validation_split_and_reports_its_choices(tmp_path
     train = build_training_set(art, DAY)
     base = ensure_demo_base(tmp_path / "models" / "demo-base")
     config = LoraTrainConfig(
-        rank=4, alpha=8, max_len=96, epochs=1, min_steps=0, num_threads=1,
+        rank=4, alpha=8, epochs=1, min_steps=0, num_threads=1,
         validation_share=0.2, patience=1, max_epochs=3, time_budget_s=600,
     )  # fmt: skip
     result = train_lora(base, train.path, tmp_path / "adapter", config)
     v = result.validation
-    pairs = read_train_rows(train.path)
+    from transformers import AutoTokenizer
+
+    pairs = read_train_rows(train.path, AutoTokenizer.from_pretrained(base))
     held = sum(validation_mask([r for _, r in pairs], [p for (p, _), _ in pairs], 0.2, "near_duplicate"))
     assert v["rows"] == held and 0 < held < len(pairs) and result.examples == len(pairs) - held
     assert 1 <= v["epochs_run"] <= 3 and len(v["accuracy_per_epoch"]) == v["epochs_run"]

@@ -93,19 +93,20 @@ def test_the_partitions_window_setting_and_the_schedule_skip_days_outside_it(tmp
 
 def test_the_accelerated_demo_sets_the_partitions_to_its_own_days(tmp_path: Path) -> None:
     from ratchet_cli.demo.runner import DemoOptions, DemoRunner
+    from ratchet_core.partition_window import PartitionWindow
 
     real = DemoRunner(DemoOptions(home=tmp_path, days=4), echo=print)
-    assert real.partitions_window() is None and "RATCHET_PARTITIONS_END" not in real.base_env()
+    assert real.partitions_window() is None
     fast = DemoRunner(
         DemoOptions(home=tmp_path, days=4, day_seconds=60, clock_start="2026-01-01"), echo=print
     )
-    assert fast.partitions_window() == ("2026-01-01", "2026-01-04")
-    env = fast.base_env()
-    assert (env["RATCHET_PARTITIONS_START"], env["RATCHET_PARTITIONS_END"]) == ("2026-01-01", "2026-01-04")
+    assert fast.partitions_window() == PartitionWindow("2026-01-01", "2026-01-04")
+    # the window is the home's (tests/demo/test_partition_window.py), not the services' environment
+    assert "RATCHET_PARTITIONS_END" not in fast.base_env()
     # resumed with --days 6 after two nights and an interrupted third day: the window covers all six
     fast.o.days = 6
     fast.state.days_done, fast.state.open_day = ["2026-01-01", "2026-01-02"], "2026-01-03"
-    assert fast.partitions_window() == ("2026-01-01", "2026-01-06")
+    assert fast.partitions_window() == PartitionWindow("2026-01-01", "2026-01-06")
 
 
 def _drawn_series_pixels(page) -> list[int]:

@@ -35,6 +35,27 @@ def test_replay_reproduces_the_served_share_then_answers_a_what_if(
             )
         g.drain()
         lake = g.settings.lake_root
+        # the application's demonstrations on student answers: the right label for three, another for two
+        student_rows = [
+            r for r in sealed_rows(lake) if r["kind"] == "request" and r["served_by"] == "student"
+        ]
+        import httpx
+
+        for i, r in enumerate(student_rows[:5]):
+            label = r["answer"] if i < 3 else ("billing" if r["answer"] != "billing" else "shipping")
+            item = {
+                "feedback_id": f"fb-{i}",
+                "request_id": r["request_id"],
+                "metric": "demonstration",
+                "value": label,
+            }
+            posted = httpx.post(
+                g.url + "/ratchet/feedback",
+                json=item,
+                headers={"Authorization": f"Bearer {API_KEY}"},
+                timeout=30,
+            )
+            assert posted.status_code == 200, posted.text
     rows = sealed_rows(lake)
     requests = [r for r in rows if r["kind"] == "request" and r["task"] == "tickets"]
     served = {r["request_id"] for r in requests if r["served_by"] == "student"}
@@ -65,8 +86,12 @@ def test_replay_reproduces_the_served_share_then_answers_a_what_if(
     assert out.exit_code == 0, out.output
     data = json.loads(out.output)
     assert data["reproduced"] and data["actual"]["student_served"] == len(served)
+    # the student's agreement with the application's feedback: 3 of the 5 demonstrations agree with its answer
+    assert (data["actual"]["student_feedback"], data["actual"]["student_feedback_bad"]) == (5, 2)
+    assert data["actual"]["student_feedback_agreement"] == 0.6
     assert data["what_if"]["student_served"] == len(want)
     text = CliRunner().invoke(
         replay_cmd, ["--task", "tickets", "--from", day, "--lake", str(lake), "--audit-rate", "0.1"]
     )
     assert text.exit_code == 0 and "reproduced" in text.output and "never answered 0" in text.output
+    assert "feedback: the student's answers 3 of 5 good (60.0%)" in text.output

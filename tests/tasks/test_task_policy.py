@@ -198,3 +198,44 @@ def test_canary_audit_rate_applies_while_a_candidate_is_in_shadow_or_canary():
         m = mf.Manifest(tasks={"moods": rel}, policies=policy)
         assert m.audit_rate("moods") == (1.0 if audited else 0.0)
         assert sum(route(m, SafetyState(), "moods", r).audit for r in ids) == audited, stage
+
+
+def test_feedback_metrics_are_declared_signed_and_only_written_when_set(env):
+    key, engine, common = env
+    bad = _run(
+        ["task", "set", "moods", "--metric", "stars:int", "--reason", "declare a metric", *common], ok=False
+    )
+    assert bad.exit_code == 2 and "boolean or float" in bad.output
+    undeclared = _run(
+        ["task", "set", "moods", "--bad-when", "stars<3", "--reason", "bad answers", *common], ok=False
+    )
+    assert undeclared.exit_code == 2 and "not a declared metric" in undeclared.output
+    _run(["task", "set", "moods", "--metric", "thumbs_up:boolean", "--metric", "stars:float:higher",
+          "--bad-when", "stars<3", "--reason", "the app's ratings", *common])  # fmt: skip
+    _run(["task", "set", "moods", "--metric", "latency:float:lower", "--reason", "one more metric", *common])
+    m, _ = mf.latest_verified(engine, key.public_key())
+    p = m.policies["moods"]
+    assert (
+        sorted(p.metrics) == ["latency", "stars", "thumbs_up"] and p.metrics["latency"].direction == "lower"
+    )
+    assert p.bad_rule().bad(2.5) and not p.bad_rule().bad(3.0)
+    shown = json.loads(_run(["task", "show", "moods", "--json", *common]).output)
+    assert shown["bad_when"] == "stars<3" and shown["metrics"]["thumbs_up"] == {
+        "type": "boolean",
+        "direction": "higher",
+    }
+    _run(["task", "set", "other", "--target", "0.9", "--reason", "no metrics here", *common])
+    m, _ = mf.latest_verified(engine, key.public_key())
+    assert set(m.to_predicate()["policies"]["other"]) == {
+        "comparator",
+        "target",
+        "delta",
+        "audit_rate",
+        "golden_share",
+        "enabled",
+    }
+    reserved = _run(
+        ["task", "set", "moods", "--metric", "comment:boolean", "--reason", "a reserved name", *common],
+        ok=False,
+    )
+    assert reserved.exit_code == 2 and "comment" in reserved.output

@@ -36,9 +36,9 @@ def _accuracy(predict, rows: list[dict]) -> float:
     return sum(predict(r) == triage.label_of(r) for r in rows) / len(rows)
 
 
-def _split_scores(groups: str) -> tuple[float, float, int]:
+def _split_scores(tokenizer, groups: str) -> tuple[float, float, int]:
     rows = triage.rows(seed=1, n_clusters=150)
-    held = validation_mask(rows, [training_pair(r)[0] for r in rows], 0.2, groups)
+    held = validation_mask(rows, [training_pair(tokenizer, r)[0] for r in rows], 0.2, groups)
     train = [r for r, h in zip(rows, held, strict=True) if not h]
     validation = [r for r, h in zip(rows, held, strict=True) if h]
     predict = _nearest_neighbour(train)
@@ -55,8 +55,15 @@ def test_near_duplicates_share_a_group_and_other_requests_do_not():
 
 
 @pytest.mark.parametrize("groups", ["near_duplicate", "prompt"])
-def test_validation_accuracy_tracks_fresh_requests_only_when_near_duplicates_are_held_out_together(groups):
-    validation, fresh, n = _split_scores(groups)
+def test_validation_accuracy_tracks_fresh_requests_only_when_near_duplicates_are_held_out_together(
+    groups, tmp_path
+):
+    from transformers import AutoTokenizer
+
+    from ratchet_core.student_model import ensure_demo_base
+
+    tokenizer = AutoTokenizer.from_pretrained(ensure_demo_base(tmp_path / "demo-base"))  # its chat template
+    validation, fresh, n = _split_scores(tokenizer, groups)
     print(f"{groups}: validation {validation:.3f} on {n} rows, fresh {fresh:.3f}")
     assert n > 40
     if groups == "near_duplicate":

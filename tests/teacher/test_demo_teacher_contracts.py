@@ -8,7 +8,7 @@ import json
 import jsonschema
 import pytest
 
-from ratchet_gateway.contract import check_answer
+from ratchet_core.contract import check_answer
 from ratchet_gateway.demo_teacher.instances import instance_for
 
 MODEL = "demo-teacher"

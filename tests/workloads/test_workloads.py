@@ -176,3 +176,10 @@ def test_solve_after_the_real_redactor():
         changed += msgs != ex.messages
         assert compare(ex.task, ex.expected, solve(ex.task, msgs, ex.tools, ex.response_format)), msgs
     assert changed >= 30
+
+
+def test_scouts_corpus_has_a_source_for_every_topic_a_researcher_is_asked_about():
+    from ratchet_core.workloads.research import CORPUS, RESEARCH_SEARCH
+
+    topics = RESEARCH_SEARCH.slots["topic"]
+    assert sorted(CORPUS) == sorted(topics) and all(CORPUS[t].strip() for t in topics)

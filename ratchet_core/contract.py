@@ -2,7 +2,8 @@
 
 A student answer is served only when it does (ARCHITECTURE.md, "The path of a request": the student answers
 only inside the request's contract); a violation cascades to the teacher, is counted, and is recorded on the
-ledger row. The contract is what an OpenAI-compatible model promises a client:
+ledger row. A demonstration (``ratchet_core.feedback``: the correct answer an application sends) must keep its
+request's contract too, checked by the gateway's feedback route and by the night: both layers use this module. The contract is what an OpenAI-compatible model promises a client:
 
 - the answer was not cut short: ``finish_reason`` is not ``length``;
 - ``response_format: {"type": "json_object"}``: the content is a JSON object (RFC 8259, no NaN/Infinity);
@@ -31,7 +32,8 @@ from jsonschema.exceptions import best_match
 from jsonschema.protocols import Validator
 from referencing import Registry
 
-from ratchet_gateway.schema_regex import bounded
+from ratchet_core import json_pieces
+from ratchet_core.schema_regex import bounded, too_costly
 from ratchet_stats.canonical import loads_strict
 
 FINISH_LENGTH = "finish_length"
@@ -88,10 +90,18 @@ def _parse_json(text: Any) -> Any:
         return _NOT_JSON
 
 
+# A larger schema is not checked (the teacher answers): compiling and checking it against its metaschema is
+# pure-Python work that grows with it, and 512 cached validators of 4 MiB schemas would hold gigabytes.
+MAX_SCHEMA_BYTES = 64 * 1024
+
+
 @lru_cache(maxsize=512)
 def _compiled(schema_json: bytes) -> Validator | str:
     """A validator for the schema (canonical JSON bytes), or why it cannot be used."""
     schema = orjson.loads(schema_json)
+    costly = next((p for p in _patterns(schema) if too_costly(p)), None)
+    if costly is not None:  # checking the schema would compile it (its "regex" format), holding the GIL
+        return "a pattern is too costly to compile (PatternTooCostly)"
     cls = validators.validator_for(schema, default=Draft202012Validator)
     try:
         cls.check_schema(schema)
@@ -102,15 +112,34 @@ def _compiled(schema_json: bytes) -> Validator | str:
     return bounded(cls)(schema, registry=Registry())
 
 
+def _patterns(schema: Any) -> list[str]:
+    """Every regular expression a schema holds: ``pattern`` values and ``patternProperties`` keys."""
+    found: list[str] = []
+    stack = [schema]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, dict):
+            if isinstance(node.get("pattern"), str):
+                found.append(node["pattern"])
+            if isinstance(node.get("patternProperties"), dict):
+                found.extend(k for k in node["patternProperties"] if isinstance(k, str))
+            stack.extend(node.values())
+        elif isinstance(node, list):
+            stack.extend(node)
+    return found
+
+
 def _validator(schema: Any) -> Validator | str:
     if isinstance(schema, bool):
         schema = {} if schema else {"not": {}}
     if not isinstance(schema, dict):
         return "the schema is not a JSON object"
     try:
-        key = orjson.dumps(schema, option=orjson.OPT_SORT_KEYS)
+        key = json_pieces.dumps(schema, orjson.OPT_SORT_KEYS)
     except (TypeError, orjson.JSONEncodeError):
         return "the schema is not JSON"
+    if len(key) > MAX_SCHEMA_BYTES:
+        return f"the schema is larger than {MAX_SCHEMA_BYTES // 1024} KiB, more than the guard checks"
     return _compiled(key)
 
 

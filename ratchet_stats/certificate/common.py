@@ -1,25 +1,6 @@
-"""The evaluation certificate: what one adapter version scored on the golden set, in a form anyone can recompute.
-
-predicateType ``https://ratchet.dev/evaluation-certificate/v1``. The predicate signs the per-row outcomes, not just
-the summary numbers, so a verifier recomputes every claim from the signed data alone:
-
-- per task, ``rows`` = the sorted list of ``[confidence, correct, baseline_correct]`` triples, one per golden row
-  (``confidence`` rounded to ``CONFIDENCE_DIGITS`` decimals before anything is computed from it;
-  ``baseline_correct`` is ``null`` when there is no live version to compare with);
-- ``n`` = len(rows), ``correct`` = #correct, ``precision`` = correct / n;
-- ``lower_bound`` = Clopper-Pearson one-sided lower bound at ``delta``: the ``delta`` quantile of
-  Beta(correct, n - correct + 1) (Clopper & Pearson 1934), via ``ratchet_stats.bounds.clopper_pearson_lower``;
-  ``certified`` = lower_bound >= target;
-- ``ltt``: Learn-then-Test (Angelopoulos et al. 2021) over the fixed ``grid``: for each threshold lambda, the rows
-  with confidence >= lambda, their errors, the exact binomial p-value for H0 "precision < target" and the
-  fixed-sequence decision; ``threshold`` = the loosest certified lambda or null (``ratchet_stats.ltt``);
-- ``mcnemar``: the exact McNemar test (McNemar 1947; binomial on discordant pairs) of this version against the
-  live ``baseline`` version on the same rows: b = candidate right & baseline wrong, c = candidate wrong & baseline
-  right; or null when there is no live version.
-
-Each task's claims hold at level ``delta`` on their own (no correction across tasks: each task's release is a
-separate decision). The certificate carries no wall-clock time, so re-evaluating the same adapter on the same
-golden rows yields a byte-identical payload.
+"""What every version of the evaluation certificate shares: the adapter digest, a task's outcomes and the v1 task
+section (the Clopper-Pearson bound, Learn-then-Test and McNemar) with its recomputation. The formulas are in
+``ratchet_stats.certificate.v1``'s docstring; ``v2`` adds label sources (``ratchet_stats.certificate``).
 """
 
 from __future__ import annotations
@@ -32,12 +13,10 @@ from typing import Any
 
 from ratchet_stats.bounds import clopper_pearson_lower
 from ratchet_stats.canonical import sha256_file, sha256_hex
-from ratchet_stats.evidence import DocumentFormat
 from ratchet_stats.ltt import DEFAULT_GRID as LTT_DEFAULT_GRID
 from ratchet_stats.ltt import ltt_calibrate
 from ratchet_stats.mcnemar import mcnemar_exact
 
-PREDICATE_TYPE = "https://ratchet.dev/evaluation-certificate/v1"
 CONFIDENCE_DIGITS = 6
 # Fixed in advance, as LTT requires: 0.00, 0.05, ..., 0.95 (a higher top often accepts too few rows to pass,
 # which stops the fixed sequence before it reaches the useful thresholds).
@@ -59,6 +38,14 @@ class TaskOutcomes:
     correct: Sequence[bool]
     baseline_correct: Sequence[bool] | None = None
     baseline_version: str | None = None
+    # v2 (``ratchet_stats.certificate.v2``): each row's label source (teacher | people | import) and whether the
+    # answer agrees with the teacher's (None where no teacher answer exists: an imported row)
+    label_sources: Sequence[str] | None = None
+    teacher_agrees: Sequence[bool | None] | None = None
+
+    @property
+    def people_labelled(self) -> bool:
+        return "people" in (self.label_sources or ())
 
 
 def adapter_digest(file_sha256: Mapping[str, str]) -> str:
@@ -162,7 +149,12 @@ def task_section(t: TaskOutcomes, target: float, delta: float, grid: Sequence[fl
     }
 
 
-def build_certificate(
+# The base identity a certificate names: its files' digest, its chat template's digest and the vLLM tool parser the
+# template needs (``ratchet_core.student_model.base_identity``; older certificates have the first three only).
+BASE_KEYS = ("name", "sha256", "files", "chat_template_sha256", "tool_parser")
+
+
+def build_predicate(
     *,
     version: str,
     base: Mapping[str, Any],
@@ -175,8 +167,10 @@ def build_certificate(
     grid: Sequence[float] = DEFAULT_GRID,
     day: str | None = None,
     task_levels: Mapping[str, tuple[float, float]] | None = None,
+    section: Any = None,
 ) -> dict[str, Any]:
     """The certificate predicate for ``version`` (a plain dict, ready for canonical JSON and signing).
+    ``section(t, target, delta, grid)`` builds a task's section (default :func:`task_section`, v1's).
 
     ``base`` is the base model's identity (``ratchet_core.student_model.base_identity``), ``adapter_sha256`` the
     adapter directory digest (``adapter_digest``), ``golden_root``/``golden_size`` the Merkle root (hex) and size
@@ -199,13 +193,13 @@ def build_certificate(
         t_target, t_delta = (task_levels or {}).get(t.task, (target, delta))
         if not (0.0 < t_target < 1.0 and 0.0 < t_delta < 1.0):
             raise ValueError(f"{t.task}: target and delta must be in (0, 1), got {t_target}, {t_delta}")
-        sections[t.task] = task_section(t, t_target, t_delta, grid)
+        sections[t.task] = (section or task_section)(t, t_target, t_delta, grid)
         if (float(t_target), float(t_delta)) != (float(target), float(delta)):
             sections[t.task] = {"target": float(t_target), "delta": float(t_delta), **sections[t.task]}
     return {
         "version": version,
         "day": day,
-        "base": {k: base[k] for k in ("name", "sha256", "files") if k in base},
+        "base": {k: base[k] for k in BASE_KEYS if k in base},
         "adapter": {"sha256": adapter_sha256},
         "golden": {"root": golden_root, "size": int(golden_size)},
         "target": float(target),
@@ -222,13 +216,15 @@ def certificate_subjects(predicate: Mapping[str, Any]) -> list[dict[str, Any]]:
     return [{"name": f"adapter:{predicate['version']}", "digest": {"sha256": predicate["adapter"]["sha256"]}}]
 
 
-def _close(a: Any, b: Any) -> bool:
+def close(a: Any, b: Any) -> bool:
     if a is None or b is None:
         return a is None and b is None
     return math.isclose(float(a), float(b), rel_tol=_TOL, abs_tol=_TOL)
 
 
-def _check_task(name: str, s: Mapping[str, Any], target: float, delta: float, grid: list[float]) -> list[str]:
+def check_task_section(
+    name: str, s: Mapping[str, Any], target: float, delta: float, grid: list[float]
+) -> list[str]:
     problems: list[str] = []
     rows = s.get("rows")
     if not isinstance(rows, list):
@@ -255,10 +251,10 @@ def _check_task(name: str, s: Mapping[str, Any], target: float, delta: float, gr
         if s.get(field) != again[field]:
             problems.append(f"{name}: {field} is {s.get(field)!r}, recomputed {again[field]!r}")
     for field in ("precision", "lower_bound"):
-        if not _close(s.get(field), again[field]):
+        if not close(s.get(field), again[field]):
             problems.append(f"{name}: {field} is {s.get(field)!r}, recomputed {again[field]!r}")
     ltt, ltt_again = s.get("ltt") or {}, again["ltt"]
-    if not _close(ltt.get("threshold"), ltt_again["threshold"]):
+    if not close(ltt.get("threshold"), ltt_again["threshold"]):
         problems.append(
             f"{name}: LTT threshold is {ltt.get('threshold')!r}, recomputed {ltt_again['threshold']!r}"
         )
@@ -273,7 +269,7 @@ def _check_task(name: str, s: Mapping[str, Any], target: float, delta: float, gr
                         f"{name}: LTT at {want['threshold']}: {field} {got.get(field)!r} != {want[field]!r}"
                     )
             for field in ("threshold", "precision", "p_value"):
-                if not _close(got.get(field), want[field]):
+                if not close(got.get(field), want[field]):
                     problems.append(
                         f"{name}: LTT at {want['threshold']}: {field} {got.get(field)!r} != {want[field]!r}"
                     )
@@ -288,15 +284,16 @@ def _check_task(name: str, s: Mapping[str, Any], target: float, delta: float, gr
                 problems.append(
                     f"{name}: McNemar {field} is {mc.get(field)!r}, recomputed {mc_again[field]!r}"
                 )
-        if not _close(mc.get("p_value"), mc_again["p_value"]):
+        if not close(mc.get("p_value"), mc_again["p_value"]):
             problems.append(
                 f"{name}: McNemar p_value is {mc.get('p_value')!r}, recomputed {mc_again['p_value']!r}"
             )
     return problems
 
 
-def check_certificate(predicate: Mapping[str, Any]) -> list[str]:
+def check_predicate(predicate: Mapping[str, Any], check_task: Any = None) -> list[str]:
     """Recompute every number in a certificate predicate from its signed rows; [] means consistent.
+    ``check_task(name, section, target, delta, grid)`` checks one task (default v1's).
 
     Each string names the task and quantity that disagrees, e.g. "tickets: lower_bound is 0.97, recomputed 0.91".
     """
@@ -331,38 +328,10 @@ def check_certificate(predicate: Mapping[str, Any]) -> list[str]:
         if not (0 < t_target < 1 and 0 < t_delta < 1):
             problems.append(f"{name}: target {t_target} and delta {t_delta} must lie in (0, 1)")
             continue
-        problems.extend(_check_task(name, section, t_target, t_delta, grid))
+        problems.extend((check_task or check_task_section)(name, section, t_target, t_delta, grid))
     if total > golden_size:
         problems.append(f"tasks cover {total} rows but the golden set has only {golden_size}")
     want = sorted(n for n, s in tasks.items() if isinstance(s, Mapping) and s.get("certified") is True)
     if predicate.get("certified_tasks") != want:
         problems.append(f"certified_tasks is {predicate.get('certified_tasks')!r}, tasks say {want!r}")
     return problems
-
-
-def summary_lines(predicate: Mapping[str, Any]) -> list[str]:
-    """Short human-readable lines per task (for the CLI and Dagster metadata)."""
-    lines = [
-        f"version {predicate.get('version')}  target {predicate.get('target')}  delta {predicate.get('delta')}"
-    ]
-    for name, s in sorted((predicate.get("tasks") or {}).items()):
-        thr = (s.get("ltt") or {}).get("threshold")
-        mc = s.get("mcnemar")
-        mc_text = (
-            f"  McNemar vs {mc['baseline']}: b={mc['b']} c={mc['c']} p={mc['p_value']:.4g}" if mc else ""
-        )
-        lines.append(
-            f"{name}: {s.get('correct')}/{s.get('n')} correct, lower bound {s.get('lower_bound', 0):.4f} -> "
-            f"{'CERTIFIED' if s.get('certified') else 'not certified'}; LTT threshold "
-            f"{'none' if thr is None else thr}{mc_text}"
-        )
-    return lines
-
-
-def check_statement(statement: Mapping[str, Any]) -> list[str]:
-    """``check_certificate`` of the statement's predicate (what ``ratchet verify certificate`` runs)."""
-    return check_certificate(statement["predicate"])
-
-
-# The certificate's one version; ``ratchet_stats.cli_verify`` lists it under ``verify certificate``.
-FORMAT = DocumentFormat(PREDICATE_TYPE, check_statement, summary_lines)

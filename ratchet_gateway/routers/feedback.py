@@ -1,0 +1,297 @@
+"""Feedback routes (client key; errors in OpenAI's shape; the item and its store: ``ratchet_core.feedback``):
+
+- ``POST /ratchet/feedback``: one item; 200 ``recorded`` (also when the same item is sent again), 202 ``pending``
+  (the request is not visible to this replica yet: ``ratchet_gateway.feedback`` says how it settles), 400 for an
+  undeclared metric, a value of the wrong type or a demonstration outside the request's contract, 403 for a
+  request of another client, 404 for a request no row holds (once that is known), 409 for a feedback id reused
+  with other content;
+- ``POST /ratchet/feedback:batch``: ``{"items": [...]}``, at most :data:`ratchet_core.feedback.MAX_BATCH` items in
+  one body of at most ``RATCHET_MAX_BODY_BYTES``; 200 with one result per item, in order (``status`` and, for a
+  refused item, ``error`` with the code and message the single route would have answered);
+- ``GET /ratchet/feedback/{feedback_id}``: the caller's stored item and its state (a pending one is settled
+  first, when its request has become visible).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from datetime import UTC, datetime
+from typing import Any
+
+import orjson
+from fastapi import APIRouter
+from fastapi import Path as PathParam
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from starlette.requests import Request
+from starlette.responses import Response
+
+from ratchet_core import feedback as fb
+from ratchet_core.names import is_valid
+from ratchet_gateway import feedback as gf
+from ratchet_gateway.deps import ClientDep, GatewayDep
+from ratchet_gateway.errors import GatewayError
+from ratchet_gateway.input_rules import InputRuleError, check_nesting
+from ratchet_gateway.request_body import describe_errors, read_body
+from ratchet_gateway.responses import error_docs, json_response
+from ratchet_gateway.state import Gateway
+
+router = APIRouter(prefix="/ratchet", tags=["feedback"])
+
+
+class FeedbackItem(BaseModel):
+    """One thing said about one request (or episode)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    feedback_id: str = Field(
+        min_length=1,
+        max_length=128,
+        pattern=r"^[A-Za-z0-9._-]{1,128}$",
+        description="Your own id of this item: sending it again is answered as the first time.",
+    )
+    request_id: str | None = Field(None, max_length=128, description="An x-ratchet-request-id your key got.")
+    episode_id: str | None = Field(
+        None, max_length=128, description="An episode you set on requests as metadata.ratchet_episode."
+    )
+    task: str | None = Field(
+        None,
+        max_length=64,
+        description="The task (required with episode_id; a request's own task otherwise).",
+    )
+    metric: str = Field(
+        min_length=1,
+        max_length=64,
+        description="A metric the task's policy declares, or 'comment', or 'demonstration'.",
+    )
+    value: bool | float | str | dict[str, Any] = Field(
+        description="true/false (boolean metric), a number (float metric), text (comment), or the correct answer "
+        "(demonstration: its text, or an assistant message with content and/or tool_calls)."
+    )
+
+
+class FeedbackResult(BaseModel):
+    feedback_id: str
+    status: str = Field(description="recorded | pending | rejected")
+    request_id: str | None = None
+    episode_id: str | None = None
+    metric: str | None = None
+    task: str | None = None
+    received_at: str | None = None
+    error: Any = None
+    http_status: int | None = Field(None, description="In a batch: the status the single route would answer.")
+
+
+class BatchAnswer(BaseModel):
+    results: list[FeedbackResult]
+
+
+_ITEM_SCHEMA = FeedbackItem.model_json_schema()
+_BATCH_SCHEMA = {
+    "type": "object",
+    "required": ["items"],
+    "additionalProperties": False,
+    "properties": {
+        "items": {"type": "array", "minItems": 1, "maxItems": fb.MAX_BATCH, "items": _ITEM_SCHEMA}
+    },
+}
+
+
+def _body_doc(schema: dict[str, Any]) -> dict[str, Any]:
+    return {"requestBody": {"required": True, "content": {"application/json": {"schema": schema}}}}
+
+
+async def _json(request: Request, gw: Gateway) -> Any:
+    raw = await read_body(request, gw.settings.max_body_bytes)
+    try:
+        check_nesting(raw)
+        return orjson.loads(raw)
+    except InputRuleError as exc:
+        raise GatewayError(400, exc.message, exc.code) from None
+    except orjson.JSONDecodeError:
+        raise GatewayError(400, "the body is not UTF-8 JSON; send a JSON object", "invalid_json") from None
+
+
+def _items(data: Any, batch: bool) -> list[dict[str, Any] | GatewayError]:
+    """The body's items, each validated (a GatewayError in its place when it is not an item)."""
+    if batch:
+        if not isinstance(data, dict) or set(data) != {"items"} or not isinstance(data["items"], list):
+            raise GatewayError(400, 'send {"items": [...]} (feedback items)', "invalid_body", param="items")
+        raw = data["items"]
+        if not 1 <= len(raw) <= fb.MAX_BATCH:
+            raise GatewayError(
+                400,
+                f"a batch holds 1 to {fb.MAX_BATCH} items, not {len(raw)}; split it",
+                "batch_too_large" if raw else "invalid_body",
+                param="items",
+            )
+    else:
+        raw = [data]
+    out: list[dict[str, Any] | GatewayError] = []
+    for item in raw:
+        if not isinstance(item, dict):
+            out.append(GatewayError(400, "a feedback item is a JSON object", "invalid_body"))
+            continue
+        try:
+            model = FeedbackItem.model_validate(item)
+            parsed = model.model_dump()
+            gf.check_item(parsed)
+            out.append(parsed)
+        except ValidationError as exc:
+            out.append(GatewayError(400, describe_errors(exc.errors()), "invalid_request"))
+        except fb.FeedbackError as exc:
+            out.append(_error(exc))
+    return out
+
+
+def _error(exc: fb.FeedbackError) -> GatewayError:
+    return GatewayError(exc.status, exc.message, exc.code, param=exc.param)
+
+
+_MESSAGES = {
+    fb.UNKNOWN_REQUEST: "no request with this id was made through Ratchet (no replica's ledger holds it); check "
+    "the x-ratchet-request-id",
+    fb.UNKNOWN_EPISODE: "none of your requests carries this episode id (metadata.ratchet_episode)",
+    fb.NOT_YOURS: "the request is not one of yours: feedback is taken only on requests your key made",
+    fb.UNDECLARED: "the metric is not declared for the request's task (ratchet admin task set TASK --metric ...)",
+    fb.WRONG_TYPE: "the value does not have the metric's type, or the task is not the request's own",
+    fb.CONTRACT: "the demonstration breaks the request's own answer contract",
+    "feedback_id_reused": "the feedback id was already used for another item; send a new id for new feedback",
+}
+
+
+def _answer(row: dict[str, Any]) -> tuple[int, dict[str, Any]]:
+    """(HTTP status, body) for a stored row: 200 recorded, 202 pending, the route's 4xx for a rejected one."""
+    body = fb.public(row)
+    if row["state"] == "rejected":
+        code = row.get("error") or ""
+        status = gf.STATUS.get(code, 400)
+        body["error"] = {"code": code, "message": _MESSAGES.get(code, code)}
+        return status, body
+    return gf.STATUS[row["state"]], body
+
+
+def _take(gw: Gateway, client: str, items: list[dict[str, Any] | GatewayError]) -> list[tuple[int, dict]]:
+    """Decide and store every item: one ledger and lake lookup for all their request ids, one read of the ids
+    stored before, one transaction for the new ones."""
+    ids = [i["request_id"] for i in items if isinstance(i, dict) and i.get("request_id")]
+    found = gf.find_requests(gw.ledger, ids) if ids else {}
+    before = fb.stored(gw.engine, client, [i["feedback_id"] for i in items if isinstance(i, dict)])
+    episodes: dict[tuple[str, str], bool] = {}
+
+    def seen(c: str, e: str) -> bool:
+        if (c, e) not in episodes:
+            episodes[(c, e)] = gf.episode_seen(gw.ledger, c, e)
+        return episodes[(c, e)]
+
+    answers: list[tuple[int, dict] | str] = []  # an answer, or the feedback id of a row to store first
+    new: dict[str, dict[str, Any]] = {}
+    for item in items:
+        if isinstance(item, GatewayError):
+            answers.append((item.status, _refusal(item)))
+            continue
+        fid = item["feedback_id"]
+        try:
+            if fid in before or fid in new:  # sent before (or twice in this batch): the same answer
+                if (before.get(fid) or new[fid])["fingerprint"] != gf.fingerprint(item):
+                    raise fb.reused(fid)
+                answers.append(fid)
+                continue
+            new[fid] = gf.item_row(client, item, found, gw.manifest.policies, gw.redact, seen)
+            answers.append(fid)
+        except fb.FeedbackError as exc:
+            answers.append((exc.status, _refusal(_error(exc), fid)))
+    for row, _ in fb.take_many(gw.engine, list(new.values())):
+        before[row["feedback_id"]] = row
+    out: list[tuple[int, dict]] = []
+    for answer in answers:
+        if isinstance(answer, str):
+            row = before[answer]
+            if row["state"] == "pending" and answer not in new:
+                row = before[answer] = _settled(gw, row)
+            answer = _answer(row)
+        out.append(answer)
+    return out
+
+
+def _refusal(err: GatewayError, feedback_id: str | None = None) -> dict[str, Any]:
+    return {
+        "feedback_id": feedback_id or "",
+        "status": "rejected",
+        "error": {"code": err.code, "message": err.message, "param": err.param},
+    }
+
+
+def _settled(gw: Gateway, row: dict[str, Any]) -> dict[str, Any]:
+    """A pending row, settled now if its target has become visible (or is known to be unknown)."""
+    found = gf.find_requests(gw.ledger, [row["request_id"]]) if row["target"] == "request" else {}
+    before = datetime.now(UTC) - fb.unknown_after(gw.settings.segment_seconds)
+    fb.settle_pending(
+        gw.engine,
+        [row],
+        found,
+        gw.manifest.policies,
+        lambda c, e: gf.episode_seen(gw.ledger, c, e),
+        unknown_before=before,
+    )
+    return fb.get(gw.engine, row["client"], row["feedback_id"]) or row
+
+
+_DOCS = error_docs(400, 401, 403, 404, 409, 413)
+
+
+@router.post(
+    "/feedback",
+    summary="Say what was right about one of your requests (a metric, a comment, or the correct answer)",
+    openapi_extra=_body_doc(_ITEM_SCHEMA),
+    response_model=FeedbackResult,
+    responses={
+        202: {"model": FeedbackResult, "description": "Pending: the request is not visible yet"},
+        **_DOCS,
+    },
+)
+async def feedback(request: Request, gw: GatewayDep, client: ClientDep) -> Response:
+    [item] = _items(await _json(request, gw), batch=False)
+    if isinstance(item, GatewayError):
+        raise item
+    [(status, body)] = await asyncio.to_thread(_take, gw, client, [item])
+    if status >= 400:
+        err = body["error"]
+        raise GatewayError(status, err["message"], err["code"], param=err.get("param"))
+    return json_response(body, status)
+
+
+@router.post(
+    "/feedback:batch",
+    summary=f"Up to {fb.MAX_BATCH} feedback items at once; one result per item, in order",
+    openapi_extra=_body_doc(_BATCH_SCHEMA),
+    response_model=BatchAnswer,
+    responses=error_docs(400, 401, 413),
+)
+async def feedback_batch(request: Request, gw: GatewayDep, client: ClientDep) -> Response:
+    items = _items(await _json(request, gw), batch=True)
+    answers = await asyncio.to_thread(_take, gw, client, items)
+    return json_response({"results": [{**body, "http_status": status} for status, body in answers]})
+
+
+@router.get(
+    "/feedback/{feedback_id}",
+    summary="One of your feedback items and its state (recorded, pending or rejected)",
+    response_model=FeedbackResult,
+    responses=error_docs(400, 401, 404),
+)
+async def feedback_item(
+    gw: GatewayDep,
+    client: ClientDep,
+    feedback_id: str = PathParam(max_length=128, description="The feedback_id you sent."),
+) -> Response:
+    if not is_valid("feedback id", feedback_id):
+        raise GatewayError(
+            400, "feedback_id: 1-128 characters of A-Z, a-z, 0-9, '.', '_', '-'", "invalid_feedback_id"
+        )
+    row = await asyncio.to_thread(fb.get, gw.engine, client, feedback_id)
+    if row is None:
+        raise GatewayError(404, f"you sent no feedback with id {feedback_id!r}", "feedback_not_found")
+    if row["state"] == "pending":
+        row = await asyncio.to_thread(_settled, gw, row)
+    status, body = _answer(row)
+    return json_response(body, 200 if status >= 400 else status)

@@ -1,0 +1,203 @@
+"""Per-client limits: requests and tokens per minute and a spend budget, set in the control DB, applied by every
+gateway replica within a poll, refused with a 429 in OpenAI's shape (``retry-after``) before any model call, and
+shown in ``/metrics`` and on the client's dashboard. Two gateway processes on one control DB hold a limit together."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import subprocess
+import sys
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import httpx
+import pytest
+
+from ratchet_core import client_limits as cl
+from ratchet_core.control_db import ensure_schema, make_engine
+
+from .conftest import API_KEY, OTHER_KEY, gateway_process, running_gateway
+
+AUTH = {"Authorization": f"Bearer {API_KEY}"}
+OTHER = {"Authorization": f"Bearer {OTHER_KEY}"}
+BODY = {"model": "ratchet", "messages": [{"role": "user", "content": "Where is my order?"}]}
+
+
+def _set(engine, client: str, reason: str = "testing limits", clear=(), **changes) -> None:
+    with engine.begin() as conn:
+        cl.set_limits(conn, client, changes, clear, "tests", reason)
+
+
+def _poll(gw) -> None:
+    asyncio.run_coroutine_threadsafe(gw.gw.limits.poll(), gw._loop()).result(10)
+
+
+def _chat(url: str, headers: dict) -> httpx.Response:
+    return httpx.post(f"{url}/v1/chat/completions", headers=headers, json=BODY, timeout=30)
+
+
+def _rows(gw, client: str) -> int:
+    gw.drain()
+    return gw.gw.ledger._sql("SELECT count(*) FROM ledger WHERE kind = 'request' AND client = ?", [client])[
+        0
+    ][0]
+
+
+def _metric(url: str, name: str, **labels: str) -> float:
+    want = name + "{" + ",".join(f'{k}="{v}"' for k, v in labels.items()) + "}"
+    for line in httpx.get(url + "/metrics").text.splitlines():
+        if line.startswith(want + " "):
+            return float(line.rsplit(" ", 1)[1])
+    return 0.0
+
+
+def test_requests_per_minute_are_refused_with_openais_429_before_any_model_call(tmp_path, teacher_url):
+    with running_gateway(tmp_path, teacher_url) as gw:
+        _set(gw.engine, "app1", rpm=3)
+        _poll(gw)
+        answers = [_chat(gw.url, AUTH) for _ in range(5)]
+        assert [r.status_code for r in answers] == [200, 200, 200, 429, 429]
+        refused = answers[-1]
+        err = refused.json()["error"]
+        assert err["type"] == "requests" and err["code"] == "rate_limit_exceeded" and err["param"] is None
+        assert 1 <= int(refused.headers["retry-after"]) <= 20  # a token every 20 s at 3/min
+        assert refused.headers["x-ratelimit-limit-requests"] == "3"
+        assert "x-ratchet-request-id" in refused.headers and API_KEY not in refused.text
+        assert _rows(gw, "app1") == 3  # a refused request is never recorded (nor sent to the teacher)
+        assert _chat(gw.url, OTHER).status_code == 200  # another client is untouched
+        assert _metric(gw.url, "ratchet_client_limited_total", client="app1", limit="rpm") == 2
+        view = httpx.get(f"{gw.url}/ratchet/dashboard/data", headers=AUTH).json()["limits"]
+        assert view["rpm"] == 3 and view["refused"]["rpm"] == 2
+        # the admin clears it: applied at the next poll, no restart
+        _set(gw.engine, "app1", clear=["rpm"])
+        _poll(gw)
+        assert _chat(gw.url, AUTH).status_code == 200
+
+
+def test_tokens_per_minute_charge_each_answer(tmp_path, teacher_url):
+    with running_gateway(tmp_path, teacher_url) as gw:
+        _set(gw.engine, "app1", tpm=10)  # one answer of the demo teacher uses more than that
+        _poll(gw)
+        assert _chat(gw.url, AUTH).status_code == 200
+        r = _chat(gw.url, AUTH)
+        assert r.status_code == 429 and r.json()["error"]["type"] == "tokens", r.text
+        assert r.json()["error"]["code"] == "rate_limit_exceeded" and int(r.headers["retry-after"]) >= 1
+
+
+def test_a_budget_is_insufficient_quota_until_raised(tmp_path, teacher_url):
+    with running_gateway(tmp_path, teacher_url) as gw:
+        _set(gw.engine, "app1", budget_usd=1e-9, budget_period="day")
+        _poll(gw)
+        assert _chat(gw.url, AUTH).status_code == 200  # nothing spent yet
+        r = _chat(gw.url, AUTH)
+        assert r.status_code == 429, r.text
+        err = r.json()["error"]
+        assert err["type"] == "insufficient_quota" and err["code"] == "insufficient_quota"
+        assert int(r.headers["retry-after"]) >= 1 and "budget" in err["message"]
+        _poll(gw)  # flushed: the shared counter holds this replica's spend
+        spent = cl.read_spend(gw.engine, [cl.window("day", gw.gw.limits.today())])[
+            ("app1", cl.window("day", gw.gw.limits.today()))
+        ]
+        assert spent > 0
+        assert _metric(gw.url, "ratchet_client_spend_usd", client="app1", period="day") == pytest.approx(
+            spent
+        )
+        view = httpx.get(f"{gw.url}/ratchet/dashboard/data", headers=AUTH).json()["limits"]
+        assert view["remaining_usd"] == 0 and view["spent_usd"] == pytest.approx(spent)
+        _set(gw.engine, "app1", budget_usd=100.0, budget_period="day")
+        _poll(gw)
+        assert _chat(gw.url, AUTH).status_code == 200
+
+
+# one request of each model API (the demo teacher answers them all, embeddings included)
+API_BODIES = {
+    "/v1/chat/completions": BODY,
+    "/v1/responses": {"model": "ratchet", "input": "Where is my order?"},
+    "/v1/messages": {"model": "ratchet", "max_tokens": 50, "messages": BODY["messages"]},
+    "/v1/embeddings": {"model": "demo-teacher", "input": ["Where is my order?", "It is late."]},
+}
+
+
+def test_every_model_api_counts_against_the_limits_and_refuses_in_its_own_shape(tmp_path, teacher_url):
+    embeddings = dict(
+        embedding_model="openai/demo-teacher", embedding_api_base=teacher_url, embedding_api_key="sk-embed"
+    )
+    with running_gateway(tmp_path, teacher_url, **embeddings) as gw:
+
+        def post(path: str, headers: dict) -> httpx.Response:
+            return httpx.post(gw.url + path, headers=headers, json=API_BODIES[path], timeout=30)
+
+        _set(gw.engine, "app1", rpm=3)
+        _poll(gw)
+        served = [post(path, AUTH) for path in ("/v1/embeddings", "/v1/responses", "/v1/messages")]
+        assert [r.status_code for r in served] == [200, 200, 200], [r.text for r in served]
+        refused = {path: post(path, AUTH) for path in API_BODIES}  # the fourth request, whatever its API
+        for path, r in refused.items():
+            assert r.status_code == 429, (path, r.text)
+            assert 1 <= int(r.headers["retry-after"]) <= 20 and r.headers["x-ratchet-request-id"], path
+        for path in ("/v1/chat/completions", "/v1/responses", "/v1/embeddings"):  # OpenAI's shape
+            assert refused[path].json()["error"]["code"] == "rate_limit_exceeded", path
+        anthropic = refused["/v1/messages"].json()  # Anthropic's shape, as its clients read a 429
+        assert anthropic["type"] == "error" and anthropic["error"]["type"] == "rate_limit_error"
+        assert anthropic["request_id"] == refused["/v1/messages"].headers["x-ratchet-request-id"]
+        assert _rows(gw, "app1") == 3  # the refused ones never reached a model nor the ledger
+        assert _metric(gw.url, "ratchet_client_limited_total", client="app1", limit="rpm") == 4
+
+        # an embeddings answer's tokens count against the tokens per minute, as a chat answer's
+        _set(gw.engine, "app2", tpm=1)
+        _poll(gw)
+        assert post("/v1/embeddings", OTHER).status_code == 200
+        r = post("/v1/chat/completions", OTHER)
+        assert r.status_code == 429 and r.json()["error"]["type"] == "tokens", r.text
+
+
+def _ratchet(*args: str, control_db: str) -> None:
+    env = {**os.environ, "RATCHET_CONTROL_DB": control_db}
+    ratchet = Path(sys.executable).with_name("ratchet")
+    subprocess.run([str(ratchet), *args], env=env, check=True, capture_output=True, timeout=120)
+
+
+def _view(url: str, headers: dict) -> dict:
+    return httpx.get(f"{url}/ratchet/dashboard/data", headers=headers, timeout=30).json()["limits"]
+
+
+def _wait(predicate, what: str, seconds: float = 30) -> None:
+    deadline = time.monotonic() + seconds
+    while not predicate():  # other processes' state: nothing to await but asking again
+        assert time.monotonic() < deadline, what
+        time.sleep(0.1)
+
+
+@pytest.mark.slow
+def test_two_gateway_processes_hold_one_limit_and_one_budget(tmp_path, teacher_url):
+    control = f"sqlite:///{tmp_path / 'control.db'}"
+    ensure_schema(make_engine(control))
+    env = {"RATCHET_CONTROL_DB": control}
+    with (
+        gateway_process(tmp_path / "a", teacher_url, {**env, "RATCHET_REPLICA_ID": "gw-a"}) as a,
+        gateway_process(tmp_path / "b", teacher_url, {**env, "RATCHET_REPLICA_ID": "gw-b"}) as b,
+    ):
+        engine = make_engine(control)
+        _wait(lambda: cl.live_replicas(engine, time.time()) == 2, "both replicas beat")
+        _ratchet(
+            "admin", "client", "set", "app1", "--rpm", "6", "--reason", "two share it", control_db=control
+        )
+        for url in (a, b):  # applied by both within a poll, no restart
+            _wait(lambda url=url: _view(url, AUTH).get("rpm") == 6, f"{url} applies the limit")
+        # each replica holds half: spread over both, at most 6 a minute get through in all (one replica alone
+        # would let 6 through, two 12)
+        with ThreadPoolExecutor(8) as pool:
+            codes = list(pool.map(lambda i: _chat(a if i % 2 else b, AUTH).status_code, range(24)))
+        assert 6 <= codes.count(200) <= 6 + 1, codes  # +1: a bucket refills one request in 10 s
+        assert codes.count(429) == 24 - codes.count(200)
+        assert _chat(a, OTHER).status_code == 200 and _chat(b, OTHER).status_code == 200
+
+        # one budget over both: what a spent, b refuses once the shared counter has it
+        _ratchet("admin", "client", "set", "app2", "--budget-usd", "0.000001", "--budget-period", "month",
+                 "--reason", "a tiny budget", control_db=control)  # fmt: skip
+        _wait(lambda: _chat(a, OTHER).status_code == 429, "a spends app2's budget")
+        _wait(lambda: _chat(b, OTHER).status_code == 429, "b sees app2's spend at a within a flush")
+        r = _chat(b, OTHER)
+        assert r.json()["error"]["code"] == "insufficient_quota"
