@@ -7,7 +7,11 @@ are the adapter's files (name = file name, digest = sha256). Ratchet's BOM has t
 - ``adapter:<version>`` (``machine-learning-model``): the LoRA adapter; ``hashes`` = the adapter digest
   (``ratchet_stats.certificate.adapter_digest``); ``modelCard`` with the certificate's per-task precision, lower
   bound and LTT threshold; properties ``ratchet:file:<name>`` (file sha256), ``ratchet:hyperparameter:<name>``,
-  ``ratchet:certificate:sha256``;
+  ``ratchet:certificate:sha256``; and, in BOMs of adapters trained since nights warm-start, how the weights started:
+  ``ratchet:start:mode`` (``warm`` | ``cold``), ``ratchet:start:reason``, and for a warm start the parent adapter
+  ``ratchet:start:parent_version`` and ``ratchet:start:parent_sha256`` (also the component's
+  ``pedigree.ancestors``: the parent's bom-ref, version and SHA-256 digest), ``ratchet:start:new_rows``,
+  ``ratchet:start:replay_rows`` and ``ratchet:start:replay_rule``. A BOM without them (older) verifies as before;
 - ``base:<name>`` (``machine-learning-model``): the base model with its license and the sha256 of every weight,
   config and tokenizer file (``ratchet:file:<name>``), the sha256 of its chat template
   (``ratchet:base:chat_template_sha256``) and the vLLM tool parser that template needs (``ratchet:base:tool_parser``,
@@ -57,6 +61,11 @@ P_NOTICE = "ratchet:notice:sha256"
 P_CODE = "ratchet:code:version"
 P_CERT = "ratchet:certificate:sha256"
 P_VERSION = "ratchet:version"
+P_START = "ratchet:start:"
+P_START_MODE = "ratchet:start:mode"
+P_PARENT_VERSION = "ratchet:start:parent_version"
+P_PARENT_SHA256 = "ratchet:start:parent_sha256"
+START_MODES = ("warm", "cold")
 P_LABELS = "ratchet:labels:"  # + teacher | people | import: rows per label source
 P_LABEL_ROOT = "ratchet:labels:root"
 P_LABEL_COUNT = "ratchet:labels:count"
@@ -168,6 +177,7 @@ def check_bom_document(bom: Any) -> tuple[str, str, DataCommitment, DataCommitme
     props = properties(adapter)
     if not any(k.startswith(P_HYPER) for k in props):
         raise BomError("components", "the adapter component lists no hyperparameters")
+    _check_start(adapter, props)
     for ref in (TRAIN_REF, GOLDEN_REF):
         if not (comps.get(ref) or {}).get("licenses"):
             raise BomError("components", f"{ref} has no license")
@@ -184,6 +194,37 @@ def check_bom_document(bom: Any) -> tuple[str, str, DataCommitment, DataCommitme
         _data_commitment(comps.get(TRAIN_REF), TRAIN_REF),
         _data_commitment(comps.get(GOLDEN_REF), GOLDEN_REF),
     )
+
+
+def _check_start(adapter: Mapping[str, Any], props: Mapping[str, str]) -> None:
+    """The start properties, when present: a known mode, and for a warm start a parent named alike in the
+    properties and the pedigree (version and a SHA-256 digest)."""
+    mode = props.get(P_START_MODE)
+    if mode is None:
+        if any(k.startswith(P_START) for k in props):
+            raise BomError("components", f"start properties without {P_START_MODE}")
+        return
+    if mode not in START_MODES:
+        raise BomError("components", f"{P_START_MODE} is {mode!r}, expected one of {', '.join(START_MODES)}")
+    ancestors = (adapter.get("pedigree") or {}).get("ancestors") or []
+    if mode == "cold":
+        if ancestors or P_PARENT_VERSION in props:
+            raise BomError("components", "a cold-started adapter names a parent")
+        return
+    version, sha = props.get(P_PARENT_VERSION, ""), props.get(P_PARENT_SHA256, "")
+    if not version or len(sha) != 64 or any(c not in "0123456789abcdef" for c in sha):
+        raise BomError(
+            "components", f"a warm-started adapter needs {P_PARENT_VERSION} and a hex {P_PARENT_SHA256}"
+        )
+    named = [
+        a
+        for a in ancestors
+        if isinstance(a, Mapping)
+        and a.get("version") == version
+        and {h.get("alg"): h.get("content") for h in a.get("hashes") or []}.get("SHA-256") == sha
+    ]
+    if len(ancestors) != 1 or not named:
+        raise BomError("components", "the adapter's pedigree does not name its parent as its properties do")
 
 
 def _check_labels(component: Mapping[str, Any], ref: str) -> None:

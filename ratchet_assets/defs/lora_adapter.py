@@ -55,6 +55,14 @@ class LoraAdapterConfig(dg.Config):
     patience: int = _DEFAULTS.patience
     max_epochs: int = _DEFAULTS.max_epochs
     time_budget_s: float = _DEFAULTS.time_budget_s
+    # validation split by near-duplicate groups ("near_duplicate") or by each prompt's hash ("prompt")
+    validation_groups: str = _DEFAULTS.validation_groups
+    # "warm": start from the tasks' live (else last certified) adapter when nothing forbids it, training on the new
+    # rows plus a replay sample (`replay_share` of the older rows by hash, at most `replay_cap`); "cold": a fresh LoRA
+    start: str = _DEFAULTS.start
+    replay_share: float = _DEFAULTS.replay_share
+    replay_cap: int = _DEFAULTS.replay_cap
+    warm_lr: float = _DEFAULTS.warm_lr  # the peak learning rate of a warm start
     # 0 = torch's default; does not change the adapter, so not part of the config hash
     num_threads: int = _DEFAULTS.num_threads or 0
 
@@ -105,6 +113,7 @@ def lora_adapter(
             control_db.effects(),
             training.launcher(context),
             log=context.log.info,
+            release=step.release_view(control_db.engine(), signer.public_key()),
         )
     except (step.AdapterError, CommitmentMissing) as exc:
         raise dg.Failure(str(exc)) from None
@@ -118,6 +127,8 @@ def lora_adapter(
         "train_seconds": dg.MetadataValue.float(float(record["seconds"])),
         "train_examples": dg.MetadataValue.int(int(record.get("examples") or 0)),
         "reused": result.reused,
+        "start": str((record.get("start") or {}).get("mode", "cold")),
+        "start_reason": str((record.get("start") or {}).get("reason", "")),
         "training_set_root": dg.MetadataValue.text(record["train_rows_root"]),
         "dagster/uri": dg.MetadataValue.path(str(step.adapter_path(artifacts, record))),
     }

@@ -11,6 +11,11 @@ instead of training again. The training-set root is the one ``training_set`` com
 digest>``, where N is this launch's rank among all training launches in the ledger (creation order): stable
 across reruns, never reused.
 
+Where the weights start (``night.warm_start``): from the tasks' live (else last certified) adapter when the base,
+the LoRA's shape and the tasks' policies are unchanged, on the new rows plus a replay sample; else cold, on the
+whole training set. The record's ``start`` says which, why, and the parent (version, digest, day); the BOM carries
+it. The launch key does not name the parent: a rerun reuses what the first launch trained.
+
 Files: ``adapters/<version>/`` holds only the PEFT files (``adapter_config.json``, ``adapter_model.safetensors``,
 ``ratchet_train.json``) so its digest is the adapter's; ``adapters/day=D/adapter.json`` (the *record*) says which
 version the night produced and how (base identity and licence, config, training numbers, effect key). Later steps
@@ -34,6 +39,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ratchet_assets.night import warm_start
 from ratchet_assets.night.commitments import training_commitment
 from ratchet_assets.night.lora_trainer import LoraTrainConfig
 from ratchet_core.layout import ArtifactLayout
@@ -53,7 +59,8 @@ LEASE_SECONDS = 6 * 3600
 #
 # The learner adapts (issue 16): the night trains until a validation split held out of the training rows (never
 # golden rows: the training set has none) stops improving, instead of a fixed step count. Defaults:
-# - validation_share 0.1: a tenth of the training rows, chosen by a hash of the prompt (the same rows every run);
+# - validation_share 0.1: a tenth of the training rows, chosen by a hash of their near-duplicate group
+#   (``lora_trainer.near_duplicate_key``: the same rows every run, and no near-duplicate on both sides);
 # - patience 2: stop after 2 epochs without a better validation accuracy (the best epoch's weights are kept);
 # - max_epochs 8: at most 8 epochs (the learning rate decays linearly over them); a split all right stops at once;
 # - time_budget_s 1800: stop after the epoch that passes 30 min (a safety net on a busy machine; a run cut by it
@@ -61,7 +68,13 @@ LEASE_SECONDS = 6 * 3600
 # Patience counts only once the fixed schedule (``epochs``, ``min_steps``: at least 150 steps) has run, so a small
 # set, whose validation split is a handful of rows, still gets enough steps. The choices (steps, epochs, validation accuracy per
 # task, why it stopped) are in the adapter's ``ratchet_train.json``, its record, the asset's metadata and the BOM.
+#
+# Warm start (``night.warm_start``): a night starts from its tasks' live (else last certified) adapter when the base,
+# the LoRA's shape and the tasks' policies are unchanged, and trains on the rows new since the parent's day plus a
+# replay sample of older ones (a quarter of them by hash, at most 1000); the validation split still decides when to
+# stop. ``start="cold"`` forces a fresh LoRA every night.
 NIGHT_TRAINING = LoraTrainConfig(
+    start="warm",
     epochs=1,
     pii_surrogates=0.5,
     num_threads=1,
@@ -78,6 +91,37 @@ Launcher = Callable[[dict[str, Any]], tuple[dict[str, Any], dict[str, Any]]]
 
 class AdapterError(RuntimeError):
     """The adapter cannot be trained or reused; the message says what to do."""
+
+
+@dataclass(frozen=True)
+class ReleaseView:
+    """What the release state says about parents: the live version per task, the (version, task) pairs the
+    versions registry holds as certified, and the signed per-task policies."""
+
+    live: dict[str, str | None]
+    certified: list[tuple[str, str]]
+    policies: dict[str, Any]
+
+
+def release_view(engine: Any, public_key: Any) -> ReleaseView:
+    """The :class:`ReleaseView` of the control DB: the newest verified manifest and the versions registry."""
+    import sqlalchemy as sa
+
+    from ratchet_core.control_db import ensure_schema, versions
+    from ratchet_core.manifest import latest_verified
+
+    ensure_schema(engine)
+    manifest, _ = latest_verified(engine, public_key)
+    with engine.connect() as conn:
+        rows = conn.execute(
+            sa.select(versions.c.version, versions.c.task).where(
+                versions.c.status.notin_(("rejected", "rolled_back"))
+            )
+        ).all()
+    if manifest is None:
+        return ReleaseView({}, [(v, t) for v, t in rows], {})
+    live = {task: release.live_version for task, release in manifest.tasks.items()}
+    return ReleaseView(live, [(v, t) for v, t in rows], dict(manifest.policies))
 
 
 @dataclass
@@ -218,6 +262,13 @@ def learner_numbers(trained: dict[str, Any]) -> dict[str, Any]:
             stopped=v["stopped"],
             validation_per_task=v.get("per_task", {}),
         )
+        # only when set, so the learner properties of older records keep their bytes
+        for name, field_ in (
+            ("validation_groups", "groups"),
+            ("initial_validation_accuracy", "initial_accuracy"),
+        ):
+            if v.get(field_) is not None:
+                out[name] = v[field_]
     return out
 
 
@@ -228,6 +279,37 @@ def train_in_process(extras: dict[str, Any], log: Callable[[str], None] = print)
     return run_training(extras, log)
 
 
+def _start_plan(
+    artifacts: str | Path,
+    day: str,
+    base: Path,
+    base_sha256: str,
+    train_config: dict[str, Any],
+    effects: Any,
+    release: ReleaseView | None,
+    tasks: list[str],
+) -> tuple[warm_start.StartPlan, str | None]:
+    """(how the night starts, the digest of its tasks' policies); ``night.warm_start``."""
+    if release is None:
+        return warm_start.cold("no release state was given to this run"), None
+    names = sorted({t for t in tasks if t != "?"})
+    digest = warm_start.policies_sha256(release.policies, names)
+    records = warm_start.launch_records(effects, EFFECT) if train_config.get("start") == "warm" else {}
+    plan = warm_start.plan_start(
+        artifacts,
+        day,
+        base=base,
+        tasks=names,
+        base_sha256=base_sha256,
+        train_config=train_config,
+        policies_digest=digest,
+        records=records,
+        live=release.live,
+        certified=release.certified,
+    )
+    return plan, digest
+
+
 def train_adapter(
     artifacts: str | Path,
     day: str,
@@ -236,8 +318,12 @@ def train_adapter(
     effects: Any,
     launch: Launcher,
     log: Callable[[str], None] = lambda line: None,
+    release: ReleaseView | None = None,
 ) -> AdapterResult:
-    """Train (or reuse) the adapter for night ``day`` and write its record; see the module docstring."""
+    """Train (or reuse) the adapter for night ``day`` and write its record; see the module docstring.
+
+    ``release``: the live and certified versions and the policies (``release_view``), which a warm start needs to
+    find its parent (``night.warm_start``); None = a cold start."""
     from ratchet_core.student_model import base_identity
 
     layout = ArtifactLayout(artifacts)
@@ -252,6 +338,11 @@ def train_adapter(
         staging = layout.adapter_staging(fingerprint)
         shutil.rmtree(staging, ignore_errors=True)
         staging.mkdir(parents=True)
+        tasks = row_tasks(artifacts, day)
+        plan, policies_digest = _start_plan(
+            artifacts, day, base, identity["sha256"], train_config, effects, release, tasks
+        )
+        log(f"{plan.mode} start: {plan.reason}")
         extras = {
             "base_path": str(base),
             "train_jsonl": str(train_jsonl),
@@ -260,7 +351,13 @@ def train_adapter(
             "config": train_config,
             "row_tasks_path": str(staging / "row_tasks.json"),
         }
-        (staging / "row_tasks.json").write_text(json.dumps(row_tasks(artifacts, day)), encoding="utf-8")
+        if plan.mode == "warm":
+            assert plan.parent is not None and plan.rows is not None
+            extras["init_adapter"] = str(adapter_path(layout, plan.parent.record))
+            extras["train_jsonl"] = str(staging / "train.jsonl")
+            warm_start.write_subset(train_jsonl, plan.rows, staging / "train.jsonl")
+            tasks = [tasks[i] for i in plan.rows]
+        (staging / "row_tasks.json").write_text(json.dumps(tasks), encoding="utf-8")
         try:
             trained, reported = launch(extras)
             version = f"v{launch_rank(effects, key)}-{trained['adapter_sha256'][:8]}"
@@ -291,7 +388,12 @@ def train_adapter(
             "rows_left_out": trained.get("rows_left_out", 0),  # longer than max_len: never cut, left out
             "learner": learner_numbers(trained),
             "effect_key": key,
+            "start": plan.to_record(
+                float(train_config.get("replay_share", 0.25)), int(train_config.get("replay_cap", 1000))
+            ),
         }
+        if policies_digest is not None:
+            record["policies_sha256"] = policies_digest
         effects.report(begin.token, record)
         result = AdapterResult(record, reused=False, reported=dict(reported))
     elif begin.outcome == "duplicate":

@@ -170,12 +170,16 @@ def build_bom(
     notice_sha256: str,
     code: str,
     learner: Mapping[str, Any] | None = None,
+    start: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
     """The CycloneDX 1.6 document for one adapter version (layout documented in ``ratchet_stats.bom_format``).
 
     ``adapter_files``: {file name: sha256}; ``base``: ``ratchet_core.student_model.base_identity``;
     ``certificate``: the evaluation certificate predicate (its metrics fill the model card).
     ``learner``: the learner's choices (``learner_properties``), as ``ratchet:learner:<name>`` adapter properties.
+    ``start``: how the weights started (the adapter record's ``start``, ``night.warm_start``), as
+    ``ratchet:start:<name>`` properties and, for a warm start, the parent in the component's pedigree; None (a
+    record from before warm starts) adds nothing, so such a BOM keeps its bytes.
     """
     digest = adapter_digest(adapter_files)
     adapter_ref = f"{B.ADAPTER_REF_PREFIX}{version}"
@@ -183,6 +187,7 @@ def build_bom(
     adapter_props = {f"{B.P_FILE}{n}": d for n, d in adapter_files.items()}
     adapter_props.update({f"{B.P_HYPER}{k}": _hyper_text(v) for k, v in hyperparameters.items()})
     adapter_props.update(learner_properties(learner or {}))
+    adapter_props.update(start_properties(start or {}))
     adapter_props[B.P_CERT] = certificate_sha256
     adapter_props[B.P_VERSION] = version
     certified = list(certificate.get("certified_tasks") or [])
@@ -223,6 +228,19 @@ def build_bom(
         },
         "properties": _props(adapter_props),
     }
+    parent = (start or {}).get("parent")
+    if parent:
+        adapter["pedigree"] = {
+            "ancestors": [
+                {
+                    "type": "machine-learning-model",
+                    "bom-ref": f"{B.ADAPTER_REF_PREFIX}{parent['version']}",
+                    "name": f"ratchet-student-{parent['version']}",
+                    "version": parent["version"],
+                    "hashes": [{"alg": "SHA-256", "content": parent["adapter_sha256"]}],
+                }
+            ]
+        }
     base_component = {
         "type": "machine-learning-model",
         "bom-ref": base_ref,
@@ -285,6 +303,22 @@ def learner_properties(learner: Mapping[str, Any]) -> dict[str, str]:
             )
         elif v is not None:
             out[f"{P_LEARNER}{k}"] = _hyper_text(v)
+    return out
+
+
+def start_properties(start: Mapping[str, Any]) -> dict[str, str]:
+    """``ratchet:start:<name>`` properties (``ratchet_stats.bom_format``): mode, reason, and for a warm start the
+    parent's version and digest, the new and replayed row counts and the replay rule."""
+    if not start:
+        return {}
+    out = {B.P_START_MODE: str(start["mode"]), f"{B.P_START}reason": str(start.get("reason", ""))}
+    parent = start.get("parent")
+    if parent:
+        out[B.P_PARENT_VERSION] = str(parent["version"])
+        out[B.P_PARENT_SHA256] = str(parent["adapter_sha256"])
+        for name in ("new_rows", "replay_rows", "replay_rule"):
+            if start.get(name) is not None:
+                out[f"{B.P_START}{name}"] = str(start[name])
     return out
 
 

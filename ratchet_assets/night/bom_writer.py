@@ -139,6 +139,7 @@ def write_bom(
         notice_sha256=sha256_hex(notice),
         code=BD.code_version(),
         learner={"steps": record.get("steps"), **(record.get("learner") or {})},
+        start=record.get("start"),
     )
     document["properties"] += _governance_properties(artifacts, train_day)
     envelope = sign_statement(

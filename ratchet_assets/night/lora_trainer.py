@@ -18,7 +18,7 @@ epochs, measured to leave the demo adapter at loss ~1.8, writing garbage) gets e
 runs exactly ``epochs``. ``min_steps = 0`` turns this off.
 
 Early stopping (``validation_share > 0``; the night's default, ``night.adapter.NIGHT_TRAINING``): the rows whose
-prompt hashes below ``validation_share`` are held out (never golden rows: the training set has none); the schedule
+group (below) hashes below ``validation_share`` are held out (never golden rows: the training set has none); the schedule
 is ``max(epochs_run above, max_epochs)`` epochs; after each epoch the held-out rows are scored (exact answer,
 teacher-forced, and mean target-token loss); the best epoch (higher accuracy, then lower loss) is kept, and the run
 stops after ``patience`` epochs without a better one (counted only once the fixed schedule's ``epochs_run`` above
@@ -27,6 +27,18 @@ past ``time_budget_s``.
 Stopping at the first all-right epoch was measured too early: a five-label task at 68/68 on its validation split
 answered 173/184 golden rows (0.94); trained on while the loss fell, 184/184. ``row_tasks`` gives the accuracy per
 task. Nothing here depends on the clock except the time budget (a run it cuts says so in ``stopped``).
+
+Validation split (``validation_groups``): ``near_duplicate`` (default) hashes each row's ``near_duplicate_key`` (the
+request text without system prompt, lowercased, digits ``0``, placeholders one word, punctuation dropped, as a set
+of words), so near-duplicates (a resent request with another ticket number or case) are held out or trained on
+together and the validation accuracy predicts fresh requests; ``prompt`` hashes each rendered prompt, the older
+split, which put near-duplicates on both sides and overstated it (``tests/night/test_validation_split.py``).
+
+Warm start (``init_adapter``): the weights start from a parent adapter of the same LoRA shape (``night.warm_start``
+decides whether and picks the rows), loaded trainable; its score on the validation split is measured before the
+first epoch (``initial_accuracy``/``initial_loss``) and an epoch must beat it, else the parent's weights are kept
+(``best_epoch`` 0); the peak learning rate is ``warm_lr``; the ``min_steps`` floor, meant for a fresh LoRA, does
+not apply: patience counts past half of ``max_epochs`` instead (``epochs`` without a validation split).
 
 PII surrogates (``pii_surrogates``, default 0 = off): the ledger, and so train.jsonl and the golden set, holds
 redacted text (``<EMAIL_1a2b3c4d>``), but the gateway sends the student the client's real text. A demo adapter
@@ -111,9 +123,34 @@ class LoraTrainConfig:
     patience: int = 2
     max_epochs: int = 12
     time_budget_s: float = 0.0  # 0 = no time budget
+    # How the validation split is drawn (module docstring, "Validation split"): "near_duplicate" holds out whole
+    # groups of near-duplicate prompts (`near_duplicate_key`), "prompt" is the older split by a hash of each prompt.
+    validation_groups: str = "near_duplicate"
+    # Where the weights start (module docstring, "Warm start"): "cold" = a fresh LoRA; "warm" = the night may start
+    # from a parent adapter (``night.warm_start`` decides, and trains on the new rows plus a replay sample: a row of
+    # the parent's days is replayed iff sha256("replay:" key) falls below `replay_share`, at most `replay_cap` rows,
+    # lowest hashes first).
+    start: str = "cold"
+    replay_share: float = 0.25
+    replay_cap: int = 1000
+    # the peak learning rate of a warm start: the parent's weights are already good, and `lr` (meant for a fresh
+    # LoRA) was measured to knock them off (tickets night 2: no epoch beat the parent on its validation split)
+    warm_lr: float = 1e-3
+
+    def __post_init__(self) -> None:
+        if self.validation_groups not in VALIDATION_GROUPS:
+            raise ValueError(
+                f"validation_groups {self.validation_groups!r} is not one of {', '.join(VALIDATION_GROUPS)}"
+            )
+        if self.start not in STARTS:
+            raise ValueError(f"start {self.start!r} is not one of {', '.join(STARTS)}")
 
     def to_dict(self) -> dict:
         return asdict(self)
+
+
+VALIDATION_GROUPS = ("near_duplicate", "prompt")
+STARTS = ("cold", "warm")
 
 
 @dataclass
@@ -149,23 +186,61 @@ class TrainResult:
 def read_train_jsonl(path: str | Path, tokenizer) -> list[tuple[str, str]]:
     """(prompt, target) texts of a train.jsonl file, rendered by `tokenizer`'s chat template; a bad line raises
     ValueError naming its line number (a base without a template: ``ChatTemplateError``, at once)."""
+    return [pair for pair, _row in read_train_rows(path, tokenizer)]
+
+
+def read_train_rows(path: str | Path, tokenizer) -> list[tuple[tuple[str, str], dict]]:
+    """((prompt, target), row) of each line of a train.jsonl file, as ``read_train_jsonl`` renders them."""
     from ratchet_core.chat_format import ChatTemplateError, chat_template
 
     chat_template(tokenizer)
-    pairs = []
+    out = []
     with Path(path).open(encoding="utf-8") as f:
         for lineno, line in enumerate(f, 1):
             if not line.strip():
                 continue
             try:
-                pairs.append(training_pair(tokenizer, json.loads(line)))
+                row = json.loads(line)
+                out.append((training_pair(tokenizer, row), row))
             except ChatTemplateError:
                 raise
             except (ValueError, AttributeError, TypeError) as exc:
                 raise ValueError(f"{path}:{lineno}: not a chat fine-tuning row ({exc})") from exc
-    if not pairs:
+    if not out:
         raise ValueError(f"{path}: no training rows; write one JSON object per line with 'messages'")
-    return pairs
+    return out
+
+
+_WORD = re.compile(r"\w+")
+_DIGITS = re.compile(r"\d+")
+
+
+def near_duplicate_key(row: dict) -> str:
+    """The group a training row's prompt belongs to for the validation split: its request text without the
+    system prompt and the answer, lowercased, every e-mail/phone placeholder one word, every run of digits ``0``,
+    punctuation and whitespace dropped, as the sorted set of its words. Two prompts that differ only in case,
+    numbers, punctuation, spacing, word order or repeated words (a resent request, a templated message with
+    another order number) share a key, so they land on the same side of the split."""
+    parts: list[str] = []
+    for message in (row.get("messages") or [])[:-1]:
+        if message.get("role") == "system":
+            continue
+        content = message.get("content")
+        if isinstance(content, str):
+            parts.append(content)
+        elif isinstance(content, list):
+            parts += [str(p.get("text", "")) for p in content if isinstance(p, dict)]
+    text = PLACEHOLDER.sub(lambda m: f" {m.group(1).lower()} ", " ".join(parts)).lower()
+    words = {_DIGITS.sub("0", w) for w in _WORD.findall(text)}
+    return " ".join(sorted(words)) or json.dumps(row.get("messages"), sort_keys=True)
+
+
+def validation_mask(rows: Sequence[dict], prompts: Sequence[str], share: float, groups: str) -> list[bool]:
+    """Which training rows are held out: by near-duplicate group (`near_duplicate_key` hashed below `share`), or,
+    with ``groups="prompt"``, by each rendered prompt's own hash (the older split, kept for comparison)."""
+    if groups == "prompt":
+        return [_held_out(p, share) for p in prompts]
+    return [_held_out(near_duplicate_key(r), share) for r in rows]
 
 
 def epochs_to_run(rows: int, config: LoraTrainConfig) -> int:
@@ -211,15 +286,17 @@ def train_lora(
     config: LoraTrainConfig | None = None,
     on_progress: Callable[[int, int, float], None] | None = None,
     row_tasks: Sequence[str] | None = None,
+    init_adapter: str | Path | None = None,
 ) -> TrainResult:
     """Train a LoRA adapter on `train_jsonl` over the base at `base_path`; save it in `out_dir`.
 
     `on_progress(step, total_steps, loss)` is called after every optimiser step (loss of that batch).
     `row_tasks`: the task of each train.jsonl row (same order), for the validation accuracy per task; None = one
-    group ``"all"``.
+    group ``"all"``. `init_adapter`: a PEFT adapter folder of the same LoRA shape to start from (a warm start,
+    module docstring); None = a fresh LoRA.
     """
     import torch
-    from peft import LoraConfig, get_peft_model
+    from peft import LoraConfig, PeftModel, get_peft_model
     from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
 
     config = config or LoraTrainConfig()
@@ -232,7 +309,8 @@ def train_lora(
     tokenizer = AutoTokenizer.from_pretrained(base_path)
     eos = tokenizer.eos_token_id
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else eos
-    pairs = read_train_jsonl(train_jsonl, tokenizer)
+    rows_read = read_train_rows(train_jsonl, tokenizer)
+    pairs = [pair for pair, _ in rows_read]
     if config.pii_surrogates > 0:
         pick = random.Random(f"{config.seed}:pii")
         pairs = [
@@ -252,14 +330,20 @@ def train_lora(
             f"every row of {train_jsonl} is longer than max_len {max_len} tokens (prompt + answer, shortest "
             f"{min(len(p) + len(t) for p, t in encoded)}): raise max_len (up to the endpoint's --max-model-len)"
         )
-    pairs, tasks, encoded = (
-        [x for x, keep in zip(items, fits, strict=True) if keep] for items in (pairs, tasks, encoded)
+    rows = [row for _, row in rows_read]
+    pairs, tasks, encoded, rows = (
+        [x for x, keep in zip(items, fits, strict=True) if keep] for items in (pairs, tasks, encoded, rows)
     )
     examples = [(p + t, [-100] * len(p) + t) for p, t in encoded]
     validation: list[tuple[list[int], list[int]]] = []
     validation_tasks: list[str] = []
     if config.validation_share > 0:
-        held = [_held_out(prompt, config.validation_share) for prompt, _ in pairs]
+        held = validation_mask(
+            rows,
+            [prompt for prompt, _ in pairs],
+            config.validation_share,
+            config.validation_groups,
+        )
         validation = [e for e, h in zip(examples, held, strict=True) if h]
         validation_tasks = [t for t, h in zip(tasks, held, strict=True) if h]
         kept = [e for e, h in zip(examples, held, strict=True) if not h]
@@ -269,20 +353,31 @@ def train_lora(
             validation, validation_tasks = [], []
 
     model = AutoModelForCausalLM.from_pretrained(base_path, dtype=torch.float32)
-    lora = LoraConfig(
-        r=config.rank,
-        lora_alpha=config.alpha,
-        lora_dropout=config.dropout,
-        target_modules=config.target_modules,
-        modules_to_save=resolve_modules_to_save(base_path, config),
-        task_type="CAUSAL_LM",
-    )
-    model = get_peft_model(model, lora)
+    if init_adapter is not None:
+        model = PeftModel.from_pretrained(model, str(init_adapter), is_trainable=True)
+    else:
+        lora = LoraConfig(
+            r=config.rank,
+            lora_alpha=config.alpha,
+            lora_dropout=config.dropout,
+            target_modules=config.target_modules,
+            modules_to_save=resolve_modules_to_save(base_path, config),
+            task_type="CAUSAL_LM",
+        )
+        model = get_peft_model(model, lora)
     model.train()
     params = [p for p in model.parameters() if p.requires_grad]
-    optimiser = torch.optim.AdamW(params, lr=config.lr, weight_decay=config.weight_decay)
+    lr = config.lr if init_adapter is None else config.warm_lr
+    optimiser = torch.optim.AdamW(params, lr=lr, weight_decay=config.weight_decay)
     steps_per_epoch = math.ceil(len(examples) / config.batch_size)
-    epochs = floor = epochs_to_run(len(examples), config)
+    # a warm start already knows the task: `min_steps` (enough steps for a fresh LoRA) does not apply; with a
+    # validation split its floor is half of `max_epochs` (the first epochs at the peak learning rate were measured
+    # to score below the parent, and patience from epoch 1 stopped tickets nights 3 and 4 with the parent's weights)
+    if init_adapter is None:
+        floor = epochs_to_run(len(examples), config)
+    else:
+        floor = max(1, config.epochs, math.ceil(config.max_epochs / 2) if validation else 0)
+    epochs = floor
     if validation:
         epochs = max(epochs, config.max_epochs)
     total = steps_per_epoch * epochs
@@ -303,6 +398,20 @@ def train_lora(
     best_state: dict | None = None
     stopped = "epochs"
     epochs_run = 0
+
+    def trained_state() -> dict:
+        return {
+            k: v.detach().clone()
+            for k, v in model.state_dict().items()
+            if "lora_" in k or "modules_to_save" in k
+        }
+
+    initial: tuple[float, float] | None = None
+    if validation and init_adapter is not None:
+        # the parent's own score on this split: the epochs must beat it, else the parent's weights are kept
+        right, val_loss = _validate(model, validation, pad, config.batch_size)
+        initial = (sum(right) / len(right), val_loss)
+        best_state = trained_state()
     for _ in range(epochs):
         epochs_run += 1
         order = list(range(len(examples)))
@@ -334,16 +443,14 @@ def train_lora(
             per_task_history.append(_by_task(right, validation_tasks))
             # better = higher exact accuracy, then (equal accuracy) lower validation loss: a split that is all
             # right after a few epochs does not stop the run while the answers are still getting surer
-            if best is None or (history[-1], -val_loss) > (history[best], -loss_history[best]):
+            to_beat = initial if best is None else (history[best], loss_history[best])
+            if to_beat is None or (history[-1], -val_loss) > (to_beat[0], -to_beat[1]):
                 best = len(history) - 1
-                best_state = {
-                    k: v.detach().clone()
-                    for k, v in model.state_dict().items()
-                    if "lora_" in k or "modules_to_save" in k
-                }
+                best_state = trained_state()
             # patience counts only past the fixed schedule's floor (`epochs`, `min_steps`): a small set's
             # validation split is a handful of rows, too noisy to cut a run shorter than that
-            if len(history) >= floor and len(history) - 1 - best >= config.patience:
+            since_best = len(history) - 1 - (-1 if best is None else best)
+            if len(history) >= floor and since_best >= config.patience:
                 stopped = f"no improvement for {config.patience} epochs"
                 break
             if config.time_budget_s and time.perf_counter() - started > config.time_budget_s:
@@ -352,21 +459,27 @@ def train_lora(
             stopped = f"all {epochs} epochs"
     report: dict = {}
     if validation:
-        assert best is not None and best_state is not None
+        assert best_state is not None
         model.load_state_dict(best_state, strict=False)
+        kept = (history[best], per_task_history[best]) if best is not None else (initial[0], {})  # type: ignore[index]
         report = {
             "rows": len(validation),
+            "groups": config.validation_groups,
             "accuracy_per_epoch": [round(a, 6) for a in history],
             "loss_per_epoch": [round(x, 6) for x in loss_history],
-            "best_epoch": best + 1,
-            "final_accuracy": round(history[best], 6),
+            # 0 = no epoch beat the parent adapter's weights (a warm start), which are kept
+            "best_epoch": 0 if best is None else best + 1,
+            "final_accuracy": round(kept[0], 6),
             "per_task": {
                 task: {"rows": validation_tasks.count(task), "accuracy": round(acc, 6)}
-                for task, acc in sorted(per_task_history[best].items())
+                for task, acc in sorted(kept[1].items())
             },
             "epochs_run": epochs_run,
             "stopped": stopped,
         }
+        if initial is not None:
+            report["initial_accuracy"] = round(initial[0], 6)
+            report["initial_loss"] = round(initial[1], 6)
 
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
@@ -435,6 +548,16 @@ def _by_task(right: list[bool], tasks: list[str]) -> dict[str, float]:
     for ok, task in zip(right, tasks, strict=True):
         out.setdefault(task, []).append(int(ok))
     return {task: sum(v) / len(v) for task, v in out.items()}
+
+
+def scoring_rows(tokenizer, pairs: Sequence[tuple[str, str]]) -> list[tuple[list[int], list[int]]]:
+    """(input ids, labels) of rendered (prompt, target) pairs as training encodes them (the prompt whole, the target
+    up to its EOS, prompt tokens labelled -100), for ``_exact_rows``/``_validate`` on rows scored outside a run."""
+    out = []
+    for prompt, target in pairs:
+        p, t = encode(tokenizer, prompt), encode_answer(tokenizer, target)
+        out.append((p + t, [-100] * len(p) + t))
+    return out
 
 
 def _exact_rows(model, rows: list[tuple[list[int], list[int]]], pad: int, batch_size: int) -> list[bool]:

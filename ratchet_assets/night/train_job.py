@@ -2,7 +2,8 @@
 through Dagster Pipes (``night.adapter.train_adapter`` with the asset's Pipes launcher); callers without Dagster
 run the same ``run_training`` in their own process (``night.adapter.train_in_process``).
 
-Pipes hands it ``extras`` = {base_path, train_jsonl, out_dir, result_path, config (LoraTrainConfig fields)};
+Pipes hands it ``extras`` = {base_path, train_jsonl, out_dir, result_path, config (LoraTrainConfig fields), and for
+a warm start init_adapter, the parent adapter's folder};
 it trains with ``ratchet_assets.night.lora_trainer.train_lora``, streams progress to the Dagster UI as log lines (about 20
 per run, each with step/total/loss), writes the ``TrainResult`` as JSON to ``result_path`` and reports the run's
 numbers as materialization metadata (final loss, steps, seconds, adapter sha256).
@@ -49,7 +50,13 @@ def run_training(extras: dict[str, Any], log: Callable[[str], None]) -> tuple[di
     tasks_path = extras.get("row_tasks_path")
     tasks = json.loads(Path(tasks_path).read_text()) if tasks_path and Path(tasks_path).exists() else None
     result = train_lora(
-        extras["base_path"], extras["train_jsonl"], extras["out_dir"], config, on_progress, row_tasks=tasks
+        extras["base_path"],
+        extras["train_jsonl"],
+        extras["out_dir"],
+        config,
+        on_progress,
+        row_tasks=tasks,
+        init_adapter=extras.get("init_adapter"),
     )
     data = result.to_dict()
     data.pop("losses", None)

@@ -21,9 +21,9 @@ def test_training_stops_on_its_validation_split_and_reports_its_choices(tmp_path
     from ratchet_assets.night.lora_trainer import (
         TRAIN_META_FILE,
         LoraTrainConfig,
-        _held_out,
-        read_train_jsonl,
+        read_train_rows,
         train_lora,
+        validation_mask,
     )
     from ratchet_assets.night.split import split_golden
     from ratchet_assets.night.traffic import consolidate_traffic
@@ -47,8 +47,8 @@ def test_training_stops_on_its_validation_split_and_reports_its_choices(tmp_path
     v = result.validation
     from transformers import AutoTokenizer
 
-    pairs = read_train_jsonl(train.path, AutoTokenizer.from_pretrained(base))
-    held = sum(_held_out(p, 0.2) for p, _ in pairs)
+    pairs = read_train_rows(train.path, AutoTokenizer.from_pretrained(base))
+    held = sum(validation_mask([r for _, r in pairs], [p for (p, _), _ in pairs], 0.2, "near_duplicate"))
     assert v["rows"] == held and 0 < held < len(pairs) and result.examples == len(pairs) - held
     assert 1 <= v["epochs_run"] <= 3 and len(v["accuracy_per_epoch"]) == v["epochs_run"]
     assert v["final_accuracy"] == max(v["accuracy_per_epoch"]) and 1 <= v["best_epoch"] <= v["epochs_run"]

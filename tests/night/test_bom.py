@@ -63,7 +63,7 @@ def built(tmp_path, signing_key):
         teacher_model="openai/demo-teacher",
     ).encode()
     cert = _certificate()
-    bom = BD.build_bom(
+    kwargs = dict(
         version="v1-0123abcd",
         adapter_files=files,
         hyperparameters={"rank": 8, "lr": 0.005, "target_modules": "all-linear"},
@@ -82,6 +82,7 @@ def built(tmp_path, signing_key):
             "validation_per_task": {"moods": {"rows": 40, "accuracy": 1.0}},
         },
     )  # fmt: skip
+    bom = BD.build_bom(**kwargs)
     stmt = make_statement(B.BOM_PREDICATE, bom, B.subjects_for_files(files))
     envelope = sign_statement(stmt, signing_key)
     (tmp_path / "NOTICE.md").write_bytes(notice)
@@ -93,6 +94,8 @@ def built(tmp_path, signing_key):
         "stmt": stmt,
         "envelope": envelope,
         "notice": notice,
+        "kwargs": kwargs,
+        "files": files,
     }
 
 
@@ -207,6 +210,63 @@ def test_cli_verify_bom_and_proofs(built, signing_key):
     assert res.returncode == 1 and json.loads(res.stdout)["check"] == "inclusion"
     res = run_cli("verify", "proof", "--bom", bom, "--proof", str(member))  # no key: works, but warns
     assert res.returncode == 0 and "NOT checked" in res.stderr
+
+
+WARM = {
+    "mode": "warm",
+    "reason": "from live v3-89abcdef",
+    "parent": {
+        "version": "v3-89abcdef",
+        "adapter_sha256": "a" * 64,
+        "train_day": "2026-01-01",
+        "chosen_as": "live",
+    },
+    "new_rows": 140,
+    "replay_rows": 35,
+    "replay_rule": 'sha256("replay:" key) < 0.25, at most 1000 rows, of the days up to 2026-01-01',
+}
+
+
+def test_a_warm_started_bom_names_its_parent_and_verifies_and_an_older_bom_still_does(built, signing_key):
+    from cyclonedx.schema import SchemaVersion
+    from cyclonedx.validation.json import JsonStrictValidator
+
+    # the fixture's BOM is built without a start, as every BOM before warm starts: no start fields, verifies
+    [old] = [c for c in built["bom"]["components"] if c["bom-ref"].startswith(B.ADAPTER_REF_PREFIX)]
+    assert "pedigree" not in old and not any(k.startswith(B.P_START) for k in B.properties(old))
+
+    bom = BD.build_bom(**built["kwargs"], start=WARM)
+    assert JsonStrictValidator(SchemaVersion.V1_6).validate_str(json.dumps(bom), all_errors=True) is None
+    [adapter] = [c for c in bom["components"] if c["bom-ref"].startswith(B.ADAPTER_REF_PREFIX)]
+    props = B.properties(adapter)
+    assert props[B.P_START_MODE] == "warm" and props[B.P_PARENT_VERSION] == "v3-89abcdef"
+    assert props[B.P_PARENT_SHA256] == "a" * 64 and props["ratchet:start:replay_rows"] == "35"
+    [ancestor] = adapter["pedigree"]["ancestors"]
+    assert ancestor["version"] == "v3-89abcdef" and ancestor["hashes"][0]["content"] == "a" * 64
+
+    def envelope(doc):
+        return sign_statement(
+            make_statement(B.BOM_PREDICATE, doc, B.subjects_for_files(built["files"])), signing_key
+        )
+
+    B.verify_bom(
+        envelope(bom), signing_key.public_key(), notice=built["notice"], adapter_dir=built["adapter"]
+    )
+
+    # a pedigree that names another parent than the properties, or a cold start with a parent, is refused
+    forged = copy.deepcopy(bom)
+    [a] = [c for c in forged["components"] if c["bom-ref"].startswith(B.ADAPTER_REF_PREFIX)]
+    a["pedigree"]["ancestors"][0]["hashes"][0]["content"] = "b" * 64
+    with pytest.raises(B.BomError, match="pedigree does not name its parent") as exc:
+        B.verify_bom(envelope(forged), signing_key.public_key())
+    assert exc.value.check == "components"
+    cold = BD.build_bom(**built["kwargs"], start={"mode": "cold", "reason": "the base changed"})
+    B.verify_bom(envelope(cold), signing_key.public_key())
+    cold_with_parent = copy.deepcopy(cold)
+    [a] = [c for c in cold_with_parent["components"] if c["bom-ref"].startswith(B.ADAPTER_REF_PREFIX)]
+    a["pedigree"] = copy.deepcopy(adapter["pedigree"])
+    with pytest.raises(B.BomError, match="cold-started adapter names a parent"):
+        B.verify_bom(envelope(cold_with_parent), signing_key.public_key())
 
 
 def test_label_sources_are_recorded_and_must_account_for_every_row(built, signing_key):
