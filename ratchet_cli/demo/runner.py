@@ -173,8 +173,8 @@ class DemoRunner:
             RATCHET_API_KEYS=f"demo:{self.state.api_key}",
             RATCHET_SEGMENT_SECONDS=f"{self.o.segment_seconds:g}",
         )
-        # the demo's student is one CPU process: two shadow calls at a time keep its queue short enough that a
-        # candidate's shadow pairs are answers, not timeouts (a vLLM endpoint takes the default's sixteen)
+        # the demo's student is one CPU process: two shadow calls at a time (the rest wait their turn) keep its
+        # queue short enough that a candidate's shadow pairs are answers, not timeouts (vLLM takes the default 16)
         env.setdefault("RATCHET_SHADOW_MAX_IN_FLIGHT", "2")
         if self.o.accelerated:
             env.update(RATCHET_DAY_SECONDS=f"{self.o.day_seconds:g}", RATCHET_CLOCK_START=self.o.clock_start)

@@ -8,14 +8,16 @@ threshold and what the contract guard would have said). An audited request may a
 with the teacher's audit answer. Nothing here delays or fails the client's answer: the calls run as background
 tasks (``Gateway.spawn``) and a failed call is a pair with outcome ``error``.
 
-Shadows are capped (``RATCHET_SHADOW_MAX_IN_FLIGHT`` calls at once per gateway worker): a request that finds the
-cap reached is not shadowed (``ratchet_pairs_total{role="shadow",outcome="skipped"}``), so a slow student is never
-queued into timeouts by its own evidence gathering. Which requests are skipped depends on load, never on their
-answers, so the shadow pairs stay an unbiased sample of the candidate's traffic.
+Shadows are capped (``RATCHET_SHADOW_MAX_IN_FLIGHT`` calls at once per gateway worker): the others wait their
+turn (their student timeout starts when their call does), at most :data:`SHADOW_BACKLOG` of them; a request that
+finds the backlog full is not shadowed (``ratchet_pairs_total{role="shadow",outcome="skipped"}``). So a burst of
+traffic is shadowed at the student's own pace instead of queueing the student into timeouts, and which requests
+are skipped depends on load, never on their answers: the shadow pairs stay an unbiased sample.
 """
 
 from __future__ import annotations
 
+import asyncio
 import time
 from typing import TYPE_CHECKING
 
@@ -33,6 +35,9 @@ from ratchet_gateway.upstream import Timeouts
 if TYPE_CHECKING:
     from ratchet_gateway.state import Gateway
 
+# Shadows waiting for a place under the cap, per gateway worker (each holds its request until its turn).
+SHADOW_BACKLOG = 256
+
 
 class Pairs:
     """Starts a request's off-path calls and records their pair rows (one per app)."""
@@ -42,7 +47,9 @@ class Pairs:
         self.student = student
         self.recorder = recorder
         self.teacher_timeouts = teacher_timeouts
-        self.shadows_in_flight = 0
+        self.shadows_in_flight = 0  # running or waiting for a place
+        self.backlog = SHADOW_BACKLOG
+        self._places: asyncio.Semaphore | None = None  # made on the event loop, at the first shadow
 
     def after(self, call: ChatCall, served: dict) -> None:
         """Start what runs off the path now that `served` answered `call` (nothing when nothing is due)."""
@@ -53,10 +60,13 @@ class Pairs:
             self.gw.spawn(self._shadow(call, served, p.shadow_version))
 
     def _take_shadow(self) -> bool:
-        """A shadow call's place under the cap (released when its row is written), or False: skipped."""
-        if self.shadows_in_flight >= self.gw.settings.shadow_max_in_flight:
+        """A shadow's place in the cap's queue (given back when its row is written), or False: skipped."""
+        cap = self.gw.settings.shadow_max_in_flight
+        if cap == 0 or self.shadows_in_flight >= cap + self.backlog:
             self.gw.metrics.pairs.labels("shadow", "skipped").inc()
             return False
+        if self._places is None:
+            self._places = asyncio.Semaphore(cap)
         self.shadows_in_flight += 1
         return True
 
@@ -89,9 +99,11 @@ class Pairs:
     async def _shadow(self, call: ChatCall, teacher: dict, version: str) -> None:
         """Have candidate `version` answer off the path; compare it with the teacher's answer -> ``shadow`` row
         with the candidate's own threshold (``Route.shadow_threshold``). Holds a place under the cap
-        (:meth:`_take_shadow`) and gives it back."""
+        (:meth:`_take_shadow`), waits for its turn under the cap, and gives the place back."""
         try:
-            await self._shadow_row(call, teacher, version)
+            assert self._places is not None
+            async with self._places:
+                await self._shadow_row(call, teacher, version)
         finally:
             self.shadows_in_flight -= 1
 

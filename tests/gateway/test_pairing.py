@@ -145,9 +145,9 @@ def test_audited_previous_live_request_is_evidence_for_the_candidate(tmp_path, t
         assert rows["request"][0]["pair_role"] == ""
 
 
-def test_shadow_calls_are_capped_and_the_rest_skipped_not_failed(tmp_path, teacher_url):
-    """A slow candidate: at most RATCHET_SHADOW_MAX_IN_FLIGHT shadow calls reach it at once; the requests that
-    find the cap reached are not shadowed (counted as skipped), and no shadow pair is an error."""
+def test_shadow_calls_are_capped_queued_and_beyond_the_backlog_skipped(tmp_path, teacher_url):
+    """A slow candidate: at most RATCHET_SHADOW_MAX_IN_FLIGHT shadow calls reach it at once, the next ones wait
+    their turn (no timeout, no error pair), and beyond the backlog a request is not shadowed (counted skipped)."""
     import threading
 
     from fastapi import FastAPI
@@ -193,17 +193,18 @@ def test_shadow_calls_are_capped_and_the_rest_skipped_not_failed(tmp_path, teach
     ):
         client = openai.OpenAI(base_url=g.url + "/v1", api_key=API_KEY, max_retries=0, timeout=20)
         g.publish(tickets={"stage": "shadow", "version": NEW, "threshold": 0.0})
-        ids = [
-            _ask(client, seed)["x-ratchet-request-id"] for seed in range(6)
-        ]  # teacher-served, each shadowed
+        g.app.state.chat.pairs.backlog = 2
+        # teacher-served, each to be shadowed: two calls held by the student, two waiting, two skipped
+        ids = [_ask(client, seed)["x-ratchet-request-id"] for seed in range(6)]
+        assert state["calls"] == 2
         release.set()
         g.drain()
         rows = [r for r in sealed_rows(g.settings.lake_root) if r["request_id"] in ids]
         metrics = httpx_get(g.url + "/metrics")
     shadows = [r for r in rows if r["kind"] == "pair" and r["pair_role"] == "shadow"]
-    assert state["most"] == 2 and state["calls"] == 2  # two held the cap while the other four arrived
-    assert len(shadows) == 2 and all(r["pair_outcome"] != "error" for r in shadows)
-    assert 'ratchet_pairs_total{outcome="skipped",role="shadow"} 4.0' in metrics
+    assert state["most"] == 2 and state["calls"] == 4  # the two waiting ran once the first two were answered
+    assert len(shadows) == 4 and all(r["pair_outcome"] in ("agree", "disagree") for r in shadows)
+    assert 'ratchet_pairs_total{outcome="skipped",role="shadow"} 2.0' in metrics
 
 
 def httpx_get(url: str) -> str:
