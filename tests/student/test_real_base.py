@@ -508,7 +508,7 @@ def test_the_adapter_answers_the_same_rendered_by_apply_chat_template(night, cha
         client = openai.OpenAI(base_url=url + "/v1", api_key="none", max_retries=0, timeout=120)
         served = []
         for row in rows:
-            msg = client.chat.completions.create(model=VERSION, max_tokens=96, temperature=0, **sent(row))
+            msg = client.chat.completions.create(model=VERSION, max_tokens=96, **sent(row))  # greedy: sent()
             msg = msg.choices[0].message
             served.append(msg.model_dump(exclude_none=True))
 
