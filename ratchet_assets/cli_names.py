@@ -36,9 +36,4 @@ def names_checked(kind: NameKind) -> Any:
 def actor_checked(ctx: click.Context, param: click.Parameter, value: Any) -> Any:
     """A click callback for ``--actor`` (who made an admin change: logged, and signed into the audit log): the
     name rule's ``actor`` kind, or unset (empty or None: the OS user name is used)."""
-    if not value:
-        return value
-    try:
-        return check("actor", value)
-    except NameRuleError as exc:
-        raise click.BadParameter(exc.message, ctx=ctx, param=param) from None
+    return names_checked("actor")(ctx, param, value) if value else value
