@@ -17,6 +17,12 @@ from typing import Any
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
 EXTENSION = "ratchet.hold_head"
+_NO_EXTENSIONS: dict = {}
+
+
+def hold_head_of(scope: Any) -> Any:
+    """The request's ``ratchet.hold_head`` callable, or None under any other server."""
+    return scope.get("extensions", _NO_EXTENSIONS).get(EXTENSION)
 
 
 class _HoldingTransport:

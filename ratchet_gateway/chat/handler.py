@@ -38,13 +38,12 @@ from ratchet_gateway.errors import GatewayError
 from ratchet_gateway.hooks import INFO, RequestHooks, RequestInfo
 from ratchet_gateway.request_body import LARGE_BODY_BYTES, episode_of, read_body, receive_body, task_of
 from ratchet_gateway.responses import new_request_id, ratchet_headers
-from ratchet_gateway.serve_http import EXTENSION as HOLD_HEAD
+from ratchet_gateway.serve_http import hold_head_of
 from ratchet_gateway.upstream import teacher_timeouts
 
 if TYPE_CHECKING:
     from ratchet_gateway.state import Gateway
 
-_NO_EXTENSIONS: dict = {}
 _US_PER_DAY = 86_400_000_000
 _day_cache: list = [-1, ""]  # [UTC day number, its "YYYY-MM-DD"]: strftime once a day, not per request
 
@@ -126,7 +125,7 @@ class ChatHandler:
             info,
         )
         if not isinstance(response, StreamingResponse):
-            hold_head = scope.get("extensions", _NO_EXTENSIONS).get(HOLD_HEAD)
+            hold_head = hold_head_of(scope)
             if hold_head is not None:  # ``ratchet gateway``'s server: head and body in one socket write
                 hold_head()
         await response(scope, receive, send)

@@ -32,10 +32,9 @@ from ratchet_gateway.chat.formats import StreamFormat
 from ratchet_gateway.chat.parts import Parts
 from ratchet_gateway.chat.teacher import check_teacher_schema, teacher_body
 from ratchet_gateway.errors import GatewayError
-from ratchet_gateway.serve_http import EXTENSION as HOLD_HEAD
+from ratchet_gateway.serve_http import hold_head_of
 
 log = logging.getLogger("ratchet.gateway")
-_NO_EXTENSIONS: dict = {}
 
 
 class Last(bytes):
@@ -50,7 +49,7 @@ class RelayResponse(StreamingResponse):
     head waits for the first bytes (``ratchet.hold_head``, ``ratchet_gateway.serve_http``)."""
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        hold_head = scope.get("extensions", _NO_EXTENSIONS).get(HOLD_HEAD)
+        hold_head = hold_head_of(scope)
         if hold_head is not None:
             hold_head()
         task = asyncio.current_task()
