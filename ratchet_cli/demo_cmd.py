@@ -98,6 +98,14 @@ def _own_stop_signals() -> dict:
     help="Least optimiser steps a night trains (small training sets run more epochs). "
     "Default: lora_adapter's (150).",
 )
+@click.option(
+    "--train-threads",
+    type=click.IntRange(min=0),
+    default=0,
+    show_default=True,
+    help="Torch threads a night trains with (0: every CPU, idle threads sleeping; the night has the machine to "
+    "itself). Not part of the training config: a rerun reuses the night's adapter.",
+)
 @click.option("--gateway-port", type=int, default=8100, show_default=True)
 @click.option("--teacher-port", type=int, default=8101, show_default=True)
 @click.option("--student-port", type=int, default=8102, show_default=True)
@@ -117,6 +125,7 @@ def demo(
     concurrency: int,
     train_epochs: int | None,
     train_min_steps: int | None,
+    train_threads: int,
     gateway_port: int,
     teacher_port: int,
     student_port: int,
@@ -155,6 +164,7 @@ def demo(
         concurrency=concurrency,
         train_epochs=train_epochs or None,
         train_min_steps=train_min_steps,
+        train_threads=train_threads,
         gateway_port=gateway_port,
         teacher_port=teacher_port,
         student_port=student_port,

@@ -55,21 +55,23 @@ class LoraAdapterConfig(dg.Config):
     patience: int = _DEFAULTS.patience
     max_epochs: int = _DEFAULTS.max_epochs
     time_budget_s: float = _DEFAULTS.time_budget_s
+    # at equal validation accuracy, an epoch is better only with a loss lower by this (nats per target token)
+    min_loss_delta: float = _DEFAULTS.min_loss_delta
     # validation split by near-duplicate groups ("near_duplicate") or by each prompt's hash ("prompt")
     validation_groups: str = _DEFAULTS.validation_groups
-    # "warm": start from the tasks' live (else last certified) adapter when nothing forbids it, training on the new
+    # "warm": start from the tasks' newest live or certified adapter when nothing forbids it, training on the new
     # rows plus a replay sample (`replay_share` of the older rows by hash, at most `replay_cap`); "cold": a fresh LoRA
     start: str = _DEFAULTS.start
     replay_share: float = _DEFAULTS.replay_share
     replay_cap: int = _DEFAULTS.replay_cap
     warm_lr: float = _DEFAULTS.warm_lr  # the peak learning rate of a warm start
-    # 0 = torch's default; does not change the adapter, so not part of the config hash
+    # torch threads: 0 = every CPU this process may use, idle threads sleeping (``LoraTrainConfig.num_threads``).
+    # Not part of the config hash (a rerun reuses the night's adapter); the adapter records the count it trained with.
     num_threads: int = _DEFAULTS.num_threads or 0
 
     def train_config(self) -> dict[str, Any]:
         names = {f.name for f in fields(LoraTrainConfig)}
         data = {k: v for k, v in self.model_dump().items() if k in names}
-        data["num_threads"] = self.num_threads or None
         return data
 
 

@@ -11,7 +11,7 @@ instead of training again. The training-set root is the one ``training_set`` com
 digest>``, where N is this launch's rank among all training launches in the ledger (creation order): stable
 across reruns, never reused.
 
-Where the weights start (``night.warm_start``): from the tasks' live (else last certified) adapter when the base,
+Where the weights start (``night.warm_start``): from the tasks' newest live or certified adapter when the base,
 the LoRA's shape and the tasks' policies are unchanged, on the new rows plus a replay sample; else cold, on the
 whole training set. The record's ``start`` says which, why, and the parent (version, digest, day); the BOM carries
 it. The launch key does not name the parent: a rerun reuses what the first launch trained.
@@ -54,8 +54,10 @@ LEASE_SECONDS = 6 * 3600
 # context, min_steps 150)
 # except: one epoch, since the 7-day window grows every night and 4 epochs made each night longer than the last
 # (``min_steps`` still gives a small set enough steps); half the rows trained with made-up e-mails/phones in place
-# of placeholders (``pii_surrogates``); one torch thread, measured 3.6x faster than two on the embedded default's
-# shared 2-core machine (10 steps: 6.9 s vs 24.9 s) and not part of the config hash (it does not change the adapter).
+# of placeholders (``pii_surrogates``); one torch thread, measured 3.6x faster than two spinning threads on the
+# embedded default's shared 2-core machine (10 steps: 6.9 s vs 24.9 s), and not part of the config hash (the count
+# moves the last bits of the weights, not what was asked; ``LoraTrainConfig.num_threads``). The demo, whose nights
+# have the machine to themselves, passes 0: every CPU, idle threads sleeping.
 #
 # The learner adapts (issue 16): the night trains until a validation split held out of the training rows (never
 # golden rows: the training set has none) stops improving, instead of a fixed step count. Defaults:
@@ -69,7 +71,7 @@ LEASE_SECONDS = 6 * 3600
 # set, whose validation split is a handful of rows, still gets enough steps. The choices (steps, epochs, validation accuracy per
 # task, why it stopped) are in the adapter's ``ratchet_train.json``, its record, the asset's metadata and the BOM.
 #
-# Warm start (``night.warm_start``): a night starts from its tasks' live (else last certified) adapter when the base,
+# Warm start (``night.warm_start``): a night starts from its tasks' newest live or certified adapter when the base,
 # the LoRA's shape and the tasks' policies are unchanged, and trains on the rows new since the parent's day plus a
 # replay sample of older ones (a quarter of them by hash, at most 1000); the validation split still decides when to
 # stop. ``start="cold"`` forces a fresh LoRA every night.
@@ -198,7 +200,9 @@ def training_paused(engine: Any, public_key: Any) -> bool:
 
 
 def config_hash(train_config: dict[str, Any]) -> str:
-    """Digest of the training config without ``num_threads`` (which does not change the adapter)."""
+    """Digest of the training config without ``num_threads``: the thread count moves the last bits of the weights,
+    not what was asked for, so a rerun with another count reuses the night's adapter (the adapter's
+    ``ratchet_train.json`` records the count it trained with)."""
     from ratchet_stats.canonical import digest
 
     return digest({k: v for k, v in train_config.items() if k != "num_threads"})

@@ -20,7 +20,7 @@ runs exactly ``epochs``. ``min_steps = 0`` turns this off.
 Early stopping (``validation_share > 0``; the night's default, ``night.adapter.NIGHT_TRAINING``): the rows whose
 group (below) hashes below ``validation_share`` are held out (never golden rows: the training set has none); the schedule
 is ``max(epochs_run above, max_epochs)`` epochs; after each epoch the held-out rows are scored (exact answer,
-teacher-forced, and mean target-token loss); the best epoch (higher accuracy, then lower loss) is kept, and the run
+teacher-forced, and mean target-token loss); the best epoch (higher accuracy, then a loss lower by ``min_loss_delta``) is kept, and the run
 stops after ``patience`` epochs without a better one (counted only once the fixed schedule's ``epochs_run`` above
 is done: a small set's split is a handful of rows, too noisy to cut it shorter), at the end of the schedule, or
 past ``time_budget_s``.
@@ -71,6 +71,7 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+import os
 import random
 import re
 import time
@@ -111,8 +112,13 @@ class LoraTrainConfig:
     warmup_fraction: float = 0.05
     # Share of rows whose e-mail/phone placeholders become realistic made-up values (module docstring).
     pii_surrogates: float = 0.0
-    # None = leave torch's thread count alone (the caller's process may be serving too). On a CPU shared with
-    # other busy processes, 1 is far faster than 2 (measured 6x: OpenMP threads spin waiting for each other).
+    # None = leave torch's thread count alone (the caller's process may be serving too); 0 = every CPU this process
+    # may use (``cpu_threads``). On a CPU shared with other busy processes, 1 is far faster than 2 (measured 6x:
+    # OpenMP threads spin waiting for each other) unless the threads wait passively (``train_job`` sets
+    # OMP_WAIT_POLICY=PASSIVE for more than one: the demo base's 48 steps took 19.7 s on one thread, 11.6 s on two
+    # spinning, 13.7 s on two passive on an idle 2-core machine, and 19.1 / 57.5 / 20.8 s with the other core busy). The thread count changes the last bits of the weights
+    # (floating-point sums split differently), so the adapter's ``ratchet_train.json`` records it (``torch_threads``);
+    # it stays out of the config hash: a rerun reuses the adapter the ledger holds rather than retraining.
     num_threads: int | None = None
     # Adaptive schedule (issue 16), off at 0: hold out this share of the training rows (chosen by a hash of the
     # prompt, never golden rows: those are not in the training set) as a validation split; after each epoch measure
@@ -121,6 +127,10 @@ class LoraTrainConfig:
     # `max_epochs` (the learning rate decays linearly over them), or when `time_budget_s` is spent.
     validation_share: float = 0.0
     patience: int = 2
+    # A tie in validation accuracy counts as better only when the mean target-token loss falls by at least this
+    # much (nats per target token; Keras' ``min_delta``): below it the answers the split checks no longer change,
+    # and the demo's warm nights 3 and 4 ran 4 more epochs each for drops of 0.0003-0.003 that changed none.
+    min_loss_delta: float = 0.005
     max_epochs: int = 12
     time_budget_s: float = 0.0  # 0 = no time budget
     # How the validation split is drawn (module docstring, "Validation split"): "near_duplicate" holds out whole
@@ -301,8 +311,8 @@ def train_lora(
 
     config = config or LoraTrainConfig()
     started = time.perf_counter()
-    if config.num_threads:
-        torch.set_num_threads(config.num_threads)
+    if config.num_threads is not None:
+        torch.set_num_threads(config.num_threads or cpu_threads())
     torch.manual_seed(config.seed)
     rng = random.Random(config.seed)
 
@@ -441,10 +451,10 @@ def train_lora(
             history.append(sum(right) / len(right))
             loss_history.append(val_loss)
             per_task_history.append(_by_task(right, validation_tasks))
-            # better = higher exact accuracy, then (equal accuracy) lower validation loss: a split that is all
-            # right after a few epochs does not stop the run while the answers are still getting surer
+            # better = higher exact accuracy, then (equal accuracy) a validation loss lower by `min_loss_delta`: a
+            # split that is all right after a few epochs does not stop the run while the answers still get surer
             to_beat = initial if best is None else (history[best], loss_history[best])
-            if to_beat is None or (history[-1], -val_loss) > (to_beat[0], -to_beat[1]):
+            if to_beat is None or _better(history[-1], val_loss, *to_beat, config.min_loss_delta):
                 best = len(history) - 1
                 best_state = trained_state()
             # patience counts only past the fixed schedule's floor (`epochs`, `min_steps`): a small set's
@@ -491,8 +501,10 @@ def train_lora(
     identity = base_identity(base_path)
     normalise_adapter_config(out / "adapter_config.json", identity["name"])
     meta = {
-        # num_threads does not change the adapter (same as night.adapter.config_hash): left out of its bytes
+        # the thread count is not part of the config asked for (night.adapter.config_hash) but does move the last
+        # bits of the weights: recorded apart (LoraTrainConfig.num_threads)
         "config": {k: v for k, v in config.to_dict().items() if k != "num_threads"},
+        "torch_threads": torch.get_num_threads(),
         "max_len": max_len,
         "rows_left_out": {"longer_than_max_len": fits.count(False)},
         "examples": len(examples),
@@ -540,6 +552,23 @@ def normalise_adapter_config(path: Path, base_name: str) -> None:
     if isinstance(data.get("modules_to_save"), list):
         data["modules_to_save"] = sorted(data["modules_to_save"])
     path.write_text(json.dumps(data, indent=2, sort_keys=True) + "\n", encoding="utf-8")
+
+
+def cpu_threads() -> int:
+    """The CPUs this process may run on (its affinity mask; a container's cpuset too), at least 1."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except (AttributeError, OSError):  # no affinity call on this platform
+        return max(1, os.cpu_count() or 1)
+
+
+def _better(
+    accuracy: float, loss: float, best_accuracy: float, best_loss: float, min_loss_delta: float
+) -> bool:
+    """An epoch beats the best so far: higher exact accuracy, or the same with a loss lower by ``min_loss_delta``."""
+    if accuracy != best_accuracy:
+        return accuracy > best_accuracy
+    return best_loss - loss >= max(min_loss_delta, 0.0) and loss < best_loss
 
 
 def _by_task(right: list[bool], tasks: list[str]) -> dict[str, float]:

@@ -64,6 +64,7 @@ class DemoOptions:
     # lora_adapter's epochs and min_steps a night (None: the asset's default, what the demo certifies with)
     train_epochs: int | None = None
     train_min_steps: int | None = None
+    train_threads: int | None = 0  # torch threads a night trains with (0: every CPU; None: the asset's one)
     gateway_port: int = 8100
     teacher_port: int = 8101
     student_port: int = 8102
@@ -445,7 +446,7 @@ class DemoRunner:
             day,
             self.base_env(),
             self.logs,
-            run_config=night_run_config(self.o.train_epochs, self.o.train_min_steps),
+            run_config=night_run_config(self.o.train_epochs, self.o.train_min_steps, self.o.train_threads),
         )
         self.state.days_done = sorted({*self.state.days_done, day})
         if self.state.open_day == day:

@@ -173,8 +173,8 @@ def test_ci_command_materialises_a_partition_on_a_fresh_dagster_home(two_days: P
 @pytest.mark.slow
 @pytest.mark.timeout(1800)  # one real training with the night's defaults (150 steps) and two evaluations
 def test_a_ui_rerun_without_run_config_reuses_the_demo_nights_adapter(home: Path, tmp_path: Path) -> None:
-    """The demo runs a night as ``python -m ratchet_cli.demo.night DAY OUT`` with no run config (lora_adapter's
-    defaults are its training settings); "Materialize all" from the UI, i.e. ``dagster asset materialize --select
+    """The demo runs a night as ``python -m ratchet_cli.demo.night DAY OUT RUN_CONFIG`` passing only the torch thread
+    count (lora_adapter's defaults are its training settings); "Materialize all" from the UI, i.e. ``dagster asset materialize --select
     '*'`` without run config, must then reuse that adapter: one training launch in the effect ledger."""
     from ratchet_assets.effects import EffectLedger
     from ratchet_assets.night.fixtures import write_day
@@ -183,7 +183,7 @@ def test_a_ui_rerun_without_run_config_reuses_the_demo_nights_adapter(home: Path
     from ratchet_gateway.student_server.app import create_app
     from tests.serve import serve_in_thread
 
-    assert night_run_config() is None  # what the demo passes with its default options
+    demo_config = night_run_config()  # what the demo passes with its default options: the thread count only
     write_day(home / "lake", DAY1, 300, seed=5, workload="tickets", student_share=0.0)
     dagster_home = tmp_path / "dagster_home"
     dagster_home.mkdir()
@@ -198,7 +198,7 @@ def test_a_ui_rerun_without_run_config_reuses_the_demo_nights_adapter(home: Path
             "LITELLM_LOCAL_MODEL_COST_MAP": "True",
         }
         night = subprocess.run(
-            [sys.executable, "-m", "ratchet_cli.demo.night", DAY1, str(summary_path)],
+            [sys.executable, "-m", "ratchet_cli.demo.night", DAY1, str(summary_path), json.dumps(demo_config)],
             env=env, capture_output=True, text=True, timeout=1500, cwd=dagster_home,
         )  # fmt: skip
         summary = json.loads(summary_path.read_text())

@@ -157,15 +157,21 @@ def test_the_demo_passes_no_run_config_the_nightly_job_defaults_are_its_training
     from ratchet_assets.definitions import defs
     from ratchet_cli.demo.night import NIGHT_JOB, night_run_config
 
-    assert night_run_config() is None and night_run_config(None, None) is None and night_run_config(0) is None
+    assert night_run_config(None, None, None) is None and night_run_config(0, None, None) is None
     job = defs().resolve_job_def(NIGHT_JOB)
     # With no run config the job trains with one epoch, PII surrogates and one torch thread (what the demo
     # certifies with), and min_steps keeps the trainer's floor, so one epoch still means at least that many steps.
     defaults = dg.validate_run_config(job, {})["ops"]["lora_adapter"]["config"]
+    from ratchet_assets.night.adapter import config_hash
     from ratchet_assets.night.lora_trainer import LoraTrainConfig
 
     assert (defaults["epochs"], defaults["pii_surrogates"], defaults["num_threads"]) == (1, 0.5, 1)
     assert defaults["min_steps"] == LoraTrainConfig().min_steps > 0
+    # by default the demo passes the thread count only (every CPU), which is not part of the training config's
+    # hash: a UI rerun without run config reuses the night's adapter
+    passed = dg.validate_run_config(job, night_run_config())["ops"]["lora_adapter"]["config"]
+    assert {k: v for k, v in passed.items() if v != defaults[k]} == {"num_threads": 0}
+    assert config_hash(passed) == config_hash(defaults) != config_hash({**defaults, "min_steps": 0})
     # an option given on the command line is the only thing the demo passes
-    override = dg.validate_run_config(job, night_run_config(2, 0))["ops"]["lora_adapter"]["config"]
+    override = dg.validate_run_config(job, night_run_config(2, 0, None))["ops"]["lora_adapter"]["config"]
     assert (override["epochs"], override["min_steps"], override["pii_surrogates"]) == (2, 0, 0.5)

@@ -56,3 +56,40 @@ def test_training_stops_on_its_validation_split_and_reports_its_choices(tmp_path
     meta = json.loads((tmp_path / "adapter" / TRAIN_META_FILE).read_text())
     assert meta["validation"] == v and meta["config"]["validation_share"] == 0.2
     print(f"validation: {v}")
+
+
+def test_a_tie_in_accuracy_is_better_only_for_a_loss_lower_by_min_loss_delta():
+    from ratchet_assets.night.lora_trainer import LoraTrainConfig, _better
+
+    delta = LoraTrainConfig().min_loss_delta
+    assert delta > 0
+    assert _better(0.9, 0.5, 0.8, 0.01, delta)  # higher accuracy wins whatever the loss
+    assert not _better(0.8, 0.0, 0.9, 0.5, delta)  # lower accuracy never does
+    assert _better(1.0, 0.010, 1.0, 0.010 + 1.2 * delta, delta)  # a tie, the loss lower by more than delta
+    assert not _better(1.0, 0.0004, 1.0, 0.0036, delta)  # demo night 4: all right, loss 0.0036 -> 0.0004
+    assert _better(1.0, 0.0004, 1.0, 0.0036, 0.0)  # min_loss_delta 0: any lower loss breaks a tie
+    assert not _better(1.0, 0.0036, 1.0, 0.0036, 0.0)
+
+
+def test_more_than_one_training_thread_waits_passively_unless_the_environment_chooses(monkeypatch):
+    from ratchet_assets.night import lora_trainer
+    from ratchet_assets.night.train_job import passive_threads
+
+    monkeypatch.setattr(lora_trainer, "cpu_threads", lambda: 2)
+    for config, expected in (
+        ({"num_threads": 2}, "PASSIVE"),
+        ({"num_threads": 0}, "PASSIVE"),  # 0 = every CPU: two here
+        ({"num_threads": 1}, None),
+        ({"num_threads": None}, None),  # torch's own choice, left alone
+        ({}, None),
+    ):
+        env: dict[str, str] = {}
+        passive_threads(config, env)
+        assert env.get("OMP_WAIT_POLICY") == expected, config
+    env = {"OMP_WAIT_POLICY": "ACTIVE"}
+    passive_threads({"num_threads": 2}, env)
+    assert env == {"OMP_WAIT_POLICY": "ACTIVE"}
+    monkeypatch.setattr(lora_trainer, "cpu_threads", lambda: 1)
+    env = {}
+    passive_threads({"num_threads": 0}, env)
+    assert env == {}

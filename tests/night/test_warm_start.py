@@ -247,6 +247,28 @@ def test_the_replay_sample_never_holds_a_golden_row_and_a_parent_that_saw_one_is
     assert refused.mode == "cold" and f"golden on {DAY2}" in refused.reason
 
 
+def test_the_parent_is_the_newest_live_or_certified_version_of_the_tasks():
+    def rec(v, day):
+        return {"version": v, "adapter_sha256": v.split("-")[1] * 8, "train_day": day}
+
+    records = {
+        r["version"]: r
+        for r in (rec("v1-aa", "2026-01-01"), rec("v2-bb", "2026-01-02"), rec("v3-cc", "2026-01-03"))
+    }
+    # v1 serves, v2 and v3 are certified (v3 still in shadow): the newest, v3, has seen the most days
+    p = W.find_parent(
+        ["tickets"], {"tickets": "v1-aa"}, [("v2-bb", "tickets"), ("v3-cc", "tickets")], records
+    )
+    assert (p.version, p.chosen_as, p.train_day) == ("v3-cc", "certified", "2026-01-03")
+    # the newest is the live one: chosen as live
+    p = W.find_parent(["tickets"], {"tickets": "v3-cc"}, [("v2-bb", "tickets")], records)
+    assert (p.version, p.chosen_as) == ("v3-cc", "live")
+    # another task's versions, and versions the ledger never launched, are not parents
+    assert W.find_parent(["extract"], {"tickets": "v3-cc"}, [("v2-bb", "tickets")], records) is None
+    p = W.find_parent(["tickets"], {}, [("v9-ff", "tickets"), ("v2-bb", "tickets")], records)
+    assert p.version == "v2-bb"
+
+
 def test_select_rows_takes_every_new_row_and_a_capped_hash_sample_of_the_old():
     keys = [f"{i:064x}" for i in range(200)]
     days = ["2026-01-01"] * 150 + ["2026-01-02"] * 50
