@@ -36,7 +36,8 @@ split, which put near-duplicates on both sides and overstated it (``tests/night/
 
 Warm start (``init_adapter``): the weights start from a parent adapter of the same LoRA shape (``night.warm_start``
 decides whether and picks the rows), loaded trainable; its score on the validation split is measured before the
-first epoch (``initial_accuracy``/``initial_loss``) and an epoch must beat it, else the parent's weights are kept
+first epoch (``initial_accuracy``/``initial_loss``) and an epoch must match its accuracy (a tie goes to the epoch,
+whose weights learned the night's new rows), else the parent's weights are kept
 (``best_epoch`` 0); the peak learning rate is ``warm_lr``; the ``min_steps`` floor, meant for a fresh LoRA, does
 not apply: patience counts past half of ``max_epochs`` instead (``epochs`` without a validation split).
 
@@ -452,9 +453,17 @@ def train_lora(
             loss_history.append(val_loss)
             per_task_history.append(_by_task(right, validation_tasks))
             # better = higher exact accuracy, then (equal accuracy) a validation loss lower by `min_loss_delta`: a
-            # split that is all right after a few epochs does not stop the run while the answers still get surer
-            to_beat = initial if best is None else (history[best], loss_history[best])
-            if to_beat is None or _better(history[-1], val_loss, *to_beat, config.min_loss_delta):
+            # split that is all right after a few epochs does not stop the run while the answers still get surer.
+            # Against a warm start's parent, accuracy alone decides and a tie goes to the epoch: its weights have
+            # learned tonight's new rows, which a split the parent already answers all right cannot tell apart
+            # (with the loss rule, the demo's nights 2-4 all kept v1's weights: 1.0 on their splits from the start)
+            if best is None:
+                better = initial is None or history[-1] >= initial[0]
+            else:
+                better = _better(
+                    history[-1], val_loss, history[best], loss_history[best], config.min_loss_delta
+                )
+            if better:
                 best = len(history) - 1
                 best_state = trained_state()
             # patience counts only past the fixed schedule's floor (`epochs`, `min_steps`): a small set's
