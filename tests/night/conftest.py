@@ -1,4 +1,5 @@
-"""Fixtures for the night part 2 tests (certificate, BOM, committed training sets, the three assets)."""
+"""Fixtures for the night part 2 tests (certificate, BOM, committed training sets, the three assets), and the
+student bases (``tests.student.bases``) for training and a night on the Qwen2-shaped base."""
 
 from __future__ import annotations
 
@@ -11,6 +12,9 @@ import sys
 from pathlib import Path
 
 import pytest
+
+from tests.student.bases import chatml_base as chatml_base  # noqa: F401 (fixture)
+from tests.student.bases import demo_base as demo_base  # noqa: F401 (fixture)
 
 REPO = Path(__file__).resolve().parents[2]
 
