@@ -10,21 +10,11 @@ import pytest
 import sqlalchemy as sa
 
 from ratchet_core import manifest as mf
-from ratchet_core.control_db import make_engine
 from ratchet_stats.dsse import sign_statement, verify_statement
 from ratchet_stats.keys import generate_private_key
+from tests.evidence.manifests import engine as engine  # noqa: F401 (fixture)
 from tests.evidence.manifests import insert_raw_row, write_signed_manifest
-
-
-@pytest.fixture
-def key():
-    return generate_private_key()
-
-
-@pytest.fixture
-def engine(tmp_path):
-    """A control DB with no tables yet: the first publish creates them."""
-    return make_engine(f"sqlite:///{(tmp_path / 'control.db').as_posix()}")
+from tests.evidence.manifests import key as key  # noqa: F401 (fixture)
 
 
 def _rows(engine):
