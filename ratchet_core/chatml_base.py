@@ -2,7 +2,7 @@
 a byte-level BPE tokenizer trained on the built-in workloads' text, and a ChatML-with-tools chat template in the
 style of Qwen2.5.
 
-It is what the tests (``tests/student/test_real_base.py``) and the GPU check (``infra/vllm/gpu_check.sh``) run a
+It is what the tests (``tests/night/test_real_base.py``) and the GPU check (``infra/vllm/gpu_check.sh``) run a
 night on to prove the production path: the same files vLLM serves (``config.json``, ``model.safetensors``,
 ``tokenizer.json``, ``tokenizer_config.json`` with ``chat_template``), the template vLLM renders, tool calls
 hermes-style (``vllm serve --tool-call-parser hermes``: ``<tool_call>`` and ``</tool_call>`` are single tokens,

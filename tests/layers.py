@@ -12,7 +12,7 @@ later by variable, like ``ratchet_cli.main.COMMANDS``, is not seen.) The rules:
 - package cycle: within each package, its children (sub-packages and modules) do not reach each other in a
   circle either, e.g. ``ratchet_assets.night`` -> ``ratchet_assets.governance`` -> ``ratchet_assets.night``.
 
-Run ``python -m tests.layers`` (``make lint`` does) or tests/core/test_layers.py (``make test``). Each problem is
+Run ``python -m tests.layers`` (``make lint`` does) or tests/test_layers.py (``make test``). Each problem is
 one message naming the file and line of the import and the rule it breaks.
 """
 

@@ -1,8 +1,8 @@
 """How `make test` spreads the suite over pytest-xdist workers (``--dist loadfile --no-loadscope-reorder``).
 
 Each test file runs whole on one worker, so its module-scoped fixtures (a server, a trained night) are built once;
-the trained student adapter (tests/student) is used by one file only. Files holding a test marked slow are handed
-out first, so that the run does not end waiting on one long night while the other workers idle.
+the trained student adapter (tests/student/conftest.py) is used by one file only. Files holding a test marked slow
+are handed out first, so that the run does not end waiting on one long night while the other workers idle.
 
 (``--dist loadgroup`` with computed ``xdist_group`` marks would spread a file's independent tests too, but
 pytest-xdist 3.8 groups by rewriting node ids, which pytest 9.2 no longer allows: the marks are silently

@@ -10,8 +10,7 @@ import pytest
 from click.testing import CliRunner
 
 from ratchet_agents.scout import GateClient, Scout
-
-from .conftest import SCOUT_KEY
+from tests.agents.stack import SCOUT_KEY
 
 pytestmark = pytest.mark.slow  # one gateway + demo teacher for the module: ~25 s to start on the shared box
 

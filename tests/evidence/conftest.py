@@ -1,4 +1,5 @@
-"""Fixtures for the evidence tests (canonical JSON, keys, DSSE, Merkle, keygen/verify CLI)."""
+"""Fixtures for the evidence tests (canonical JSON, keys, DSSE, Merkle, certificates, committed training sets,
+keygen/verify CLI)."""
 
 from __future__ import annotations
 
@@ -14,3 +15,10 @@ def signing_key() -> Ed25519PrivateKey:
 @pytest.fixture(scope="session")
 def other_key() -> Ed25519PrivateKey:
     return Ed25519PrivateKey.generate()
+
+
+@pytest.fixture(scope="session")
+def public_b64(signing_key: Ed25519PrivateKey) -> str:
+    from ratchet_stats.keys import public_key_b64
+
+    return public_key_b64(signing_key.public_key())

@@ -5,7 +5,8 @@
     insert_raw_row(engine, 7, "not a signed envelope")          # a forged or unsigned row
 
 Publishing goes through ``ratchet_core.manifest.publish`` (trusted keys, the hash chain); these write rows a test
-needs to exist, or needs to be wrong.
+needs to exist, or needs to be wrong. The fixtures `key` and `engine` (a new signing key, a control DB with no
+tables yet) are re-exported by tests/release/conftest.py and tests/core/test_manifest.py.
 """
 
 from __future__ import annotations
@@ -14,11 +15,24 @@ from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import Any
 
+import pytest
 import sqlalchemy as sa
 from sqlalchemy.engine import Engine
 
-from ratchet_core.control_db import ensure_schema, release_manifests
+from ratchet_core.control_db import ensure_schema, make_engine, release_manifests
 from ratchet_core.manifest import Flags, Manifest, TaskRelease, sign_manifest
+from ratchet_stats.keys import generate_private_key
+
+
+@pytest.fixture
+def key():
+    return generate_private_key()
+
+
+@pytest.fixture
+def engine(tmp_path):
+    """A control DB with no tables yet: the first publish creates them."""
+    return make_engine(f"sqlite:///{(tmp_path / 'control.db').as_posix()}")
 
 
 def _now() -> str:

@@ -13,8 +13,9 @@ import openai
 import orjson
 import pytest
 
+from tests.core.test_redact_request import EMAIL, PLANTED, UNI_EMAIL, _body
+
 from .conftest import API_KEY, STUDENT_VERSION, running_gateway, sealed_rows
-from .test_redact_request import EMAIL, PLANTED, UNI_EMAIL, _body
 from .test_student_redaction import recording_upstream
 
 # how a planted value could survive in a row: as sent, lower-cased, or (card, phone) as its digits

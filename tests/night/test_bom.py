@@ -14,8 +14,7 @@ from ratchet_stats import commitment as C
 from ratchet_stats.canonical import sha256_hex
 from ratchet_stats.dsse import make_statement, sign_statement
 from ratchet_stats.keys import generate_private_key, public_key_b64
-
-from .conftest import key_of, run_cli, write_json
+from tests.evidence.auditor import key_of, run_cli, write_json
 
 TRAIN_KEYS = [key_of(i) for i in range(0, 120, 2)]
 GOLDEN_KEYS = [key_of(i) for i in range(1, 40, 2)]

@@ -7,9 +7,8 @@ from fastapi import FastAPI, Request
 
 from ratchet_assets.night import evaluate as ev
 from ratchet_stats.canonical import canonical_json
+from tests.evidence.auditor import key_of
 from tests.serve import serve_in_thread
-
-from .conftest import key_of
 
 
 def _row(i: int, task: str, content: str) -> ev.GoldenRow:

@@ -28,8 +28,9 @@ from ratchet_assets.defs.traffic import traffic
 from ratchet_assets.defs.training_set import training_set
 from ratchet_stats import certificate as CERT
 from ratchet_stats.dsse import verify_statement
+from tests.evidence.auditor import run_cli
 
-from .conftest import home_with_a_day, run_cli
+from .conftest import home_with_a_day
 
 # Real training: ~2-4 min on two idle cores, several times that when other test runs share them.
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(1800)]

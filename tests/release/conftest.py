@@ -4,24 +4,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import pytest
-
 from ratchet_assets.night.fixtures import write_segment
-from ratchet_core.control_db import make_engine
 from ratchet_core.lake import segment_relpath
 from ratchet_core.schema import pair_row
-from ratchet_stats.keys import generate_private_key
 from tests.evidence.certificates import sign_certificate
-
-
-@pytest.fixture
-def key():
-    return generate_private_key()
-
-
-@pytest.fixture
-def engine(tmp_path):
-    return make_engine(f"sqlite:///{(tmp_path / 'control.db').as_posix()}")
+from tests.evidence.manifests import engine as engine  # noqa: F401 (fixture)
+from tests.evidence.manifests import key as key  # noqa: F401 (fixture)
 
 
 def seal_pair_rows(

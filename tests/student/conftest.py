@@ -1,13 +1,14 @@
-"""Fixtures of the student tests: ONE demo base and ONE trained tickets adapter for the whole session."""
+"""Fixtures of the student server tests: the bases (``tests.student.bases``) and ONE trained tickets adapter for
+the whole session (used by test_student_server.py only)."""
 
 from __future__ import annotations
-
-import json
-from pathlib import Path
 
 import pytest
 
 from ratchet_core.workloads import get_workload
+from tests.student.bases import chatml_base as chatml_base
+from tests.student.bases import demo_base as demo_base
+from tests.student.bases import write_train_jsonl
 
 # Small enough for two shared CPU cores; the system prompt is the same in every row, so cutting its start
 # (prompt window 160 - longest label) loses nothing the answer depends on. One torch thread: on a CPU shared
@@ -16,26 +17,6 @@ TRAIN_KW = {
     "min_steps": 0,  # exactly the default 4 epochs (600 rows: 152 steps anyway)
     "num_threads": 1,
 }
-
-
-def write_train_jsonl(examples, path: Path) -> Path:
-    """train.jsonl in OpenAI chat fine-tuning format, with the teacher's correct answer as the last message."""
-    with path.open("w", encoding="utf-8") as f:
-        for e in examples:
-            row = {
-                "messages": [*e.messages, e.expected],
-                "tools": e.tools,
-                "response_format": e.response_format,
-            }
-            f.write(json.dumps(row) + "\n")
-    return path
-
-
-@pytest.fixture(scope="session")
-def demo_base(tmp_path_factory) -> Path:
-    from ratchet_core.student_model import ensure_demo_base
-
-    return ensure_demo_base(tmp_path_factory.mktemp("base") / "demo-base")
 
 
 @pytest.fixture(scope="session")
@@ -60,11 +41,3 @@ def trained_adapter(demo_base, tickets_split, tmp_path_factory):
         on_progress=lambda step, total, loss: progress.append((step, total, loss)),
     )
     return result, progress
-
-
-@pytest.fixture(scope="session")
-def chatml_base(tmp_path_factory) -> Path:
-    """The real-architecture base (Qwen2, BPE tokenizer, ChatML-with-tools template), built once, no download."""
-    from ratchet_core.chatml_base import build_chatml_base
-
-    return build_chatml_base(tmp_path_factory.mktemp("base") / "chatml-base")

@@ -33,8 +33,7 @@ def _run(*args: str) -> subprocess.CompletedProcess:
 def work(chatml_base, tmp_path_factory) -> Path:
     """What `build` leaves for `compare`: the base, a small adapter trained on it, golden requests of each task."""
     from ratchet_assets.night.lora_trainer import LoraTrainConfig, train_lora
-
-    from .conftest import write_train_jsonl
+    from tests.student.bases import write_train_jsonl
 
     work = tmp_path_factory.mktemp("gpu-check")
     train = write_train_jsonl(get_workload("tickets").generate(16, seed=2), work / "train.jsonl")

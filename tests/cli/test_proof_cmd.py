@@ -9,8 +9,7 @@ from click.testing import CliRunner
 
 from ratchet_cli.proof_cmd import proof
 from ratchet_stats.commitment import verify_key_proof
-
-from .conftest import key_of
+from tests.evidence.auditor import key_of
 
 
 def _independent_key(task, messages, tools=None, response_format=None) -> str:

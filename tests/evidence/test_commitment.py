@@ -10,8 +10,7 @@ from hypothesis import strategies as st
 
 from ratchet_stats import commitment as C
 from ratchet_stats import merkle
-
-from .conftest import key_of
+from tests.evidence.auditor import key_of
 
 
 @pytest.fixture(scope="module")

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from tests.layers import ALLOWED_CYCLES, check
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[1]
 
 
 def tree(root: Path, files: dict[str, str]) -> Path:

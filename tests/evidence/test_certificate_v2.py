@@ -12,8 +12,7 @@ from scipy import stats
 from ratchet_stats import certificate as C
 from ratchet_stats.bounds import rows_to_certify
 from ratchet_stats.dsse import sign_statement
-
-from .conftest import run_cli, write_json
+from tests.evidence.auditor import run_cli, write_json
 
 TARGET, DELTA = 0.9, 0.05
 

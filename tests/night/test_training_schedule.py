@@ -7,8 +7,7 @@ import math
 
 from ratchet_assets.night.lora_trainer import LoraTrainConfig, epochs_to_run, train_lora
 from ratchet_core.workloads import get_workload
-
-from .conftest import write_train_jsonl
+from tests.student.bases import write_train_jsonl
 
 
 def test_small_sets_get_enough_epochs_for_min_steps_large_sets_keep_epochs():

@@ -228,8 +228,7 @@ def test_prompts_are_never_cut(chatml_base, tokenizer, tmp_path):
     by the student server with vLLM's message, never cut."""
     from ratchet_assets.night.lora_trainer import LoraTrainConfig, train_lora
     from ratchet_gateway.student_server.app import create_app
-
-    from .conftest import write_train_jsonl
+    from tests.student.bases import write_train_jsonl
 
     rows = get_workload("tickets").generate(16, seed=1) + get_workload("tools").generate(4, seed=1)
     train = write_train_jsonl(rows, tmp_path / "train.jsonl")
@@ -289,8 +288,7 @@ def test_the_student_server_decodes_under_the_response_format(chatml_base, token
 
 def _tiny_adapter(base: Path, out: Path, work: Path) -> Path:
     from ratchet_assets.night.lora_trainer import LoraTrainConfig, train_lora
-
-    from .conftest import write_train_jsonl
+    from tests.student.bases import write_train_jsonl
 
     train = write_train_jsonl(get_workload("tickets").generate(16, seed=2), work / f"{out.name}.jsonl")
     train_lora(base, train, out, LoraTrainConfig(rank=4, alpha=8, epochs=1, min_steps=0, num_threads=1))

@@ -12,7 +12,9 @@ import sqlalchemy as sa
 from ratchet_core import manifest as mf
 from ratchet_stats.dsse import sign_statement, verify_statement
 from ratchet_stats.keys import generate_private_key
+from tests.evidence.manifests import engine as engine  # noqa: F401 (fixture)
 from tests.evidence.manifests import insert_raw_row, write_signed_manifest
+from tests.evidence.manifests import key as key  # noqa: F401 (fixture)
 
 
 def _rows(engine):

@@ -1,4 +1,8 @@
-"""The `ratchet` console script and the settings contract: clear errors naming the variable."""
+"""The `ratchet` console script (``ratchet_cli``): `--help`, `init`, and `config check` naming each bad setting
+without showing a secret, refusing the keys the services would refuse.
+
+(The settings contract itself is tested in tests/core/test_settings.py.)
+"""
 
 from __future__ import annotations
 
@@ -8,8 +12,6 @@ import subprocess
 import sys
 
 import pytest
-
-from ratchet_core.settings import SettingsError, load_settings
 
 RATCHET = [sys.executable, "-m", "ratchet_cli.main"]
 
@@ -22,34 +24,16 @@ def run(args: list[str], env_extra: dict[str, str] | None = None, cwd=None) -> s
     return subprocess.run([*RATCHET, *args], capture_output=True, text=True, env=env, cwd=cwd, timeout=120)
 
 
-def test_invalid_setting_names_the_variable(monkeypatch):
-    monkeypatch.setenv("RATCHET_SEGMENT_SECONDS", "soon")
-    monkeypatch.setenv("RATCHET_SEGMNT_SECONDS", "5")
-    with pytest.raises(SettingsError) as info:
-        load_settings()
-    message = str(info.value)
-    assert "RATCHET_SEGMENT_SECONDS" in message
-    assert "RATCHET_SEGMNT_SECONDS: unknown setting" in message
-
-
-def test_derived_locations_follow_home(tmp_path, monkeypatch):
-    monkeypatch.setenv("RATCHET_HOME", str(tmp_path / "h"))
-    s = load_settings()
-    assert s.lake_root == str(tmp_path / "h" / "lake")
-    assert s.control_db_url == f"sqlite:///{tmp_path / 'h' / 'control.db'}"
-    monkeypatch.setenv("RATCHET_LAKE", "s3://bucket/lake")
-    assert load_settings().lake_root == "s3://bucket/lake"
-
-
 def test_config_check_lists_problems_and_masks_secrets(tmp_path):
     bad = run(
         ["config", "check", "--json"],
-        {"RATCHET_MAX_BODY_BYTES": "-3", "RATCHET_ADMIN_KEY": "hunter2"},
+        {"RATCHET_MAX_BODY_BYTES": "-3", "RATCHET_DAY_SECONDS": "soon", "RATCHET_ADMIN_KEY": "hunter2"},
         cwd=tmp_path,
     )
     assert bad.returncode == 1
     report = json.loads(bad.stdout)
-    assert any(p.startswith("RATCHET_MAX_BODY_BYTES") for p in report["problems"])
+    for name in ("RATCHET_MAX_BODY_BYTES", "RATCHET_DAY_SECONDS"):  # every problem, not only the first
+        assert any(p.startswith(name) for p in report["problems"]), report["problems"]
     assert "hunter2" not in bad.stdout + bad.stderr
     good = run(["config", "check"], {"RATCHET_HOME": str(tmp_path)}, cwd=tmp_path)
     assert good.returncode == 0, good.stderr
@@ -74,47 +58,6 @@ def test_init_creates_keys_once(tmp_path):
     )
     assert second["key_id"] == info["key_id"]
     assert info["created_key"] == "true" and second["created_key"] == "false"
-
-
-def test_the_accelerated_clock_is_configured_through_the_settings(tmp_path, monkeypatch):
-    from ratchet_core import clock
-    from ratchet_core.settings import clock_settings
-
-    monkeypatch.setenv("RATCHET_HOME", str(tmp_path))
-    monkeypatch.setenv("RATCHET_DAY_SECONDS", "0")
-    with pytest.raises(SettingsError, match="RATCHET_DAY_SECONDS"):
-        load_settings()
-    with pytest.raises(SettingsError, match="RATCHET_DAY_SECONDS"):
-        clock.now()
-    monkeypatch.setenv("RATCHET_DAY_SECONDS", "86400")
-    monkeypatch.setenv("RATCHET_CLOCK_START", "2026-05-01")
-    s = load_settings()  # known settings now, not "unknown variable" typos
-    assert (s.day_seconds, s.clock_start) == (86400.0, "2026-05-01")
-    assert clock_settings() == (86400.0, "2026-05-01", tmp_path)
-    assert clock.today().isoformat() == "2026-05-01"  # a real-time-speed day that started just now
-    report = run(["config", "check", "--json"], {"RATCHET_DAY_SECONDS": "soon"}, cwd=tmp_path)
-    assert report.returncode == 1 and any(
-        p.startswith("RATCHET_DAY_SECONDS") for p in json.loads(report.stdout)["problems"]
-    )
-
-
-def test_no_module_reads_a_ratchet_variable_around_the_settings():
-    import re
-    from pathlib import Path
-
-    root = Path(__file__).resolve().parents[2]
-    read = re.compile(
-        r"""os\.environ\.get\(\s*["']RATCHET_|os\.getenv\(\s*["']RATCHET_|os\.environ\[["']RATCHET_\w*["']\](?!\s*=)"""
-    )
-    offenders = [
-        f"{path.relative_to(root)}:{n}"
-        for package in ("ratchet_core", "ratchet_gateway", "ratchet_assets", "ratchet_stats", "ratchet_cli")
-        for path in sorted((root / package).rglob("*.py"))
-        if path.name != "settings.py" or path.parent.name != "ratchet_core"
-        for n, line in enumerate(path.read_text().splitlines(), 1)
-        if read.search(line)
-    ]
-    assert offenders == [], "read RATCHET_* through ratchet_core.settings, not os.environ"
 
 
 @pytest.mark.parametrize(

@@ -10,10 +10,9 @@ import pytest
 
 from ratchet_cli import liverun as lr
 from ratchet_core.control_db import make_engine
+from tests.agents.stack import SCOUT_KEY
 
-from .conftest import SCOUT_KEY
-
-pytestmark = pytest.mark.slow  # shares the module's gateway with Scout's tests' fixture (~25 s to start)
+pytestmark = pytest.mark.slow  # the gateway of tests.agents.stack, as Scout's tests (~25 s to start)
 
 
 def test_plan_smoke_run_capped_report_verify(stack, tmp_path) -> None:
