@@ -3,8 +3,6 @@
 
 from __future__ import annotations
 
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -12,25 +10,12 @@ import pytest
 from tests.student.bases import chatml_base as chatml_base  # noqa: F401 (fixture)
 from tests.student.bases import demo_base as demo_base  # noqa: F401 (fixture)
 
-REPO = Path(__file__).resolve().parents[2]
-
 
 @pytest.fixture(scope="session")
 def signing_key():
     from ratchet_stats.keys import generate_private_key
 
     return generate_private_key()
-
-
-def run_ratchet(*args: str) -> subprocess.CompletedProcess:
-    """The `ratchet` console entry point in a subprocess."""
-    return subprocess.run(
-        [sys.executable, "-m", "ratchet_cli.main", *args],
-        capture_output=True,
-        text=True,
-        cwd=REPO,
-        timeout=120,
-    )
 
 
 def home_with_a_day(home: Path, day: str, rows: int, seed: int):
