@@ -93,3 +93,17 @@ def test_more_than_one_training_thread_waits_passively_unless_the_environment_ch
     env = {}
     passive_threads({"num_threads": 0}, env)
     assert env == {}
+
+
+def test_a_parent_no_epoch_can_beat_is_kept_without_training():
+    from ratchet_assets.night.lora_trainer import _better, unbeatable
+
+    delta = 0.005
+    assert unbeatable(1.0, 0.004, delta)
+    # ... and indeed no score an epoch could reach beats it
+    assert not any(_better(a, loss, 1.0, 0.004, delta) for a in (0.9, 1.0) for loss in (0.0, 0.001, 0.0039))
+    assert not unbeatable(0.99, 0.001, delta)  # accuracy can still rise
+    assert not unbeatable(1.0, 0.006, delta) and _better(
+        1.0, 0.0, 1.0, 0.006, delta
+    )  # the loss can still fall
+    assert not unbeatable(1.0, 0.0001, 0.0)  # min_loss_delta 0: any lower loss beats it
