@@ -29,6 +29,7 @@
 from __future__ import annotations
 
 import json
+import math
 from collections import defaultdict
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -202,6 +203,11 @@ def break_even_requests_per_day(
     """The day's training cost over the saving per request (module docstring); None: it saves nothing per request."""
     per_request = (teacher_equivalent_usd - teacher_paid_usd - student_cost_usd) / max(requests, 1)
     return training_cost_usd / per_request if per_request > 0 else None
+
+
+def break_even_text(requests_per_day: float | None) -> str:
+    """A break-even as printed: whole requests a day, rounded up (0.3 is 1: one request already pays), or never."""
+    return "never" if requests_per_day is None else f"{math.ceil(requests_per_day):,}"
 
 
 def totals(rows: list[TaskDayCost]) -> dict[str, Any]:

@@ -13,7 +13,7 @@ import click
 import dagster as dg
 
 from ratchet_assets.cli_names import names_checked
-from ratchet_assets.cost import cost_config
+from ratchet_assets.cost import break_even_text, cost_config
 from ratchet_assets.defs.partitions import daily_partitions
 from ratchet_assets.defs.resources import ModelEndpoints, RatchetPaths
 from ratchet_core.artifact_store import publishes_artifacts
@@ -104,9 +104,7 @@ def cost_report(
                         f"{r.student_cost_usd:.4f}",
                         f"{r.training_cost_usd:.4f}",
                         f"{r.saved_usd:.4f}",
-                        "never"
-                        if r.break_even_requests_per_day is None
-                        else f"{r.break_even_requests_per_day:.0f}",
+                        break_even_text(r.break_even_requests_per_day),
                     ]
                     for r in rows
                 ],
@@ -204,5 +202,5 @@ def report_cmd(
                 f"{d['day']:<11} {r['task']:<10} {r['requests']:>5} {r['student_served']:>5} "
                 f"{r['teacher_paid_usd']:>10.4f} {r['teacher_equivalent_usd']:>10.4f} {r['student_gpu_seconds']:>8.1f} "
                 f"{r['student_cost_usd']:>9.4f} {r['training_cost_usd']:>8.4f} {r['saved_usd']:>9.4f} "
-                f"{'never' if be is None else f'{be:.0f}':>14}"
+                f"{break_even_text(be):>14}"
             )

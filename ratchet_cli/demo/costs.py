@@ -66,6 +66,7 @@ def side_by_side(home: Path, days: list[str]) -> list[str]:
     """The demo's last lines: per day, the receipt's numbers beside the cost report's, and the pricing used."""
     from ratchet_assets.cost import (
         break_even_requests_per_day,
+        break_even_text,
         cost_config,
         cost_report,
         describe_pricing,
@@ -103,7 +104,7 @@ def side_by_side(home: Path, days: list[str]) -> list[str]:
             )
         right = (
             f"{t['student_cost_usd']:>8.4f} {t['training_cost_usd']:>8.4f} {t['saved_usd']:>8.4f} "
-            f"{'never' if be is None else f'{be:,.0f}/day':>12}"
+            f"{'never' if be is None else break_even_text(be) + '/day':>12}"
         )
         out.append(f"{day:<10} | {left} | {right}")
         if isinstance(receipt, str) and len(receipt) > 44:

@@ -508,6 +508,8 @@ class DemoRunner:
                 "train_steps": result.meta("lora_adapter", "steps"),
                 "train_seconds": result.meta("lora_adapter", "train_seconds"),
                 "train_reused": result.meta("lora_adapter", "reused"),
+                "train_start": result.meta("lora_adapter", "start_reason") or result.meta("lora_adapter", "start"),
+                "train_stopped": result.meta("lora_adapter", "stopped"),
             },
             "certificate": {
                 task: {
@@ -566,7 +568,12 @@ class DemoRunner:
             )
         if num["train_steps"] is not None:
             how = "reused (same data, config and base)" if num["train_reused"] else "trained"
-            self.echo(f"  training: {how}, {num['train_steps']} steps, {float(num['train_seconds']):.0f} s")
+            line = f"  training: {how}, {num['train_steps']} steps, {float(num['train_seconds']):.0f} s"
+            if not num["train_reused"] and num.get("train_start"):
+                line += f"; start: {num['train_start']}"
+            if not num["train_reused"] and num.get("train_stopped"):
+                line += f"; stopped: {num['train_stopped']}"
+            self.echo(line)
         for step, msg in night["failures"].items():
             if step == "evaluation_certificate" and r["certificate"] and not r["certified_tasks"]:
                 continue  # the blocking check did its job: said below, in numbers
