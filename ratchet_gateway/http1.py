@@ -191,10 +191,16 @@ class _Connection(asyncio.Protocol):
         await self._head
 
     async def chunk(self) -> bytes:
-        """The next piece of the body, b"" at its end."""
+        """Every byte of the body that has arrived and was not read yet (all the pieces one socket read brought,
+        e.g. the several HTTP chunks an upstream wrote together: one stream read, so one relayed write, for them
+        all), waiting for more when none has; b"" at its end."""
         while True:
             if self._chunks:
-                return self._chunks.popleft()
+                if len(self._chunks) == 1:
+                    return self._chunks.popleft()
+                pieces = b"".join(self._chunks)
+                self._chunks.clear()
+                return pieces
             if self.complete:
                 return b""
             if self.error is not None:

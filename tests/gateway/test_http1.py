@@ -81,6 +81,39 @@ def test_framings_and_keep_alive():
     )
 
 
+def test_one_read_returns_every_chunk_that_arrived_together_and_waits_for_later_ones():
+    later = asyncio.Event()
+
+    async def answer(i, w):
+        # three HTTP chunks in one write, then (once the client has read them) one more and the end
+        w.write(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n3\r\nabc\r\n2\r\nde\r\n1\r\nf\r\n")
+        await w.drain()
+        await later.wait()
+        w.write(b"2\r\ngh\r\n0\r\n\r\n")
+        await w.drain()
+        return True
+
+    async def main():
+        server, url = await _server(answer, [])
+        pool = http1.Pool(url)
+        r = await pool.post("/chat/completions", b"{}", HEADERS, 5)
+        pieces = []
+        while b"f" not in b"".join(pieces):
+            pieces.append(await r.chunk())
+        later.set()
+        while piece := await r.chunk():
+            pieces.append(piece)
+        r.release()
+        pool.close()
+        server.close()
+        return pieces
+
+    pieces = _run(main())
+    assert b"".join(pieces) == b"abcdefgh"
+    # the first write's three chunks come back in one read (the relay sends them in one write), the later one apart
+    assert pieces[-1] == b"gh" and b"abcdef" in pieces
+
+
 def test_a_connection_the_server_closed_is_replaced_and_the_request_sent_once():
     async def answer(i, w):
         w.write(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
