@@ -95,7 +95,11 @@ def _overhead(
     )
     if not json_out.exists():
         return {"error": f"overhead.py exited {proc.returncode}: {proc.stderr[-800:]}"}
-    data = json.loads(json_out.read_text())
+    # the record names no path of this machine: the temporary home and this venv become placeholders
+    text = json_out.read_text().replace(str(home), "<tmp>")
+    text = text.replace(str(Path(sys.executable).parent), ".venv/bin")
+    json_out.write_text(text)
+    data = json.loads(text)
     levels_out = {}
     for row in data["summary"]:
         b = row["B"]
@@ -115,7 +119,7 @@ def _overhead(
         "one_line": data.get("one_line", ""),
         "noisy_pairs_rerun": len(data.get("discarded_noisy_runs") or []),
         "preflight_busy_pct_of_all_cores": data.get("preflight_busy_pct_of_all_cores"),
-        "file": str(json_out),
+        "file": json_out.name,
     }
 
 
