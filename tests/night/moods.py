@@ -120,9 +120,8 @@ class NightRun:
 def moods_night(tmp_path: Path) -> Callable[..., NightRun]:
     """``run(day, policy=[...admin task set options], before=callable(home))``: a signed home at
     ``tmp_path/home`` (``run.home``); ``before(home)`` writes the day's data; the policy is set with ``ratchet admin
-    task set moods``; then the night runs with the ``lora_adapter`` defaults (one torch thread)."""
-    from click.testing import CliRunner
-
+    task set moods``; then the night runs with the ``lora_adapter`` defaults (one torch thread;
+    ``tests.night.nights``)."""
     from ratchet_stats.keys import generate_private_key, public_key_pem, save_private_key
 
     home = tmp_path / "home"
@@ -131,45 +130,16 @@ def moods_night(tmp_path: Path) -> Callable[..., NightRun]:
     (home / "keys" / "signing.pub").write_text(public_key_pem(key.public_key()))
 
     def run(day: str, policy: list[str], before: Callable[[Path], None]) -> NightRun:
-        import dagster as dg
-
-        from ratchet_assets.admin.cli import admin
-        from ratchet_assets.defs.evaluation_certificate import evaluation_certificate
-        from ratchet_assets.defs.examples import examples
-        from ratchet_assets.defs.golden_split import golden_split
-        from ratchet_assets.defs.lora_adapter import lora_adapter
-        from ratchet_assets.defs.resources import night_resources
-        from ratchet_assets.defs.traffic import traffic
-        from ratchet_assets.defs.training_set import training_set
         from ratchet_core.student_model import ensure_demo_base
         from ratchet_gateway.student_server.app import create_app
+        from tests.night.nights import materialize_night, set_task_policy
         from tests.serve import serve_in_thread
 
         before(home)
-        url = f"sqlite:///{(home / 'control.db').as_posix()}"
-        res = CliRunner().invoke(
-            admin,
-            ["task", "set", "moods", *policy, "--control-db", url,
-             "--signing-key-file", str(home / "keys" / "signing.key")],
-            catch_exceptions=False,
-        )  # fmt: skip
-        assert res.exit_code == 0, res.output
+        set_task_policy(home, "moods", policy)
         base = ensure_demo_base(home / "models" / "demo-base")
         with serve_in_thread(create_app(base)) as student:
-            run_config = {
-                "ops": {
-                    "lora_adapter": {"config": {"base_model": str(base), "num_threads": 1}},
-                    "evaluation_certificate": {"config": {"student_base_url": f"{student}/v1"}},
-                }
-            }
-            result = dg.materialize(
-                [traffic, examples, golden_split, training_set, lora_adapter, evaluation_certificate],
-                partition_key=day,
-                instance=dg.DagsterInstance.ephemeral(),
-                resources=night_resources(home),
-                run_config=run_config,
-                raise_on_error=False,
-            )
+            result = materialize_night(home, day, base, student)
         done = {e.asset_key.to_user_string() for e in result.get_asset_materialization_events()}
         assert {"golden_split", "training_set", "lora_adapter", "evaluation_certificate"} <= done, done
         [cert_file] = (home / "artifacts" / "certificates").glob("*.dsse.json")

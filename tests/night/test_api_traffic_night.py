@@ -18,6 +18,7 @@ import json
 import pytest
 
 from tests.gateway.conftest import API_KEY, running_gateway, sealed_rows
+from tests.night.nights import materialize_night, set_task_policy
 from tests.serve import serve_in_thread
 
 # one real training and ~100 golden answers from the demo base: ~2-5 min on the shared 2 cores
@@ -58,18 +59,8 @@ def _send_day(g, examples) -> None:
 
 
 def test_a_day_of_responses_and_messages_traffic_certifies_and_serves_from_the_student(tmp_path, monkeypatch):
-    import dagster as dg
     import openai
-    from click.testing import CliRunner
 
-    from ratchet_assets.admin.cli import admin
-    from ratchet_assets.defs.evaluation_certificate import evaluation_certificate
-    from ratchet_assets.defs.examples import examples
-    from ratchet_assets.defs.golden_split import golden_split
-    from ratchet_assets.defs.lora_adapter import lora_adapter
-    from ratchet_assets.defs.resources import night_resources
-    from ratchet_assets.defs.traffic import traffic
-    from ratchet_assets.defs.training_set import training_set
     from ratchet_core.student_model import ensure_demo_base
     from ratchet_core.workloads import compare, get_workload, solve
     from ratchet_gateway.demo_teacher.app import DemoTeacherConfig
@@ -108,38 +99,12 @@ def test_a_day_of_responses_and_messages_traffic_certifies_and_serves_from_the_s
         assert by_api == {"responses": REQUESTS // 2, "messages": REQUESTS // 2, "embeddings": 5}
         assert all(r["served_by"] == "teacher" and r["status_code"] == 200 for r in rows)
 
-        url = f"sqlite:///{(home / 'control.db').as_posix()}"
-        policy = [
-            "--target",
-            "0.6",
-            "--delta",
-            "0.1",
-            "--golden-share",
-            "0.35",
-            "--reason",
-            "agents' traffic",
-        ]
-        res = CliRunner().invoke(
-            admin,
-            ["task", "set", "tickets", *policy, "--control-db", url,
-             "--signing-key-file", str(home / "keys" / "signing.key")],
-            catch_exceptions=False,
-        )  # fmt: skip
-        assert res.exit_code == 0, res.output
-        run_config = {
-            "ops": {
-                "lora_adapter": {"config": {"base_model": str(base), "num_threads": 1}},
-                "evaluation_certificate": {"config": {"student_base_url": f"{student}/v1"}},
-            }
-        }
-        result = dg.materialize(
-            [traffic, examples, golden_split, training_set, lora_adapter, evaluation_certificate],
-            partition_key=DAY,
-            instance=dg.DagsterInstance.ephemeral(),
-            resources=night_resources(home),
-            run_config=run_config,
-            raise_on_error=False,
+        set_task_policy(
+            home,
+            "tickets",
+            ["--target", "0.6", "--delta", "0.1", "--golden-share", "0.35", "--reason", "agents' traffic"],
         )
+        result = materialize_night(home, DAY, base, student)
         meta = {
             e.asset_key.to_user_string(): {k: v.value for k, v in e.materialization.metadata.items()}
             for e in result.get_asset_materialization_events()

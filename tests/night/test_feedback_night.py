@@ -20,6 +20,8 @@ import httpx
 import openai
 import pytest
 
+from tests.night.nights import materialize_night, set_task_policy
+
 pytestmark = (
     pytest.mark.slow
 )  # one real training and ~130 golden answers: a few minutes on the shared 2 cores
@@ -44,19 +46,11 @@ def wrong_on_billing(app):
 
 
 def _policy(home: Path) -> None:
-    from click.testing import CliRunner
-
-    from ratchet_assets.admin.cli import admin
-
-    res = CliRunner().invoke(
-        admin,
-        ["task", "set", "tickets", "--target", "0.7", "--delta", "0.1", "--golden-share", "0.35",
-         "--metric", "thumbs_up:boolean", "--bad-when", "thumbs_up=false", "--reason", "the app rates answers",
-         "--control-db", f"sqlite:///{(home / 'control.db').as_posix()}",
-         "--signing-key-file", str(home / "keys" / "signing.key")],
-        catch_exceptions=False,
+    set_task_policy(
+        home, "tickets",
+        ["--target", "0.7", "--delta", "0.1", "--golden-share", "0.35", "--metric", "thumbs_up:boolean",
+         "--bad-when", "thumbs_up=false", "--reason", "the app rates answers"],
     )  # fmt: skip
-    assert res.exit_code == 0, res.output
 
 
 def _serve_traffic(home: Path, key) -> dict:
@@ -123,16 +117,6 @@ def _serve_traffic(home: Path, key) -> dict:
 
 
 def _night(home: Path):
-    import dagster as dg
-
-    from ratchet_assets.defs.bom import bom
-    from ratchet_assets.defs.evaluation_certificate import evaluation_certificate
-    from ratchet_assets.defs.examples import examples
-    from ratchet_assets.defs.golden_split import golden_split
-    from ratchet_assets.defs.lora_adapter import lora_adapter
-    from ratchet_assets.defs.resources import night_resources
-    from ratchet_assets.defs.traffic import traffic
-    from ratchet_assets.defs.training_set import training_set
     from ratchet_core.student_model import ensure_demo_base
     from ratchet_gateway.student_server.app import create_app
     from tests.serve import serve_in_thread
@@ -140,25 +124,10 @@ def _night(home: Path):
     base = ensure_demo_base(home / "models" / "demo-base")
     student = serve_in_thread(create_app(base))
     url = student.__enter__()
-    run_config = {
-        "ops": {
-            # the prompt-hash validation split: this night has ~200 training rows, and holding a tenth of them out
-            # by near-duplicate group (the default) left the adapter at 72/96 golden rows, short of certifying,
-            # which is the learner's business (tests/night/test_validation_split.py), not feedback's
-            "lora_adapter": {
-                "config": {"base_model": str(base), "num_threads": 1, "validation_groups": "prompt"}
-            },
-            "evaluation_certificate": {"config": {"student_base_url": f"{url}/v1"}},
-        }
-    }
-    result = dg.materialize(
-        [traffic, examples, golden_split, training_set, lora_adapter, evaluation_certificate, bom],
-        partition_key=DAY,
-        instance=dg.DagsterInstance.ephemeral(),
-        resources=night_resources(home),
-        run_config=run_config,
-        raise_on_error=False,
-    )
+    # the prompt-hash validation split: this night has ~200 training rows, and holding a tenth of them out by
+    # near-duplicate group (the default) left the adapter at 72/96 golden rows, short of certifying, which is the
+    # learner's business (tests/night/test_validation_split.py), not feedback's
+    result = materialize_night(home, DAY, base, url, training={"validation_groups": "prompt"}, bom=True)
     assert result.success, [e.message for e in result.all_events if e.is_failure]
     return student, url
 
