@@ -189,6 +189,24 @@ def triage(tmp: Path, nights: int, clusters: int, config) -> list[dict]:
     return out
 
 
+def _commit() -> str | None:
+    """The checkout's commit (None outside a git checkout)."""
+    import subprocess
+
+    try:
+        out = subprocess.run(
+            ["git", "rev-parse", "HEAD"], cwd=REPO, capture_output=True, text=True, timeout=10
+        )
+    except OSError:
+        return None
+    return out.stdout.strip() or None
+
+
+def _public(argv: list[str]) -> list[str]:
+    """The arguments as recorded: an output path becomes its file name (no path of this machine)."""
+    return [Path(a).name if a.endswith(".json") else a for a in argv]
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--nights", type=int, default=4)
@@ -203,6 +221,7 @@ def main() -> int:
     from ratchet_assets.night.adapter import NIGHT_TRAINING
 
     tmp = Path(tempfile.mkdtemp(prefix="warm-start-"))
+    load_before = os.getloadavg()[0]
     started = time.perf_counter()
     results: dict[str, Any] = {}
     tasks = args.tasks.split(",")
@@ -212,9 +231,11 @@ def main() -> int:
         results["triage"] = triage(tmp, args.nights, args.clusters, NIGHT_TRAINING)
     doc = {
         "what": "cold vs warm nights on the demo base (benchmarks/warm_start.py docstring)",
-        "command": " ".join(["python -m benchmarks.warm_start", *sys.argv[1:]]),
-        "machine": f"{platform.machine()}, {os.cpu_count()} cores shared with other work; run under nice, one "
-        "torch thread: seconds are relative, not a quiet machine's",
+        "command": " ".join(["python -m benchmarks.warm_start", *_public(sys.argv[1:])]),
+        "machine": f"{platform.machine()}, {os.cpu_count()} cores, one torch thread; seconds are wall time, "
+        "relative on a shared machine (load average before and after below)",
+        "loadavg_before_after": [round(load_before, 2), round(os.getloadavg()[0], 2)],
+        "code": _commit(),
         "small": f"{args.nights} nights; tickets {args.tickets} requests a day; triage {args.clusters} clusters a "
         "day; kept small for a shared 2-core machine",
         "config": {k: v for k, v in dataclasses.asdict(NIGHT_TRAINING).items() if k != "start"},
