@@ -94,18 +94,13 @@ _ROW = (
 
 
 def find_request_row(ledger: Ledger, request_id: str, until: str | None = None) -> OwnRow | None:
-    """The request row of `request_id`: this replica's ledger first (a separate cursor, safe beside the loader
-    thread), then the sealed segments in the lake (other replicas, earlier days; only days up to `until` when
-    given); None when neither has it."""
-    con = ledger._con
-    if con is not None:
-        cur = con.cursor()
-        try:
-            rows = cur.execute(_ROW.format(src="ledger"), [request_id]).fetchall()
-        finally:
-            cur.close()
-        if rows:
-            return OwnRow(*rows[0])
+    """The request row of `request_id`: this replica's ledger first (``Ledger.find_rows``: rows acknowledged but
+    not yet loaded into DuckDB too, so a proof asked for right after its request's answer finds it), then the
+    sealed segments in the lake (other replicas, earlier days; only days up to `until` when given); None when
+    neither has it."""
+    mine = ledger.find_rows("request_id", [request_id], ["request_id", *OwnRow._fields])
+    if mine:
+        return OwnRow(*(str(mine[0][f] or "") for f in OwnRow._fields))
     lake = Lake(ledger.lake_root)
     days = [d for d in lake.days() if until is None or d <= until]
     paths = [lake.duckdb_path(seg.rel) for day in days for seg in lake.segments(day)]

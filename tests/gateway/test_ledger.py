@@ -130,3 +130,21 @@ def test_segments_on_a_file_url_are_renamed_into_place(tmp_path):
     assert sorted(r["seq"] for r in sealed_rows(tmp_path / "lake")) == list(range(1, 16))
     files = [p.name for p in (tmp_path / "lake").rglob("*") if p.is_file()]
     assert files == ["t-0-00000001.parquet"]  # no temp file left behind
+
+
+def test_a_proof_finds_its_request_before_the_loader_has_put_it_in_duckdb(tmp_path):
+    """The proof route's lookup (``proofs.find_request_row``) sees a row as soon as its append is acknowledged,
+    while it is still only journaled (the loader runs every ``load_interval``; here effectively never)."""
+    from ratchet_gateway.proofs import OwnRow, find_request_row
+
+    led = Ledger(tmp_path / "ledger", str(tmp_path / "lake"), 3600, "t", load_interval=3600)
+    led.open()
+    try:
+        row = {**_row(1), "client": "app1", "task": "tickets", "messages": '[{"role":"user","content":"hi"}]'}
+        asyncio.run(led.append(row))
+        assert led.lag_rows == 1  # acknowledged, not in DuckDB
+        found = find_request_row(led, "r1")
+        assert found == OwnRow("app1", "tickets", row["messages"], "", "", "2026-01-02")
+        assert find_request_row(led, "r2") is None
+    finally:
+        led.close()
