@@ -117,9 +117,10 @@ class LoraTrainConfig:
     # may use (``cpu_threads``). On a CPU shared with other busy processes, 1 is far faster than 2 (measured 6x:
     # OpenMP threads spin waiting for each other) unless the threads wait passively (``train_job`` sets
     # OMP_WAIT_POLICY=PASSIVE for more than one: the demo base's 48 steps took 19.7 s on one thread, 11.6 s on two
-    # spinning, 13.7 s on two passive on an idle 2-core machine, and 19.1 / 57.5 / 20.8 s with the other core busy). The thread count changes the last bits of the weights
-    # (floating-point sums split differently), so the adapter's ``ratchet_train.json`` records it (``torch_threads``);
-    # it stays out of the config hash: a rerun reuses the adapter the ledger holds rather than retraining.
+    # spinning, 13.7 s on two passive on an idle 2-core machine, and 19.1 / 57.5 / 20.8 s with the other core
+    # busy). The thread count changes the last bits of the weights (floating-point sums split differently), so the
+    # adapter's ``ratchet_train.json`` records it (``torch_threads``); it stays out of the config hash: a rerun
+    # reuses the adapter the ledger holds rather than retraining.
     num_threads: int | None = None
     # Adaptive schedule (issue 16), off at 0: hold out this share of the training rows (chosen by a hash of the
     # prompt, never golden rows: those are not in the training set) as a validation split; after each epoch measure
@@ -312,8 +313,9 @@ def train_lora(
 
     config = config or LoraTrainConfig()
     started = time.perf_counter()
-    if config.num_threads is not None:
-        torch.set_num_threads(config.num_threads or cpu_threads())
+    threads = resolved_threads(config.num_threads)
+    if threads is not None:
+        torch.set_num_threads(threads)
     torch.manual_seed(config.seed)
     rng = random.Random(config.seed)
 
@@ -573,6 +575,13 @@ def cpu_threads() -> int:
         return max(1, len(os.sched_getaffinity(0)))
     except (AttributeError, OSError):  # no affinity call on this platform
         return max(1, os.cpu_count() or 1)
+
+
+def resolved_threads(num_threads: int | None) -> int | None:
+    """The torch thread count ``num_threads`` asks for: None leaves torch alone, 0 is every CPU (``cpu_threads``)."""
+    if num_threads is None:
+        return None
+    return num_threads or cpu_threads()
 
 
 def unbeatable(accuracy: float, loss: float, min_loss_delta: float) -> bool:

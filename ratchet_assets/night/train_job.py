@@ -37,10 +37,10 @@ def passive_threads(config: dict[str, Any], environ: dict[str, str]) -> None:
     """More than one torch thread: let OpenMP's idle threads sleep rather than spin (``OMP_WAIT_POLICY=PASSIVE``,
     read when torch loads, so before it is imported) unless the environment already chooses. Spinning threads
     were measured 3x slower than one thread with another process busy (``LoraTrainConfig.num_threads``)."""
-    from ratchet_assets.night.lora_trainer import cpu_threads
+    from ratchet_assets.night.lora_trainer import resolved_threads
 
-    threads = config.get("num_threads")
-    if threads is not None and (threads or cpu_threads()) > 1:
+    threads = resolved_threads(config.get("num_threads"))
+    if threads is not None and threads > 1:
         environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 
