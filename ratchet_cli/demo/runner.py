@@ -508,7 +508,8 @@ class DemoRunner:
                 "train_steps": result.meta("lora_adapter", "steps"),
                 "train_seconds": result.meta("lora_adapter", "train_seconds"),
                 "train_reused": result.meta("lora_adapter", "reused"),
-                "train_start": result.meta("lora_adapter", "start_reason") or result.meta("lora_adapter", "start"),
+                "train_start": result.meta("lora_adapter", "start_reason")
+                or result.meta("lora_adapter", "start"),
                 "train_stopped": result.meta("lora_adapter", "stopped"),
             },
             "certificate": {
