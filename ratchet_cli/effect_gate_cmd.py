@@ -23,7 +23,7 @@ def serve(host: str, port: int) -> None:
     """
     import uvicorn
 
-    from ratchet_assets.effects_api import app_from_settings
+    from ratchet_assets.effects import app_from_settings
 
     uvicorn.run(app_from_settings(), host=host, port=port, log_level="warning", access_log=False)
 
@@ -41,7 +41,7 @@ def mcp(api_key: str | None) -> None:
     The process opens the control DB itself (RATCHET_CONTROL_DB) and acts as the client its key names, with the
     tenancy of `ratchet effects serve`; stdout carries only MCP messages.
     """
-    from ratchet_assets.effects_mcp import serve_stdio, stdio_caller
+    from ratchet_assets.effects import serve_stdio, stdio_caller
     from ratchet_core.settings import SettingsError
 
     try:

@@ -10,7 +10,10 @@ later by variable, like ``ratchet_cli.main.COMMANDS``, is not seen.) The rules:
   ``benchmarks``;
 - module cycle: no two modules reach each other through imports;
 - package cycle: within each package, its children (sub-packages and modules) do not reach each other in a
-  circle either, e.g. ``ratchet_assets.night`` -> ``ratchet_assets.governance`` -> ``ratchet_assets.night``.
+  circle either, e.g. ``ratchet_assets.night`` -> ``ratchet_assets.governance`` -> ``ratchet_assets.night``;
+- sealed: a package of :data:`SEALED` is imported from outside only as itself (``from ratchet_assets.effects
+  import EffectLedger``), never through one of its modules (``ratchet_assets.effects.ledger``), by product code,
+  tests and benchmarks alike: its modules are private and may move.
 
 Run ``python -m tests.layers`` (``make lint`` does) or tests/test_layers.py (``make test``). Each problem is
 one message naming the file and line of the import and the rule it breaks.
@@ -36,6 +39,8 @@ TOOLING = ("tests", "benchmarks")
 # Circles known and owned elsewhere, each with why it is allowed for now (none today). The check fails when one of
 # them is gone (remove its line then) or grows (a new module joined it).
 ALLOWED_CYCLES: dict[frozenset[str], str] = {}
+# Packages whose modules are private: code outside them imports the package itself (its __init__ exports the rest).
+SEALED: tuple[str, ...] = ("ratchet_assets.effects",)
 
 
 @dataclass(frozen=True)
@@ -252,10 +257,43 @@ def package_cycles(imports: Iterable[Import], packages: set[str], root: Path) ->
     return problems
 
 
+def _inside(module: str, package: str) -> bool:
+    return module == package or module.startswith(package + ".")
+
+
+def sealed_violations(root: Path, packages: Iterable[str], sealed: Iterable[str] = SEALED) -> list[str]:
+    """Each import, from product code, tests or benchmarks outside a sealed package, of one of its modules."""
+    packages = list(packages)
+    modules = find_modules(root, packages)
+    sealed = [s for s in sealed if s in modules]
+    problems = []
+    for folder in (*packages, *TOOLING):
+        if not (root / folder).is_dir():
+            continue
+        for path in sorted((root / folder).rglob("*.py")):
+            module = _module_name(path, root)
+            tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+            for name, line in _named(tree, module, path.name == "__init__.py"):
+                target = _resolve(name, modules)
+                for package in sealed:
+                    if (
+                        target
+                        and target != package
+                        and _inside(target, package)
+                        and not _inside(module, package)
+                    ):
+                        problems.append(
+                            f"{path.relative_to(root)}:{line}: sealed: {module} imports {target} (a private "
+                            f"module of {package}: import its names from {package} itself)"
+                        )
+    return sorted(problems)
+
+
 def check(
     root: Path,
     layers: tuple[tuple[str, ...], ...] = LAYERS,
     allowed_cycles: Iterable[frozenset[str]] = ALLOWED_CYCLES,
+    sealed: Iterable[str] = SEALED,
 ) -> list[str]:
     """Every broken rule in the tree under ``root``, one message each; empty when the layers hold."""
     names = [name for row in layers for name in row if (root / name).is_dir()]
@@ -266,6 +304,7 @@ def check(
         + tooling
         + module_cycles(imports, root, allowed_cycles)
         + package_cycles(imports, packages, root)
+        + sealed_violations(root, names, sealed)
     )
 
 
@@ -278,7 +317,11 @@ def main(argv: list[str] | None = None) -> int:
     if problems:
         print(f'\n{len(problems)} layer problem(s); ARCHITECTURE.md "Layers" says which way imports go.')
         return 1
-    print("layers hold: every import goes down the layer order, and none goes in a circle")
+    print(
+        "layers hold: every import goes down the layer order, none goes in a circle, and no private module of "
+        + ", ".join(SEALED)
+        + " is imported from outside it"
+    )
     return 0
 
 

@@ -60,11 +60,42 @@ def test_the_gateway_and_the_control_plane_never_import_each_other(tmp_path):
         {
             "ratchet_gateway/app.py": "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n"
             "    from ratchet_assets.effects import EffectLedger\n",
-            "ratchet_assets/effects.py": "",
+            "ratchet_assets/effects/__init__.py": "",
         },
     )
     [problem] = check(root, allowed_cycles=())
     assert problem.startswith("ratchet_gateway/app.py:3: layer:") and "(sideways;" in problem
+
+
+def test_a_private_module_of_the_effect_gate_is_imported_only_from_inside_it(tmp_path):
+    root = tree(
+        tmp_path,
+        {
+            "ratchet_assets/effects/__init__.py": "from ratchet_assets.effects.ledger import EffectLedger\n",
+            "ratchet_assets/effects/ledger.py": "class EffectLedger: ...\n",
+            "ratchet_assets/effects/api.py": "from .ledger import EffectLedger\n",
+            "ratchet_assets/night/receipts.py": "from ratchet_assets.effects import EffectLedger\n",
+            "ratchet_cli/serve.py": "def serve():\n    from ratchet_assets.effects.api import create_app\n",
+            "tests/assets/test_gate.py": "from ratchet_assets.effects import ledger\n",
+            "benchmarks/gate.py": "import ratchet_assets.effects.ledger\n",
+        },
+    )
+    problems = check(root, allowed_cycles=())
+    assert problems == [
+        "benchmarks/gate.py:1: sealed: benchmarks.gate imports ratchet_assets.effects.ledger (a private module "
+        "of ratchet_assets.effects: import its names from ratchet_assets.effects itself)",
+        "ratchet_cli/serve.py:2: sealed: ratchet_cli.serve imports ratchet_assets.effects.api (a private module "
+        "of ratchet_assets.effects: import its names from ratchet_assets.effects itself)",
+        "tests/assets/test_gate.py:1: sealed: tests.assets.test_gate imports ratchet_assets.effects.ledger (a "
+        "private module of ratchet_assets.effects: import its names from ratchet_assets.effects itself)",
+    ]
+
+
+def test_the_effect_gates_public_names_import_from_the_package():
+    import ratchet_assets.effects as gate
+
+    for name in gate.__all__:
+        assert getattr(gate, name) is not None, name
 
 
 def test_importlib_with_a_literal_name_counts(tmp_path):

@@ -28,7 +28,7 @@ class Stack:
 
 @pytest.fixture(scope="module")
 def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
-    from ratchet_assets.effects_api import create_app as gate_app
+    from ratchet_assets.effects import create_app as gate_app
     from ratchet_core.control_db import make_engine
     from ratchet_gateway.app import GatewayOptions, create_app
     from ratchet_gateway.demo_teacher.app import DemoTeacherConfig

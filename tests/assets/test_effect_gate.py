@@ -85,7 +85,7 @@ def test_spend_cap_denies_with_the_remaining_budget_and_resets_with_its_window(t
 
 
 def test_http_api_per_client_namespaces_admin_decisions_and_openapi(tmp_path) -> None:
-    from ratchet_assets.effects_api import create_app
+    from ratchet_assets.effects import create_app
 
     app = create_app(make_engine(_url(tmp_path)), CLIENTS, ADMIN_KEY)
     with serve_in_thread(app) as url:

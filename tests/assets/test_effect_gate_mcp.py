@@ -21,8 +21,7 @@ import pytest
 from mcp import Client, MCPError, StdioServerParameters
 from mcp.client.streamable_http import streamable_http_client
 
-from ratchet_assets.effects import EffectLedger
-from ratchet_assets.effects_tools import TOOLS
+from ratchet_assets.effects import TOOLS, EffectLedger
 from ratchet_core.control_db import make_engine
 from tests.serve import serve_in_thread
 
@@ -52,7 +51,7 @@ class Gate:
 
 @pytest.fixture
 def gate(tmp_path: Path) -> Iterator[Gate]:
-    from ratchet_assets.effects_api import create_app
+    from ratchet_assets.effects import create_app
 
     engine = make_engine(f"sqlite:///{(tmp_path / 'control.db').as_posix()}")
     with serve_in_thread(create_app(engine, CLIENTS, ADMIN_KEY)) as url:

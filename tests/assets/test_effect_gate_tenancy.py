@@ -29,7 +29,7 @@ class Gate:
 
 @pytest.fixture
 def gate(tmp_path: Path) -> Iterator[Gate]:
-    from ratchet_assets.effects_api import create_app
+    from ratchet_assets.effects import create_app
 
     engine = make_engine(f"sqlite:///{(tmp_path / 'control.db').as_posix()}")
     with serve_in_thread(create_app(engine, CLIENTS, ADMIN_KEY)) as url:

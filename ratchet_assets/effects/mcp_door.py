@@ -1,4 +1,4 @@
-"""The effect gate over MCP: the tools of ``ratchet_assets.effects_tools`` served with the official MCP SDK.
+"""The effect gate over MCP: the tools of ``ratchet_assets.effects.tools`` served with the official MCP SDK.
 
 Two transports, one server (:func:`mcp_server`):
 
@@ -11,7 +11,7 @@ Two transports, one server (:func:`mcp_server`):
   ``/mcp`` takes POST only and ``GET`` is 405): each call stands alone, which is all a gate whose every answer
   is one ledger transaction needs, and any replica can answer it.
 
-A tool runs the REST route's :class:`~ratchet_assets.effects_caller.CallerGate` method in a worker thread (the
+A tool runs the REST route's :class:`~ratchet_assets.effects.caller.CallerGate` method in a worker thread (the
 ledger is synchronous SQL); what the caller can fix comes back as a tool error whose text is OpenAI's error
 document, the REST route's body for the same mistake.
 """
@@ -34,9 +34,9 @@ from starlette.datastructures import Headers
 from starlette.responses import JSONResponse
 from starlette.types import Receive, Scope, Send
 
-from ratchet_assets.effects import EffectLedger
-from ratchet_assets.effects_caller import ApiError, CallerGate
-from ratchet_assets.effects_tools import (
+from ratchet_assets.effects.caller import ApiError, CallerGate
+from ratchet_assets.effects.ledger import EffectLedger
+from ratchet_assets.effects.tools import (
     INSTRUCTIONS,
     NAME,
     SUMMARY,
@@ -178,7 +178,7 @@ class McpHttpDoor:
 def stdio_caller(api_key: str | None) -> tuple[EffectLedger, str]:
     """The ledger and the caller of ``ratchet effects mcp``: the control DB and keys from RATCHET_* settings, and
     the caller its key (`api_key`, else ``RATCHET_EFFECTS_API_KEY``) names. ValueError says what to set."""
-    from ratchet_assets.effects_caller import ADMIN, key_store
+    from ratchet_assets.effects.caller import ADMIN, key_store
     from ratchet_core.api_keys import parse_api_keys
     from ratchet_core.control_db import make_engine
     from ratchet_core.settings import load_settings

@@ -4,8 +4,8 @@ Requests are pydantic models with ``extra="forbid"`` and ``allow_inf_nan=False``
 (``NaN``, ``1e999`` and negatives are refused before the ledger sees them). A route's query or path parameters are
 a model too (``ListQuery``, ``EffectRef``, ``TypeRef``, ``UsageQuery``), so the MCP tool that maps onto the route
 takes the same fields. Answers are the ledger's own records (``Begin``, ``EffectRecord``, ``Rules``,
-``Approval``: dataclasses pydantic reads as they are) with what the gate adds. ``ratchet_assets.effects_api``
-reads and answers with these, so ``/openapi.json`` carries their JSON schemas, and ``ratchet_assets.effects_tools``
+``Approval``: dataclasses pydantic reads as they are) with what the gate adds. ``ratchet_assets.effects.api``
+reads and answers with these, so ``/openapi.json`` carries their JSON schemas, and ``ratchet_assets.effects.tools``
 gives each MCP tool the same models' schemas (``pydantic.TypeAdapter(X).json_schema()``).
 """
 
@@ -16,7 +16,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from ratchet_assets.effects import MAX_TYPE_LENGTH, Approval, Begin, EffectRecord, Rules
+from ratchet_assets.effects.ledger import MAX_TYPE_LENGTH, Approval, Begin, EffectRecord, Rules
 
 
 class _Body(BaseModel):

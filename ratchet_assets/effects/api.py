@@ -1,4 +1,4 @@
-"""The effect gate as a service: ``ratchet effects serve``, an HTTP API over :class:`~ratchet_assets.effects.EffectLedger`.
+"""The effect gate as a service: ``ratchet effects serve``, an HTTP API over :class:`~ratchet_assets.effects.ledger.EffectLedger`.
 
 Why a separate app in ``ratchet_assets`` and not a gateway router: the ledger (and its rules) is control-plane
 state that lives in ``ratchet_assets``, and the gateway must never import ``ratchet_assets`` (ARCHITECTURE.md,
@@ -20,12 +20,12 @@ Authentication, per caller (``Authorization: Bearer <key>``):
 A hostile client cannot hurt the others: a body is at most :data:`MAX_BODY_BYTES` (413), strict JSON (no NaN,
 Infinity or a number too large for a float: 400), and every error, validation included, has OpenAI's shape
 ``{"error": {"message", "type", "param", "code"}}`` like the gateway's. The bodies are the pydantic models of
-``ratchet_assets.effects_models``; ``/openapi.json`` documents every route, body and both schemes.
+``ratchet_assets.effects.models``; ``/openapi.json`` documents every route, body and both schemes.
 
 The routes are thin: each authenticates its caller and calls one
-:class:`~ratchet_assets.effects_caller.CallerGate` method, the same one the MCP tool of that route runs. The same
-app serves the MCP door ``/mcp`` (``ratchet_assets.effects_mcp``: the caller's bearer key, the same body limit),
-and ``/.well-known/agent-manifest.json`` and ``/llms.txt`` (``ratchet_assets.effects_manifest``), which say what
+:class:`~ratchet_assets.effects.caller.CallerGate` method, the same one the MCP tool of that route runs. The same
+app serves the MCP door ``/mcp`` (``ratchet_assets.effects.mcp_door``: the caller's bearer key, the same body limit),
+and ``/.well-known/agent-manifest.json`` and ``/llms.txt`` (``ratchet_assets.effects.manifest``), which say what
 the gate does and does not do.
 """
 
@@ -47,8 +47,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.requests import Request
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from ratchet_assets.effects import EffectError, EffectLedger
-from ratchet_assets.effects_caller import (
+from ratchet_assets.effects.caller import (
     ADMIN,
     MAX_BODY_BYTES,
     ApiError,
@@ -59,9 +58,10 @@ from ratchet_assets.effects_caller import (
     key_store,
     non_finite,
 )
-from ratchet_assets.effects_manifest import agent_manifest, llms_txt
-from ratchet_assets.effects_mcp import McpHttpDoor
-from ratchet_assets.effects_models import (
+from ratchet_assets.effects.ledger import EffectError, EffectLedger
+from ratchet_assets.effects.manifest import agent_manifest, llms_txt
+from ratchet_assets.effects.mcp_door import McpHttpDoor
+from ratchet_assets.effects.models import (
     Approval,
     BeginAnswer,
     BeginBody,

@@ -2,7 +2,7 @@
 
 A door authenticates its caller (a client name from ``RATCHET_API_KEYS``, or :data:`ADMIN`), builds a
 :class:`CallerGate` and calls one method per operation with the operation's request model
-(``ratchet_assets.effects_models``). Each method names the caller's types in its namespace, settles only its own
+(``ratchet_assets.effects.models``). Each method names the caller's types in its namespace, settles only its own
 effects, shows only its own spend, and raises :class:`ApiError` (an HTTP status and OpenAI's error fields) for
 anything the caller can fix; :func:`api_error` maps the ledger's own errors the same way for every door. So
 ``POST /effects/begin`` and the MCP tool ``begin_effect`` decide the same, by construction (ARCHITECTURE.md,
@@ -16,7 +16,7 @@ import secrets
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from ratchet_assets.effects import (
+from ratchet_assets.effects.ledger import (
     ALL_TYPES,
     EffectError,
     EffectLedger,
@@ -27,7 +27,7 @@ from ratchet_assets.effects import (
     client_effect_type,
     namespace_of,
 )
-from ratchet_assets.effects_models import (
+from ratchet_assets.effects.models import (
     BeginAnswer,
     BeginBody,
     EffectRef,

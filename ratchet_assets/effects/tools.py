@@ -1,10 +1,10 @@
 """What the effect gate offers agents: its tools, what it does and deliberately does not do, and its limits.
 
-One table, :data:`TOOLS`, is the source of truth that the MCP server (``ratchet_assets.effects_mcp``), the agent
-manifest and ``/llms.txt`` (``ratchet_assets.effects_manifest``) are built from. Each tool maps one to one onto a
+One table, :data:`TOOLS`, is the source of truth that the MCP server (``ratchet_assets.effects.mcp_door``), the agent
+manifest and ``/llms.txt`` (``ratchet_assets.effects.manifest``) are built from. Each tool maps one to one onto a
 REST route of ``ratchet effects serve``: its arguments are that route's request model and its answer that route's
-answer model (``ratchet_assets.effects_models``, the models ``/openapi.json`` documents), and it runs the same
-:class:`~ratchet_assets.effects_caller.CallerGate` method, so tenancy and decisions are the REST API's.
+answer model (``ratchet_assets.effects.models``, the models ``/openapi.json`` documents), and it runs the same
+:class:`~ratchet_assets.effects.caller.CallerGate` method, so tenancy and decisions are the REST API's.
 """
 
 from __future__ import annotations
@@ -17,8 +17,7 @@ from typing import Any, get_args
 
 from pydantic import BaseModel, TypeAdapter, ValidationError
 
-from ratchet_assets.effects import EffectError, EffectRecord, Outcome
-from ratchet_assets.effects_caller import (
+from ratchet_assets.effects.caller import (
     MAX_BODY_BYTES,
     ApiError,
     CallerGate,
@@ -26,7 +25,8 @@ from ratchet_assets.effects_caller import (
     invalid_request,
     non_finite,
 )
-from ratchet_assets.effects_models import (
+from ratchet_assets.effects.ledger import EffectError, EffectRecord, Outcome
+from ratchet_assets.effects.models import (
     BeginAnswer,
     BeginBody,
     EffectList,

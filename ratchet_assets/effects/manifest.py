@@ -1,7 +1,7 @@
 """``/.well-known/agent-manifest.json`` and ``/llms.txt`` of ``ratchet effects serve``: the gate described for agents.
 
 Both are rendered from one source: what the gate does, does not do and answers, its authentication and limits,
-and its tools come from ``ratchet_assets.effects_tools`` (the table the MCP server serves), and its REST routes
+and its tools come from ``ratchet_assets.effects.tools`` (the table the MCP server serves), and its REST routes
 from the app's own OpenAPI document. So a tool or route added to the gate shows up here without an edit.
 """
 
@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
-from ratchet_assets.effects_tools import AUTH, DOES, DOES_NOT, LIMITS, NAME, OUTCOMES, SUMMARY, TITLE, TOOLS
+from ratchet_assets.effects.tools import AUTH, DOES, DOES_NOT, LIMITS, NAME, OUTCOMES, SUMMARY, TITLE, TOOLS
 
 MANIFEST_VERSION = "1"
 MCP_PATH = "/mcp"
