@@ -3,7 +3,11 @@
 Import it from here only: ``from ratchet_assets.effects import EffectLedger``. The modules of this package are its
 private parts (the layer check, ``tests/layers.py``, fails any import of them from outside the package):
 
-- ``ledger``: :class:`EffectLedger`, the state machine (begin / report / fail / resolve), its rules and records;
+- ``ledger``: :class:`EffectLedger`, the state machine (begin / report / fail / resolve) in the control DB;
+- ``records``: what the ledger answers and stores (:class:`Begin`, :class:`EffectRecord`, :class:`Rules`,
+  :class:`Approval`), its errors and the built-in types' policies;
+- ``tenancy``: a client's namespace ``<client>/`` (:func:`client_effect_type`, :func:`client_cap_type`);
+- ``rules``: the gate's checks before an ``execute`` (approval, max_attempts, spend caps) and the spend sums;
 - ``models``, ``caller``, ``api``, ``tools``, ``mcp_door``, ``manifest``: the doors (HTTP, MCP, manifest) and
   the tenancy every door applies (:class:`CallerGate`).
 
@@ -16,27 +20,28 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
-from ratchet_assets.effects.ledger import (
-    ALL_TYPES,
+from ratchet_assets.effects.ledger import EffectLedger, effects_table
+from ratchet_assets.effects.records import (
     DEFAULT_POLICIES,
-    EFFECT_NAME,
-    MAX_TYPE_LENGTH,
-    NAMESPACE_SEP,
     RESOLUTIONS,
     STATUSES,
     Approval,
     Begin,
     EffectError,
-    EffectLedger,
     EffectRecord,
     ForeignType,
     IndeterminateAction,
     Outcome,
     Rules,
     StaleToken,
+)
+from ratchet_assets.effects.tenancy import (
+    ALL_TYPES,
+    EFFECT_NAME,
+    MAX_TYPE_LENGTH,
+    NAMESPACE_SEP,
     client_cap_type,
     client_effect_type,
-    effects_table,
     namespace_of,
 )
 

@@ -58,7 +58,7 @@ from ratchet_assets.effects.caller import (
     key_store,
     non_finite,
 )
-from ratchet_assets.effects.ledger import EffectError, EffectLedger
+from ratchet_assets.effects.ledger import EffectLedger
 from ratchet_assets.effects.manifest import agent_manifest, llms_txt
 from ratchet_assets.effects.mcp_door import McpHttpDoor
 from ratchet_assets.effects.models import (
@@ -81,6 +81,7 @@ from ratchet_assets.effects.models import (
     TypeRef,
     UsageQuery,
 )
+from ratchet_assets.effects.records import EffectError
 from ratchet_stats.canonical import loads_strict
 
 log = logging.getLogger(__name__)

@@ -16,17 +16,7 @@ import secrets
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from ratchet_assets.effects.ledger import (
-    ALL_TYPES,
-    EffectError,
-    EffectLedger,
-    EffectRecord,
-    ForeignType,
-    StaleToken,
-    client_cap_type,
-    client_effect_type,
-    namespace_of,
-)
+from ratchet_assets.effects.ledger import EffectLedger
 from ratchet_assets.effects.models import (
     BeginAnswer,
     BeginBody,
@@ -44,6 +34,8 @@ from ratchet_assets.effects.models import (
     TypeRef,
     UsageQuery,
 )
+from ratchet_assets.effects.records import EffectError, EffectRecord, ForeignType, StaleToken
+from ratchet_assets.effects.tenancy import ALL_TYPES, client_cap_type, client_effect_type, namespace_of
 from ratchet_core import names
 from ratchet_core.api_keys import KeyStore
 

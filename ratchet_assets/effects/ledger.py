@@ -50,181 +50,40 @@ from __future__ import annotations
 
 import json
 import math
-import re
 import uuid
 from collections.abc import Callable
-from dataclasses import asdict, dataclass
-from datetime import UTC, datetime, timedelta
-from typing import Any, Literal
+from datetime import datetime, timedelta
+from typing import Any
 
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection, Engine
 
+from ratchet_assets.effects.records import (
+    DEFAULT_POLICIES,
+    RESOLUTIONS,
+    Approval,
+    Begin,
+    EffectError,
+    EffectRecord,
+    IndeterminateAction,
+    Rules,
+    StaleToken,
+    check_cost,
+    iso,
+    record_of,
+    utc_now,
+)
+from ratchet_assets.effects.rules import Gate, gate_in, rules_in, used_in
+from ratchet_assets.effects.tenancy import NAMESPACE_SEP, is_namespace_rule
 from ratchet_core.control_db import effect_approvals, effect_policies, effect_spend, effects, ensure_schema
-
-Outcome = Literal["execute", "duplicate", "in_flight", "blocked", "denied", "awaiting_approval"]
-# What an indeterminate effect of a type gets (its lease lapsed without a report): stored as its `policy`.
-IndeterminateAction = Literal["block", "retry", "probe"]
-STATUSES = ("in_flight", "done", "failed", "indeterminate")
-RESOLUTIONS = ("done", "failed", "forget")
-
-# Effect types Ratchet itself performs and what to do when a holder vanished mid-effect.
-DEFAULT_POLICIES: dict[str, IndeterminateAction] = {
-    "receipt.sign": "probe",  # the receipt file on disk says whether the signature was written
-    "training.launch": "block",  # costs money: an operator decides
-    "adapter.load": "retry",  # loading the same adapter twice is harmless
-    "release.publish": "block",
-    "webhook": "block",
-}
 
 # The ``effects`` table is defined with every other control-DB table in ratchet_core.control_db.
 effects_table = effects
 
-NAMESPACE_SEP = "/"
-ALL_TYPES = "*"  # rules on "<client>/*" cap the client's spend over all its types
-EFFECT_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
-MAX_TYPE_LENGTH = 64  # the control DB's effect_type column
 
-
-class EffectError(RuntimeError):
-    """Misuse of the effect ledger (unknown row, bad resolution)."""
-
-
-class StaleToken(EffectError):
-    """The caller's token is no longer the row's: its lease lapsed and another holder took over."""
-
-
-class ForeignType(EffectError):
-    """A client named an effect type outside its own namespace (the control plane's or another client's)."""
-
-
-def namespace_of(effect_type: str) -> str | None:
-    """The client whose namespace holds `effect_type`; None for the control plane's own types."""
-    client, sep, _ = effect_type.partition(NAMESPACE_SEP)
-    return client if sep else None
-
-
-def client_cap_type(client: str) -> str:
-    """The rules target of `client`'s whole namespace (its own spend cap): ``<client>/*``."""
-    return f"{client}{NAMESPACE_SEP}{ALL_TYPES}"
-
-
-def _is_namespace_rule(effect_type: str) -> bool:
-    return effect_type.endswith(NAMESPACE_SEP + ALL_TYPES)
-
-
-def client_effect_type(client: str, name: str) -> str:
-    """The type `client` means by `name`: ``<client>/<name>`` (``<client>/<name>`` itself is accepted too).
-
-    :class:`ForeignType` for a name in another namespace, :class:`EffectError` for a name that is not
-    1 or more of ``A-Z a-z 0-9 . _ -`` starting with a letter or digit, or too long for the control DB."""
-    own = client + NAMESPACE_SEP
-    bare = name.removeprefix(own)
-    if NAMESPACE_SEP in bare:
-        raise ForeignType(
-            f"effect type {name[:80]!r} is outside your namespace: a client's effect types are {own}<name> "
-            f"(name them with or without the {own!r} prefix); the control plane's and other clients' types "
-            "cannot be used with a client key"
-        )
-    full = own + bare
-    if EFFECT_NAME.fullmatch(bare) is None or len(full) > MAX_TYPE_LENGTH:
-        raise EffectError(
-            f"effect type {name[:80]!r}: a name is 1-{MAX_TYPE_LENGTH - len(own)} characters of A-Z, a-z, 0-9, "
-            "'.', '_' and '-', starting with a letter or digit"
-        )
-    return full
-
-
-def _check_cost(cost_usd: float | None, what: str = "cost_usd") -> None:
-    if cost_usd is not None and not (math.isfinite(cost_usd) and cost_usd >= 0):
-        raise EffectError(f"{what} must be a finite number >= 0, not {cost_usd!r}")
-
-
-class _Record:
-    """``to_dict`` for the ledger's dataclasses (what the CLI and the assets' metadata print)."""
-
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)  # type: ignore[call-overload]
-
-
-@dataclass(frozen=True)
-class Begin(_Record):
-    """What ``begin`` decided. Only ``execute`` may act; ``token`` is then needed to report."""
-
-    outcome: Outcome
-    token: str | None = None
-    result: dict[str, Any] | None = None
-    status: str = ""
-    attempts: int = 0
-    detail: str = ""
-    remaining_usd: float | None = None
-
-
-@dataclass(frozen=True)
-class EffectRecord(_Record):
-    effect_type: str
-    key: str
-    fingerprint: str
-    status: str
-    lease_until: str
-    attempts: int
-    result: dict[str, Any] | None
-    error: str | None
-    note: str | None
-    created_at: str
-    updated_at: str
-
-    def lease_lapsed(self, now: datetime | None = None) -> bool:
-        return datetime.fromisoformat(self.lease_until) <= (now or _now())
-
-
-@dataclass(frozen=True)
-class Rules(_Record):
-    """The gate's rules for one effect type (``effect_policies``); ``None`` means no limit."""
-
-    effect_type: str
-    policy: IndeterminateAction
-    approval_required: bool = False
-    max_attempts: int | None = None
-    cap_usd: float | None = None
-    cap_window_seconds: int | None = None
-
-
-@dataclass(frozen=True)
-class Approval(_Record):
-    effect_type: str
-    key: str
-    fingerprint: str
-    state: str  # pending | granted | denied
-    summary: str
-    requested_by: str
-    requested_at: str
-    decided_by: str | None
-    decided_at: str | None
-    reason: str | None
-
-
-def _execute(token: str, attempts: int, gate: _Gate) -> Begin:
+def _execute(token: str, attempts: int, gate: Gate) -> Begin:
     """The one ``execute`` answer: the caller holds the lease (`token`) for this attempt."""
     return Begin("execute", token=token, status="in_flight", attempts=attempts, remaining_usd=gate.remaining)
-
-
-def _now() -> datetime:
-    return datetime.now(UTC)
-
-
-def _iso(t: datetime) -> str:
-    return t.astimezone(UTC).isoformat(timespec="microseconds")
-
-
-@dataclass
-class _Gate:
-    """What a ``begin`` brings to the gate's checks, and what they found (remaining budget)."""
-
-    cost_usd: float | None
-    summary: str
-    requested_by: str
-    remaining: float | None = None
 
 
 class EffectLedger:
@@ -234,7 +93,7 @@ class EffectLedger:
         self,
         engine: Engine,
         policies: dict[str, IndeterminateAction] | None = None,
-        clock: Callable[[], datetime] = _now,
+        clock: Callable[[], datetime] = utc_now,
     ) -> None:
         self.engine = engine
         self.policies: dict[str, IndeterminateAction] = {**DEFAULT_POLICIES, **(policies or {})}
@@ -262,8 +121,8 @@ class EffectLedger:
         ``cost_usd`` is the caller's estimate (required when the type has a spend cap); ``summary`` and
         ``requested_by`` are shown to the operator who approves.
         """
-        _check_cost(cost_usd)
-        gate = _Gate(cost_usd, summary, requested_by)
+        check_cost(cost_usd)
+        gate = Gate(cost_usd, summary, requested_by)
         if self.rules(effect_type).policy == "probe" and probe is None:
             raise EffectError(f"effect type {effect_type!r} has policy 'probe': pass probe=... to begin()")
         for _ in range(5):
@@ -287,7 +146,7 @@ class EffectLedger:
         policy: IndeterminateAction,
         probe: Callable[[EffectRecord], dict[str, Any] | None] | None,
         rules: Rules,
-        gate: _Gate,
+        gate: Gate,
     ) -> Begin:
         now = self.clock()
         t = effects_table
@@ -296,10 +155,10 @@ class EffectLedger:
         if conn.dialect.name != "sqlite":
             query = query.with_for_update()
         row = conn.execute(query).mappings().first()
-        lease_until = _iso(now + timedelta(seconds=lease_seconds))
+        lease_until = iso(now + timedelta(seconds=lease_seconds))
         token = uuid.uuid4().hex
         if row is None:
-            refused = self._gate_in(conn, rules, gate, key, fingerprint, attempts=0, now=now, token=token)
+            refused = gate_in(conn, rules, gate, key, fingerprint, 0, now, token, self._rules_in)
             if refused is not None:
                 return refused
             conn.execute(
@@ -311,12 +170,12 @@ class EffectLedger:
                     lease_until=lease_until,
                     token=token,
                     attempts=1,
-                    created_at=_iso(now),
-                    updated_at=_iso(now),
+                    created_at=iso(now),
+                    updated_at=iso(now),
                 )
             )
             return _execute(token, 1, gate)
-        record = _record(row)
+        record = record_of(row)
         if row["fingerprint"] != fingerprint:
             return Begin(
                 "denied",
@@ -330,8 +189,8 @@ class EffectLedger:
             return Begin("duplicate", result=record.result, status="done", attempts=record.attempts)
 
         def take_over(note: str) -> Begin:
-            refused = self._gate_in(
-                conn, rules, gate, key, fingerprint, attempts=row["attempts"], now=now, token=token
+            refused = gate_in(
+                conn, rules, gate, key, fingerprint, row["attempts"], now, token, self._rules_in
             )
             if refused is not None:
                 return refused
@@ -344,7 +203,7 @@ class EffectLedger:
                     lease_until=lease_until,
                     attempts=row["attempts"] + 1,
                     note=note,
-                    updated_at=_iso(now),
+                    updated_at=iso(now),
                 )
             )
             return _execute(token, row["attempts"] + 1, gate)
@@ -360,9 +219,9 @@ class EffectLedger:
             conn.execute(
                 t.update()
                 .where(where)
-                .values(status="indeterminate", note="lease lapsed without a report", updated_at=_iso(now))
+                .values(status="indeterminate", note="lease lapsed without a report", updated_at=iso(now))
             )
-            record = _record({**row, "status": "indeterminate"})
+            record = record_of({**row, "status": "indeterminate"})
         if policy == "retry":
             return take_over("retried after indeterminate")
         if policy == "probe":
@@ -377,7 +236,7 @@ class EffectLedger:
                     status="done",
                     result=json.dumps(found, sort_keys=True),
                     note="probe: effect found",
-                    updated_at=_iso(now),
+                    updated_at=iso(now),
                 )
             )
             return Begin("duplicate", result=found, status="done", attempts=record.attempts)
@@ -426,7 +285,7 @@ class EffectLedger:
         namespace: str | None,
     ) -> None:
         t = effects_table
-        _check_cost(cost_usd)
+        check_cost(cost_usd)
         where = sa.and_(t.c.token == token, t.c.status == "in_flight")
         if namespace is not None:
             where = sa.and_(where, t.c.effect_type.startswith(namespace + NAMESPACE_SEP, autoescape=True))
@@ -434,7 +293,7 @@ class EffectLedger:
             updated = conn.execute(
                 t.update()
                 .where(where)
-                .values(status=status, result=result, error=error, updated_at=_iso(self.clock()))
+                .values(status=status, result=result, error=error, updated_at=iso(self.clock()))
             ).rowcount
             if updated == 1 and cost_usd is not None:
                 conn.execute(
@@ -491,7 +350,7 @@ class EffectLedger:
                 "status": resolution,
                 "note": f"resolved {resolution}: {reason}",
                 "token": uuid.uuid4().hex,  # any old holder can no longer report
-                "updated_at": _iso(self.clock()),
+                "updated_at": iso(self.clock()),
             }
             if result is not None:
                 values["result"] = json.dumps(result, sort_keys=True)
@@ -506,21 +365,7 @@ class EffectLedger:
             return self._rules_in(conn, effect_type)
 
     def _rules_in(self, conn: Connection, effect_type: str) -> Rules:
-        row = (
-            conn.execute(sa.select(effect_policies).where(effect_policies.c.effect_type == effect_type))
-            .mappings()
-            .first()
-        )
-        if row is None:
-            return Rules(effect_type, self.policy(effect_type))
-        return Rules(
-            effect_type,
-            row["policy"] or self.policy(effect_type),
-            bool(row["approval_required"]),
-            row["max_attempts"],
-            row["cap_usd"],
-            row["cap_window_seconds"],
-        )
+        return rules_in(conn, effect_type, self.policy(effect_type))
 
     def set_rules(
         self,
@@ -551,7 +396,7 @@ class EffectLedger:
             raise EffectError("cap_usd must be a finite number >= 0 (leave it unset for no cap)")
         if cap_window_seconds is not None and cap_window_seconds < 1:
             raise EffectError("cap_window_seconds must be >= 1 (leave it unset for a cap over all time)")
-        if _is_namespace_rule(effect_type) and (policy or approval_required or max_attempts is not None):
+        if is_namespace_rule(effect_type) and (policy or approval_required or max_attempts is not None):
             raise EffectError(
                 f"{effect_type} holds the client's own spend cap over all its types: give only cap_usd and "
                 "cap_window_seconds (set policy, approval and max_attempts on one of its types)"
@@ -564,7 +409,7 @@ class EffectLedger:
             cap_window_seconds=cap_window_seconds,
             actor=actor,
             reason=reason,
-            updated_at=_iso(self.clock()),
+            updated_at=iso(self.clock()),
         )
         with self.engine.begin() as conn:
             where = effect_policies.c.effect_type == effect_type
@@ -578,7 +423,7 @@ class EffectLedger:
         """Reserved + spent dollars in the type's current cap window, the cap and what remains."""
         rules = self.rules(effect_type)
         with self.engine.connect() as conn:
-            used = self._used_in(conn, rules, self.clock())
+            used = used_in(conn, rules, self.clock())
         remaining = None if rules.cap_usd is None else max(0.0, rules.cap_usd - used)
         return {
             "effect_type": effect_type,
@@ -587,114 +432,6 @@ class EffectLedger:
             "used_usd": used,
             "remaining_usd": remaining,
         }
-
-    def _used_in(self, conn: Connection, rules: Rules, now: datetime) -> float:
-        t = effect_spend
-        if _is_namespace_rule(rules.effect_type):  # the client's spend over all its types
-            prefix = rules.effect_type.removesuffix(ALL_TYPES)
-            of_type = t.c.effect_type.startswith(prefix, autoescape=True)
-        else:
-            of_type = t.c.effect_type == rules.effect_type
-        query = sa.select(sa.func.coalesce(sa.func.sum(t.c.usd), 0.0)).where(of_type)
-        if rules.cap_window_seconds is not None:
-            since = _iso(now - timedelta(seconds=rules.cap_window_seconds))
-            query = query.where(effect_spend.c.at > since)
-        return float(conn.execute(query).scalar() or 0.0)
-
-    def _gate_in(
-        self,
-        conn: Connection,
-        rules: Rules,
-        gate: _Gate,
-        key: str,
-        fingerprint: str,
-        attempts: int,
-        now: datetime,
-        token: str,
-    ) -> Begin | None:
-        """None when an execute may be handed out (spend then reserved), else the refusal."""
-        if rules.max_attempts is not None and attempts >= rules.max_attempts:
-            return Begin(
-                "blocked",
-                attempts=attempts,
-                detail=f"{rules.effect_type}:{key} was attempted {attempts} times (max_attempts "
-                f"{rules.max_attempts}); resolve it with `ratchet admin effects resolve` or raise max_attempts",
-            )
-        if rules.approval_required:
-            a = effect_approvals
-            where = sa.and_(a.c.effect_type == rules.effect_type, a.c.key == key)
-            row = conn.execute(sa.select(a).where(where)).mappings().first()
-            if row is None:
-                conn.execute(
-                    a.insert().values(
-                        effect_type=rules.effect_type,
-                        key=key,
-                        fingerprint=fingerprint,
-                        state="pending",
-                        summary=gate.summary[:2000],
-                        requested_by=gate.requested_by,
-                        requested_at=_iso(now),
-                    )
-                )
-                row = {"state": "pending", "fingerprint": fingerprint}
-            if row["fingerprint"] != fingerprint:
-                return Begin(
-                    "denied",
-                    attempts=attempts,
-                    detail=f"the approval for {rules.effect_type}:{key} is for fingerprint "
-                    f"{row['fingerprint']}, not {fingerprint}",
-                )
-            if row["state"] == "pending":
-                return Begin(
-                    "awaiting_approval",
-                    attempts=attempts,
-                    detail=f"{rules.effect_type}:{key} needs approval: `ratchet admin approve "
-                    f"{rules.effect_type} {key} --reason ...` (or --deny)",
-                )
-            if row["state"] == "denied":
-                return Begin(
-                    "denied",
-                    attempts=attempts,
-                    detail=f"denied by {row['decided_by']}: {row['reason']}",
-                )
-        caps = [rules]
-        if (
-            client := namespace_of(rules.effect_type)
-        ) is not None:  # the client's own cap, over all its types
-            caps.append(self._rules_in(conn, client_cap_type(client)))
-        for cap in caps:
-            if cap.cap_usd is None:
-                continue
-            if gate.cost_usd is None:
-                return Begin(
-                    "denied",
-                    attempts=attempts,
-                    detail=f"{cap.effect_type} has a spend cap: begin it with its estimated cost_usd",
-                )
-            remaining = max(0.0, cap.cap_usd - self._used_in(conn, cap, now))
-            if gate.cost_usd > remaining + 1e-12:
-                window = f"per {cap.cap_window_seconds} s" if cap.cap_window_seconds is not None else "in all"
-                return Begin(
-                    "denied",
-                    attempts=attempts,
-                    remaining_usd=remaining,
-                    detail=f"spend cap: {cap.effect_type} may spend ${cap.cap_usd:.6f} {window}; "
-                    f"${remaining:.6f} remains, this effect is estimated at ${gate.cost_usd:.6f}",
-                )
-            left = remaining - gate.cost_usd
-            gate.remaining = left if gate.remaining is None else min(gate.remaining, left)
-        if gate.cost_usd is not None:
-            conn.execute(
-                effect_spend.insert().values(
-                    effect_type=rules.effect_type,
-                    key=key,
-                    token=token,
-                    usd=float(gate.cost_usd),
-                    state="reserved",
-                    at=_iso(now),
-                )
-            )
-        return None
 
     # Approvals --------------------------------------------------------------------------------------------
     def decide(
@@ -720,7 +457,7 @@ class EffectLedger:
                 .values(
                     state="granted" if grant else "denied",
                     decided_by=actor,
-                    decided_at=_iso(self.clock()),
+                    decided_at=iso(self.clock()),
                     reason=reason,
                 )
             )
@@ -755,7 +492,7 @@ class EffectLedger:
                 .mappings()
                 .first()
             )
-        return _record(row) if row else None
+        return record_of(row) if row else None
 
     def list_effects(
         self,
@@ -776,30 +513,14 @@ class EffectLedger:
             query = query.where(
                 sa.or_(
                     t.c.status == "indeterminate",
-                    sa.and_(t.c.status == "in_flight", t.c.lease_until <= _iso(self.clock())),
+                    sa.and_(t.c.status == "in_flight", t.c.lease_until <= iso(self.clock())),
                 )
             )
         elif status:
             query = query.where(t.c.status == status)
         with self.engine.connect() as conn:
-            return [_record(r) for r in conn.execute(query).mappings()]
+            return [record_of(r) for r in conn.execute(query).mappings()]
 
     def indeterminate(self) -> list[EffectRecord]:
         """Effects whose outcome nobody knows: flagged by the Dagster check and `admin effects list`."""
         return self.list_effects(status="indeterminate", limit=1000)
-
-
-def _record(row: Any) -> EffectRecord:
-    return EffectRecord(
-        effect_type=row["effect_type"],
-        key=row["key"],
-        fingerprint=row["fingerprint"],
-        status=row["status"],
-        lease_until=row["lease_until"],
-        attempts=row["attempts"],
-        result=json.loads(row["result"]) if row["result"] else None,
-        error=row["error"],
-        note=row["note"],
-        created_at=row["created_at"],
-        updated_at=row["updated_at"],
-    )

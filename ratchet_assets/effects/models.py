@@ -16,7 +16,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from ratchet_assets.effects.ledger import MAX_TYPE_LENGTH, Approval, Begin, EffectRecord, Rules
+from ratchet_assets.effects.records import Approval, Begin, EffectRecord, Rules
+from ratchet_assets.effects.tenancy import MAX_TYPE_LENGTH
 
 
 class _Body(BaseModel):

@@ -25,7 +25,6 @@ from ratchet_assets.effects.caller import (
     invalid_request,
     non_finite,
 )
-from ratchet_assets.effects.ledger import EffectError, EffectRecord, Outcome
 from ratchet_assets.effects.models import (
     BeginAnswer,
     BeginBody,
@@ -42,6 +41,7 @@ from ratchet_assets.effects.models import (
     TypeRef,
     UsageQuery,
 )
+from ratchet_assets.effects.records import EffectError, EffectRecord, Outcome
 
 log = logging.getLogger(__name__)
 
