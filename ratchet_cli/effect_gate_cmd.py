@@ -18,7 +18,7 @@ def effects() -> None:
 def serve(host: str, port: int) -> None:
     """Serve the gate (control DB from RATCHET_CONTROL_DB, clients RATCHET_API_KEYS, admin RATCHET_ADMIN_KEY).
 
-    The REST API is documented at /openapi.json (interactive page /docs); MCP clients connect to /mcp with their
+    The REST API is documented at /openapi.json (no /docs page: it would load scripts from a CDN); MCP clients connect to /mcp with their
     bearer key; /.well-known/agent-manifest.json and /llms.txt describe the gate for agents.
     """
     import uvicorn

@@ -16,8 +16,12 @@ and ``\\Z``): a trailing newline (``%0a`` in a URL) fails, as ``re.match`` with 
 | day | ``YYYY-MM-DD``, a real calendar day |
 | replica | 1-64 of ``A-Z a-z 0-9 . _ -``, starting with a letter or digit (a gateway replica's name) |
 | actor | 1-128 of ``A-Z a-z 0-9 . _ - @ +``, starting with a letter or digit (who made an admin change) |
+| effect type | 1-64 characters: a name of ``A-Z a-z 0-9 . _ -`` starting with a letter or digit, or two joined by one
+``/`` (a client's ``<client>/<name>``) |
+| effect key | 1-512 printable ASCII characters, ``!`` to ``~`` (no space, control or bidi character; ``/``, ``:`` and
+``|`` are allowed: keys are built from URLs and digests) |
 
-None of them allows a character a path, a header, a log line or an HTML page could misread (no ``/``, ``\\``,
+None of them but the effect key allows a character a path, a header, a log line or an HTML page could misread (no ``/``, ``\\``,
 whitespace, control characters, ``<``, quotes), and none starts with ``.`` or ``-`` (never a hidden file or an
 option). Errors are :class:`NameRuleError` (a ``ValueError``) with a message that says the rule and shows at most
 a short escaped prefix of the value.
@@ -30,7 +34,17 @@ import re
 from typing import Any, Literal
 
 NameKind = Literal[
-    "task", "client", "version", "request id", "episode", "feedback id", "day", "replica", "actor"
+    "task",
+    "client",
+    "version",
+    "request id",
+    "episode",
+    "feedback id",
+    "day",
+    "replica",
+    "actor",
+    "effect type",
+    "effect key",
 ]
 
 TASK_NAME_PATTERN = r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}"
@@ -40,6 +54,9 @@ REQUEST_ID_PATTERN = r"[A-Za-z0-9._-]{1,128}"
 DAY_PATTERN = r"[0-9]{4}-[0-9]{2}-[0-9]{2}"
 ACTOR_PATTERN = r"[A-Za-z0-9][A-Za-z0-9._@+-]{0,127}"
 MAX_TASK_NAME_LENGTH = 64
+EFFECT_TYPE_PATTERN = r"[A-Za-z0-9][A-Za-z0-9._-]*(?:/[A-Za-z0-9][A-Za-z0-9._-]*)?"
+MAX_EFFECT_TYPE_LENGTH = 64  # the control DB's effect_type column
+EFFECT_KEY_PATTERN = r"[!-~]{1,512}"
 
 _RULES: dict[str, tuple[re.Pattern[str], str]] = {
     "task": (
@@ -76,6 +93,15 @@ _RULES: dict[str, tuple[re.Pattern[str], str]] = {
         re.compile(ACTOR_PATTERN),
         "an actor is 1-128 characters of A-Z, a-z, 0-9, '.', '_', '-', '@' and '+', starting with a letter or digit",
     ),
+    "effect type": (
+        re.compile(EFFECT_TYPE_PATTERN),
+        "an effect type is 1-64 characters: a name of A-Z, a-z, 0-9, '.', '_' and '-' starting with a letter or "
+        "digit, or two such names joined by one '/' (<client>/<name>)",
+    ),
+    "effect key": (
+        re.compile(EFFECT_KEY_PATTERN),
+        "an effect key is 1-512 printable ASCII characters ('!' to '~': no space, control or bidi character)",
+    ),
 }
 
 
@@ -104,6 +130,8 @@ def is_valid(kind: NameKind, value: Any) -> bool:
         return False
     if kind == "version":
         return ".." not in value
+    if kind == "effect type":
+        return len(value) <= MAX_EFFECT_TYPE_LENGTH
     if kind == "day":
         try:
             _dt.date.fromisoformat(value)

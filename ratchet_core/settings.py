@@ -61,6 +61,12 @@ class Settings(BaseSettings):
         description="The key (a client's from RATCHET_API_KEYS, or the admin key) whose caller `ratchet effects mcp` "
         "acts as.",
     )
+    effects_max_cost_usd: float = Field(
+        10_000.0,
+        gt=0,
+        allow_inf_nan=False,
+        description="The most one effect may cost in the effect gate, in dollars (a larger cost_usd is a 400).",
+    )
     signing_key: str = Field(
         "", description="Ed25519 private key (base64 or PEM) or `@file`; default key file."
     )

@@ -81,7 +81,7 @@ from ratchet_assets.effects.models import (
     TypeRef,
     UsageQuery,
 )
-from ratchet_assets.effects.records import EffectError
+from ratchet_assets.effects.records import MAX_COST_USD, EffectError
 from ratchet_stats.canonical import loads_strict
 
 log = logging.getLogger(__name__)
@@ -217,9 +217,15 @@ def caller_gate(who: Caller, gate: Ledger) -> CallerGate:
 Gate = Annotated[CallerGate, Depends(caller_gate)]
 
 
-def create_app(engine: Engine, clients: list[tuple[str, str]], admin_key: str) -> FastAPI:
-    """The effect gate's app over the control DB behind ``engine``: REST, ``/mcp`` and the agent manifest."""
-    ledger = EffectLedger(engine)
+def create_app(
+    engine: Engine, clients: list[tuple[str, str]], admin_key: str, *, max_cost_usd: float = MAX_COST_USD
+) -> FastAPI:
+    """The effect gate's app over the control DB behind ``engine``: REST, ``/mcp`` and the agent manifest.
+
+    ``max_cost_usd`` is the most one effect may cost (RATCHET_EFFECTS_MAX_COST_USD). No ``/docs`` or ``/redoc``
+    page: FastAPI's load Swagger UI and ReDoc from a CDN with inline script, on the page where an operator would
+    type the admin key; ``/openapi.json`` documents the API for any viewer the operator trusts."""
+    ledger = EffectLedger(engine, max_cost_usd=max_cost_usd)
     keys = key_store(clients, admin_key)
     mcp_door = McpHttpDoor(ledger, keys)
 
@@ -234,6 +240,8 @@ def create_app(engine: Engine, clients: list[tuple[str, str]], admin_key: str) -
         version="1",
         responses=ERROR_DOCS,
         lifespan=lifespan,
+        docs_url=None,
+        redoc_url=None,
     )
     app.openapi = lambda: _openapi(app)  # type: ignore[method-assign]
     app.add_middleware(BodyGuard)
@@ -370,5 +378,8 @@ def app_from_settings() -> FastAPI:
 
     settings = load_settings()
     return create_app(
-        make_engine(settings.control_db_url), parse_api_keys(settings.api_keys), settings.admin_key
+        make_engine(settings.control_db_url),
+        parse_api_keys(settings.api_keys),
+        settings.admin_key,
+        max_cost_usd=settings.effects_max_cost_usd,
     )

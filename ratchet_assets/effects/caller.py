@@ -35,7 +35,13 @@ from ratchet_assets.effects.models import (
     UsageQuery,
 )
 from ratchet_assets.effects.records import EffectError, EffectRecord, ForeignType, StaleToken
-from ratchet_assets.effects.tenancy import ALL_TYPES, client_cap_type, client_effect_type, namespace_of
+from ratchet_assets.effects.tenancy import (
+    ALL_TYPES,
+    check_effect_type,
+    client_cap_type,
+    client_effect_type,
+    namespace_of,
+)
 from ratchet_core import names
 from ratchet_core.api_keys import KeyStore
 
@@ -80,7 +86,7 @@ def api_error(exc: EffectError) -> ApiError:
     """The ledger's refusal as every door answers it: a token that holds nothing of the caller's is 409."""
     if isinstance(exc, StaleToken):
         return ApiError(409, str(exc), "stale_token", "token")
-    return ApiError(400, str(exc), "effect_error")
+    return ApiError(400, str(exc), exc.code, exc.param)
 
 
 def invalid_request(errors: Sequence[Mapping[str, Any]]) -> ApiError:
@@ -130,11 +136,12 @@ class CallerGate:
         """The caller's namespace (None: the admin, who names every type in full)."""
         return None if self.is_admin else self.caller
 
-    def effect_type(self, name: str) -> str:
-        """The effect type the caller means by `name`: a client's own ``<client>/<name>``, the admin's as given."""
-        if self.is_admin:
-            return name
+    def effect_type(self, name: str, rules_target: bool = False) -> str:
+        """The effect type the caller means by `name`: a client's own ``<client>/<name>``, the admin's as given
+        (both by the one name rule; a ``rules_target`` may be a client's ``<client>/*``)."""
         try:
+            if self.is_admin:
+                return check_effect_type(name, rules_target=rules_target)
             return client_effect_type(self.caller, name)
         except ForeignType as exc:
             raise ApiError(403, str(exc), "forbidden_effect_type", "effect_type") from None
@@ -202,7 +209,7 @@ class CallerGate:
         if not self.is_admin and ref.effect_type in (ALL_TYPES, client_cap_type(self.caller)):
             full = client_cap_type(self.caller)
         else:
-            full = self.effect_type(ref.effect_type)
+            full = self.effect_type(ref.effect_type, rules_target=True)
         client = namespace_of(full)
         whole = client_cap_type(client) if client is not None else None
         return RulesView(

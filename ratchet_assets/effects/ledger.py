@@ -36,7 +36,12 @@ or again:
   whose estimate would take the window's reserved + spent total over the cap is ``denied`` with the remaining
   budget (``remaining_usd``). ``report(..., cost_usd=actual)`` replaces the estimate with what it cost; a
   failure keeps the reservation unless it says what was spent, so the cap is never overrun by unknown spend.
-  Costs are finite numbers >= 0 (NaN, infinities and negatives are refused).
+  Costs are numbers (not strings or booleans), finite, from 0 to the maximum per effect (``max_cost_usd``,
+  RATCHET_EFFECTS_MAX_COST_USD, default $10,000); so no sum of them is ever infinite, and a spend row stored
+  before that bound counts within it (``rules.used_in``).
+
+Names. Effect types and keys follow the one name rule (``ratchet_core.names``: "effect type", "effect key"):
+printable ASCII only, so no control or bidi character is ever stored or echoed.
 
 Tenancy. The control plane's own types (``training.launch``, ``release.live``, ``liverun.<run>``...) have no
 ``/``. A client of the HTTP gate owns the namespace ``<client>/``: every type it names is ``<client>/<name>``
@@ -60,6 +65,7 @@ from sqlalchemy.engine import Connection, Engine
 
 from ratchet_assets.effects.records import (
     DEFAULT_POLICIES,
+    MAX_COST_USD,
     RESOLUTIONS,
     Approval,
     Begin,
@@ -74,7 +80,7 @@ from ratchet_assets.effects.records import (
     utc_now,
 )
 from ratchet_assets.effects.rules import Gate, gate_in, rules_in, used_in
-from ratchet_assets.effects.tenancy import NAMESPACE_SEP, is_namespace_rule
+from ratchet_assets.effects.tenancy import NAMESPACE_SEP, check_effect_type, check_key, is_namespace_rule
 from ratchet_core.control_db import effect_approvals, effect_policies, effect_spend, effects, ensure_schema
 
 # The ``effects`` table is defined with every other control-DB table in ratchet_core.control_db.
@@ -94,8 +100,14 @@ class EffectLedger:
         engine: Engine,
         policies: dict[str, IndeterminateAction] | None = None,
         clock: Callable[[], datetime] = utc_now,
+        max_cost_usd: float = MAX_COST_USD,
     ) -> None:
+        if not (math.isfinite(max_cost_usd) and max_cost_usd > 0):
+            raise EffectError(
+                f"the maximum cost per effect must be a finite number > 0, not {max_cost_usd!r}"
+            )
         self.engine = engine
+        self.max_cost_usd = float(max_cost_usd)
         self.policies: dict[str, IndeterminateAction] = {**DEFAULT_POLICIES, **(policies or {})}
         self.clock = clock
         ensure_schema(engine)
@@ -121,8 +133,10 @@ class EffectLedger:
         ``cost_usd`` is the caller's estimate (required when the type has a spend cap); ``summary`` and
         ``requested_by`` are shown to the operator who approves.
         """
-        check_cost(cost_usd)
-        gate = Gate(cost_usd, summary, requested_by)
+        check_effect_type(effect_type)
+        check_key(key)
+        check_cost(cost_usd, self.max_cost_usd)
+        gate = Gate(cost_usd, summary, requested_by, self.max_cost_usd)
         if self.rules(effect_type).policy == "probe" and probe is None:
             raise EffectError(f"effect type {effect_type!r} has policy 'probe': pass probe=... to begin()")
         for _ in range(5):
@@ -285,7 +299,7 @@ class EffectLedger:
         namespace: str | None,
     ) -> None:
         t = effects_table
-        check_cost(cost_usd)
+        check_cost(cost_usd, self.max_cost_usd)
         where = sa.and_(t.c.token == token, t.c.status == "in_flight")
         if namespace is not None:
             where = sa.and_(where, t.c.effect_type.startswith(namespace + NAMESPACE_SEP, autoescape=True))
@@ -384,6 +398,7 @@ class EffectLedger:
         ``<client>/*`` (:func:`client_cap_type`) takes only a spend cap: the client's, over all its types."""
         from ratchet_core.reasons import ReasonError, check_reason
 
+        check_effect_type(effect_type, rules_target=True)
         try:
             reason = check_reason(reason)
         except ReasonError as exc:
@@ -392,8 +407,14 @@ class EffectLedger:
             raise EffectError(f"policy must be block, retry or probe, not {policy!r}")
         if max_attempts is not None and max_attempts < 1:
             raise EffectError("max_attempts must be >= 1 (leave it unset for no limit)")
-        if cap_usd is not None and not (math.isfinite(cap_usd) and cap_usd >= 0):
-            raise EffectError("cap_usd must be a finite number >= 0 (leave it unset for no cap)")
+        if cap_usd is not None and (
+            isinstance(cap_usd, bool)
+            or not isinstance(cap_usd, int | float)
+            or not (math.isfinite(cap_usd) and cap_usd >= 0)
+        ):
+            raise EffectError(
+                "cap_usd must be a finite number >= 0 (leave it unset for no cap)", "cap_usd", "invalid_cost"
+            )
         if cap_window_seconds is not None and cap_window_seconds < 1:
             raise EffectError("cap_window_seconds must be >= 1 (leave it unset for a cap over all time)")
         if is_namespace_rule(effect_type) and (policy or approval_required or max_attempts is not None):
@@ -423,7 +444,7 @@ class EffectLedger:
         """Reserved + spent dollars in the type's current cap window, the cap and what remains."""
         rules = self.rules(effect_type)
         with self.engine.connect() as conn:
-            used = used_in(conn, rules, self.clock())
+            used = used_in(conn, rules, self.clock(), self.max_cost_usd)
         remaining = None if rules.cap_usd is None else max(0.0, rules.cap_usd - used)
         return {
             "effect_type": effect_type,

@@ -76,7 +76,7 @@ def agent_manifest(openapi: dict[str, Any]) -> dict[str, Any]:
             }
             for tool in TOOLS
         ],
-        "rest": {"openapi": "/openapi.json", "docs": "/docs", "routes": _routes(openapi)},
+        "rest": {"openapi": "/openapi.json", "routes": _routes(openapi)},
     }
 
 

@@ -197,7 +197,9 @@ def stdio_caller(api_key: str | None) -> tuple[EffectLedger, str]:
             "RATCHET_EFFECTS_API_KEY to one of them"
         )
     log.info("effect gate over stdio as %s", "the admin" if caller == ADMIN else f"client {caller}")
-    return EffectLedger(make_engine(settings.control_db_url)), caller
+    return EffectLedger(
+        make_engine(settings.control_db_url), max_cost_usd=settings.effects_max_cost_usd
+    ), caller
 
 
 def serve_stdio(ledger: EffectLedger, caller: str) -> None:

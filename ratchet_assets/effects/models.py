@@ -1,7 +1,8 @@
 """The effect gate's requests and answers, for every door to the gate: REST and MCP alike (ARCHITECTURE.md, "Effects").
 
-Requests are pydantic models with ``extra="forbid"`` and ``allow_inf_nan=False``: costs are finite numbers >= 0
-(``NaN``, ``1e999`` and negatives are refused before the ledger sees them). A route's query or path parameters are
+Requests are pydantic models with ``extra="forbid"`` and ``allow_inf_nan=False``: costs are JSON numbers (not
+strings or booleans), finite and >= 0 (``"5"``, ``true``, ``NaN``, ``1e999`` and negatives are refused before the
+ledger sees them, which then holds each to the maximum per effect); keys follow the one name rule. A route's query or path parameters are
 a model too (``ListQuery``, ``EffectRef``, ``TypeRef``, ``UsageQuery``), so the MCP tool that maps onto the route
 takes the same fields. Answers are the ledger's own records (``Begin``, ``EffectRecord``, ``Rules``,
 ``Approval``: dataclasses pydantic reads as they are) with what the gate adds. ``ratchet_assets.effects.api``
@@ -12,12 +13,19 @@ gives each MCP tool the same models' schemas (``pydantic.TypeAdapter(X).json_sch
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 
 from ratchet_assets.effects.records import Approval, Begin, EffectRecord, Rules
 from ratchet_assets.effects.tenancy import MAX_TYPE_LENGTH
+from ratchet_core import names
+
+# An effect key by the one name rule (printable ASCII: no control or bidi character is stored or echoed).
+Key = Annotated[str, AfterValidator(lambda key: names.check("effect key", key, "key"))]
+# A dollar amount: a JSON number (``strict``: not a string such as "5", not a boolean), finite, >= 0; the ledger
+# then holds an effect's cost to the maximum per effect (RATCHET_EFFECTS_MAX_COST_USD).
+Dollars = Annotated[float, Field(ge=0, strict=True, allow_inf_nan=False)]
 
 
 class _Body(BaseModel):
@@ -32,38 +40,34 @@ class BeginBody(_Body):
         description="A client names its own types (`report.file` means `<client>/report.file`); the admin names "
         "any type in full.",
     )
-    key: str = Field(
-        min_length=1, max_length=400, description="Derived from the effect's content, not a run id."
+    key: Key = Field(
+        min_length=1,
+        max_length=400,
+        description="Derived from the effect's content, not a run id: printable ASCII ('!' to '~').",
     )
     fingerprint: str = Field(
         min_length=1, max_length=128, description="Hash of the payload the effect acts on."
     )
-    lease_seconds: float = Field(600.0, gt=0, le=86400)
-    cost_usd: float | None = Field(
-        None, ge=0, allow_inf_nan=False, description="Estimated cost; required where a spend cap is set."
-    )
+    lease_seconds: float = Field(600.0, gt=0, le=86400, strict=True)
+    cost_usd: Dollars | None = Field(None, description="Estimated cost; required where a spend cap is set.")
     summary: str = Field("", max_length=2000, description="Shown to the operator who approves.")
 
 
 class ReportBody(_Body):
     token: str = Field(min_length=1, max_length=64)
     result: dict[str, Any] = Field(default_factory=dict)
-    cost_usd: float | None = Field(
-        None, ge=0, allow_inf_nan=False, description="What the effect actually cost."
-    )
+    cost_usd: Dollars | None = Field(None, description="What the effect actually cost.")
 
 
 class FailBody(_Body):
     token: str = Field(min_length=1, max_length=64)
     error: str = Field(min_length=1, max_length=2000)
-    cost_usd: float | None = Field(
-        None, ge=0, allow_inf_nan=False, description="What was spent anyway (0 releases the reservation)."
-    )
+    cost_usd: Dollars | None = Field(None, description="What was spent anyway (0 releases the reservation).")
 
 
 class ResolveBody(_Body):
     effect_type: str = Field(min_length=1, max_length=MAX_TYPE_LENGTH)
-    key: str = Field(min_length=1, max_length=512)
+    key: Key = Field(min_length=1, max_length=512)
     resolution: Literal["done", "failed", "forget"]
     reason: str
     force: bool = False
@@ -71,7 +75,7 @@ class ResolveBody(_Body):
 
 class DecisionBody(_Body):
     effect_type: str = Field(min_length=1, max_length=MAX_TYPE_LENGTH)
-    key: str = Field(min_length=1, max_length=512)
+    key: Key = Field(min_length=1, max_length=512)
     reason: str
 
 
@@ -91,7 +95,7 @@ class EffectRef(_Body):
     """One effect: ``GET /effects/{effect_type}/{key}`` (the ``get_effect`` tool's arguments)."""
 
     effect_type: str = Field(min_length=1, max_length=MAX_TYPE_LENGTH, examples=["report.file"])
-    key: str = Field(min_length=1, max_length=512)
+    key: Key = Field(min_length=1, max_length=512)
 
 
 class TypeRef(_Body):
@@ -121,7 +125,7 @@ class RulesBody(_Body):
     policy: Literal["block", "retry", "probe"] | None = None
     approval_required: bool = False
     max_attempts: int | None = Field(None, ge=1)
-    cap_usd: float | None = Field(None, ge=0, allow_inf_nan=False)
+    cap_usd: Dollars | None = None
     cap_window_seconds: int | None = Field(None, ge=1)
 
 

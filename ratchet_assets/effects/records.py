@@ -30,8 +30,17 @@ DEFAULT_POLICIES: dict[str, IndeterminateAction] = {
 }
 
 
+# The most one effect may cost, in dollars, unless configured (RATCHET_EFFECTS_MAX_COST_USD): a bound that keeps
+# every sum of costs finite (two 1e308 estimates would sum to infinity) and a typo from booking a fortune.
+MAX_COST_USD = 10_000.0
+
+
 class EffectError(RuntimeError):
-    """Misuse of the effect ledger (unknown row, bad resolution)."""
+    """Misuse of the effect ledger (unknown row, bad resolution); `param` names the field a door reports."""
+
+    def __init__(self, message: str, param: str | None = None, code: str = "effect_error") -> None:
+        super().__init__(message)
+        self.param, self.code = param, code
 
 
 class StaleToken(EffectError):
@@ -42,9 +51,25 @@ class ForeignType(EffectError):
     """A client named an effect type outside its own namespace (the control plane's or another client's)."""
 
 
-def check_cost(cost_usd: float | None, what: str = "cost_usd") -> None:
-    if cost_usd is not None and not (math.isfinite(cost_usd) and cost_usd >= 0):
-        raise EffectError(f"{what} must be a finite number >= 0, not {cost_usd!r}")
+def check_cost(cost_usd: float | None, maximum: float = MAX_COST_USD, what: str = "cost_usd") -> None:
+    """Refuse a cost that is not a number (a string or a boolean is not: ``True`` is an int in Python) or not
+    finite within ``[0, maximum]``."""
+    if cost_usd is None:
+        return
+    if isinstance(cost_usd, bool) or not isinstance(cost_usd, int | float):
+        raise EffectError(
+            f"{what} must be a number of dollars (a JSON number, not a string or boolean), not "
+            f"{type(cost_usd).__name__}",
+            what,
+            "invalid_cost",
+        )
+    if not (math.isfinite(cost_usd) and 0 <= cost_usd <= maximum):
+        raise EffectError(
+            f"{what} must be a finite number from 0 to {maximum:g} dollars (the maximum per effect, "
+            f"RATCHET_EFFECTS_MAX_COST_USD), not {cost_usd:.6g}",
+            what,
+            "invalid_cost",
+        )
 
 
 class _Record:

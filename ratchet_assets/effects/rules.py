@@ -26,6 +26,7 @@ class Gate:
     cost_usd: float | None
     summary: str
     requested_by: str
+    ceiling: float  # the maximum per effect: what one stored spend row counts as at most (:func:`used_in`)
     remaining: float | None = None
 
 
@@ -48,15 +49,19 @@ def rules_in(conn: Connection, effect_type: str, default: IndeterminateAction) -
     )
 
 
-def used_in(conn: Connection, rules: Rules, now: datetime) -> float:
-    """Reserved + spent dollars of ``rules``' type (a client's ``<client>/*``: all its types) in its window."""
+def used_in(conn: Connection, rules: Rules, now: datetime, ceiling: float) -> float:
+    """Reserved + spent dollars of ``rules``' type (a client's ``<client>/*``: all its types) in its window.
+
+    Each row counts within ``[0, ceiling]`` (the maximum per effect): a row an older gate stored infinite, huge or
+    negative counts as the maximum or 0, so the sum, the usage and the rules stay finite and readable."""
     t = effect_spend
     if is_namespace_rule(rules.effect_type):  # the client's spend over all its types
         prefix = rules.effect_type.removesuffix(ALL_TYPES)
         of_type = t.c.effect_type.startswith(prefix, autoescape=True)
     else:
         of_type = t.c.effect_type == rules.effect_type
-    query = sa.select(sa.func.coalesce(sa.func.sum(t.c.usd), 0.0)).where(of_type)
+    usd = sa.case((t.c.usd > ceiling, ceiling), (t.c.usd >= 0, t.c.usd), else_=0.0)
+    query = sa.select(sa.func.coalesce(sa.func.sum(usd), 0.0)).where(of_type)
     if rules.cap_window_seconds is not None:
         since = iso(now - timedelta(seconds=rules.cap_window_seconds))
         query = query.where(effect_spend.c.at > since)
@@ -131,7 +136,7 @@ def gate_in(
                 attempts=attempts,
                 detail=f"{cap.effect_type} has a spend cap: begin it with its estimated cost_usd",
             )
-        remaining = max(0.0, cap.cap_usd - used_in(conn, cap, now))
+        remaining = max(0.0, cap.cap_usd - used_in(conn, cap, now, gate.ceiling))
         if gate.cost_usd > remaining + 1e-12:
             window = f"per {cap.cap_window_seconds} s" if cap.cap_window_seconds is not None else "in all"
             return Begin(

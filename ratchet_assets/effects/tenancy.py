@@ -11,6 +11,7 @@ from __future__ import annotations
 import re
 
 from ratchet_assets.effects.records import EffectError, ForeignType
+from ratchet_core import names
 
 NAMESPACE_SEP = "/"
 ALL_TYPES = "*"  # rules on "<client>/*" cap the client's spend over all its types
@@ -53,3 +54,24 @@ def client_effect_type(client: str, name: str) -> str:
             "'.', '_' and '-', starting with a letter or digit"
         )
     return full
+
+
+def check_effect_type(effect_type: str, *, rules_target: bool = False) -> str:
+    """`effect_type` when it follows the one name rule (``ratchet_core.names``, "effect type"), else
+    :class:`EffectError` naming ``effect_type``; a ``rules_target`` may also be a client's ``<client>/*``."""
+    name = effect_type
+    if rules_target and isinstance(name, str) and is_namespace_rule(name):
+        name = name.removesuffix(NAMESPACE_SEP + ALL_TYPES)
+    try:
+        names.check("effect type", name, "effect_type")
+    except names.NameRuleError as exc:
+        raise EffectError(exc.message, "effect_type", "invalid_effect_type") from None
+    return effect_type
+
+
+def check_key(key: str) -> str:
+    """`key` when it follows the one name rule ("effect key": printable ASCII, no control or bidi character)."""
+    try:
+        return names.check("effect key", key, "key")
+    except names.NameRuleError as exc:
+        raise EffectError(exc.message, "key", "invalid_effect_key") from None

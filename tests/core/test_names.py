@@ -22,6 +22,10 @@ from ratchet_core.names import NameRuleError, check, is_valid
         ("request id", "-x"),
         ("day", "2026-01-02"),
         ("day", "2024-02-29"),
+        ("effect type", "training.launch"),
+        ("effect type", "scout/report.file"),
+        ("effect key", "http://127.0.0.1:8000/v1|v3-1a2b3c4d"),
+        ("effect key", "k" * 512),
     ],
 )
 def test_valid_names(kind, value):
@@ -56,6 +60,17 @@ def test_valid_names(kind, value):
         ("day", "2026-1-2"),
         ("day", "2026-01-02\n"),
         ("day", "２０２６-01-02"),
+        ("effect type", "scout/x/y"),
+        ("effect type", "scout/"),
+        ("effect type", "t" * 65),
+        ("effect type", "report\u202e.file"),
+        ("effect key", ""),
+        ("effect key", "k" * 513),
+        ("effect key", "invoice-\u202egnp.exe"),  # right-to-left override
+        ("effect key", "a\u2066b"),  # left-to-right isolate
+        ("effect key", "line\nforged"),
+        ("effect key", "a b"),
+        ("effect key", "clé"),
     ],
 )
 def test_invalid_names_are_refused_with_the_rule_and_a_short_escaped_value(kind, value):
