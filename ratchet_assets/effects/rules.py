@@ -7,6 +7,7 @@ Rules per effect type live in ``effect_policies`` (set with :meth:`EffectLedger.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -30,6 +31,15 @@ class Gate:
     remaining: float | None = None
 
 
+def stored_cap(cap_usd: float | None) -> float | None:
+    """A cap as the gate applies it. An older gate's row may hold what is refused now: an infinite cap is no cap
+    (what it meant), a NaN or negative one is 0 (nothing spends until an operator sets it again), so the rules
+    always read as finite numbers."""
+    if cap_usd is None or (math.isfinite(cap_usd) and cap_usd >= 0):
+        return cap_usd
+    return None if cap_usd == math.inf else 0.0
+
+
 def rules_in(conn: Connection, effect_type: str, default: IndeterminateAction) -> Rules:
     """The rules of ``effect_type`` as stored; ``default`` is its indeterminate policy when none is set."""
     row = (
@@ -44,7 +54,7 @@ def rules_in(conn: Connection, effect_type: str, default: IndeterminateAction) -
         row["policy"] or default,
         bool(row["approval_required"]),
         row["max_attempts"],
-        row["cap_usd"],
+        stored_cap(row["cap_usd"]),
         row["cap_window_seconds"],
     )
 

@@ -131,6 +131,30 @@ def test_usage_and_rules_stay_readable_over_spend_rows_stored_before_the_maximum
     assert math.isfinite(gate.ledger.spend("scout/*")["used_usd"])
 
 
+def test_rules_stay_readable_over_caps_stored_before_they_were_checked(gate: Gate) -> None:
+    from ratchet_core.control_db import effect_policies
+
+    with gate.ledger.engine.begin() as conn:  # an infinite cap on a type, a negative one on the client's own
+        for effect_type, cap in (("scout/mail.send", math.inf), ("scout/*", -1.0)):
+            conn.execute(
+                effect_policies.insert().values(
+                    effect_type=effect_type,
+                    approval_required=False,
+                    cap_usd=cap,
+                    actor="older-gate",
+                    reason="stored before caps were checked",
+                    updated_at="2026-01-01T00:00:00+00:00",
+                )
+            )
+    rules = gate.scout.get("/rules/mail.send")
+    assert rules.status_code == 200, rules.text
+    assert rules.json()["cap_usd"] is None  # infinite: no cap, what it meant
+    assert rules.json()["client_spend"]["cap_usd"] == 0.0  # negative: nothing spends until an operator says
+    denied = gate.scout.post("/effects/begin", json={**MAIL, "cost_usd": 0.5}).json()
+    assert denied["outcome"] == "denied" and denied["remaining_usd"] == 0.0
+    assert gate.scout.get("/usage").json()["cap_usd"] == 0.0
+
+
 @pytest.mark.parametrize(
     ("field", "value"),
     [
