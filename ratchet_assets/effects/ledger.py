@@ -87,6 +87,16 @@ from ratchet_core.control_db import effect_approvals, effect_policies, effect_sp
 effects_table = effects
 
 
+def _checked_reason(reason: str) -> str:
+    """An operator's reason by the one rule (``ratchet_core.reasons``), or :class:`EffectError` saying what it needs."""
+    from ratchet_core.reasons import ReasonError, check_reason
+
+    try:
+        return check_reason(reason)
+    except ReasonError as exc:
+        raise EffectError(str(exc), "reason") from None
+
+
 def _execute(token: str, attempts: int, gate: Gate) -> Begin:
     """The one ``execute`` answer: the caller holds the lease (`token`) for this attempt."""
     return Begin("execute", token=token, status="in_flight", attempts=attempts, remaining_usd=gate.remaining)
@@ -336,14 +346,9 @@ class EffectLedger:
         The reason follows the one rule (``ratchet_core.reasons``). An effect that is ``done`` becomes ``failed``
         or is forgotten only with ``force``: either lets it happen again.
         """
-        from ratchet_core.reasons import ReasonError, check_reason
-
         if resolution not in RESOLUTIONS:
             raise EffectError(f"resolution must be one of {', '.join(RESOLUTIONS)}, not {resolution!r}")
-        try:
-            reason = check_reason(reason)
-        except ReasonError as exc:
-            raise EffectError(str(exc)) from None
+        reason = _checked_reason(reason)
         t = effects_table
         where = sa.and_(t.c.effect_type == effect_type, t.c.key == key)
         with self.engine.begin() as conn:
@@ -396,13 +401,8 @@ class EffectLedger:
         """Set (replace) the gate's rules for ``effect_type``; the reason follows the one rule.
 
         ``<client>/*`` (:func:`client_cap_type`) takes only a spend cap: the client's, over all its types."""
-        from ratchet_core.reasons import ReasonError, check_reason
-
         check_effect_type(effect_type, rules_target=True)
-        try:
-            reason = check_reason(reason)
-        except ReasonError as exc:
-            raise EffectError(str(exc)) from None
+        reason = _checked_reason(reason)
         if policy is not None and policy not in ("block", "retry", "probe"):
             raise EffectError(f"policy must be block, retry or probe, not {policy!r}")
         if max_attempts is not None and max_attempts < 1:
@@ -459,12 +459,7 @@ class EffectLedger:
         self, effect_type: str, key: str, grant: bool, reason: str, actor: str = "operator"
     ) -> Approval:
         """Grant or deny a pending approval (a decided one may be changed: the new decision is recorded)."""
-        from ratchet_core.reasons import ReasonError, check_reason
-
-        try:
-            reason = check_reason(reason)
-        except ReasonError as exc:
-            raise EffectError(str(exc)) from None
+        reason = _checked_reason(reason)
         a = effect_approvals
         where = sa.and_(a.c.effect_type == effect_type, a.c.key == key)
         with self.engine.begin() as conn:
