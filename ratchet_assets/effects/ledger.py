@@ -40,8 +40,8 @@ or again:
   RATCHET_EFFECTS_MAX_COST_USD, default $10,000); so no sum of them is ever infinite, and a spend row stored
   before that bound counts within it (``rules.used_in``).
 
-Names. Effect types and keys follow the one name rule (``ratchet_core.names``: "effect type", "effect key"):
-printable ASCII only, so no control or bidi character is ever stored or echoed.
+Names. Effect types and keys follow the one name rule (``ratchet_core.names``: "effect type", "effect key"), and
+a fingerprint the key's: printable ASCII only, so no control or bidi character is ever stored or echoed.
 
 Tenancy. The control plane's own types (``training.launch``, ``release.live``, ``liverun.<run>``...) have no
 ``/``. A client of the HTTP gate owns the namespace ``<client>/``: every type it names is ``<client>/<name>``
@@ -80,7 +80,13 @@ from ratchet_assets.effects.records import (
     utc_now,
 )
 from ratchet_assets.effects.rules import Gate, gate_in, rules_in, used_in
-from ratchet_assets.effects.tenancy import NAMESPACE_SEP, check_effect_type, check_key, is_namespace_rule
+from ratchet_assets.effects.tenancy import (
+    NAMESPACE_SEP,
+    check_effect_type,
+    check_fingerprint,
+    check_key,
+    is_namespace_rule,
+)
 from ratchet_core.control_db import effect_approvals, effect_policies, effect_spend, effects, ensure_schema
 
 # The ``effects`` table is defined with every other control-DB table in ratchet_core.control_db.
@@ -145,6 +151,7 @@ class EffectLedger:
         """
         check_effect_type(effect_type)
         check_key(key)
+        check_fingerprint(fingerprint)
         check_cost(cost_usd, self.max_cost_usd)
         gate = Gate(cost_usd, summary, requested_by, self.max_cost_usd)
         if self.rules(effect_type).policy == "probe" and probe is None:

@@ -17,12 +17,22 @@ from typing import Annotated, Any, Literal
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 
-from ratchet_assets.effects.records import Approval, Begin, EffectRecord, Rules
-from ratchet_assets.effects.tenancy import MAX_TYPE_LENGTH
+from ratchet_assets.effects.records import Approval, Begin, EffectError, EffectRecord, Rules
+from ratchet_assets.effects.tenancy import MAX_TYPE_LENGTH, check_fingerprint
 from ratchet_core import names
 
 # An effect key by the one name rule (printable ASCII: no control or bidi character is stored or echoed).
 Key = Annotated[str, AfterValidator(lambda key: names.check("effect key", key, "key"))]
+
+
+def _fingerprint(value: str) -> str:
+    try:
+        return check_fingerprint(value)
+    except EffectError as exc:  # pydantic reports a ValueError as the field's error (a 400 naming it)
+        raise ValueError(str(exc)) from None
+
+
+Fingerprint = Annotated[str, AfterValidator(_fingerprint)]
 # A dollar amount: a JSON number (``strict``: not a string such as "5", not a boolean), finite, >= 0; the ledger
 # then holds an effect's cost to the maximum per effect (RATCHET_EFFECTS_MAX_COST_USD).
 Dollars = Annotated[float, Field(ge=0, strict=True, allow_inf_nan=False)]
@@ -45,7 +55,7 @@ class BeginBody(_Body):
         max_length=400,
         description="Derived from the effect's content, not a run id: printable ASCII ('!' to '~').",
     )
-    fingerprint: str = Field(
+    fingerprint: Fingerprint = Field(
         min_length=1, max_length=128, description="Hash of the payload the effect acts on."
     )
     lease_seconds: float = Field(600.0, gt=0, le=86400, strict=True)

@@ -17,6 +17,7 @@ NAMESPACE_SEP = "/"
 ALL_TYPES = "*"  # rules on "<client>/*" cap the client's spend over all its types
 EFFECT_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
 MAX_TYPE_LENGTH = 64  # the control DB's effect_type column
+MAX_FINGERPRINT_LENGTH = 128  # the control DB's fingerprint column
 
 
 def namespace_of(effect_type: str) -> str | None:
@@ -75,3 +76,15 @@ def check_key(key: str) -> str:
         return names.check("effect key", key, "key")
     except names.NameRuleError as exc:
         raise EffectError(exc.message, "key", "invalid_effect_key") from None
+
+
+def check_fingerprint(fingerprint: str) -> str:
+    """`fingerprint` (a digest of the payload, echoed when another payload is refused) by the key's rule."""
+    if not names.is_valid("effect key", fingerprint) or len(fingerprint) > MAX_FINGERPRINT_LENGTH:
+        raise EffectError(
+            f"fingerprint {names.shown(fingerprint)} is not valid: a fingerprint is 1-128 printable ASCII "
+            "characters ('!' to '~': no space, control or bidi character), e.g. sha256:<hex of the payload>",
+            "fingerprint",
+            "invalid_fingerprint",
+        )
+    return fingerprint

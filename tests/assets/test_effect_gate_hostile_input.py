@@ -163,6 +163,8 @@ def test_rules_stay_readable_over_caps_stored_before_they_were_checked(gate: Gat
         ("key", "invoice-\u202egnp.exe"),  # right-to-left override: shows as "invoice-exe.png"
         ("key", "mail:\u2066alice"),  # left-to-right isolate
         ("key", "mail alice"),
+        ("fingerprint", "sha256:\u202eaaa"),
+        ("fingerprint", "sha256:aaa\r\nX-Forged: 1"),
         ("effect_type", "mail.send\u202e"),
         ("effect_type", "mail.send\x1b[31m"),
     ],
@@ -181,11 +183,13 @@ def test_control_and_bidi_characters_in_keys_and_types_are_a_400_that_names_the_
     assert gate.ledger.list_effects() == []
 
 
-def test_the_python_door_refuses_control_characters_in_keys_and_types(gate: Gate) -> None:
+def test_the_python_door_refuses_control_characters_in_keys_types_and_fingerprints(gate: Gate) -> None:
     with pytest.raises(EffectError, match="effect key"):
         gate.ledger.begin("webhook", "hook\u202e", "fp")
     with pytest.raises(EffectError, match="effect type"):
         gate.ledger.begin("web\x07hook", "hook", "fp")
+    with pytest.raises(EffectError, match="fingerprint"):
+        gate.ledger.begin("webhook", "hook", "fp\u2067")
     with pytest.raises(EffectError, match="effect type"):
         gate.ledger.set_rules("web\nhook", reason="a rule for a forged type", max_attempts=1)
     assert gate.ledger.list_effects() == []
