@@ -96,6 +96,21 @@ class ClientLimiter(RequestHook):
             self.gw.metrics.client_limited.labels(client, refusal.kind).inc()
             raise refusal.error
 
+    def admit_request(self, client: str) -> None:
+        """Count one request of `client` that calls no model (feedback) against its requests per minute only, or
+        raise its 429: it spends no tokens or dollars, so neither of those limits refuses it."""
+        limits = self.limits.get(client)
+        if limits is None or limits.rpm is None:
+            return
+        now = time.monotonic()
+        bucket = self._bucket(client, "rpm", limits.rpm, now)
+        wait = bucket.wait(1, now)
+        if wait > 0:
+            self.refused[(client, "rpm")] += 1
+            self.gw.metrics.client_limited.labels(client, "rpm").inc()
+            raise self._rate_refusal(client, "rpm", limits.rpm, wait).error
+        bucket.tokens -= 1
+
     def check(self, client: str, day: str, limits: cl.ClientLimits, now: float) -> Refusal | None:
         """The refusal of one more request of `client` now, or None (then its request is counted)."""
         if limits.budget_usd is not None and limits.budget_period is not None:
