@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections.abc import Iterable
 from datetime import UTC, datetime
 from typing import Any
@@ -29,6 +30,7 @@ from ratchet_core.lake import Lake
 log = logging.getLogger("ratchet.gateway")
 
 _CHUNK = 500  # ids per IN (...) query
+RETRY_S = 60.0  # seconds between catch-ups that failed
 
 
 def _insert_ignoring_taken(conn: Any, table: sa.Table, rows: list[dict[str, Any]]) -> None:
@@ -85,6 +87,9 @@ class SealedIndex:
         self.engine: Any = None  # the control DB, once the gateway has started
         self._behind = True  # segments may be missing from the index: catch up before trusting a miss fully
         self._lock = threading.Lock()
+        self._next_try = (
+            0.0  # after a failed catch-up, the next one waits RETRY_S (a bad segment, the DB away)
+        )
 
     # writing ---------------------------------------------------------------------------------------------------
     def sealed(self, rel: str, table: Any) -> None:
@@ -123,12 +128,19 @@ class SealedIndex:
                         count += 1
             except Exception:
                 self._behind = True
+                self._next_try = time.monotonic() + RETRY_S
                 raise
             return count
 
     @property
     def behind(self) -> bool:
+        """Whether a sealed segment may be missing from the index (a miss is then not yet proof of absence)."""
         return self._behind
+
+    @property
+    def due(self) -> bool:
+        """Whether a catch-up should run now (behind, and not within RETRY_S of a failed one)."""
+        return self._behind and time.monotonic() >= self._next_try
 
     # reading ---------------------------------------------------------------------------------------------------
     def segments_of(self, client: str, request_ids: Iterable[str]) -> dict[str, str]:

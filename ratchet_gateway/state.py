@@ -288,7 +288,7 @@ class Gateway:
             except Exception as exc:  # keep the limits last read; the next poll retries
                 log.warning("client limits poll failed: %s", redact_text(f"{type(exc).__name__}: {exc}"))
             self.metrics.ledger_lag.set(self.ledger.lag_rows)
-            if self.sealed_index.behind:
+            if self.sealed_index.due:
                 self.catch_up_index()
 
     def catch_up_index(self) -> None:
