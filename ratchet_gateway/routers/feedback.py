@@ -120,7 +120,17 @@ async def _body_items(
     validate it: inline when small, on the large-body lane when over ``LARGE_BODY_BYTES``."""
     gw.limits.admit_request(client)
     limit = gw.settings.max_body_bytes if batch else min(gw.settings.max_body_bytes, MAX_ITEM_BYTES)
-    raw = await read_body(request, limit)
+    try:
+        raw = await read_body(request, limit)
+    except GatewayError as exc:
+        if exc.status != 413 or batch:
+            raise
+        raise GatewayError(
+            413,
+            f"a feedback item is at most {limit} bytes of JSON (a value of at most {fb.MAX_TEXT_CHARS} "
+            "characters); send a shorter comment or demonstration",
+            "body_too_large",
+        ) from None
     if len(raw) > LARGE_BODY_BYTES:
         return await gw.offload.run(_parse_items, raw, batch)
     return _parse_items(raw, batch)
