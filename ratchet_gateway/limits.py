@@ -17,7 +17,8 @@ refuses a client over a limit with a 429 in OpenAI's shape and a ``retry-after``
 A refused request calls no model and writes no ledger row. Every answered request row is observed
 (:meth:`observe`): its spend and tokens. The background poll (:meth:`poll`, about once a second with the manifest's)
 reads the limits (a change takes effect within a poll), sends this replica's heartbeat and counts the live ones,
-flushes its spend and reads everyone's. ``/metrics`` shows refusals and spend per client (never a key).
+flushes its spend and reads everyone's. ``/metrics`` shows refusals and spend per client (never a key), to the
+admin key only. Feedback, which calls no model, counts against requests per minute alone (:meth:`admit_request`).
 """
 
 from __future__ import annotations
