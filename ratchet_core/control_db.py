@@ -22,6 +22,8 @@ it from here:
   spend per client and budget window, replica heartbeats (``ratchet_core.client_limits``);
 - ``feedback``: what applications said about answers (metrics, comments, demonstrations), keyed by client and
   the client's feedback id (``ratchet_core.feedback``);
+- ``sealed_requests``, ``sealed_segments``: the sealed request-id index (request id -> client, episode, segment),
+  kept by each gateway's sealer (``ratchet_gateway.sealed_index``);
 - ``ratchet_schema``: one row, the schema version (:data:`SCHEMA_VERSION`).
 """
 
@@ -338,6 +340,26 @@ feedback = sa.Table(
     sa.Column("settled_at", sa.String(40), nullable=True),
 )
 
+# The sealed request-id index: every request row sealed into the lake, by request id, with its client, episode and
+# segment (kept by each gateway's sealer, ``ratchet_gateway.sealed_index``), so feedback finds whose request an id is
+# with one indexed lookup instead of scanning the lake; ``sealed_segments`` says which segments are in it.
+sealed_requests = sa.Table(
+    "sealed_requests",
+    metadata,
+    sa.Column("request_id", sa.String(128), primary_key=True),
+    sa.Column("client", sa.String(64), nullable=False),
+    sa.Column("episode", sa.String(128), nullable=True),
+    sa.Column("segment", sa.String(256), nullable=False),  # the segment's name in the lake (lake-relative)
+    sa.Index("ix_sealed_requests_client_episode", "client", "episode"),
+)
+sealed_segments = sa.Table(
+    "sealed_segments",
+    metadata,
+    sa.Column("segment", sa.String(256), primary_key=True),
+    sa.Column("requests", sa.Integer, nullable=False),
+    sa.Column("indexed_at", sa.String(40), nullable=False),
+)
+
 ratchet_schema = sa.Table(
     "ratchet_schema",
     metadata,
@@ -357,6 +379,11 @@ SCHEMA_STEPS: tuple[tuple[int, str, Callable[[Connection], None] | None], ...] =
     (5, "`erasure_scopes`, `erasure_applied` added (erasure predicates every replica applies)", None),
     (6, "`client_limits`, `client_spend`, `gateway_replicas` added (per-client limits and budgets)", None),
     (7, "`feedback` added (applications' metrics, comments and demonstrations)", None),
+    (
+        8,
+        "`sealed_requests`, `sealed_segments` added (the sealed request-id index feedback looks ids up in)",
+        None,
+    ),
 )
 SCHEMA_VERSION = SCHEMA_STEPS[-1][0]
 MIGRATIONS: dict[int, Callable[[Connection], None]] = {

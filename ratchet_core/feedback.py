@@ -20,8 +20,9 @@ Text (comments, demonstrations) is PII: it is stored through the gateway's redac
 
 A row's ``state`` is ``recorded`` (the request was found and is the caller's), ``pending`` (the request was not
 visible to the replica that took the item: another replica's unsealed row; settled later by :func:`settle`) or
-``rejected`` (``error`` says why: ``unknown_request``, ``request_of_another_client``, ``undeclared_metric``,
-``wrong_type``, ``contract_violation``). How a recorded item counts: :func:`verdict` (the policy's ``bad_when``, and
+``rejected`` (``error`` says why: ``unknown_request`` (also for another client's request: an id that is not the
+caller's is answered exactly as one that does not exist), ``undeclared_metric``, ``wrong_type``,
+``contract_violation``; ``request_of_another_client`` only in rows stored by older versions). How a recorded item counts: :func:`verdict` (the policy's ``bad_when``, and
 a demonstration's disagreement with the answer served) for release evidence, replay and the dashboard; the night's
 labels (``ratchet_assets.night.labels``) take demonstrations as labels and keep bad teacher answers out of training.
 """
@@ -521,8 +522,8 @@ def settled_columns(
     item: Mapping[str, Any], request: StoredRequest, policies: Mapping[str, TaskPolicy]
 ) -> tuple[str, dict[str, Any]]:
     """(state, columns) of a pending request item now that its request row is known."""
-    if request.client != item["client"]:
-        return "rejected", {"error": NOT_YOURS}
+    if request.client != item["client"]:  # another client's request is answered as an unknown one
+        return "rejected", {"error": UNKNOWN_REQUEST}
     if not request.messages:  # erased since: its row is blanked
         return "rejected", {"error": UNKNOWN_REQUEST}
     if item.get("task") and item["task"] != request.task:

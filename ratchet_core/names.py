@@ -13,6 +13,7 @@ and ``\\Z``): a trailing newline (``%0a`` in a URL) fails, as ``re.match`` with 
 | request id | 1-128 of ``A-Z a-z 0-9 . _ -`` |
 | episode | 1-128 of ``A-Z a-z 0-9 . _ -`` (an id a client sets on its requests, ``metadata.ratchet_episode``) |
 | feedback id | 1-128 of ``A-Z a-z 0-9 . _ -`` (a client's own id of one feedback item) |
+| metric | 1-64 of ``A-Z a-z 0-9 . _ -``, starting with a letter (a feedback metric a task's policy declares) |
 | day | ``YYYY-MM-DD``, a real calendar day |
 | replica | 1-64 of ``A-Z a-z 0-9 . _ -``, starting with a letter or digit (a gateway replica's name) |
 | actor | 1-128 of ``A-Z a-z 0-9 . _ - @ +``, starting with a letter or digit (who made an admin change) |
@@ -40,6 +41,7 @@ NameKind = Literal[
     "request id",
     "episode",
     "feedback id",
+    "metric",
     "day",
     "replica",
     "actor",
@@ -53,6 +55,7 @@ VERSION_PATTERN = r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}"
 REQUEST_ID_PATTERN = r"[A-Za-z0-9._-]{1,128}"
 DAY_PATTERN = r"[0-9]{4}-[0-9]{2}-[0-9]{2}"
 ACTOR_PATTERN = r"[A-Za-z0-9][A-Za-z0-9._@+-]{0,127}"
+METRIC_NAME_PATTERN = r"[A-Za-z][A-Za-z0-9._-]{0,63}"
 MAX_TASK_NAME_LENGTH = 64
 EFFECT_TYPE_PATTERN = r"[A-Za-z0-9][A-Za-z0-9._-]*(?:/[A-Za-z0-9][A-Za-z0-9._-]*)?"
 MAX_EFFECT_TYPE_LENGTH = 64  # the control DB's effect_type column
@@ -83,6 +86,10 @@ _RULES: dict[str, tuple[re.Pattern[str], str]] = {
     "feedback id": (
         re.compile(REQUEST_ID_PATTERN),
         "a feedback id is 1-128 characters of A-Z, a-z, 0-9, '.', '_' and '-'",
+    ),
+    "metric": (
+        re.compile(METRIC_NAME_PATTERN),
+        "a metric name is 1-64 characters of A-Z, a-z, 0-9, '.', '_' and '-', starting with a letter",
     ),
     "day": (re.compile(DAY_PATTERN), "a day is a calendar date written YYYY-MM-DD"),
     "replica": (

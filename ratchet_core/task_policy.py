@@ -62,6 +62,7 @@ from pydantic import (
     model_validator,
 )
 
+from ratchet_core.names import METRIC_NAME_PATTERN
 from ratchet_core.workloads import TASKS
 
 DEFAULT_TARGET = 0.95
@@ -85,7 +86,7 @@ FEEDBACK_FIELDS = ("metrics", "bad_when")
 METRIC_TYPES = ("boolean", "float")
 DIRECTIONS = ("higher", "lower")
 RESERVED_METRICS = ("comment", "demonstration")  # feedback kinds every task accepts
-METRIC_NAME = re.compile(r"[A-Za-z][A-Za-z0-9_.-]{0,63}")
+METRIC_NAME = re.compile(METRIC_NAME_PATTERN)  # the name rule's ``metric`` (ratchet_core.names)
 _BAD_WHEN = re.compile(r"\s*([A-Za-z][A-Za-z0-9_.-]{0,63})\s*(<=|>=|<|>|=)\s*(\S+)\s*")
 
 

@@ -2,15 +2,20 @@
 right for its task, and where does it go. The item, its checks and its store are ``ratchet_core.feedback``'s.
 
 Whose request is it? The gateway knows a request's client only from rows: this replica's ledger (the journal's
-rows not yet in DuckDB included, ``Ledger.find_rows``), then the sealed segments of every replica in the lake
-(``ratchet_core.lake``). A request neither holds is another replica's row not sealed yet, or no request at all:
-nobody can tell which until that replica seals (every ``RATCHET_SEGMENT_SECONDS``). So such an item is accepted as
-**pending** (202) and settled later (``ratchet_core.feedback.settle_pending``): when the client sends it again or asks for it
+rows not yet in DuckDB included, ``Ledger.find_rows``), then the sealed request-id index in the control DB
+(``ratchet_gateway.sealed_index``: every sealed request's client and segment, kept by the sealers), and only for
+the caller's own ids the one segment that holds each. Both lookups ask for the caller's rows only, so the
+ownership check comes first: an id of another client (any request, an embeddings call's included) is answered
+exactly as an id no request has, and costs the same work (no segment is read for either). A request neither
+holds is another replica's row not sealed yet, or no request at all: nobody can tell which until that replica
+seals (every ``RATCHET_SEGMENT_SECONDS``). So such an item is accepted as **pending** (202) and settled later
+(``ratchet_core.feedback.settle_pending``): when the client sends it again or asks for it
 (``GET /ratchet/feedback/{feedback_id}``), and by each night (``ratchet_assets.night.labels``) for requests it
-reads. It becomes ``recorded``, or ``rejected`` with the error the route would have given: 403
-``request_of_another_client``, or 404 ``unknown_request`` once no row has appeared for longer than
-``ratchet_core.feedback.unknown_after`` (two segment periods and a minute after it was received: by then every live replica has
-sealed what it held). A request found at once gets its answer at once: 200, or 403 / 404 / 400.
+reads. It becomes ``recorded``, or ``rejected`` with the error the route would have given: 404
+``unknown_request`` once no row of the caller has appeared for longer than ``ratchet_core.feedback.unknown_after``
+(two segment periods and a minute after it was received: by then every live replica has sealed what it held).
+A request found at once gets its answer at once: 200, or 404 (the caller's own request holds no answer: erased,
+or an embeddings call) / 400.
 
 Episodes are namespaced by client (a client's ``metadata.ratchet_episode`` values), so an episode is always the
 caller's own; it is ``recorded`` once one of the caller's requests carries it, ``pending`` until then (and
@@ -46,7 +51,7 @@ STATUS = {
     "pending": 202,
     fb.UNKNOWN_REQUEST: 404,
     fb.UNKNOWN_EPISODE: 404,
-    fb.NOT_YOURS: 403,
+    fb.NOT_YOURS: 404,  # rows stored by older versions: answered as an unknown request now
     fb.UNDECLARED: 400,
     fb.WRONG_TYPE: 400,
     fb.CONTRACT: 400,
@@ -58,47 +63,55 @@ def _stored(row: Mapping[str, Any]) -> fb.StoredRequest:
     return fb.StoredRequest(**{c: row.get(c) or "" for c in COLUMNS})
 
 
-def lake_rows(lake_root: str, column: str, values: list[str], client: str | None = None) -> list[dict]:
-    """Request rows of every sealed segment whose `column` (request_id or episode) is one of `values`."""
+def segment_rows(lake_root: str, segments: dict[str, str], client: str) -> list[dict]:
+    """The request rows of `client` in the segments the index named (request id -> segment): only those files are
+    read, with their ids as the filter."""
     import duckdb
 
-    assert column in ("request_id", "episode")
     lake = Lake(lake_root)
-    paths = [lake.duckdb_path(seg.rel) for day in lake.days() for seg in lake.segments(day)]
-    if not paths or not values:
-        return []
-    marks = ", ".join("?" for _ in values)
-    who = " AND client = ?" if client is not None else ""
+    by_segment: dict[str, list[str]] = {}
+    for rid, rel in segments.items():
+        by_segment.setdefault(rel, []).append(rid)
+    out: list[dict] = []
     with duckdb.connect() as db:
         lake.attach(db)
-        try:
-            out = db.execute(
-                f"SELECT {', '.join(COLUMNS)} FROM read_parquet(?, union_by_name = true) "
-                f"WHERE kind = 'request' AND {column} IN ({marks}){who} ORDER BY day, seq",
-                [paths, *values, *([client] if client is not None else [])],
+        for rel, ids in sorted(by_segment.items()):
+            if not lake.exists(rel):  # removed since it was indexed: it holds no row now
+                continue
+            marks = ", ".join("?" for _ in ids)
+            rows = db.execute(
+                f"SELECT {', '.join(COLUMNS)} FROM read_parquet(?) "
+                f"WHERE kind = 'request' AND request_id IN ({marks}) AND client = ? ORDER BY seq",
+                [lake.duckdb_path(rel), *ids, client],
             ).fetchall()
-        except duckdb.BinderException:  # no segment has the column yet (episodes: older segments)
-            return []
-    return [dict(zip(COLUMNS, r, strict=True)) for r in out]
+            out.extend(dict(zip(COLUMNS, r, strict=True)) for r in rows)
+    return out
 
 
-def find_requests(ledger: Any, ids: Iterable[str]) -> dict[str, fb.StoredRequest]:
-    """Request id -> its row, from this replica's ledger, else the lake (module docstring)."""
+def find_requests(ledger: Any, index: Any, client: str, ids: Iterable[str]) -> dict[str, fb.StoredRequest]:
+    """Request id -> its row, for the ids that are `client`'s own requests: this replica's ledger, else the sealed
+    request-id index (``ratchet_gateway.sealed_index``) and then only the segments it names. Another client's id
+    is left out by both queries, as an unknown one is: the caller learns nothing about it, and no segment is read
+    for it (module docstring)."""
     want = sorted(set(ids))
     found: dict[str, fb.StoredRequest] = {}
-    for row in ledger.find_rows("request_id", want, COLUMNS):
+    if not want:
+        return found
+    for row in ledger.find_rows("request_id", want, COLUMNS, client):
         found.setdefault(row["request_id"], _stored(row))
     rest = [i for i in want if i not in found]
-    for row in lake_rows(ledger.lake_root, "request_id", rest):
-        found.setdefault(row["request_id"], _stored(row))
+    segments = index.segments_of(client, rest) if rest else {}
+    if segments:
+        for row in segment_rows(ledger.lake_root, segments, client):
+            found.setdefault(row["request_id"], _stored(row))
     return found
 
 
-def episode_seen(ledger: Any, client: str, episode: str) -> bool:
-    """Whether one of `client`'s requests carries `episode` (this replica's ledger, else the lake)."""
+def episode_seen(ledger: Any, index: Any, client: str, episode: str) -> bool:
+    """Whether one of `client`'s requests carries `episode` (this replica's ledger, else the sealed index)."""
     if ledger.find_rows("episode", [episode], ["request_id"], client):
         return True
-    return bool(lake_rows(ledger.lake_root, "episode", [episode], client))
+    return index.episode_seen(client, episode)
 
 
 def fingerprint(item: Mapping[str, Any]) -> str:
@@ -137,6 +150,8 @@ def item_row(
         "received_at": fb.now_iso(),
     }
     request = found.get(rid) if rid else None
+    if request is not None and request.client != client:  # ownership first: another's id is an unknown one
+        request = None
     if rid and request is None:  # not visible here yet: checked as far as the item alone allows
         checked = _pending_check(policies.get(task) if task else None, metric, item.get("value"), task)
         return {**row, **_columns(checked, redact), "state": "pending"}
@@ -146,13 +161,6 @@ def item_row(
                 404,
                 fb.UNKNOWN_REQUEST,
                 f"request {rid} holds no answer (erased, or an embeddings call)",
-                "request_id",
-            )
-        if request.client != client:
-            raise fb.FeedbackError(
-                403,
-                fb.NOT_YOURS,
-                f"request {rid} is not one of yours: feedback is taken only on requests your key made",
                 "request_id",
             )
         if task and task != request.task:
@@ -233,6 +241,16 @@ def check_item(item: Mapping[str, Any]) -> None:
         )
     if episode and not item.get("task"):
         raise fb.FeedbackError(400, "task_required", "feedback on an episode names its task ('task')", "task")
+    if not is_valid(
+        "metric", item.get("metric")
+    ):  # stored and echoed even while pending: the name rule first
+        raise fb.FeedbackError(
+            400,
+            "invalid_metric",
+            "metric: a declared metric name (1-64 of A-Z, a-z, 0-9, '.', '_', '-', starting with a letter), "
+            "'comment' or 'demonstration'",
+            "metric",
+        )
     if item.get("task") and not is_valid("task", item["task"]):
         raise fb.FeedbackError(
             400, "invalid_task", "task: a task name (A-Z, a-z, 0-9, '.', '_', '-')", "task"

@@ -17,7 +17,8 @@ refuses a client over a limit with a 429 in OpenAI's shape and a ``retry-after``
 A refused request calls no model and writes no ledger row. Every answered request row is observed
 (:meth:`observe`): its spend and tokens. The background poll (:meth:`poll`, about once a second with the manifest's)
 reads the limits (a change takes effect within a poll), sends this replica's heartbeat and counts the live ones,
-flushes its spend and reads everyone's. ``/metrics`` shows refusals and spend per client (never a key).
+flushes its spend and reads everyone's. ``/metrics`` shows refusals and spend per client (never a key), to the
+admin key only. Feedback, which calls no model, counts against requests per minute alone (:meth:`admit_request`).
 """
 
 from __future__ import annotations
@@ -95,6 +96,21 @@ class ClientLimiter(RequestHook):
             self.refused[(client, refusal.kind)] += 1
             self.gw.metrics.client_limited.labels(client, refusal.kind).inc()
             raise refusal.error
+
+    def admit_request(self, client: str) -> None:
+        """Count one request of `client` that calls no model (feedback) against its requests per minute only, or
+        raise its 429: it spends no tokens or dollars, so neither of those limits refuses it."""
+        limits = self.limits.get(client)
+        if limits is None or limits.rpm is None:
+            return
+        now = time.monotonic()
+        bucket = self._bucket(client, "rpm", limits.rpm, now)
+        wait = bucket.wait(1, now)
+        if wait > 0:
+            self.refused[(client, "rpm")] += 1
+            self.gw.metrics.client_limited.labels(client, "rpm").inc()
+            raise self._rate_refusal(client, "rpm", limits.rpm, wait).error
+        bucket.tokens -= 1
 
     def check(self, client: str, day: str, limits: cl.ClientLimits, now: float) -> Refusal | None:
         """The refusal of one more request of `client` now, or None (then its request is counted)."""

@@ -1,4 +1,8 @@
-"""Prometheus metrics of one gateway app (own registry, so several apps in one process do not collide)."""
+"""Prometheus metrics of one gateway app (own registries, so several apps in one process do not collide).
+
+Two registries: the replica's own series (``registry``: anyone may read them at ``GET /metrics``, they name no
+client) and the per-client series (``client_registry``: refusals and spend by client name), rendered only for a
+caller with the admin key (``ratchet_gateway.routers.health``)."""
 
 from __future__ import annotations
 
@@ -31,17 +35,19 @@ class Metrics:
             registry=r,
         )
         self.errors = Counter("ratchet_errors", "Errors returned, by OpenAI error type", ["type"], registry=r)
+        # series that name a client: only for the admin key (module docstring)
+        c = self.client_registry = CollectorRegistry()
         self.client_limited = Counter(
             "ratchet_client_limited",
             "Model requests refused with a 429 before any model call, by client and limit (rpm, tpm, budget)",
             ["client", "limit"],
-            registry=r,
+            registry=c,
         )
         self.client_spend = Gauge(
             "ratchet_client_spend_usd",
             "Each client's spend in its current budget window (day, month), summed over every replica",
             ["client", "period"],
-            registry=r,
+            registry=c,
         )
         self.client_closed = Counter(
             "ratchet_client_closed",
@@ -126,5 +132,7 @@ class Metrics:
         self.ledger_commit.observe(seconds)
         self.ledger_batch.observe(rows)
 
-    def render(self) -> bytes:
-        return generate_latest(self.registry)
+    def render(self, per_client: bool = False) -> bytes:
+        """The Prometheus text: the replica's series, and with `per_client` the series that name clients."""
+        text = generate_latest(self.registry)
+        return text + generate_latest(self.client_registry) if per_client else text

@@ -31,6 +31,7 @@ from ratchet_gateway.metrics import Metrics
 from ratchet_gateway.offload import Offload
 from ratchet_gateway.proofs import KeyTreeCache
 from ratchet_gateway.responses import ratchet_headers
+from ratchet_gateway.sealed_index import SealedIndex
 from ratchet_gateway.upstream import Upstream
 
 log = logging.getLogger("ratchet.gateway")
@@ -97,6 +98,9 @@ class Gateway:
         self.safety = SafetyState()
         self._rejected_seen = 0
         self._bg: set[asyncio.Task] = set()
+        # the sealed request-id index the feedback routes look ids up in (``ratchet_gateway.sealed_index``)
+        self.sealed_index = SealedIndex(settings.lake_root)
+        self._catching_up: asyncio.Task | None = None
         self.ledger = Ledger(
             settings.home / "ledger",
             settings.lake_root,
@@ -105,6 +109,7 @@ class Gateway:
             load_interval=options.load_interval,
             on_commit=self.metrics.on_commit,
             erasures=self.erasure_snapshot,  # erasures recorded by `ratchet admin erase` (governance.erase)
+            on_sealed=self.sealed_index.sealed,
         )
         self.teacher: Upstream | None = None
         self.student: Upstream | None = None
@@ -212,6 +217,8 @@ class Gateway:
             )
 
         await asyncio.to_thread(ensure_schema, self.engine)
+        self.sealed_index.engine = self.engine
+        self.catch_up_index()  # segments sealed before the index existed, in the background
         await self.poll_once()
         await self.limits.poll()  # limits in force before the first request
         self._poller = asyncio.create_task(self._poll_forever())
@@ -281,6 +288,25 @@ class Gateway:
             except Exception as exc:  # keep the limits last read; the next poll retries
                 log.warning("client limits poll failed: %s", redact_text(f"{type(exc).__name__}: {exc}"))
             self.metrics.ledger_lag.set(self.ledger.lag_rows)
+            if self.sealed_index.due:
+                self.catch_up_index()
+
+    def catch_up_index(self) -> None:
+        """Index the lake's segments the sealed request-id index lacks (one catch-up at a time, in a thread)."""
+        if self._catching_up is not None and not self._catching_up.done():
+            return
+
+        async def run() -> None:
+            try:
+                await asyncio.to_thread(self.sealed_index.catch_up)
+            except Exception as exc:  # the next poll tries again
+                log.warning(
+                    "sealed request index not caught up: %s", redact_text(f"{type(exc).__name__}: {exc}")
+                )
+
+        self._catching_up = asyncio.create_task(run())
+        self._bg.add(self._catching_up)
+        self._catching_up.add_done_callback(self._bg.discard)
 
     def apply_local_safety(self, student_disabled: bool = False, pin: str | None = None) -> None:
         if student_disabled:

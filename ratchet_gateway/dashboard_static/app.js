@@ -5,9 +5,21 @@
 const fmt = (x) => "$" + Number(x).toFixed(x >= 1 ? 2 : 6);
 const pct = (x) => (100 * x).toFixed(1) + "%";
 
+// A key in the link (#key=...) signs this tab in; one that would replace another signed-in key asks first (as the
+// gateway's other pages do, pages_static/common.js).
 function keyFromPage() {
   const m = /(?:^#|&)key=([^&]+)/.exec(location.hash);
-  if (m) { sessionStorage.setItem("ratchet-key", decodeURIComponent(m[1])); history.replaceState(null, "", location.pathname); }
+  if (m) {
+    history.replaceState(null, "", location.pathname);
+    let linked = null;
+    try { linked = decodeURIComponent(m[1]); } catch { linked = null; }
+    const current = sessionStorage.getItem("ratchet-key");
+    if (linked && (!current || current === linked || window.confirm(
+      "This link carries a different API key than the one this tab is signed in with. " +
+      "Sign in with the link's key instead? (Cancel keeps your key.)"))) {
+      sessionStorage.setItem("ratchet-key", linked);
+    }
+  }
   return sessionStorage.getItem("ratchet-key");
 }
 

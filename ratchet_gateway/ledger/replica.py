@@ -48,6 +48,7 @@ class Ledger:
         on_commit: Callable[[float, int], None] | None = None,
         erasures: Callable[[], Any] | None = None,
         erasure_poll_s: float = 5.0,
+        on_sealed: Callable[[str, Any], None] | None = None,
     ):
         self.ledger_dir = Path(ledger_dir)
         self.lake_root = str(lake_root)
@@ -57,6 +58,7 @@ class Ledger:
         self.load_interval = load_interval
         self.journal_max_bytes = journal_max_bytes
         self.on_commit = on_commit
+        self.on_sealed = on_sealed  # (lake-relative name, Arrow rows) after each segment is published
         self.replica = ""
         self.ledger_id = ""  # this ledger's own id (``open``): stamped on its segments
         self.error: str | None = None
@@ -388,6 +390,8 @@ class Ledger:
             self._recovered.update(
                 part.column("seq").to_pylist()
             )  # sealed: a retry after a failure skips them
+            if self.on_sealed is not None:
+                self.on_sealed(rel, part)
             written.append(self._lake.path(rel))
         self._sql("INSERT OR REPLACE INTO seal_state VALUES (1, ?)", [top])
         self._sealed_seq = top

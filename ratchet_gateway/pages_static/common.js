@@ -5,11 +5,21 @@
 
 const KEY_ITEM = "ratchet-key"; // the dashboard's item too: one sign-in serves every page of this gateway
 
+// A key in the link (#key=...) signs this tab in. When the tab is already signed in with another key, the reader
+// is asked first: a link someone sent must not switch a signed-in person to the sender's key unseen.
+const REPLACE_KEY = "This link carries a different API key than the one this tab is signed in with. " +
+  "Sign in with the link's key instead? (Cancel keeps your key.)";
+
 function keyFromPage() {
   const m = /(?:^#|&)key=([^&]+)/.exec(location.hash);
   if (m) {
-    sessionStorage.setItem(KEY_ITEM, decodeURIComponent(m[1]));
     history.replaceState(null, "", location.pathname); // the key leaves the address bar and the history
+    let linked = null;
+    try { linked = decodeURIComponent(m[1]); } catch { linked = null; } // a malformed link signs nobody in
+    const current = sessionStorage.getItem(KEY_ITEM);
+    if (linked && (!current || current === linked || window.confirm(REPLACE_KEY))) {
+      sessionStorage.setItem(KEY_ITEM, linked);
+    }
   }
   return sessionStorage.getItem(KEY_ITEM);
 }

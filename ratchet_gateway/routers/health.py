@@ -1,13 +1,20 @@
 """``GET /healthz`` (the process answers), ``GET /readyz`` (ledger writable and a manifest loaded: 503 until
-then) and ``GET /metrics`` (Prometheus text). No authentication: load balancers and scrapers call them."""
+then) and ``GET /metrics`` (Prometheus text). No authentication for the first two: load balancers call them.
+
+``/metrics`` without an ``Authorization`` header answers the replica's own series, which name no client; with
+``Authorization: Bearer <RATCHET_ADMIN_KEY>`` it adds the per-client series (``ratchet_client_limited``,
+``ratchet_client_spend_usd``), which is how a Prometheus scraper gets everything (``authorization`` in its scrape
+config). Any other key is a 403, so a scraper configured wrongly notices instead of silently losing series."""
 
 from __future__ import annotations
 
-from fastapi import APIRouter
+from typing import Annotated
+
+from fastapi import APIRouter, Security
 from starlette.responses import Response
 
 from ratchet_core.redact import redact_text
-from ratchet_gateway.deps import GatewayDep
+from ratchet_gateway.deps import Credentials, GatewayDep, admin_bearer, require_admin
 from ratchet_gateway.responses import json_response, ratchet_headers
 
 router = APIRouter(tags=["health"])
@@ -39,9 +46,17 @@ async def readyz(gw: GatewayDep) -> Response:
 
 @router.get(
     "/metrics",
-    summary="Prometheus metrics of this replica",
-    responses={200: {"content": {"text/plain": {}}, "description": "Prometheus text format 0.0.4"}},
+    summary="Prometheus metrics of this replica (per-client series only with the admin key)",
+    responses={
+        200: {"content": {"text/plain": {}}, "description": "Prometheus text format 0.0.4"},
+        403: {"description": "An Authorization header that is not the admin key"},
+    },
 )
-async def metrics(gw: GatewayDep) -> Response:
+async def metrics(gw: GatewayDep, credentials: Annotated[Credentials, Security(admin_bearer)]) -> Response:
+    per_client = credentials is not None
+    if per_client:
+        require_admin(gw, credentials)  # 403 unless it is the admin key (constant-time compare)
     gw.metrics.ledger_lag.set(gw.ledger.lag_rows)
-    return Response(gw.metrics.render(), media_type="text/plain; version=0.0.4", headers=ratchet_headers())
+    return Response(
+        gw.metrics.render(per_client), media_type="text/plain; version=0.0.4", headers=ratchet_headers()
+    )

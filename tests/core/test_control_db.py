@@ -31,6 +31,8 @@ TABLES = {
     "client_spend",
     "gateway_replicas",
     "feedback",
+    "sealed_requests",
+    "sealed_segments",
     "ratchet_schema",
 }
 

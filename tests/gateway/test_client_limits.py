@@ -18,7 +18,7 @@ import pytest
 from ratchet_core import client_limits as cl
 from ratchet_core.control_db import ensure_schema, make_engine
 
-from .conftest import API_KEY, OTHER_KEY, gateway_process, running_gateway
+from .conftest import ADMIN_KEY, API_KEY, OTHER_KEY, gateway_process, running_gateway
 
 AUTH = {"Authorization": f"Bearer {API_KEY}"}
 OTHER = {"Authorization": f"Bearer {OTHER_KEY}"}
@@ -47,7 +47,9 @@ def _rows(gw, client: str) -> int:
 
 def _metric(url: str, name: str, **labels: str) -> float:
     want = name + "{" + ",".join(f'{k}="{v}"' for k, v in labels.items()) + "}"
-    for line in httpx.get(url + "/metrics").text.splitlines():
+    # the per-client series are the admin key's (ratchet_gateway.routers.health)
+    admin = {"Authorization": f"Bearer {ADMIN_KEY}"}
+    for line in httpx.get(url + "/metrics", headers=admin).text.splitlines():
         if line.startswith(want + " "):
             return float(line.rsplit(" ", 1)[1])
     return 0.0

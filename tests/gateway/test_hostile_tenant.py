@@ -248,3 +248,137 @@ def test_a_hostile_tenant_cannot_slow_or_touch_another(tmp_path: Path) -> None:
             == orjson.dumps(redact_request(body).body["messages"], option=orjson.OPT_SORT_KEYS).decode()
         )
     assert all(r["client"] in ("app1", "app2") for r in rows.values())
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# Feedback and /metrics (issue 34, points 4 and 5): a flood of large feedback bodies and of batches of unknown ids
+# from one client, and what /metrics tells a caller without the admin key.
+# --------------------------------------------------------------------------------------------------------------------
+
+# The hostile client's feedback: 3.8 MB bodies (a demonstration with a huge tool_calls list: many small calls, or
+# fewer calls with long arguments) on the single and the batch route, and batches of 1,000 unknown request ids sent
+# three times, six requests at a time.
+FEEDBACK_FLOOD = r"""
+import json, sys, concurrent.futures, httpx
+url, key, out = sys.argv[1], sys.argv[2], sys.argv[3]
+SIZE = 3_800_000
+
+def demonstration(arguments):
+    call = {"id": "c", "type": "function", "function": {"name": "refund", "arguments": arguments}}
+    calls = [call] * (SIZE // (len(json.dumps(call)) + 2))
+    return {"content": None, "tool_calls": calls}
+
+def item(fid, value, metric="demonstration", rid="req_" + "4" * 24):
+    return {"feedback_id": fid, "request_id": rid, "metric": metric, "value": value}
+
+many = demonstration('{"o": 1}')  # ~100,000 small calls
+long = demonstration(json.dumps({"note": "x" * 10_000}))  # ~380 calls with long arguments
+unknown = {"items": [item(f"u-{i}", "?", "comment", f"req_{i:024d}") for i in range(1000)]}
+BODIES = [
+    ("single route, many calls", "/ratchet/feedback", item("s-many", many), 413),
+    ("single route, long calls", "/ratchet/feedback", item("s-long", long), 413),
+    ("batch, many calls", "/ratchet/feedback:batch", {"items": [item("b-many", many)]}, 400),
+    ("batch, long calls", "/ratchet/feedback:batch", {"items": [item("b-long", long)]}, 200),
+]
+
+def send(entry):
+    name, path, body, want = entry
+    data = json.dumps(body).encode()
+    assert len(data) <= 4 * 1024 * 1024, (name, len(data))
+    with httpx.Client(timeout=300) as c:
+        r = c.post(url + path, content=data, headers={"Authorization": "Bearer " + key, "Content-Type": "application/json"})
+    statuses = sorted({x["http_status"] for x in r.json()["results"]}) if path.endswith(":batch") and r.status_code == 200 else None
+    return name, want, r.status_code, statuses, r.text[:300]
+
+entries = BODIES * 3 + [("1,000 unknown ids", "/ratchet/feedback:batch", unknown, 200)] * 3
+with concurrent.futures.ThreadPoolExecutor(6) as pool:
+    results = list(pool.map(send, entries))
+with open(out, "w") as fh:
+    json.dump(results, fh)
+"""
+
+
+@pytest.mark.slow
+def test_a_feedback_flood_is_refused_or_answered_and_the_other_client_is_measured(tmp_path: Path) -> None:
+    teacher, teacher_url = _teacher(tmp_path)
+    try:
+        with gateway_process(tmp_path / "gw", teacher_url, {"RATCHET_SEGMENT_SECONDS": "1"}) as url:
+            # a lake with segments (a scan per unknown id would have something to read): the other client's chats
+            body = {"model": "ratchet", "messages": [{"role": "user", "content": "Where is my order?"}]}
+            with httpx.Client(timeout=60, headers={"Authorization": f"Bearer {OTHER_KEY}"}) as c:
+                for _ in range(40):
+                    assert c.post(url + "/v1/chat/completions", json=body).status_code == 200
+                    time.sleep(0.05)
+            lake = tmp_path / "gw" / "lake"
+            deadline = time.monotonic() + 30
+            while len(list(lake.glob("traffic/day=*/*.parquet"))) < 2 and time.monotonic() < deadline:
+                time.sleep(0.2)
+            probe = Probe(url)
+            probe.start()
+            time.sleep(0.5)  # a baseline before the hostile client starts
+            out = tmp_path / "flood.json"
+            hostile = subprocess.run(
+                [sys.executable, "-c", FEEDBACK_FLOOD, url, API_KEY, str(out)],
+                capture_output=True,
+                text=True,
+                timeout=900,
+            )
+            probe.stop.set()
+            probe.join(30)
+            assert hostile.returncode == 0, hostile.stderr[-3000:]
+            results = json.loads(out.read_text())
+    finally:
+        teacher.terminate()
+        teacher.wait(30)
+
+    # the other client's /healthz during the flood: reported, not asserted (the chat flood above holds the bound)
+    times = sorted(probe.seconds)
+    assert times, "the probe never got an answer"
+    print(f"healthz during the feedback flood, {len(times)} probes: p50 {times[len(times) // 2] * 1000:.1f} ms, "
+          f"p99 {times[int(0.99 * (len(times) - 1))] * 1000:.1f} ms, max {times[-1] * 1000:.1f} ms")  # fmt: skip
+    by_name = {}
+    for name, want, got, statuses, text in results:
+        assert got == want, (name, got, text)
+        by_name.setdefault(name, set()).add(tuple(statuses or ()))
+    # the batch of long calls: the 3.8 MB item refused alone (400 item_too_large), the body read on the lane
+    assert by_name["batch, long calls"] == {(400,)}
+    # unknown ids, three times: pending each time (no request of this client has them)
+    assert by_name["1,000 unknown ids"] == {(202,)}
+
+
+def test_metrics_without_the_admin_key_name_no_client(tmp_path: Path, teacher_url: str) -> None:
+    import asyncio
+
+    from ratchet_core import client_limits as cl
+
+    from .conftest import ADMIN_KEY, running_gateway
+
+    with running_gateway(tmp_path, teacher_url) as g:
+        with g.engine.begin() as conn:
+            cl.set_limits(
+                conn, "app1", {"rpm": 1, "budget_usd": 5.0, "budget_period": "day"}, (), "tests", "metrics"
+            )
+        asyncio.run_coroutine_threadsafe(g.gw.limits.poll(), g._loop()).result(10)
+        body = {"model": "ratchet", "messages": [{"role": "user", "content": "Where is my order?"}]}
+        chats = [
+            httpx.post(
+                g.url + "/v1/chat/completions",
+                json=body,
+                headers={"Authorization": f"Bearer {key}"},
+                timeout=30,
+            )
+            for key in (API_KEY, API_KEY, OTHER_KEY)
+        ]
+        assert [r.status_code for r in chats] == [200, 429, 200]
+        asyncio.run_coroutine_threadsafe(g.gw.limits.poll(), g._loop()).result(10)
+        admin = httpx.get(g.url + "/metrics", headers={"Authorization": f"Bearer {ADMIN_KEY}"}, timeout=30)
+        assert admin.status_code == 200 and 'client="app1"' in admin.text  # the scraper with the admin key
+        public = httpx.get(g.url + "/metrics", timeout=30)
+        assert public.status_code == 200 and "ratchet_requests" in public.text
+        assert "app1" not in public.text and "app2" not in public.text and "client=" not in public.text
+        for key in (API_KEY, OTHER_KEY, "not-a-key"):  # a client's key is not the admin's
+            r = httpx.get(g.url + "/metrics", headers={"Authorization": f"Bearer {key}"}, timeout=30)
+            assert r.status_code == 403 and "app1" not in r.text
+        # the other client's dashboard names no one else either
+        dash = httpx.get(g.url + "/ratchet/dashboard/data", headers={"Authorization": f"Bearer {OTHER_KEY}"})
+        assert dash.status_code == 200 and "app1" not in dash.text

@@ -147,11 +147,11 @@ def test_pending_feedback_settles_against_the_days_traffic(night) -> None:
     settled = fb.get(engine, row["client"], "p1")
     assert settled["state"] == "recorded" and settled["example_key"] == _stored(row).example_key()
     assert load_labels(engine, {"tickets": POLICY}).bad == {settled["example_key"]}
-    # a pending item on another client's request is rejected when it settles
+    # a pending item on another client's request is rejected when it settles, as an unknown request is
     other = "globex" if row["client"] == "acme" else "acme"
     _send(engine, {**row, "client": other}, "p2", "comment", "x", {}, found=False)
     settle_from_traffic(engine, art, DAY, {})
-    assert fb.get(engine, other, "p2")["error"] == fb.NOT_YOURS
+    assert fb.get(engine, other, "p2")["error"] == fb.UNKNOWN_REQUEST
 
 
 def test_erasure_removes_feedback_and_recommits_the_label_tree(night) -> None:

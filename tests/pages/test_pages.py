@@ -213,3 +213,35 @@ def test_scout_page_says_what_to_do_with_a_wrong_key(g) -> None:
         assert "API key" in page.inner_text("#status")
         assert page.locator("#steps li.step[data-state=failed]").count() == 1
         assert page.locator("#report").is_hidden()
+
+
+def test_a_key_in_a_link_never_replaces_a_signed_in_key_unasked(g) -> None:
+    from tests.gateway.conftest import OTHER_KEY
+
+    stored = "sessionStorage.getItem('ratchet-key')"
+    with browser() as b:
+        page = b.page
+        asked: list[str] = []
+
+        def answer(accept: bool):
+            def handle(dialog) -> None:
+                asked.append(dialog.message)
+                dialog.accept() if accept else dialog.dismiss()
+
+            return handle
+
+        page.goto(f"{g.url}/ratchet/scout#key={API_KEY}")  # signed in by a link: nobody to ask
+        assert page.evaluate(stored) == API_KEY and asked == [] and "key=" not in page.url
+        page.once("dialog", answer(False))
+        page.goto(f"{g.url}/#key={OTHER_KEY}")  # someone else's link: asked, and "cancel" keeps the key
+        assert len(asked) == 1 and "different API key" in asked[0]
+        assert page.evaluate(stored) == API_KEY and "key=" not in page.url
+        page.once("dialog", answer(False))
+        page.goto(f"{g.url}/ratchet/dashboard#key={OTHER_KEY}")  # the dashboard asks the same
+        assert len(asked) == 2 and page.evaluate(stored) == API_KEY
+        page.once("dialog", answer(True))
+        page.goto(f"{g.url}/ratchet/scout#key={OTHER_KEY}")  # accepted: the link's key
+        assert len(asked) == 3 and page.evaluate(stored) == OTHER_KEY
+        page.goto(f"{g.url}/ratchet/scout#key={OTHER_KEY}")  # the same key again: nothing to ask
+        assert len(asked) == 3
+        b.assert_clean()
