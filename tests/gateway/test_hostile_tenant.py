@@ -248,3 +248,190 @@ def test_a_hostile_tenant_cannot_slow_or_touch_another(tmp_path: Path) -> None:
             == orjson.dumps(redact_request(body).body["messages"], option=orjson.OPT_SORT_KEYS).decode()
         )
     assert all(r["client"] in ("app1", "app2") for r in rows.values())
+
+
+# What a client can send (ARCHITECTURE.md, "What reaches a provider") ------------------------------------------
+# A hostile tenant adds litellm's own arguments to a body: an endpoint, a credential, a provider, headers, a mocked
+# answer, retries, callbacks. Each must be a 400 naming the field, in the caller's API's shape, before any model
+# call; the attacker's listener must hear nothing (above all never the operator's teacher key), and the teacher's
+# listener must never see a field outside the allow-list.
+TEACHER_KEY = "sk-teacher-upstream"  # running_gateway's teacher_api_key
+
+
+class Recorder:
+    """The requests one loopback listener received: (path, headers, body bytes)."""
+
+    def __init__(self) -> None:
+        self.seen: list[tuple[str, dict[str, str], bytes]] = []
+        self.lock = threading.Lock()
+
+    def add(self, path: str, headers: dict[str, str], body: bytes) -> None:
+        with self.lock:
+            self.seen.append((path, headers, body))
+
+    def bodies(self) -> list[dict]:
+        return [json.loads(b) for _, _, b in self.seen if b]
+
+
+class _Attacker:
+    """A listener a hostile tenant runs: records whatever reaches it and answers 500."""
+
+    def __init__(self) -> None:
+        from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+        rec = self.rec = Recorder()
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self) -> None:  # noqa: N802 (http.server's name)
+                body = self.rfile.read(int(self.headers.get("content-length") or 0))
+                rec.add(self.path, {k.lower(): v for k, v in self.headers.items()}, body)
+                self.send_response(500)
+                self.send_header("content-length", "0")
+                self.end_headers()
+
+            def log_message(self, *args) -> None:
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+def _recording(app, rec: Recorder):
+    """The ASGI `app` (the demo teacher), recording every request's path, headers and body first."""
+    from .conftest import buffered
+
+    async def recorded(scope, receive, send):
+        if scope["type"] != "http":
+            return await app(scope, receive, send)
+        body, replay = await buffered(receive)
+        headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope["headers"]}
+        rec.add(scope["path"], headers, body)
+        await app(scope, replay, send)
+
+    return recorded
+
+
+@pytest.fixture(scope="module")
+def listeners():
+    """(the teacher's recorded listener: the demo teacher's URL root, its recorder; the attacker)."""
+    from ratchet_gateway.demo_teacher.app import DemoTeacherConfig, create_app
+    from tests.serve import serve_in_thread
+
+    rec = Recorder()
+    attacker = _Attacker()
+    with serve_in_thread(_recording(create_app(DemoTeacherConfig(model="demo-teacher")), rec)) as url:
+        yield url, rec, attacker
+    attacker.close()
+
+
+def _hostile_fields(attacker: str) -> dict[str, object]:
+    """litellm arguments a client must never set, each with a value that would hurt if it reached litellm."""
+    return {
+        "base_url": attacker + "/v1",
+        "api_base": attacker + "/v1",
+        "api_key": "sk-tenant",
+        "custom_llm_provider": "openai",
+        "extra_headers": {"x-stolen": "1"},
+        "headers": {"x-stolen": "1"},
+        "extra_body": {"mock_response": "POISONED LABEL"},
+        "mock_response": "POISONED LABEL",
+        "mock_tool_calls": [{"id": "c", "type": "function", "function": {"name": "f", "arguments": "{}"}}],
+        "num_retries": 50,
+        "fallbacks": [{"model": "openai/x", "api_base": attacker}],
+        "timeout": 0.0001,
+        "litellm_metadata": {"x": 1},
+        "input_cost_per_token": 0,
+    }
+
+
+CHAT = {"model": "ratchet", "messages": [{"role": "user", "content": "hello"}]}
+RESPONSES = {"model": "ratchet", "input": "hello"}
+MESSAGES = {"model": "ratchet", "max_tokens": 20, "messages": [{"role": "user", "content": "hello"}]}
+
+
+def _post(url: str, path: str, body: dict) -> httpx.Response:
+    return httpx.post(url + path, json=body, headers={"Authorization": f"Bearer {API_KEY}"}, timeout=30)
+
+
+def _assert_refused(r: httpx.Response, field: str, api: str, attacker: _Attacker) -> None:
+    # first what reached the attacker: on a gateway that forwards the field, its listener holds the teacher key
+    stolen = [(p, h.get("authorization") or h.get("x-api-key"), b[:80]) for p, h, b in attacker.rec.seen]
+    assert not stolen, f"{field} on {api} reached the attacker's listener: {stolen}"
+    assert r.status_code == 400, (field, api, r.status_code, r.text[:300])
+    doc = r.json()
+    if api == "messages":  # Anthropic's error shape
+        assert doc["type"] == "error" and doc["error"]["type"] == "invalid_request_error", doc
+        assert field in doc["error"]["message"], doc
+    else:  # OpenAI's, with the field as `param`
+        assert doc["error"]["param"] == field and field in doc["error"]["message"], doc
+
+
+@pytest.mark.parametrize(
+    "teacher, via_litellm",
+    [("openai/demo-teacher", True), ("anthropic/demo-teacher", True), ("openai/demo-teacher", False)],
+    ids=["litellm-openai", "litellm-anthropic", "own-http-client"],
+)
+def test_no_client_field_selects_where_or_how_the_teacher_is_called(
+    tmp_path: Path, listeners, teacher: str, via_litellm: bool
+) -> None:
+    from .conftest import running_gateway
+
+    root, rec, attacker = listeners
+    base = root + "/v1" if teacher.startswith("openai/") else root  # litellm appends /v1/messages itself
+    with running_gateway(
+        tmp_path,
+        base,
+        options={"teacher_via_litellm": via_litellm},
+        teacher_model=teacher,
+        teacher_api_base=base,
+        embedding_model="openai/demo-teacher",
+        embedding_api_base=root + "/v1",
+        embedding_api_key=TEACHER_KEY,
+    ) as g:
+        # litellm's path for both, or the gateway's own HTTP client
+        assert g.gw.teacher.fast is g.gw.embedder.fast is not via_litellm
+        before = len(rec.seen)
+        for field, value in _hostile_fields(attacker.url).items():
+            for api, path, body in (
+                ("chat", "/v1/chat/completions", CHAT),
+                ("chat", "/v1/chat/completions", {**CHAT, "stream": True}),
+                ("responses", "/v1/responses", RESPONSES),
+                ("messages", "/v1/messages", MESSAGES),
+                ("embeddings", "/v1/embeddings", {"model": "demo-teacher", "input": "hello"}),
+            ):
+                _assert_refused(_post(g.url, path, {**body, field: value}), field, api, attacker)
+        assert len(rec.seen) == before, "a refused request reached the teacher"
+
+        # what an allowed request sends: only allow-listed fields, the operator's key, no client metadata
+        chat = {**CHAT, "temperature": 0.5, "metadata": {"ratchet_task": "qa", "team": "a"}, "user": "u1"}
+        for body in (chat, {**chat, "stream": True}):
+            r = _post(g.url, "/v1/chat/completions", body)
+            assert r.status_code == 200, r.text
+        assert _post(g.url, "/v1/responses", {**RESPONSES, "metadata": {"team": "a"}}).status_code == 200
+        assert _post(g.url, "/v1/messages", MESSAGES).status_code == 200
+        r = _post(g.url, "/v1/embeddings", {"model": "demo-teacher", "input": "hello", "user": "u1"})
+        assert r.status_code == 200, r.text
+        sent = rec.seen[before:]
+        assert len(sent) == 5 and not attacker.rec.seen
+        for path, headers, raw in sent:
+            assert TEACHER_KEY in (headers.get("authorization", "") + headers.get("x-api-key", ""))
+            assert "x-stolen" not in headers
+            body = json.loads(raw)
+            assert not set(body) & set(_hostile_fields("")), (path, body)
+            meta = body.get("metadata") or {}
+            if path.endswith("/messages"):  # Anthropic's own metadata carries only user_id
+                assert set(meta) <= {"user_id"}, body
+            elif via_litellm:  # litellm reads `metadata` as its callbacks' metadata: never given it
+                assert "metadata" not in body, body
+            else:  # OpenAI's field, on the gateway's own client: the client's own keys, never Ratchet's
+                assert "ratchet_task" not in meta, body
+        g.drain()
+        rows = sealed_rows(g.settings.lake_root)
+    # every teacher answer in the ledger is one the teacher gave
+    assert rows and all("POISONED" not in (r["answer"] or "") for r in rows)
+    assert all(r["status_code"] == 200 for r in rows if r["served_by"] == "teacher")
