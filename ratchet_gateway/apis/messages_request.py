@@ -61,6 +61,7 @@ class MessagesRequest(BaseModel):
 
 # accepted and not forwarded (module docstring)
 IGNORED = frozenset({"top_k", "service_tier"})
+TRANSLATED = frozenset(MessagesRequest.model_fields) - IGNORED  # the fields the translation reads
 FIELDS = frozenset(MessagesRequest.model_fields) | IGNORED
 METADATA = ("user_id", "ratchet_task", "ratchet_episode")
 # the chat translation's names for the caller's (errors name the caller's own fields)
@@ -98,8 +99,10 @@ def parse_messages(body: dict, extras: frozenset[str] = frozenset()) -> tuple[di
             raise unknown_field(key, "Messages", "metadata")
     origins = Origins(fields=dict(_CHAT_FIELDS), keys=dict(_CHAT_KEYS), words=dict(_CHAT_WORDS))
     chat = to_chat(req, origins)
-    for name in extras:
-        if name in body and name not in FIELDS:
+    for (
+        name
+    ) in extras:  # the operator's, as sent (an ignored field of the API's own too); never one translated
+        if name in body and name not in TRANSLATED:
             chat[name] = body[name]
     return chat, req, origins
 

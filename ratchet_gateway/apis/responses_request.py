@@ -84,6 +84,7 @@ class ResponsesRequest(BaseModel):
 # accepted and not forwarded (module docstring); refused with a message of their own (the gateway is stateless)
 IGNORED = frozenset({"truncation", "stream_options", "max_tool_calls"})
 STATEFUL = frozenset({"previous_response_id", "conversation", "prompt"})
+TRANSLATED = frozenset(ResponsesRequest.model_fields) - IGNORED  # the fields the translation reads
 FIELDS = frozenset(ResponsesRequest.model_fields) | IGNORED | STATEFUL
 # the chat translation's names for the caller's (errors name the caller's own fields)
 _CHAT_FIELDS = {
@@ -114,8 +115,10 @@ def parse_responses(
     _refuse_state(req, body)
     origins = Origins(fields=dict(_CHAT_FIELDS), keys=dict(_CHAT_KEYS), words=dict(_CHAT_WORDS))
     chat = to_chat(req, origins)
-    for name in extras:
-        if name in body and name not in FIELDS:
+    for (
+        name
+    ) in extras:  # the operator's, as sent (an ignored field of the API's own too); never one translated
+        if name in body and name not in TRANSLATED:
             chat[name] = body[name]
     return chat, req, origins
 

@@ -224,7 +224,7 @@ def in_callers_fields(check: Callable[[dict], T], chat: dict, origins: Origins, 
         if err.param is None:
             raise
         param = origins.param(err.param)
-        text = origins.text(err.message, err.param, param, api)
+        text = origins.text(err.message, err.param, param, api).removeprefix("invalid request body: ")
         if not text.startswith(param):
             text = f"{param}: {text}"
         raise GatewayError(err.status, text, err.code, param=param) from None

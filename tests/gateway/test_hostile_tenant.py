@@ -435,3 +435,185 @@ def test_no_client_field_selects_where_or_how_the_teacher_is_called(
     # every teacher answer in the ledger is one the teacher gave
     assert rows and all("POISONED" not in (r["answer"] or "") for r in rows)
     assert all(r["status_code"] == 200 for r in rows if r["served_by"] == "teacher")
+
+
+@pytest.fixture(scope="module")
+def recorded_gateway(tmp_path_factory, listeners):
+    """A gateway on the gateway's own HTTP client in front of the recorded demo teacher, with the operator's
+    extra `top_k` (RATCHET_PROVIDER_EXTRA_FIELDS) and an embedding model."""
+    from .conftest import running_gateway
+
+    root, rec, attacker = listeners
+    with running_gateway(
+        tmp_path_factory.mktemp("recorded"),
+        root + "/v1",
+        embedding_model="openai/demo-teacher",
+        embedding_api_base=root + "/v1",
+        provider_extra_fields="top_k",
+    ) as g:
+        yield g, rec
+
+
+def _error(r: httpx.Response) -> tuple[str | None, str]:
+    """(param, message) of an error in OpenAI's shape, or (None, message) in Anthropic's."""
+    doc = r.json()
+    if doc.get("type") == "error":
+        return None, doc["error"]["message"]
+    return doc["error"]["param"], doc["error"]["message"]
+
+
+@pytest.mark.parametrize(
+    "path, body, field",
+    [
+        ("/v1/responses", {**RESPONSES, "mcp_servers": [{"url": "http://x"}]}, "mcp_servers"),
+        ("/v1/responses", {**RESPONSES, "container": {"type": "auto"}}, "container"),
+        ("/v1/responses", {**RESPONSES, "user_location": {"city": "x"}}, "user_location"),
+        ("/v1/messages", {**MESSAGES, "container": "c1"}, "container"),
+        ("/v1/messages", {**MESSAGES, "mcp_servers": [{"type": "url", "url": "http://x"}]}, "mcp_servers"),
+        ("/v1/messages", {**MESSAGES, "context_management": {"edits": []}}, "context_management"),
+        ("/v1/messages", {**MESSAGES, "thinking": {"type": "enabled", "budget_tokens": 1024}}, "thinking"),
+        (
+            "/v1/messages",
+            {**MESSAGES, "metadata": {"user_id": "u", "base_url": "http://x"}},
+            "metadata.base_url",
+        ),
+        ("/v1/chat/completions", {**CHAT, "store": True}, "store"),
+        ("/v1/chat/completions", {**CHAT, "modalities": ["text", "audio"]}, "modalities"),
+        (
+            "/v1/embeddings",
+            {"model": "demo-teacher", "input": "x", "top_k": 3, "extra_body": {}},
+            "extra_body",
+        ),
+    ],
+)
+def test_unsupported_fields_are_a_400_naming_them(recorded_gateway, path, body, field) -> None:
+    g, rec = recorded_gateway
+    before = len(rec.seen)
+    r = _post(g.url, path, body)
+    assert r.status_code == 400, (field, r.status_code, r.text[:300])
+    param, message = _error(r)
+    assert message.startswith(field) and (param is None or param == field), r.text
+    assert len(rec.seen) == before  # nothing reached the model
+
+
+def test_what_is_taken_is_forwarded_and_nothing_else(recorded_gateway) -> None:
+    """`store: false` and Messages' `top_k`/`service_tier`/`thinking` disabled are taken and not forwarded; the
+    operator's extra `top_k` reaches the teacher on chat and embeddings as sent."""
+    g, rec = recorded_gateway
+    before = len(rec.seen)
+    assert _post(g.url, "/v1/chat/completions", {**CHAT, "store": False, "top_k": 3}).status_code == 200
+    messages = {**MESSAGES, "top_k": 3, "service_tier": "auto", "thinking": {"type": "disabled"}}
+    assert _post(g.url, "/v1/messages", messages).status_code == 200
+    r = _post(g.url, "/v1/embeddings", {"model": "demo-teacher", "input": "x", "top_k": 3})
+    assert r.status_code == 200
+    sent = [json.loads(b) for _, _, b in rec.seen[before:]]
+    assert [b.get("top_k") for b in sent] == [
+        3,
+        3,
+        3,
+    ]  # the operator's extra, as sent (Messages' own top_k too)
+    assert not any({"store", "service_tier", "thinking"} & set(b) for b in sent), sent
+
+
+@pytest.mark.parametrize(
+    "path, body, param, words",
+    [
+        (  # a function_call_output answering no call: the item and its call_id, not messages.1.tool_call_id
+            "/v1/responses",
+            {
+                **RESPONSES,
+                "input": [
+                    {"role": "user", "content": "hi"},
+                    {"type": "function_call_output", "call_id": "nope", "output": "x"},
+                ],
+            },
+            "input[1].call_id",
+            ("function_call_output item",),
+        ),
+        (  # a tool_result answering no tool_use: the block and its tool_use_id
+            "/v1/messages",
+            {
+                **MESSAGES,
+                "messages": [
+                    {"role": "user", "content": "hi"},
+                    {"role": "assistant", "content": "hello"},
+                    {
+                        "role": "user",
+                        "content": [{"type": "tool_result", "tool_use_id": "nope", "content": "x"}],
+                    },
+                ],
+            },
+            "messages[2].content[0].tool_use_id",
+            ("tool_result block",),
+        ),
+        (  # a tool_use never answered: the assistant message, in Anthropic's words
+            "/v1/messages",
+            {
+                **MESSAGES,
+                "messages": [
+                    {"role": "user", "content": "hi"},
+                    {
+                        "role": "assistant",
+                        "content": [{"type": "tool_use", "id": "t1", "name": "f", "input": {}}],
+                    },
+                    {"role": "user", "content": "and?"},
+                ],
+                "tools": [{"name": "f", "input_schema": {"type": "object"}}],
+            },
+            "messages[1]",
+            ("tool_use blocks", "tool_result blocks"),
+        ),
+        ("/v1/messages", {**MESSAGES, "stop_sequences": ["a", "b", "c", "d", "e"]}, "stop_sequences", ()),
+        (
+            "/v1/responses",
+            {**RESPONSES, "tools": [{"type": "function", "name": "bad name"}]},
+            "tools[0].name",
+            (),
+        ),
+    ],
+)
+def test_errors_name_the_callers_own_fields(recorded_gateway, path, body, param, words) -> None:
+    g, _ = recorded_gateway
+    r = _post(g.url, path, body)
+    assert r.status_code == 400, r.text
+    got, message = _error(r)
+    assert got in (None, param) and message.startswith(param + ":"), r.text
+    for chat_word in ("tool_call_id", "tool_calls", "max_completion_tokens", "messages.", "tool message"):
+        assert chat_word not in message, (chat_word, message)
+    assert all(w in message for w in words), message
+
+
+@pytest.mark.parametrize(
+    "value, param",
+    [
+        ("", "input"),
+        ([], "input"),
+        ([""], "input.0"),
+        ([[]], "input.0"),
+        (["a", ""], "input.1"),
+        ([[1], []], "input.1"),
+    ],
+)
+def test_embeddings_refuse_empty_inputs(recorded_gateway, value, param) -> None:
+    g, rec = recorded_gateway
+    before = len(rec.seen)
+    r = _post(g.url, "/v1/embeddings", {"model": "demo-teacher", "input": value})
+    assert r.status_code == 400 and r.json()["error"]["param"] == param, r.text
+    assert len(rec.seen) == before
+
+
+def test_an_extra_that_would_choose_the_endpoint_is_a_configuration_error() -> None:
+    from ratchet_core.settings import Settings
+
+    for name in (
+        "api_base",
+        "base_url",
+        "mock_response",
+        "extra_headers",
+        "num_retries",
+        "metadata",
+        "aws_region",
+    ):
+        with pytest.raises(ValueError, match=name):
+            Settings(provider_extra_fields=f"top_k,{name}")
+    assert Settings(provider_extra_fields=" top_k , min_p").provider_extras == {"top_k", "min_p"}
