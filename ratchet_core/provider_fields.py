@@ -21,7 +21,8 @@ from __future__ import annotations
 import re
 
 # OpenAI's chat completions parameters, forwarded. Not here: `audio` and `modalities` (an audio answer cannot be
-# relayed, checked or stored) and `store` (accepted only as false: the operator's account keeps nothing a tenant
+# relayed, checked or stored), `web_search_options` (a search the provider runs and bills: the gateway serves no
+# built-in tools, as on the Responses API) and `store` (accepted only as false: the operator's account keeps nothing a tenant
 # sends). `metadata` reaches the gateway's own HTTP client only (OpenAI's
 # field); litellm reads a `metadata` argument as its callbacks' metadata, so it never reaches litellm.
 CHAT_FIELDS = frozenset(
@@ -52,7 +53,6 @@ CHAT_FIELDS = frozenset(
         "reasoning_effort",
         "verbosity",
         "prediction",
-        "web_search_options",
         "service_tier",
         "safety_identifier",
         "prompt_cache_key",

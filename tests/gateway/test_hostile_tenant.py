@@ -401,7 +401,9 @@ def test_no_client_field_selects_where_or_how_the_teacher_is_called(
                 ("chat", "/v1/chat/completions", CHAT),
                 ("chat", "/v1/chat/completions", {**CHAT, "stream": True}),
                 ("responses", "/v1/responses", RESPONSES),
+                ("responses", "/v1/responses", {**RESPONSES, "stream": True}),
                 ("messages", "/v1/messages", MESSAGES),
+                ("messages", "/v1/messages", {**MESSAGES, "stream": True}),
                 ("embeddings", "/v1/embeddings", {"model": "demo-teacher", "input": "hello"}),
             ):
                 _assert_refused(_post(g.url, path, {**body, field: value}), field, api, attacker)
@@ -479,6 +481,7 @@ def _error(r: httpx.Response) -> tuple[str | None, str]:
         ),
         ("/v1/chat/completions", {**CHAT, "store": True}, "store"),
         ("/v1/chat/completions", {**CHAT, "modalities": ["text", "audio"]}, "modalities"),
+        ("/v1/chat/completions", {**CHAT, "web_search_options": {}}, "web_search_options"),
         (
             "/v1/embeddings",
             {"model": "demo-teacher", "input": "x", "top_k": 3, "extra_body": {}},
