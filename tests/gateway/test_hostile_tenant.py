@@ -620,3 +620,51 @@ def test_an_extra_that_would_choose_the_endpoint_is_a_configuration_error() -> N
         with pytest.raises(ValueError, match=name):
             Settings(provider_extra_fields=f"top_k,{name}")
     assert Settings(provider_extra_fields=" top_k , min_p").provider_extras == {"top_k", "min_p"}
+
+
+@pytest.mark.parametrize("via_litellm", [True, False], ids=["litellm", "own-http-client"])
+def test_the_upstream_sends_only_the_allow_list_whatever_the_body_holds(listeners, via_litellm: bool) -> None:
+    """A second line behind the 400: a body that reached ``Upstream`` with litellm's arguments in it (a bug in a
+    translation, a future route) still sends only the allow-listed fields, to the operator's endpoint, with the
+    operator's key, and gets the teacher's own answer."""
+    import asyncio
+
+    from ratchet_core.provider_fields import CHAT_FIELDS, EMBEDDINGS_FIELDS
+    from ratchet_gateway.upstream import Timeouts, Upstream
+
+    root, rec, attacker = listeners
+    hostile = _hostile_fields(attacker.url)
+    chat = {**CHAT, "model": "demo-teacher", **hostile, "metadata": {"team": "a"}, "top_k": 3}
+    embed = {"model": "demo-teacher", "input": "hello", **hostile, "top_k": 3}
+
+    async def calls() -> tuple[dict, str, dict]:
+        up = Upstream("openai/demo-teacher", root + "/v1", TEACHER_KEY, 10, force_litellm=via_litellm)
+        up.extras = frozenset({"top_k"})
+        await up.start()
+        try:
+            answer = await up.complete(chat, timeouts=Timeouts(10))
+            streamed = "".join(
+                [
+                    (c["choices"][0]["delta"].get("content") or "")
+                    async for _, c in up.stream(chat)
+                    if c.get("choices")
+                ]
+            )
+            return answer, streamed, await up.embed(embed, Timeouts(10))
+        finally:
+            await up.close()
+
+    before = len(rec.seen)
+    answer, streamed, vectors = asyncio.run(calls())
+    assert not attacker.rec.seen
+    assert "POISONED" not in answer["choices"][0]["message"]["content"] and "POISONED" not in streamed
+    assert streamed and vectors["data"]
+    sent = rec.seen[before:]
+    assert [p for p, _, _ in sent] == ["/v1/chat/completions"] * 2 + ["/v1/embeddings"]
+    for path, headers, raw in sent:
+        body = json.loads(raw)
+        allowed = EMBEDDINGS_FIELDS if path.endswith("embeddings") else CHAT_FIELDS
+        assert set(body) <= allowed | {"top_k"} and body["top_k"] == 3, body
+        assert headers["authorization"] == f"Bearer {TEACHER_KEY}" and "x-stolen" not in headers
+        if via_litellm:
+            assert "metadata" not in body  # litellm's callbacks' metadata: never given
