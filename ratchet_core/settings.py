@@ -83,6 +83,13 @@ class Settings(BaseSettings):
         "in the system message, for a teacher without strict json_schema); default what `ratchet doctor teacher "
         "--apply` recorded for this teacher in $RATCHET_HOME/teacher.json, else strict.",
     )
+    provider_extra_fields: str = Field(
+        "",
+        description="Comma-separated provider-specific request fields clients may send (e.g. top_k,repetition_penalty), "
+        "forwarded to the teacher, the student and the embedding model as sent; OpenAI's own fields are forwarded "
+        "anyway, and a name that selects an endpoint, credential, provider, headers, a mocked answer, callbacks or "
+        "retries (a litellm argument) is refused (ratchet_core.provider_fields).",
+    )
     embedding_model: str = Field(
         "",
         description="litellm model name that answers POST /v1/embeddings (e.g. openai/text-embedding-3-small); "
@@ -246,6 +253,13 @@ class Settings(BaseSettings):
 
         return None if v is None or v == "" else check("replica", v)
 
+    @field_validator("provider_extra_fields", mode="after")
+    @classmethod
+    def _provider_extras(cls, v: str) -> str:
+        from ratchet_core.provider_fields import parse_extra_fields
+
+        return ",".join(sorted(parse_extra_fields(v))) if v.strip() else ""
+
     @model_validator(mode="after")
     def _student_key_from_home(self) -> Settings:
         if not self.student_api_key:  # unset: the key `ratchet init` wrote (ratchet_core.home_files)
@@ -265,6 +279,11 @@ class Settings(BaseSettings):
             if recorded is not None:
                 self._from_home.add("teacher_json_schema")
         return self
+
+    @cached_property
+    def provider_extras(self) -> frozenset[str]:
+        """RATCHET_PROVIDER_EXTRA_FIELDS as a set of names (checked when loaded)."""
+        return frozenset(n for n in self.provider_extra_fields.split(",") if n)
 
     # Derived locations -------------------------------------------------------------------------------------
     @cached_property

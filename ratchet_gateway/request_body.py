@@ -1,9 +1,9 @@
 """Request bodies: how a chat body is read (size-limited), parsed and validated against the request model
 (``ratchet_gateway.request_model``: the fields OpenAI's API checks, and its rules between them).
 
-Unknown top-level fields are passed through to the upstream unchanged (``extra="allow"``): OpenAI adds
-parameters often and a gateway that rejects them breaks clients. Types of the fields Ratchet reads are checked
-strictly, as OpenAI checks them (``ratchet_gateway.input_rules``: ``max_tokens: true``, ``stream: "yes"``,
+A top-level field outside the chat allow-list (OpenAI's documented parameters, and the operator's
+``RATCHET_PROVIDER_EXTRA_FIELDS``) is a 400 naming it before validation (``ratchet_gateway.forwarded``): a client
+field never selects where or how a model is called. Types of the fields Ratchet reads are checked strictly, as OpenAI checks them (``ratchet_gateway.input_rules``: ``max_tokens: true``, ``stream: "yes"``,
 ``seed: false``, ``temperature: "0.5"`` are rejected), and a wrong one is a 400 that names the field.
 
 Before parsing, a body nested deeper than ``input_rules.MAX_NESTING_DEPTH`` is a 400, and so is a large one

@@ -17,8 +17,9 @@ What is refused, with a 400 whose ``param`` names the field (``messages.3.tool_c
   just before it (or of one of its other answers), and every call of an assistant message is answered before the
   next message that is not a tool's; content parts are objects with a ``type`` (``text`` parts carry ``text``).
 
-Unknown top-level fields and unknown keys inside these objects pass through to the upstream (OpenAI adds
-parameters often). Types of the fields Ratchet reads are strict (``ratchet_gateway.input_rules``). The models are
+Unknown keys inside these objects pass through to the upstream (OpenAI adds parameters often); an unknown
+top-level field is refused before this model is used (``ratchet_gateway.forwarded``: the allow-list), so the model
+keeps ``extra="allow"`` only for the operator's provider-specific extras. Types of the fields Ratchet reads are strict (``ratchet_gateway.input_rules``). The models are
 validated in slices for a large body (``ratchet_gateway.request_body``), so no single pydantic call is long; the
 rules between fields are a Python pass over the messages.
 """

@@ -51,9 +51,8 @@ class GatewayOptions:
     manifest_loader: Callable[[], tuple[Any, int]] | None = None  # () -> (Manifest | None, rejected rows)
     load_interval: float = 0.2
     pair_drain_timeout_s: float = 30.0
-    teacher_via_litellm: bool = (
-        False  # force litellm.acompletion for the teacher (measuring; non-OpenAI providers)
-    )
+    # force litellm for the teacher and the embedding model (measuring; the path non-OpenAI providers take)
+    teacher_via_litellm: bool = False
     # ``ratchet_gateway.hooks.RequestHook``s, run after the app's own (registered by ``create_app``)
     hooks: list[Any] = field(default_factory=list)
     # where the gateway's spans go instead of RATCHET_OTEL_ENDPOINT's collector (tests: an InMemorySpanExporter);
@@ -182,6 +181,7 @@ class Gateway:
             force_litellm=self.options.teacher_via_litellm,
             offload=self.offload,
             max_response_bytes=s.upstream_max_response_bytes,
+            extras=s.provider_extras,
         )
         self.student = Upstream(
             "student",
@@ -191,6 +191,7 @@ class Gateway:
             resolve=False,
             offload=self.offload,
             max_response_bytes=s.upstream_max_response_bytes,
+            extras=s.provider_extras,
         )
         await self.teacher.start()
         await self.student.start()
@@ -200,7 +201,9 @@ class Gateway:
                 s.embedding_api_base,
                 s.embedding_api_key or None,
                 s.upstream_timeout_s,
+                force_litellm=self.options.teacher_via_litellm,
                 max_response_bytes=s.upstream_max_response_bytes,
+                extras=s.provider_extras,
             )
             await self.embedder.start()
             self.embedding_prices = await asyncio.to_thread(embedding_prices, s.embedding_model)

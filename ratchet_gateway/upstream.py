@@ -36,6 +36,7 @@ import orjson
 from ratchet_core import json_pieces
 from ratchet_gateway import http1
 from ratchet_gateway.errors import GatewayError
+from ratchet_gateway.forwarded import CHAT_FIELDS, EMBEDDINGS_FIELDS, litellm_args, upstream_body
 
 # litellm providers whose chat API is the OpenAI wire format.
 OPENAI_COMPATIBLE = {
@@ -105,7 +106,10 @@ class Upstream:
         force_litellm: bool = False,
         offload: Any = None,
         max_response_bytes: int = http1.DEFAULT_MAX_RESPONSE_BYTES,
+        extras: frozenset[str] = frozenset(),
     ):
+        # the operator's provider-specific fields (RATCHET_PROVIDER_EXTRA_FIELDS), sent beside the allow-list's
+        self.extras = extras
         self.max_response_bytes = max_response_bytes
         self.requested_model = model
         # the lane a large request's body is encoded in (``ratchet_gateway.offload``); None: encoded inline
@@ -177,7 +181,11 @@ class Upstream:
     ) -> dict:
         """The completion for `body` (validated: :func:`check_completion`); GatewayError on any failure. `large`:
         the body is a large request's, encoded in the lane."""
-        body = {**body, "model": model or self.model, "stream": False}
+        body = {
+            **upstream_body(body, CHAT_FIELDS, self.extras),
+            "model": model or self.model,
+            "stream": False,
+        }
         body.pop("stream_options", None)
         t = self._timeouts(timeout_s, timeouts)
         if not self.fast:
@@ -190,7 +198,7 @@ class Upstream:
         """The embeddings of `body` (OpenAI's ``POST /embeddings``, the model rewritten; litellm's ``aembedding``
         for other providers), checked by :func:`check_embeddings`; GatewayError on any failure. `large`: a large
         request's body, encoded in the lane."""
-        body = {**body, "model": self.model}
+        body = {**upstream_body(body, EMBEDDINGS_FIELDS, self.extras), "model": self.model}
         if not self.fast:
             return check_embeddings(await self._litellm_embed(body, timeouts.total or timeouts.first_byte))
         return check_embeddings(await self._answer("/embeddings", body, task, timeouts, large))
@@ -250,7 +258,7 @@ class Upstream:
         batches (the caller ends its stream with an error event): an SSE error event, a chunk that is not a chunk
         object (:func:`check_chunk`), a body that ends before ``[DONE]``, a timeout of any phase (the good chunks of
         a read before a bad one are yielded first)."""
-        body = {**body, "model": self.model, "stream": True}
+        body = {**upstream_body(body, CHAT_FIELDS, self.extras), "model": self.model, "stream": True}
         body["stream_options"] = {"include_usage": True}
         t = self._timeouts(timeout_s, timeouts)
         if not self.fast:
@@ -323,10 +331,13 @@ class Upstream:
             resp.release()
 
     # litellm fallback (non-OpenAI providers) ----------------------------------------------------------------
+    # Only the allow-list's fields become litellm's arguments (``ratchet_gateway.forwarded``): the model, the key,
+    # the API base and the timeout are the operator's, and nothing else litellm reads (an endpoint, headers, a
+    # mocked answer, retries, callbacks' metadata) can come from a client.
     async def _litellm_complete(self, body: dict, timeout_s: float | None) -> dict:
         import litellm
 
-        kwargs = {k: v for k, v in body.items() if k not in ("model", "stream")}
+        kwargs = litellm_args(body, CHAT_FIELDS, self.extras)
         try:
             resp = await litellm.acompletion(
                 model=self.requested_model,
@@ -342,7 +353,7 @@ class Upstream:
     async def _litellm_embed(self, body: dict, timeout_s: float | None) -> dict:
         import litellm
 
-        kwargs = {k: v for k, v in body.items() if k not in ("model", "input")}
+        kwargs = litellm_args(body, EMBEDDINGS_FIELDS, self.extras)
         try:
             resp = await litellm.aembedding(
                 model=self.requested_model,
@@ -359,7 +370,7 @@ class Upstream:
     async def _litellm_stream(self, body: dict, timeout_s: float | None) -> AsyncIterator[bytes]:
         import litellm
 
-        kwargs = {k: v for k, v in body.items() if k not in ("model", "stream")}
+        kwargs = litellm_args(body, CHAT_FIELDS, self.extras)
         try:
             resp = await litellm.acompletion(
                 model=self.requested_model,

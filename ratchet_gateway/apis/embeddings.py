@@ -5,8 +5,9 @@ gateway's own HTTP/1.1 client, others through ``litellm.aembedding``), so an app
 Not the chat pipeline: nothing is routed to a student and nothing is distilled. Each request is logged and priced
 like any other: authenticated first (``Authorization: Bearer``), the body read with the size limit and checked
 (``model`` is the configured model's name, with or without its provider prefix; ``input`` a text, a list of texts,
-or token arrays; ``encoding_format``, ``dimensions``, ``user``; other fields pass through; a large body in the
-large-body lane, ``ratchet_gateway.offload``), admitted by the client's limits (``ratchet_gateway.limits``: a 429
+or token arrays, none of them empty; ``encoding_format``, ``dimensions``, ``user``, and the operator's
+``RATCHET_PROVIDER_EXTRA_FIELDS``; any other field is a 400 naming it, ``ratchet_gateway.forwarded``; a large body in
+the large-body lane, ``ratchet_gateway.offload``), admitted by the client's limits (``ratchet_gateway.limits``: a 429
 before any model call; its tokens and dollars count like a chat request's), and its ledger row
 (``api='embeddings'``, ``served_by='teacher'``, the model's usage and its price from litellm's local map) is
 committed before the answer is released. The row stores no content: ``messages`` and ``answer`` are empty and
@@ -35,6 +36,7 @@ from ratchet_gateway.chat.failures import failure
 from ratchet_gateway.chat.handler import arrival
 from ratchet_gateway.chat.rows import Recorder, canonical_json
 from ratchet_gateway.errors import GatewayError
+from ratchet_gateway.forwarded import EMBEDDINGS_FIELDS, refuse_unknown
 from ratchet_gateway.hooks import INFO
 from ratchet_gateway.input_rules import InputRuleError, StrictInt, StrictStr, resolve_task
 from ratchet_gateway.request_body import LARGE_BODY_BYTES, input_rule_error, parse_chat_body, read_body
@@ -48,7 +50,7 @@ MAX_INPUTS = 2048  # OpenAI's own limit on inputs per request
 
 
 class EmbeddingsRequest(BaseModel):
-    """The embeddings body as the gateway reads it (other fields are passed on)."""
+    """The embeddings body as the gateway reads it (other fields: the operator's extras, checked before)."""
 
     model_config = ConfigDict(extra="allow")
 
@@ -90,7 +92,8 @@ class Embeddings:
             raw = await read_body(request, gw.settings.max_body_bytes)
             # a large body is parsed and validated in the lane, off the event loop (``ratchet_gateway.offload``)
             large = len(raw) > LARGE_BODY_BYTES
-            body, req = await gw.offload.run(_parsed, raw) if large else _parsed(raw)
+            extras = gw.settings.provider_extras
+            body, req = await gw.offload.run(_parsed, raw, extras) if large else _parsed(raw, extras)
             del raw
             self._check_model(req.model)
             try:
@@ -190,18 +193,40 @@ def _params_column(redact: Callable[[Any], Any], params: dict, inputs: int) -> s
     return canonical_json({**redact(params), "inputs": inputs})
 
 
-def _parsed(raw: bytes) -> tuple[dict, EmbeddingsRequest]:
+def _parsed(raw: bytes, extras: frozenset[str] = frozenset()) -> tuple[dict, EmbeddingsRequest]:
     body = parse_chat_body(raw, "'model' and 'input'")
+    refuse_unknown(body, EMBEDDINGS_FIELDS, extras, "embeddings")
     return body, _validated(body)
 
 
 def _validated(body: dict) -> EmbeddingsRequest:
     req = validated(EmbeddingsRequest, body, "OpenAI embeddings")
     n = input_count(req.input)
-    if n == 0 or (isinstance(req.input, str) and not req.input):
+    if n == 0:
         raise GatewayError(400, "input: send at least one non-empty input", "invalid_request", param="input")
+    _refuse_empty(req.input)
     if n > MAX_INPUTS:
         raise GatewayError(
             400, f"input: at most {MAX_INPUTS} inputs per request (got {n}); split the batch", param="input"
         )
     return req
+
+
+def _refuse_empty(value: str | list) -> None:
+    """A 400 naming the first empty input (``""``, a ``""`` or ``[]`` in the list), as OpenAI refuses them: an empty
+    text has no embedding, and a provider answers it with an error or a vector of nothing."""
+    if isinstance(value, str):
+        if not value:
+            raise GatewayError(400, "input: must not be empty text", "invalid_request", param="input")
+        return
+    if value and isinstance(value[0], int):
+        return  # one token array, not empty (counted above)
+    for i, item in enumerate(value):
+        if not item:
+            raise GatewayError(
+                400,
+                f"input.{i}: an input must not be empty (an empty text or token array has no embedding); "
+                "leave it out",
+                "invalid_request",
+                param=f"input.{i}",
+            )

@@ -29,7 +29,7 @@ from starlette.responses import Response
 
 from ratchet_core.redact import redact_text
 from ratchet_gateway.apis.messages_request import MessagesRequest, parse_messages
-from ratchet_gateway.apis.wire import TranslatedStream, answer_id, sse, tool_input
+from ratchet_gateway.apis.wire import TranslatedStream, answer_id, in_callers_fields, sse, tool_input
 from ratchet_gateway.chat.completion import message_of, token_counts
 from ratchet_gateway.chat.formats import validated_chat
 from ratchet_gateway.errors import GatewayError
@@ -74,9 +74,13 @@ class MessagesApi:
     api = "messages"
     key_header = "x-api-key"
 
-    def parse(self, raw: bytes) -> tuple[dict, ChatRequest, MessagesRequest]:
-        chat, req = parse_messages(parse_chat_body(raw, "'model', 'max_tokens' and 'messages'"))
-        return chat, validated_chat(chat), req
+    def parse(
+        self, raw: bytes, extras: frozenset[str] = frozenset()
+    ) -> tuple[dict, ChatRequest, MessagesRequest]:
+        chat, req, where = parse_messages(
+            parse_chat_body(raw, "'model', 'max_tokens' and 'messages'"), extras
+        )
+        return chat, in_callers_fields(validated_chat, chat, where, "Anthropic Messages"), req
 
     def answer(self, resp: dict, received: Received) -> bytes:
         msg, finish, usage = message_of(resp)

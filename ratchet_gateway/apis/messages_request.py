@@ -13,10 +13,17 @@ The translation (what the teacher and the student get, and what the ledger row s
   ``tool``/``none`` -> ``auto``/``required``/the named function/``none``; ``disable_parallel_tool_use`` ->
   ``parallel_tool_calls: false``;
 - ``max_tokens`` -> ``max_completion_tokens``; ``stop_sequences`` -> ``stop``; ``temperature``, ``top_p`` as they
-  are; ``metadata.user_id`` -> ``user``; ``metadata.ratchet_task`` names the task (as on every route).
+  are; ``metadata.user_id`` -> ``user``; ``metadata.ratchet_task`` names the task and ``metadata.ratchet_episode``
+  the episode (as on every route); any other ``metadata`` key is a 400, as Anthropic answers it.
 
-Accepted and not forwarded (no chat equivalent): ``top_k``, ``thinking``, ``cache_control`` on blocks,
-``service_tier``, ``container``. Documents, search results and other block types are a 400 naming the block.
+Accepted and not forwarded (:data:`IGNORED`: no chat equivalent, nothing an answer's contract depends on):
+``top_k``, ``service_tier``, ``cache_control`` on blocks, ``thinking`` when it is ``{"type": "disabled"}``
+(extended thinking is not served: the student does not reason aloud, so ``thinking`` enabled is a 400). The
+operator's ``RATCHET_PROVIDER_EXTRA_FIELDS`` are passed on as sent. Any other field (``container``,
+``mcp_servers``, ``context_management``, a litellm argument such as ``api_base`` or ``mock_response``...) is a 400
+naming it (``ratchet_gateway.forwarded``): what reaches a provider is only what this translation writes. Documents,
+search results and other block types are a 400 naming the block. Every 400 names the caller's own field, also for a
+rule the chat translation breaks (``apis.wire.Origins``: ``messages[2].content[0].tool_use_id``).
 """
 
 from __future__ import annotations
@@ -25,12 +32,13 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from ratchet_gateway.apis.wire import chat_content, invalid, json_text, text_of, validated
+from ratchet_gateway.apis.wire import Origins, chat_content, invalid, json_text, text_of, validated
+from ratchet_gateway.forwarded import unknown_field
 from ratchet_gateway.input_rules import Number, StrictBool, StrictInt, StrictStr
 
 
 class MessagesRequest(BaseModel):
-    """The Messages API body as the gateway reads it (other fields are accepted and not forwarded)."""
+    """The Messages API body as the gateway reads it (the other fields it takes: :data:`FIELDS`)."""
 
     model_config = ConfigDict(extra="allow")
 
@@ -46,25 +54,75 @@ class MessagesRequest(BaseModel):
     top_k: StrictInt | None = Field(None, ge=0)
     tools: list[dict[str, Any]] | None = None
     tool_choice: dict[str, Any] | None = None
+    thinking: dict[str, Any] | None = Field(
+        None, description='Only {"type": "disabled"}: no extended thinking.'
+    )
 
 
-def parse_messages(body: dict) -> tuple[dict, MessagesRequest]:
-    """(the internal chat body, the validated Messages request) of a parsed body; GatewayError 400 otherwise."""
+# accepted and not forwarded (module docstring)
+IGNORED = frozenset({"top_k", "service_tier"})
+TRANSLATED = frozenset(MessagesRequest.model_fields) - IGNORED  # the fields the translation reads
+FIELDS = frozenset(MessagesRequest.model_fields) | IGNORED
+METADATA = ("user_id", "ratchet_task", "ratchet_episode")
+# the chat translation's names for the caller's (errors name the caller's own fields)
+_CHAT_FIELDS = {
+    "max_completion_tokens": "max_tokens",
+    "stop": "stop_sequences",
+    "user": "metadata.user_id",
+    "parallel_tool_calls": "tool_choice.disable_parallel_tool_use",
+}
+_CHAT_KEYS = {"tool_call_id": "tool_use_id"}
+_CHAT_WORDS = {
+    "tool_calls": "tool_use blocks",
+    "tool messages": "tool_result blocks",
+    "tool message": "tool_result block",
+}
+
+
+def parse_messages(body: dict, extras: frozenset[str] = frozenset()) -> tuple[dict, MessagesRequest, Origins]:
+    """(the internal chat body, the validated Messages request, where the chat body's parts came from) of a parsed
+    body; GatewayError 400 otherwise, a field neither the API's, this translation's nor one of `extras` (the
+    operator's, forwarded as sent) first."""
+    for name in body:
+        if name not in FIELDS and name not in extras:
+            raise unknown_field(name, "Messages")
     req = validated(MessagesRequest, body, "Anthropic Messages")
-    return to_chat(req), req
+    if req.thinking is not None and req.thinking.get("type") != "disabled":
+        raise invalid(
+            "thinking",
+            "extended thinking is not served here (the answer carries no thinking blocks); leave it out or send "
+            '{"type": "disabled"}',
+            "unsupported_parameter",
+        )
+    for key in req.metadata or {}:
+        if key not in METADATA:
+            raise unknown_field(key, "Messages", "metadata")
+    origins = Origins(fields=dict(_CHAT_FIELDS), keys=dict(_CHAT_KEYS), words=dict(_CHAT_WORDS))
+    chat = to_chat(req, origins)
+    for (
+        name
+    ) in extras:  # the operator's, as sent (an ignored field of the API's own too); never one translated
+        if name in body and name not in TRANSLATED:
+            chat[name] = body[name]
+    return chat, req, origins
 
 
-def to_chat(req: MessagesRequest) -> dict:
-    """The internal chat body of a validated Messages request."""
+def to_chat(req: MessagesRequest, origins: Origins | None = None) -> dict:
+    """The internal chat body of a validated Messages request (`origins`: noted where each message came from)."""
     messages: list[dict[str, Any]] = []
+    where = origins.messages if origins is not None else []
     if isinstance(req.system, str):
         if req.system:
             messages.append({"role": "system", "content": req.system})
+            where.append("system")
     elif req.system:
         parts = [_text_block(b, f"system[{i}]") for i, b in enumerate(req.system)]
         messages.append({"role": "system", "content": chat_content(parts)})
+        where.append("system")
     for i, msg in enumerate(req.messages):
-        messages.extend(_message(msg, f"messages[{i}]"))
+        for translated, at in _message(msg, f"messages[{i}]"):
+            messages.append(translated)
+            where.append(at)
     body: dict[str, Any] = {
         "model": req.model,
         "messages": messages,
@@ -86,25 +144,28 @@ def to_chat(req: MessagesRequest) -> dict:
         if not isinstance(user, str):
             raise invalid("metadata.user_id", "must be text")
         body["user"] = user
-    if "ratchet_task" in meta:  # read by the pipeline (the task), never sent upstream
-        body["metadata"] = {"ratchet_task": meta["ratchet_task"]}
+    # read by the pipeline (the task, the episode), never sent upstream
+    ratchet = {k: meta[k] for k in ("ratchet_task", "ratchet_episode") if k in meta}
+    if ratchet:
+        body["metadata"] = ratchet
     return body
 
 
-def _message(msg: dict[str, Any], where: str) -> list[dict[str, Any]]:
+def _message(msg: dict[str, Any], where: str) -> list[tuple[dict[str, Any], str]]:
+    """The chat messages of one Messages message, each with the caller's location it came from."""
     role = msg.get("role")
     if role not in ("user", "assistant"):
         raise invalid(f"{where}.role", "must be user or assistant (the system prompt goes in `system`)")
     content = msg.get("content")
     if isinstance(content, str):
-        return [{"role": role, "content": content}]
+        return [({"role": role, "content": content}, where)]
     if not isinstance(content, list):
         raise invalid(f"{where}.content", "must be text or a list of content blocks")
-    return _assistant(content, where) if role == "assistant" else _user(content, where)
+    return [(_assistant(content, where), where)] if role == "assistant" else _user(content, where)
 
 
-def _user(blocks: list[Any], where: str) -> list[dict[str, Any]]:
-    tool_messages: list[dict[str, Any]] = []
+def _user(blocks: list[Any], where: str) -> list[tuple[dict[str, Any], str]]:
+    tool_messages: list[tuple[dict[str, Any], str]] = []
     parts: list[dict[str, Any]] = []
     for j, block in enumerate(blocks):
         at = f"{where}.content[{j}]"
@@ -114,18 +175,18 @@ def _user(blocks: list[Any], where: str) -> list[dict[str, Any]]:
         elif kind == "image":
             parts.append(_image(block, at))
         elif kind == "tool_result":
-            tool_messages.append(_tool_result(block, at))
+            tool_messages.append((_tool_result(block, at), at))
         else:
             raise invalid(
                 f"{at}.type", "user content blocks are text, image or tool_result", "unsupported_parameter"
             )
     out = tool_messages
     if parts:
-        out.append({"role": "user", "content": chat_content(parts)})
+        out.append(({"role": "user", "content": chat_content(parts)}, where))
     return out
 
 
-def _assistant(blocks: list[Any], where: str) -> list[dict[str, Any]]:
+def _assistant(blocks: list[Any], where: str) -> dict[str, Any]:
     texts: list[dict[str, Any]] = []
     calls: list[dict[str, Any]] = []
     for j, block in enumerate(blocks):
@@ -153,7 +214,7 @@ def _assistant(blocks: list[Any], where: str) -> list[dict[str, Any]]:
     msg: dict[str, Any] = {"role": "assistant", "content": text_of(texts) if texts or not calls else None}
     if calls:
         msg["tool_calls"] = calls
-    return [msg]
+    return msg
 
 
 def _text_block(block: Any, where: str) -> dict[str, Any]:

@@ -29,7 +29,7 @@ from starlette.responses import Response
 
 from ratchet_core.redact import redact_text
 from ratchet_gateway.apis.responses_request import ResponsesRequest, parse_responses
-from ratchet_gateway.apis.wire import TranslatedStream, answer_id, sse
+from ratchet_gateway.apis.wire import TranslatedStream, answer_id, in_callers_fields, sse
 from ratchet_gateway.chat.completion import message_of, token_counts
 from ratchet_gateway.chat.formats import validated_chat
 from ratchet_gateway.errors import GatewayError
@@ -48,9 +48,11 @@ class ResponsesApi:
     api = "responses"
     key_header = None
 
-    def parse(self, raw: bytes) -> tuple[dict, ChatRequest, ResponsesRequest]:
-        chat, req = parse_responses(parse_chat_body(raw, "'model' and 'input'"))
-        return chat, validated_chat(chat), req
+    def parse(
+        self, raw: bytes, extras: frozenset[str] = frozenset()
+    ) -> tuple[dict, ChatRequest, ResponsesRequest]:
+        chat, req, where = parse_responses(parse_chat_body(raw, "'model' and 'input'"), extras)
+        return chat, in_callers_fields(validated_chat, chat, where, "OpenAI Responses"), req
 
     def answer(self, resp: dict, received: Received) -> bytes:
         msg, finish, usage = message_of(resp)

@@ -20,9 +20,13 @@ The translation (what the teacher and the student get, and what the ledger row s
   ``top_logprobs`` -> ``logprobs``/``top_logprobs``; ``temperature``, ``top_p``, ``parallel_tool_calls``,
   ``metadata``, ``user``, ``service_tier``, ``safety_identifier``, ``prompt_cache_key`` pass as they are.
 
-Other fields (``truncation``, ``include`` entries, ``stream_options``, ``max_tool_calls``...) are accepted and not
-forwarded: they have no chat equivalent. Types of the fields read are strict (``ratchet_gateway.input_rules``),
-and every 400 names the field (``input[2].call_id``) and what to send instead.
+``truncation``, ``stream_options``, ``max_tool_calls`` and ``include`` entries other than the logprobs are accepted
+and not forwarded (:data:`IGNORED`: no chat equivalent, and nothing an answer's contract depends on); the
+operator's ``RATCHET_PROVIDER_EXTRA_FIELDS`` are passed on as sent. Any other field (``mcp_servers``,
+``container``, a litellm argument such as ``api_base`` or ``mock_response``...) is a 400 naming it
+(``ratchet_gateway.forwarded``): what reaches a provider is only what this translation writes. Types of the fields
+read are strict (``ratchet_gateway.input_rules``), and every 400 names the caller's own field (``input[2].call_id``,
+also for a rule the chat translation breaks: ``apis.wire.Origins``) and what to send instead.
 """
 
 from __future__ import annotations
@@ -31,7 +35,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from ratchet_gateway.apis.wire import chat_content, invalid, text_of, validated
+from ratchet_gateway.apis.wire import Origins, chat_content, invalid, text_of, validated
+from ratchet_gateway.forwarded import unknown_field
 from ratchet_gateway.input_rules import Number, StrictBool, StrictInt, StrictStr
 
 STATELESS = (
@@ -45,7 +50,7 @@ _SAME_TEXT = ("prompt_cache_key",)
 
 
 class ResponsesRequest(BaseModel):
-    """The Responses API body as the gateway reads it (other fields are accepted and not forwarded)."""
+    """The Responses API body as the gateway reads it (the other fields it takes: :data:`FIELDS`)."""
 
     model_config = ConfigDict(extra="allow")
 
@@ -76,11 +81,46 @@ class ResponsesRequest(BaseModel):
     prompt_cache_key: StrictStr | None = None
 
 
-def parse_responses(body: dict) -> tuple[dict, ResponsesRequest]:
-    """(the internal chat body, the validated Responses request) of a parsed body; GatewayError 400 otherwise."""
+# accepted and not forwarded (module docstring); refused with a message of their own (the gateway is stateless)
+IGNORED = frozenset({"truncation", "stream_options", "max_tool_calls"})
+STATEFUL = frozenset({"previous_response_id", "conversation", "prompt"})
+TRANSLATED = frozenset(ResponsesRequest.model_fields) - IGNORED  # the fields the translation reads
+FIELDS = frozenset(ResponsesRequest.model_fields) | IGNORED | STATEFUL
+# the chat translation's names for the caller's (errors name the caller's own fields)
+_CHAT_FIELDS = {
+    "max_completion_tokens": "max_output_tokens",
+    "response_format": "text.format",
+    "logprobs": "include",
+    "reasoning_effort": "reasoning.effort",
+    "verbosity": "text.verbosity",
+}
+_CHAT_KEYS = {"tool_call_id": "call_id"}
+_CHAT_WORDS = {
+    "tool_calls": "function_call items",
+    "tool messages": "function_call_output items",
+    "tool message": "function_call_output item",
+}
+
+
+def parse_responses(
+    body: dict, extras: frozenset[str] = frozenset()
+) -> tuple[dict, ResponsesRequest, Origins]:
+    """(the internal chat body, the validated Responses request, where the chat body's parts came from) of a parsed
+    body; GatewayError 400 otherwise, a field neither the API's, this translation's nor one of `extras` (the
+    operator's, forwarded as sent) first."""
+    for name in body:
+        if name not in FIELDS and name not in extras:
+            raise unknown_field(name, "Responses")
     req = validated(ResponsesRequest, body, "OpenAI Responses")
     _refuse_state(req, body)
-    return to_chat(req), req
+    origins = Origins(fields=dict(_CHAT_FIELDS), keys=dict(_CHAT_KEYS), words=dict(_CHAT_WORDS))
+    chat = to_chat(req, origins)
+    for (
+        name
+    ) in extras:  # the operator's, as sent (an ignored field of the API's own too); never one translated
+        if name in body and name not in TRANSLATED:
+            chat[name] = body[name]
+    return chat, req, origins
 
 
 def _refuse_state(req: ResponsesRequest, body: dict) -> None:
@@ -97,16 +137,21 @@ def _refuse_state(req: ResponsesRequest, body: dict) -> None:
         )
 
 
-def to_chat(req: ResponsesRequest) -> dict:
-    """The internal chat body of a validated Responses request."""
+def to_chat(req: ResponsesRequest, origins: Origins | None = None) -> dict:
+    """The internal chat body of a validated Responses request (`origins`: noted where each message came from)."""
     messages: list[dict[str, Any]] = []
+    where = origins.messages if origins is not None else []
     if req.instructions:
         messages.append({"role": "system", "content": req.instructions})
+        where.append("instructions")
     if isinstance(req.input, str):
         messages.append({"role": "user", "content": req.input})
+        where.append("input")
     else:
         for i, item in enumerate(req.input):
+            before = len(messages)
             _add_item(messages, item, f"input[{i}]")
+            where.extend([f"input[{i}]"] * (len(messages) - before))
     if not messages:
         raise invalid("input", "the conversation is empty: send at least one message")
     body: dict[str, Any] = {"model": req.model, "messages": messages, "stream": req.stream}

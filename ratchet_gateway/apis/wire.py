@@ -1,10 +1,14 @@
 """What the API formats share: server-sent events, answer ids, message content in chat's shape, the 400 a
-translation answers for a field it cannot carry, and :class:`TranslatedStream`, the reading of chat chunks every
+translation answers for a field it cannot carry, the caller's own field names in the chat request's errors
+(:class:`Origins`), and :class:`TranslatedStream`, the reading of chat chunks every
 other API's stream is written from."""
 
 from __future__ import annotations
 
 import functools
+import re
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 import orjson
@@ -15,6 +19,7 @@ from ratchet_gateway.errors import GatewayError
 from ratchet_gateway.request_body import describe_errors
 
 Model = TypeVar("Model", bound=BaseModel)
+T = TypeVar("T")
 
 
 def sse(event: str, data: dict) -> bytes:
@@ -171,3 +176,55 @@ class TranslatedStream:
     def _call(self, tc: dict) -> list[bytes]:
         """The events of one chat tool-call delta (``index``, ``id`` and ``name`` first, then ``arguments``)."""
         raise NotImplementedError
+
+
+# the caller's own fields in errors ----------------------------------------------------------------------------
+@dataclass
+class Origins:
+    """Where a translated chat body came from in the caller's request, so a rule the chat request breaks is named
+    in the caller's own terms: chat message ``i`` came from ``messages[i]`` (``input[2]``, ``messages[1].content[0]``),
+    a chat field from the caller's (``max_completion_tokens`` <- ``max_output_tokens``), a chat message's keys
+    (``tool_call_id`` -> ``call_id``) and the chat words in a message (``tool message`` -> ``tool_result block``)."""
+
+    messages: list[str] = field(default_factory=list)
+    fields: dict[str, str] = field(default_factory=dict)
+    keys: dict[str, str] = field(default_factory=dict)
+    words: dict[str, str] = field(default_factory=dict)
+
+    def param(self, chat_param: str) -> str:
+        """The caller's path of a chat error's ``param`` (``messages.4.tool_call_id`` -> ``input[3].call_id``)."""
+        head, *tail = chat_param.split(".")
+        if head == "messages" and tail and tail[0].isdigit():
+            i = int(tail[0])
+            where = self.messages[i] if i < len(self.messages) else "messages"
+            return where + (f".{self.keys[tail[1]]}" if len(tail) > 1 and tail[1] in self.keys else "")
+        if head == "tools" and tail and tail[0].isdigit():
+            return f"tools[{tail[0]}]" + (".name" if tail[-1] == "name" else "")
+        rest = [t for t in tail if t not in ("function", "json_schema")]
+        return ".".join([self.fields.get(head, head), *rest])
+
+    def text(self, message: str, chat_param: str, param: str, api: str) -> str:
+        """A chat error's message in the caller's terms."""
+        message = message.replace(chat_param, param).replace("OpenAI chat format", f"{api} format")
+        for chat_word, word in {**self.keys, **self.words}.items():
+            message = re.sub(rf"\b{re.escape(chat_word)}\b", word, message)
+        return re.sub(
+            r"\bmessage (\d+)\b",
+            lambda m: self.messages[int(m[1])] if int(m[1]) < len(self.messages) else m[0],
+            message,
+        )
+
+
+def in_callers_fields(check: Callable[[dict], T], chat: dict, origins: Origins, api: str) -> T:
+    """``check(chat)`` (the chat request's own rules), a 400 it raises naming the caller's field instead of the
+    chat translation's (:class:`Origins`)."""
+    try:
+        return check(chat)
+    except GatewayError as err:
+        if err.param is None:
+            raise
+        param = origins.param(err.param)
+        text = origins.text(err.message, err.param, param, api).removeprefix("invalid request body: ")
+        if not text.startswith(param):
+            text = f"{param}: {text}"
+        raise GatewayError(err.status, text, err.code, param=param) from None

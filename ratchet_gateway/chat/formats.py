@@ -25,6 +25,7 @@ from starlette.responses import Response
 
 from ratchet_gateway.chat.completion import message_of
 from ratchet_gateway.errors import GatewayError
+from ratchet_gateway.forwarded import CHAT_FIELDS, refuse_unknown
 from ratchet_gateway.request_body import RATCHET_METADATA, ChatRequest, parse_chat_body, validate_chat_body
 from ratchet_gateway.responses import error_event, error_response
 
@@ -59,10 +60,12 @@ class ApiFormat(Protocol):
     api: str  # the API's name ("chat.completions"): the ledger row's ``api`` (``ratchet_core.schema.API_NAMES``)
     key_header: str | None  # a header that may carry the client key instead of ``Authorization: Bearer``
 
-    def parse(self, raw: bytes) -> tuple[dict, ChatRequest, Any]:
+    def parse(self, raw: bytes, extras: frozenset[str] = frozenset()) -> tuple[dict, ChatRequest, Any]:
         """(internal body, its validated view, the request as the caller's API wrote it: what the answer echoes,
-        None when nothing) of a request body; GatewayError 400 naming what to fix. A pure function of the bytes
-        (no event-loop state), so it may run in a worker thread."""
+        None when nothing) of a request body; GatewayError 400 naming what to fix, the caller's own field (a field
+        the API's allow-list does not hold, ``ratchet_gateway.forwarded``, first). `extras`: the operator's
+        provider-specific fields (``RATCHET_PROVIDER_EXTRA_FIELDS``), taken and forwarded as sent. A pure function
+        of the bytes (no event-loop state), so it may run in a worker thread."""
 
     def answer(self, resp: dict, received: Received) -> bytes:
         """A complete answer's response body; GatewayError 502 when the answer cannot be written in this API."""
@@ -80,8 +83,9 @@ class ChatCompletions:
     api = "chat.completions"
     key_header = None
 
-    def parse(self, raw: bytes) -> tuple[dict, ChatRequest, None]:
+    def parse(self, raw: bytes, extras: frozenset[str] = frozenset()) -> tuple[dict, ChatRequest, None]:
         body = parse_chat_body(raw)
+        refuse_unknown(body, CHAT_FIELDS, extras, "chat completions")
         return body, validated_chat(body), None
 
     def answer(self, resp: dict, received: Received) -> bytes:

@@ -153,7 +153,10 @@ class ChatHandler:
             raw = await read()
             large = len(raw) > LARGE_BODY_BYTES
             # a large body is parsed and validated in the lane, in short calls (``ratchet_gateway.offload``)
-            body, req, origin = await gw.offload.run(self.api.parse, raw) if large else self.api.parse(raw)
+            extras = gw.settings.provider_extras  # RATCHET_PROVIDER_EXTRA_FIELDS (ratchet_gateway.forwarded)
+            body, req, origin = (
+                await gw.offload.run(self.api.parse, raw, extras) if large else self.api.parse(raw, extras)
+            )
             del raw
             if req.model not in gw.model_names:
                 raise GatewayError(

@@ -113,3 +113,20 @@ def test_config_check_accepts_good_keys_and_a_key_file_not_made_yet(tmp_path):
     env = {**cleared, "RATCHET_HOME": str(tmp_path / "home"), "RATCHET_API_KEYS": "app1:sk-a,app.2:sk-b"}
     result = CliRunner(env=env).invoke(config, ["check", "--offline"])
     assert result.exit_code == 0 and "configuration OK" in result.output, result.output
+
+
+def test_config_check_reports_a_provider_extra_that_would_choose_the_endpoint(tmp_path):
+    env = {"RATCHET_HOME": str(tmp_path), "RATCHET_PROVIDER_EXTRA_FIELDS": "top_k,api_base,mock_response"}
+    bad = run(["config", "check", "--json"], env, cwd=tmp_path)
+    assert bad.returncode == 1
+    (problem,) = [
+        p for p in json.loads(bad.stdout)["problems"] if p.startswith("RATCHET_PROVIDER_EXTRA_FIELDS")
+    ]
+    assert "'api_base'" in problem and "'mock_response'" in problem and "'top_k'" not in problem
+    env["RATCHET_PROVIDER_EXTRA_FIELDS"] = "top_k, repetition_penalty"
+    good = run(["config", "check", "--json"], env, cwd=tmp_path)
+    assert good.returncode == 0, good.stdout
+    (row,) = [
+        s for s in json.loads(good.stdout)["settings"] if s["variable"] == "RATCHET_PROVIDER_EXTRA_FIELDS"
+    ]
+    assert row["value"] == "repetition_penalty,top_k"

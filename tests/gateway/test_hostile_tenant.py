@@ -382,3 +382,423 @@ def test_metrics_without_the_admin_key_name_no_client(tmp_path: Path, teacher_ur
         # the other client's dashboard names no one else either
         dash = httpx.get(g.url + "/ratchet/dashboard/data", headers={"Authorization": f"Bearer {OTHER_KEY}"})
         assert dash.status_code == 200 and "app1" not in dash.text
+
+
+# What a client can send (ARCHITECTURE.md, "What reaches a provider") ------------------------------------------
+# A hostile tenant adds litellm's own arguments to a body: an endpoint, a credential, a provider, headers, a mocked
+# answer, retries, callbacks. Each must be a 400 naming the field, in the caller's API's shape, before any model
+# call; the attacker's listener must hear nothing (above all never the operator's teacher key), and the teacher's
+# listener must never see a field outside the allow-list.
+TEACHER_KEY = "sk-teacher-upstream"  # running_gateway's teacher_api_key
+
+
+class Recorder:
+    """The requests one loopback listener received: (path, headers, body bytes)."""
+
+    def __init__(self) -> None:
+        self.seen: list[tuple[str, dict[str, str], bytes]] = []
+        self.lock = threading.Lock()
+
+    def add(self, path: str, headers: dict[str, str], body: bytes) -> None:
+        with self.lock:
+            self.seen.append((path, headers, body))
+
+    def bodies(self) -> list[dict]:
+        return [json.loads(b) for _, _, b in self.seen if b]
+
+
+class _Attacker:
+    """A listener a hostile tenant runs: records whatever reaches it and answers 500."""
+
+    def __init__(self) -> None:
+        from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+        rec = self.rec = Recorder()
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self) -> None:  # noqa: N802 (http.server's name)
+                body = self.rfile.read(int(self.headers.get("content-length") or 0))
+                rec.add(self.path, {k.lower(): v for k, v in self.headers.items()}, body)
+                self.send_response(500)
+                self.send_header("content-length", "0")
+                self.end_headers()
+
+            def log_message(self, *args) -> None:
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+def _recording(app, rec: Recorder):
+    """The ASGI `app` (the demo teacher), recording every request's path, headers and body first."""
+    from .conftest import buffered
+
+    async def recorded(scope, receive, send):
+        if scope["type"] != "http":
+            return await app(scope, receive, send)
+        body, replay = await buffered(receive)
+        headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope["headers"]}
+        rec.add(scope["path"], headers, body)
+        await app(scope, replay, send)
+
+    return recorded
+
+
+@pytest.fixture(scope="module")
+def listeners():
+    """(the teacher's recorded listener: the demo teacher's URL root, its recorder; the attacker)."""
+    from ratchet_gateway.demo_teacher.app import DemoTeacherConfig, create_app
+    from tests.serve import serve_in_thread
+
+    rec = Recorder()
+    attacker = _Attacker()
+    with serve_in_thread(_recording(create_app(DemoTeacherConfig(model="demo-teacher")), rec)) as url:
+        yield url, rec, attacker
+    attacker.close()
+
+
+def _hostile_fields(attacker: str) -> dict[str, object]:
+    """litellm arguments a client must never set, each with a value that would hurt if it reached litellm."""
+    return {
+        "base_url": attacker + "/v1",
+        "api_base": attacker + "/v1",
+        "api_key": "sk-tenant",
+        "custom_llm_provider": "openai",
+        "extra_headers": {"x-stolen": "1"},
+        "headers": {"x-stolen": "1"},
+        "extra_body": {"mock_response": "POISONED LABEL"},
+        "mock_response": "POISONED LABEL",
+        "mock_tool_calls": [{"id": "c", "type": "function", "function": {"name": "f", "arguments": "{}"}}],
+        "num_retries": 50,
+        "fallbacks": [{"model": "openai/x", "api_base": attacker}],
+        "timeout": 0.0001,
+        "litellm_metadata": {"x": 1},
+        "input_cost_per_token": 0,
+    }
+
+
+CHAT = {"model": "ratchet", "messages": [{"role": "user", "content": "hello"}]}
+RESPONSES = {"model": "ratchet", "input": "hello"}
+MESSAGES = {"model": "ratchet", "max_tokens": 20, "messages": [{"role": "user", "content": "hello"}]}
+
+
+def _post(url: str, path: str, body: dict) -> httpx.Response:
+    return httpx.post(url + path, json=body, headers={"Authorization": f"Bearer {API_KEY}"}, timeout=30)
+
+
+def _assert_refused(r: httpx.Response, field: str, api: str, attacker: _Attacker) -> None:
+    # first what reached the attacker: on a gateway that forwards the field, its listener holds the teacher key
+    stolen = [(p, h.get("authorization") or h.get("x-api-key"), b[:80]) for p, h, b in attacker.rec.seen]
+    assert not stolen, f"{field} on {api} reached the attacker's listener: {stolen}"
+    assert r.status_code == 400, (field, api, r.status_code, r.text[:300])
+    doc = r.json()
+    if api == "messages":  # Anthropic's error shape
+        assert doc["type"] == "error" and doc["error"]["type"] == "invalid_request_error", doc
+        assert field in doc["error"]["message"], doc
+    else:  # OpenAI's, with the field as `param`
+        assert doc["error"]["param"] == field and field in doc["error"]["message"], doc
+
+
+@pytest.mark.parametrize(
+    "teacher, via_litellm",
+    [("openai/demo-teacher", True), ("anthropic/demo-teacher", True), ("openai/demo-teacher", False)],
+    ids=["litellm-openai", "litellm-anthropic", "own-http-client"],
+)
+def test_no_client_field_selects_where_or_how_the_teacher_is_called(
+    tmp_path: Path, listeners, teacher: str, via_litellm: bool
+) -> None:
+    from .conftest import running_gateway
+
+    root, rec, attacker = listeners
+    base = root + "/v1" if teacher.startswith("openai/") else root  # litellm appends /v1/messages itself
+    with running_gateway(
+        tmp_path,
+        base,
+        options={"teacher_via_litellm": via_litellm},
+        teacher_model=teacher,
+        teacher_api_base=base,
+        embedding_model="openai/demo-teacher",
+        embedding_api_base=root + "/v1",
+        embedding_api_key=TEACHER_KEY,
+    ) as g:
+        # litellm's path for both, or the gateway's own HTTP client
+        assert g.gw.teacher.fast is g.gw.embedder.fast is not via_litellm
+        before = len(rec.seen)
+        for field, value in _hostile_fields(attacker.url).items():
+            for api, path, body in (
+                ("chat", "/v1/chat/completions", CHAT),
+                ("chat", "/v1/chat/completions", {**CHAT, "stream": True}),
+                ("responses", "/v1/responses", RESPONSES),
+                ("responses", "/v1/responses", {**RESPONSES, "stream": True}),
+                ("messages", "/v1/messages", MESSAGES),
+                ("messages", "/v1/messages", {**MESSAGES, "stream": True}),
+                ("embeddings", "/v1/embeddings", {"model": "demo-teacher", "input": "hello"}),
+            ):
+                _assert_refused(_post(g.url, path, {**body, field: value}), field, api, attacker)
+        assert len(rec.seen) == before, "a refused request reached the teacher"
+
+        # what an allowed request sends: only allow-listed fields, the operator's key, no client metadata
+        chat = {**CHAT, "temperature": 0.5, "metadata": {"ratchet_task": "qa", "team": "a"}, "user": "u1"}
+        for body in (chat, {**chat, "stream": True}):
+            r = _post(g.url, "/v1/chat/completions", body)
+            assert r.status_code == 200, r.text
+        assert _post(g.url, "/v1/responses", {**RESPONSES, "metadata": {"team": "a"}}).status_code == 200
+        assert _post(g.url, "/v1/messages", MESSAGES).status_code == 200
+        r = _post(g.url, "/v1/embeddings", {"model": "demo-teacher", "input": "hello", "user": "u1"})
+        assert r.status_code == 200, r.text
+        sent = rec.seen[before:]
+        assert len(sent) == 5 and not attacker.rec.seen
+        for path, headers, raw in sent:
+            assert TEACHER_KEY in (headers.get("authorization", "") + headers.get("x-api-key", ""))
+            assert "x-stolen" not in headers
+            body = json.loads(raw)
+            assert not set(body) & set(_hostile_fields("")), (path, body)
+            meta = body.get("metadata") or {}
+            if path.endswith("/messages"):  # Anthropic's own metadata carries only user_id
+                assert set(meta) <= {"user_id"}, body
+            elif via_litellm:  # litellm reads `metadata` as its callbacks' metadata: never given it
+                assert "metadata" not in body, body
+            else:  # OpenAI's field, on the gateway's own client: the client's own keys, never Ratchet's
+                assert "ratchet_task" not in meta, body
+        g.drain()
+        rows = sealed_rows(g.settings.lake_root)
+    # every teacher answer in the ledger is one the teacher gave
+    assert rows and all("POISONED" not in (r["answer"] or "") for r in rows)
+    assert all(r["status_code"] == 200 for r in rows if r["served_by"] == "teacher")
+
+
+@pytest.fixture(scope="module")
+def recorded_gateway(tmp_path_factory, listeners):
+    """A gateway on the gateway's own HTTP client in front of the recorded demo teacher, with the operator's
+    extra `top_k` (RATCHET_PROVIDER_EXTRA_FIELDS) and an embedding model."""
+    from .conftest import running_gateway
+
+    root, rec, attacker = listeners
+    with running_gateway(
+        tmp_path_factory.mktemp("recorded"),
+        root + "/v1",
+        embedding_model="openai/demo-teacher",
+        embedding_api_base=root + "/v1",
+        provider_extra_fields="top_k",
+    ) as g:
+        yield g, rec
+
+
+def _error(r: httpx.Response) -> tuple[str | None, str]:
+    """(param, message) of an error in OpenAI's shape, or (None, message) in Anthropic's."""
+    doc = r.json()
+    if doc.get("type") == "error":
+        return None, doc["error"]["message"]
+    return doc["error"]["param"], doc["error"]["message"]
+
+
+@pytest.mark.parametrize(
+    "path, body, field",
+    [
+        ("/v1/responses", {**RESPONSES, "mcp_servers": [{"url": "http://x"}]}, "mcp_servers"),
+        ("/v1/responses", {**RESPONSES, "container": {"type": "auto"}}, "container"),
+        ("/v1/responses", {**RESPONSES, "user_location": {"city": "x"}}, "user_location"),
+        ("/v1/messages", {**MESSAGES, "container": "c1"}, "container"),
+        ("/v1/messages", {**MESSAGES, "mcp_servers": [{"type": "url", "url": "http://x"}]}, "mcp_servers"),
+        ("/v1/messages", {**MESSAGES, "context_management": {"edits": []}}, "context_management"),
+        ("/v1/messages", {**MESSAGES, "thinking": {"type": "enabled", "budget_tokens": 1024}}, "thinking"),
+        (
+            "/v1/messages",
+            {**MESSAGES, "metadata": {"user_id": "u", "base_url": "http://x"}},
+            "metadata.base_url",
+        ),
+        ("/v1/chat/completions", {**CHAT, "store": True}, "store"),
+        ("/v1/chat/completions", {**CHAT, "modalities": ["text", "audio"]}, "modalities"),
+        ("/v1/chat/completions", {**CHAT, "web_search_options": {}}, "web_search_options"),
+        (
+            "/v1/embeddings",
+            {"model": "demo-teacher", "input": "x", "top_k": 3, "extra_body": {}},
+            "extra_body",
+        ),
+    ],
+)
+def test_unsupported_fields_are_a_400_naming_them(recorded_gateway, path, body, field) -> None:
+    g, rec = recorded_gateway
+    before = len(rec.seen)
+    r = _post(g.url, path, body)
+    assert r.status_code == 400, (field, r.status_code, r.text[:300])
+    param, message = _error(r)
+    assert message.startswith(field) and (param is None or param == field), r.text
+    assert len(rec.seen) == before  # nothing reached the model
+
+
+def test_what_is_taken_is_forwarded_and_nothing_else(recorded_gateway) -> None:
+    """`store: false` and Messages' `top_k`/`service_tier`/`thinking` disabled are taken and not forwarded; the
+    operator's extra `top_k` reaches the teacher on chat and embeddings as sent."""
+    g, rec = recorded_gateway
+    before = len(rec.seen)
+    assert _post(g.url, "/v1/chat/completions", {**CHAT, "store": False, "top_k": 3}).status_code == 200
+    messages = {**MESSAGES, "top_k": 3, "service_tier": "auto", "thinking": {"type": "disabled"}}
+    assert _post(g.url, "/v1/messages", messages).status_code == 200
+    r = _post(g.url, "/v1/embeddings", {"model": "demo-teacher", "input": "x", "top_k": 3})
+    assert r.status_code == 200
+    sent = [json.loads(b) for _, _, b in rec.seen[before:]]
+    assert [b.get("top_k") for b in sent] == [
+        3,
+        3,
+        3,
+    ]  # the operator's extra, as sent (Messages' own top_k too)
+    assert not any({"store", "service_tier", "thinking"} & set(b) for b in sent), sent
+
+
+@pytest.mark.parametrize(
+    "path, body, param, words",
+    [
+        (  # a function_call_output answering no call: the item and its call_id, not messages.1.tool_call_id
+            "/v1/responses",
+            {
+                **RESPONSES,
+                "input": [
+                    {"role": "user", "content": "hi"},
+                    {"type": "function_call_output", "call_id": "nope", "output": "x"},
+                ],
+            },
+            "input[1].call_id",
+            ("function_call_output item",),
+        ),
+        (  # a tool_result answering no tool_use: the block and its tool_use_id
+            "/v1/messages",
+            {
+                **MESSAGES,
+                "messages": [
+                    {"role": "user", "content": "hi"},
+                    {"role": "assistant", "content": "hello"},
+                    {
+                        "role": "user",
+                        "content": [{"type": "tool_result", "tool_use_id": "nope", "content": "x"}],
+                    },
+                ],
+            },
+            "messages[2].content[0].tool_use_id",
+            ("tool_result block",),
+        ),
+        (  # a tool_use never answered: the assistant message, in Anthropic's words
+            "/v1/messages",
+            {
+                **MESSAGES,
+                "messages": [
+                    {"role": "user", "content": "hi"},
+                    {
+                        "role": "assistant",
+                        "content": [{"type": "tool_use", "id": "t1", "name": "f", "input": {}}],
+                    },
+                    {"role": "user", "content": "and?"},
+                ],
+                "tools": [{"name": "f", "input_schema": {"type": "object"}}],
+            },
+            "messages[1]",
+            ("tool_use blocks", "tool_result blocks"),
+        ),
+        ("/v1/messages", {**MESSAGES, "stop_sequences": ["a", "b", "c", "d", "e"]}, "stop_sequences", ()),
+        (
+            "/v1/responses",
+            {**RESPONSES, "tools": [{"type": "function", "name": "bad name"}]},
+            "tools[0].name",
+            (),
+        ),
+    ],
+)
+def test_errors_name_the_callers_own_fields(recorded_gateway, path, body, param, words) -> None:
+    g, _ = recorded_gateway
+    r = _post(g.url, path, body)
+    assert r.status_code == 400, r.text
+    got, message = _error(r)
+    assert got in (None, param) and message.startswith(param + ":"), r.text
+    for chat_word in ("tool_call_id", "tool_calls", "max_completion_tokens", "messages.", "tool message"):
+        assert chat_word not in message, (chat_word, message)
+    assert all(w in message for w in words), message
+
+
+@pytest.mark.parametrize(
+    "value, param",
+    [
+        ("", "input"),
+        ([], "input"),
+        ([""], "input.0"),
+        ([[]], "input.0"),
+        (["a", ""], "input.1"),
+        ([[1], []], "input.1"),
+    ],
+)
+def test_embeddings_refuse_empty_inputs(recorded_gateway, value, param) -> None:
+    g, rec = recorded_gateway
+    before = len(rec.seen)
+    r = _post(g.url, "/v1/embeddings", {"model": "demo-teacher", "input": value})
+    assert r.status_code == 400 and r.json()["error"]["param"] == param, r.text
+    assert len(rec.seen) == before
+
+
+def test_an_extra_that_would_choose_the_endpoint_is_a_configuration_error() -> None:
+    from ratchet_core.settings import Settings
+
+    for name in (
+        "api_base",
+        "base_url",
+        "mock_response",
+        "extra_headers",
+        "num_retries",
+        "metadata",
+        "aws_region",
+    ):
+        with pytest.raises(ValueError, match=name):
+            Settings(provider_extra_fields=f"top_k,{name}")
+    assert Settings(provider_extra_fields=" top_k , min_p").provider_extras == {"top_k", "min_p"}
+
+
+@pytest.mark.parametrize("via_litellm", [True, False], ids=["litellm", "own-http-client"])
+def test_the_upstream_sends_only_the_allow_list_whatever_the_body_holds(listeners, via_litellm: bool) -> None:
+    """A second line behind the 400: a body that reached ``Upstream`` with litellm's arguments in it (a bug in a
+    translation, a future route) still sends only the allow-listed fields, to the operator's endpoint, with the
+    operator's key, and gets the teacher's own answer."""
+    import asyncio
+
+    from ratchet_core.provider_fields import CHAT_FIELDS, EMBEDDINGS_FIELDS
+    from ratchet_gateway.upstream import Timeouts, Upstream
+
+    root, rec, attacker = listeners
+    hostile = _hostile_fields(attacker.url)
+    chat = {**CHAT, "model": "demo-teacher", **hostile, "metadata": {"team": "a"}, "top_k": 3}
+    embed = {"model": "demo-teacher", "input": "hello", **hostile, "top_k": 3}
+
+    async def calls() -> tuple[dict, str, dict]:
+        up = Upstream("openai/demo-teacher", root + "/v1", TEACHER_KEY, 10, force_litellm=via_litellm)
+        up.extras = frozenset({"top_k"})
+        await up.start()
+        try:
+            answer = await up.complete(chat, timeouts=Timeouts(10))
+            streamed = "".join(
+                [
+                    (c["choices"][0]["delta"].get("content") or "")
+                    async for _, c in up.stream(chat)
+                    if c.get("choices")
+                ]
+            )
+            return answer, streamed, await up.embed(embed, Timeouts(10))
+        finally:
+            await up.close()
+
+    before = len(rec.seen)
+    answer, streamed, vectors = asyncio.run(calls())
+    assert not attacker.rec.seen
+    assert "POISONED" not in answer["choices"][0]["message"]["content"] and "POISONED" not in streamed
+    assert streamed and vectors["data"]
+    sent = rec.seen[before:]
+    assert [p for p, _, _ in sent] == ["/v1/chat/completions"] * 2 + ["/v1/embeddings"]
+    for path, headers, raw in sent:
+        body = json.loads(raw)
+        allowed = EMBEDDINGS_FIELDS if path.endswith("embeddings") else CHAT_FIELDS
+        assert set(body) <= allowed | {"top_k"} and body["top_k"] == 3, body
+        assert headers["authorization"] == f"Bearer {TEACHER_KEY}" and "x-stolen" not in headers
+        if via_litellm:
+            assert "metadata" not in body  # litellm's callbacks' metadata: never given

@@ -70,7 +70,8 @@ def _post(g, body: dict) -> tuple[str, dict]:
 def test_no_pii_from_any_field_reaches_a_sealed_segment_or_the_student(tmp_path):
     with (
         recording_upstream() as (url, seen),
-        running_gateway(tmp_path, url, url) as g,
+        # a provider-specific field the operator lets through (RATCHET_PROVIDER_EXTRA_FIELDS): stored redacted too
+        running_gateway(tmp_path, url, url, provider_extra_fields="some_future_param") as g,
     ):
         g.publish(**{"support.tickets-v2": {"stage": "live", "version": STUDENT_VERSION, "threshold": 0.0}})
         body = _full_body()

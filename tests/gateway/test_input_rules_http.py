@@ -75,7 +75,8 @@ def test_deep_nesting_is_400_not_500(gw):
         {"model": "ratchet", "messages": [{"role": "user", "content": deep}]},
     ):
         _bad(_post(gw, json.dumps(body).encode()), None, "nesting_too_deep")
-    ok = {"model": "ratchet", "messages": MSG, "extra": [[[[[1]]]]]}
+    nested = {"type": "function", "function": {"name": "f", "parameters": {"x": [[[[[1]]]]]}}}
+    ok = {"model": "ratchet", "messages": MSG, "tools": [nested]}
     assert _post(gw, ok).status_code == 200
 
 

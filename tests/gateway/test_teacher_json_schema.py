@@ -116,9 +116,15 @@ def test_the_gateway_sends_the_schema_in_the_system_message_and_the_row_records_
             model="ratchet", messages=messages, response_format=_json_schema(CITY_SCHEMA, "city"), stream=True
         )
         streamed = "".join(c.choices[0].delta.content or "" for c in stream if c.choices)
-        plain = client.chat.completions.with_raw_response.create(
-            model="ratchet", messages=messages, extra_body={"ratchet_teacher_schema": {"sent_as": "forged"}}
-        )
+        plain = client.chat.completions.with_raw_response.create(model="ratchet", messages=messages)
+        with pytest.raises(
+            openai.BadRequestError, match="ratchet_teacher_schema"
+        ):  # a client cannot write the note
+            client.chat.completions.create(
+                model="ratchet",
+                messages=messages,
+                extra_body={"ratchet_teacher_schema": {"sent_as": "forged"}},
+            )
         g.drain()
         rows = {r["request_id"]: r for r in sealed_rows(g.settings.lake_root)}
 

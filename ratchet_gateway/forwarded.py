@@ -1,0 +1,75 @@
+"""What of a client's body reaches a provider (ARCHITECTURE.md, "What reaches a provider"; the allow-lists are
+``ratchet_core.provider_fields``).
+
+- :func:`refuse_unknown`: a top-level field outside its API's allow-list and the operator's extras
+  (``RATCHET_PROVIDER_EXTRA_FIELDS``) is a 400 naming it (``param``), as OpenAI answers an unknown argument, before
+  anything else happens to the request;
+- :func:`upstream_body` (the gateway's own HTTP client) and :func:`litellm_args` (litellm's keyword arguments)
+  build what is sent from the allow-list again, whatever the body holds by then: the endpoint, the key, the
+  provider, the timeout and the retries are the operator's (``ratchet_gateway.upstream``), and litellm never gets
+  ``metadata`` (its callbacks' metadata, not the model's).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from typing import Any
+
+from ratchet_core.names import shown
+from ratchet_core.provider_fields import CHAT_FIELDS, CHAT_ONLY_VALUE, EMBEDDINGS_FIELDS, LITELLM_OWN
+from ratchet_gateway.errors import GatewayError
+
+__all__ = [
+    "CHAT_FIELDS",
+    "EMBEDDINGS_FIELDS",
+    "litellm_args",
+    "refuse_unknown",
+    "unknown_field",
+    "upstream_body",
+]
+
+_PLAIN = re.compile(r"[A-Za-z0-9_.-]{1,64}")
+EXTRAS_HELP = "the operator can name provider-specific fields in RATCHET_PROVIDER_EXTRA_FIELDS"
+
+
+def unknown_field(name: str, api: str, where: str = "") -> GatewayError:
+    """The 400 for a field `name` the API `api` does not take (`where`: the object it is in, '' at the top)."""
+    param = (where + "." if where else "") + (name if _PLAIN.fullmatch(name) else shown(name))
+    return GatewayError(
+        400,
+        f"{param}: unknown parameter; {api} requests here take only the fields the API documents and this "
+        f'gateway forwards (README: "What a client can and cannot send"). Leave it out ({EXTRAS_HELP})',
+        "unknown_parameter",
+        param=param,
+    )
+
+
+def refuse_unknown(
+    body: Mapping[str, Any], allowed: frozenset[str], extras: frozenset[str], api: str
+) -> None:
+    """A 400 naming the first top-level field of `body` that is neither in `allowed` nor in `extras`."""
+    for name in body:
+        if name not in allowed and name not in extras:
+            if name in CHAT_ONLY_VALUE and allowed is CHAT_FIELDS:
+                if body[name] is CHAT_ONLY_VALUE[name] or body[name] is None:
+                    continue
+                raise GatewayError(
+                    400,
+                    f"{name}: only {str(CHAT_ONLY_VALUE[name]).lower()} is accepted: this gateway keeps nothing on "
+                    "the provider's side; leave it out",
+                    "unsupported_parameter",
+                    param=name,
+                )
+            raise unknown_field(name, api)
+
+
+def upstream_body(body: Mapping[str, Any], allowed: frozenset[str], extras: frozenset[str]) -> dict[str, Any]:
+    """The body the gateway's own HTTP client sends: the allow-listed fields of `body` and the extras."""
+    return {k: v for k, v in body.items() if k in allowed or k in extras}
+
+
+def litellm_args(body: Mapping[str, Any], allowed: frozenset[str], extras: frozenset[str]) -> dict[str, Any]:
+    """litellm's keyword arguments for `body`: OpenAI's field names are litellm's argument names; the model, the
+    stream flag and the input are passed by the caller, ``metadata`` never (litellm's callback metadata)."""
+    return {k: v for k, v in body.items() if (k in allowed or k in extras) and k not in LITELLM_OWN}
