@@ -469,4 +469,5 @@ def test_a_budget_is_not_overshot_by_concurrent_requests(tmp_path: Path) -> None
             if r.status_code == 429:
                 break
         spent = gw.gw.limits.spent("app1", cl.window("day", gw.gw.limits.today()))
+        print(f"budget $0.004, then one at a time: spent ${spent:.5f} when refused")
         assert r.json()["error"]["code"] == "insufficient_quota" and 0.004 <= spent < 0.004 + 0.0018, spent
