@@ -33,6 +33,7 @@ from starlette.responses import Response, StreamingResponse
 from starlette.types import Receive, Scope, Send
 
 from ratchet_gateway import http1
+from ratchet_gateway.chat.completion import reported
 from ratchet_gateway.chat.context import ChatCall
 from ratchet_gateway.chat.failures import log_5xx
 from ratchet_gateway.chat.formats import StreamFormat
@@ -203,7 +204,7 @@ class StreamPath:
                 return
             resp = acc.response()
             source = "reported"
-            if not acc.usage:  # an upstream that sends no usage: counted, never free
+            if not reported(acc.usage):  # an upstream that sends no usage: counted, never free
                 resp["usage"] = await self._count(call, resp)
                 source = "counted"
             await check_teacher_schema(call, resp)
@@ -229,7 +230,7 @@ class StreamPath:
             p.gw.metrics.errors.labels(err.type).inc()
             yield Last(out.error(err))
         finally:
-            if not done and acc.usage:  # the upstream's usage came: recorded as it reported it
+            if not done and reported(acc.usage):  # the upstream's usage came: recorded as it reported it
                 row = p.recorder.request_row(call, acc.response(), truncated=True)
                 row["teacher_prompt_tokens"] = row["prompt_tokens"]  # the teacher's own count of its prompt
                 p.recorder.commit_nowait(call, row)

@@ -79,11 +79,11 @@ class Recorder:
         resp: dict | None,
         truncated: bool = False,
         err: GatewayError | None = None,
-        usage_source: str = "reported",
+        usage_source: str | None = None,
     ) -> dict:
         """The ``request`` row of `call` answered by `resp` (None: no answer; `err` or ``call.outcome.error``:
-        the request failed); `usage_source` says whether `resp`'s usage is the model's report or Ratchet's count
-        (``ratchet_core.schema.USAGE_SOURCES``)."""
+        the request failed); `usage_source` (default ``call.outcome.usage_source``) says whether `resp`'s usage is
+        the model's report or Ratchet's count (``ratchet_core.schema.USAGE_SOURCES``)."""
         gw = self.gw
         attempt, outcome, route = call.student, call.outcome, call.decision.route
         cols = self._columns(call, resp, err or outcome.error)
@@ -113,7 +113,7 @@ class Recorder:
             truncated=truncated,
             contract_violation=attempt.violation,
             episode=call.received.episode,
-            usage_source=usage_source,
+            usage_source=usage_source or call.outcome.usage_source,
         )
 
     def pair_row(

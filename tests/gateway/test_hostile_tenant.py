@@ -351,6 +351,28 @@ def test_a_stream_abandoned_near_its_end_is_billed_as_the_upstream_reported(tmp_
         assert row["usage_source"] == "reported"
 
 
+def test_an_upstream_that_reports_no_usage_is_billed_counted(tmp_path: Path) -> None:
+    """A provider that sends no usage (streamed or not) does not make an answer free: it is counted, and says so.
+    (On the old code: 0 tokens, $0.)"""
+    with faulty_upstream() as up, running_gateway(tmp_path, up.url) as gw:
+        up.set("ok", usage={})
+        client = openai.OpenAI(base_url=gw.url + "/v1", api_key=API_KEY, max_retries=0, timeout=30)
+        ask = [{"role": "user", "content": LONG_ASK}]
+        plain = client.chat.completions.with_raw_response.create(model="ratchet", messages=ask)
+        stream = client.chat.completions.create(model="ratchet", messages=ask, stream=True)
+        streamed = "".join(c.choices[0].delta.content or "" for c in stream if c.choices)
+        assert streamed == "The faulty upstream says hello."
+        rows = [
+            _row_of(gw, plain.headers["x-ratchet-request-id"]),
+            _row_of(gw, stream.response.headers["x-ratchet-request-id"]),
+        ]
+        for row in rows:
+            assert (
+                row["prompt_tokens"] > 50 and row["completion_tokens"] > 3 and row["actual_cost_usd"] > 0
+            ), row
+            assert row["usage_source"] == "counted" and not row["truncated"] and row["status_code"] == 200
+
+
 ASK_TOKENS = 150  # max_tokens of the concurrent requests below
 
 
