@@ -1,5 +1,6 @@
 """The non-streamed path: the student when the route names one and its answer passes the cascade
-(``ratchet_gateway.chat.student``), else the teacher; the row is committed before the answer is released."""
+(``ratchet_gateway.chat.student``), else the teacher; the row is committed before the answer is released. A teacher
+answer whose upstream reported no usage is counted with the teacher's tokenizer (the row's ``usage_source``)."""
 
 from __future__ import annotations
 

@@ -109,6 +109,26 @@ def test_tokens_per_minute_reserve_each_request_and_settle_on_its_answer(tmp_pat
         assert _rows(gw, "app1") == 1
 
 
+def test_a_request_larger_than_a_replicas_share_goes_through_only_on_a_full_bucket(tmp_path, teacher_url):
+    """Tokens/min 100 over two live replicas: this one's bucket holds 50. A request reserving more than that (but
+    not more than the whole limit) goes through when the bucket is full, and takes all of it: that is the "one
+    request per replica" a limit can be passed by. The next one waits, at most a minute."""
+    with running_gateway(tmp_path, teacher_url) as gw:
+        _stop_clock(gw)
+        _set(gw.engine, "app1", tpm=100)
+        cl.heartbeat(gw.engine, "gw-other", time.time())  # another replica, live for the next 10 s
+        _poll(gw)
+        assert gw.gw.limits.live == 2
+        ask = {**BODY, "max_tokens": 45}  # ~13 prompt tokens + 45: more than 50, less than 100
+        first = httpx.post(f"{gw.url}/v1/chat/completions", headers=AUTH, json=ask, timeout=30)
+        assert first.status_code == 200, first.text
+        used = first.json()["usage"]["total_tokens"]
+        assert _view(gw.url, AUTH)["tokens_available"] == pytest.approx(50 - used)  # it took the whole bucket
+        again = httpx.post(f"{gw.url}/v1/chat/completions", headers=AUTH, json=ask, timeout=30)
+        assert again.status_code == 429 and 1 <= int(again.headers["retry-after"]) <= 60, again.text
+        assert "(50 at each of 2 gateway replicas)" in again.json()["error"]["message"]
+
+
 def test_a_budget_is_insufficient_quota_until_raised(tmp_path, teacher_url):
     with running_gateway(tmp_path, teacher_url) as gw:
         _set(gw.engine, "app1", budget_usd=1e-9, budget_period="day")
