@@ -60,7 +60,7 @@ _FULL = 1e-9  # a bucket this close to its capacity is full (float sums)
 
 
 class Bucket:
-    """A token bucket: `capacity` tokens, refilled at `rate` per second; may go into debt (below zero)."""
+    """A token bucket: `capacity` tokens, refilled at `rate` per second (the limiter never takes it below zero)."""
 
     __slots__ = ("capacity", "rate", "tokens", "at")
 
@@ -322,12 +322,12 @@ class ClientLimiter(RequestHook):
 
     def _too_large(self, client: str, tpm: int, need: Need) -> Refusal:
         """A request that needs more tokens than the whole limit: no wait would let it through (a 400)."""
+        parts = f"{need.prompt} of prompt" + (f" and max_tokens {need.completion}" if need.stated else "")
         err = GatewayError(
             400,
-            f"This request needs at least {need.least} tokens ({need.prompt} of prompt and max_tokens "
-            f"{need.completion}) but client {client} may use {tpm} tokens/min in all: send a shorter prompt or a "
-            f"smaller max_tokens (max_completion_tokens), or ask the operator to raise it (ratchet admin client "
-            f"set {client} --tpm N).",
+            f"This request needs at least {need.least} tokens ({parts}) but client {client} may use {tpm} "
+            f"tokens/min in all: send a shorter prompt or a smaller max_tokens (max_completion_tokens), or ask "
+            f"the operator to raise it (ratchet admin client set {client} --tpm N).",
             "request_too_large",
             param="max_tokens" if need.prompt <= tpm else "messages",
         )
