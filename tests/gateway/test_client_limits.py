@@ -106,6 +106,7 @@ def test_tokens_per_minute_reserve_each_request_and_settle_on_its_answer(tmp_pat
         assert big.status_code == 400 and err["code"] == "request_too_large" and err["param"] == "max_tokens"
         assert "max_tokens" in err["message"] and "100 tokens/min" in err["message"]
         assert _view(gw.url, AUTH)["tokens_available"] == pytest.approx(100 - used)  # refusals hold nothing
+        assert "tokens_available" not in _view(gw.url, OTHER)  # another client sees only its own (no limits)
         assert _rows(gw, "app1") == 1
 
 
