@@ -336,6 +336,41 @@ def test_a_stream_abandoned_before_its_usage_chunk_is_billed_counted(tmp_path: P
         assert limits["in_flight_usd"] == 0  # its reservation is settled
 
 
+def test_a_stream_abandoned_at_a_deployed_gateway_is_billed(tmp_path: Path) -> None:
+    """The same hang-up against ``ratchet gateway`` in its own process (uvloop, its HTTP protocol, as deployed):
+    the client's budget sees the abandoned stream's dollars, and its sealed row its counted tokens."""
+    from ratchet_core.control_db import ensure_schema, make_engine
+
+    control = f"sqlite:///{tmp_path / 'control.db'}"
+    engine = make_engine(control)
+    ensure_schema(engine)
+    with (
+        faulty_upstream() as up,
+        gateway_process(tmp_path / "gw", up.url, {"RATCHET_CONTROL_DB": control}) as url,
+    ):
+        up.set("slow_stream", tokens=40, interval_ms=200)
+        with engine.begin() as conn:
+            cl.set_limits(conn, "app1", {"budget_usd": 100.0, "budget_period": "day"}, (), "tests", "billing")
+        auth = {"Authorization": f"Bearer {API_KEY}"}
+
+        def view() -> dict:
+            return httpx.get(f"{url}/ratchet/dashboard/data", headers=auth, timeout=30).json()["limits"]
+
+        deadline = time.monotonic() + 30
+        while view().get("budget_usd") != 100.0:  # the gateway's next poll applies it: nothing to await
+            assert time.monotonic() < deadline, "the gateway never applied the budget"
+            time.sleep(0.1)
+        rid = _abandon(url)
+        while not view().get("spent_usd"):  # recorded once the drain (2 s) ends
+            assert time.monotonic() < deadline + 30, "the abandoned stream was never billed"
+            time.sleep(0.1)
+        spent = view()["spent_usd"]
+    rows = [r for r in sealed_rows(tmp_path / "gw" / "lake") if r["request_id"] == rid]
+    assert len(rows) == 1 and spent > 0 and rows[0]["actual_cost_usd"] == pytest.approx(spent)
+    assert rows[0]["prompt_tokens"] > 50 and rows[0]["completion_tokens"] >= 3
+    assert rows[0]["usage_source"] == "counted" and rows[0]["truncated"]
+
+
 def test_a_stream_abandoned_near_its_end_is_billed_as_the_upstream_reported(tmp_path: Path) -> None:
     """The upstream ends within the drain after the hang-up: its own usage is recorded (``reported``), the whole
     answer's, not the part the client read."""
