@@ -13,10 +13,14 @@ Three control-DB tables (``ratchet_core.control_db``):
 
 How every gateway replica enforces them (``ratchet_gateway.limits``): rate limits with a token bucket per client
 at the replica's share of the limit (limit / live replicas), so the sum over replicas is the limit; a budget
-against the shared sum, which each replica flushes and reads about once a second. The overshoot is bounded and
-stated: a budget by what the client's requests in flight when it ran out and about two seconds of its traffic on
-the other replicas cost; a rate limit by nothing (shares sum to the limit), but a client whose traffic reaches
-only some replicas gets less than its limit until the others see no traffic for it.
+against the shared sum, which each replica flushes and reads about once a second. Tokens and dollars are admitted
+by reservation (a request's worst case, held until its row settles it), so the overshoot is bounded and stated:
+tokens/min by at most one request per replica (one larger than the replica's share, let through when its bucket
+is full); a budget by at most one request per replica (one whose worst case passes what is left, let through when
+the client has nothing else in flight there) plus what the other replicas served since this one last read the
+shared sum (about a second or two of the client's traffic there: replicas do not see each other's requests in
+flight). A client whose traffic reaches only some replicas gets less than its rate limit until the others see no
+traffic for it.
 
 This module is the contract both sides share: the CLI writes limits, gateways read them and write spend and
 heartbeats. Nothing here is on a request's path: gateways call it from their background poll.

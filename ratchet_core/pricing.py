@@ -83,6 +83,21 @@ def model_prices(model: str, fallback_like: str = "gpt-4o") -> Prices:
     return Prices(float(like["input_cost_per_token"]), float(like["output_cost_per_token"] or 0.0))
 
 
+def max_output_tokens(model: str, fallback_like: str = "gpt-4o") -> int:
+    """The most completion tokens `model` can produce in one answer (``max_output_tokens`` in litellm's local cost
+    map, else ``max_tokens``); a model the map does not know is capped like ``fallback_like`` (16,384 for
+    ``gpt-4o``), as it is priced. The gateway reserves it against a client's limits for a request that names no
+    ``max_tokens`` (``ratchet_gateway.limits``): the worst case such a request can cost."""
+    table = _cost_map()
+    name = model.split("/", 1)[1] if "/" in model else model
+    for info in (table.get(model), table.get(name), table[fallback_like]):
+        if info:
+            cap = info.get("max_output_tokens") or info.get("max_tokens")
+            if isinstance(cap, int) and cap > 0:
+                return cap
+    return 16_384
+
+
 def embedding_prices(model: str, fallback_like: str = "text-embedding-3-small") -> Prices:
     """An embedding model's prices from litellm's local cost map (input tokens only); a model the map does not know
     is priced like ``fallback_like``."""

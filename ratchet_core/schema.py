@@ -25,7 +25,7 @@ import pyarrow as pa
 
 from ratchet_stats.receipt.v2 import LEAF_FIELDS as LEAF_FIELDS_V2
 
-SCHEMA_VERSION = 5
+SCHEMA_VERSION = 6
 
 SERVED_BY = ("teacher", "student")
 STAGES = ("teacher", "shadow", "canary", "live")
@@ -56,7 +56,7 @@ LEDGER_COLUMNS: list[tuple[str, pa.DataType, str]] = [
     ("answer", pa.string(), "Redacted assistant content ('' when only tool calls)."),
     ("tool_calls", pa.string(), "Canonical JSON list of tool calls ('' when none)."),
     ("finish_reason", pa.string(), "stop | length | tool_calls | content_filter | error."),
-    ("prompt_tokens", pa.int64(), "Usage reported by the model that served."),
+    ("prompt_tokens", pa.int64(), "Usage of the model that served, as reported or counted (usage_source)."),
     ("completion_tokens", pa.int64(), ""),
     ("reasoning_tokens", pa.int64(), ""),
     ("total_tokens", pa.int64(), ""),
@@ -114,11 +114,29 @@ LEDGER_COLUMNS: list[tuple[str, pa.DataType, str]] = [
         "metadata.ratchet_episode: the client's own id grouping its requests into one episode (feedback may "
         "name it, ratchet_core.feedback); '' when none, NULL in segments sealed before version 5.",
     ),
+    # Added in schema version 6.
+    (
+        "usage_source",
+        pa.string(),
+        "Where the row's token counts come from (USAGE_SOURCES): 'reported' by the model that served (its usage "
+        "object), or 'counted' by Ratchet with the teacher's tokenizer (ratchet_core.pricing) when that model "
+        "reported none: a stream the client abandoned or that broke before the usage chunk (the prompt plus the "
+        "completion tokens received so far), or an upstream that sends no usage. Costs are priced from the "
+        "counts either way. NULL in segments sealed before version 6.",
+    ),
 ]
 # Columns added after version 1, with the version that added them (older rows and ledger files lack them).
-ADDED_COLUMNS = {"teacher_prompt_tokens": 2, "contract_violation": 3, "api": 4, "episode": 5}
+ADDED_COLUMNS = {
+    "teacher_prompt_tokens": 2,
+    "contract_violation": 3,
+    "api": 4,
+    "episode": 5,
+    "usage_source": 6,
+}
 # The values of ``api`` (ratchet_gateway.chat.formats and ratchet_gateway.apis name them).
 API_NAMES = ("chat.completions", "responses", "messages", "embeddings")
+# The values of ``usage_source``: the serving model's report, or Ratchet's own count (the column's description).
+USAGE_SOURCES = ("reported", "counted")
 
 # What a row says (the prompt, the answer and what the client sent with them): an erasure blanks these to '' and
 # keeps every other column, so the row's receipt leaf (RECEIPT_LEAF_FIELDS, none of these) and hash stay
@@ -184,6 +202,9 @@ def _default(typ: pa.DataType) -> Any:
 # the gateway builds one per request on the hot path).
 _DEFAULTS: dict[str, Any] = {name: _default(typ) for name, typ, _ in LEDGER_COLUMNS}
 _DEFAULTS["schema_version"] = SCHEMA_VERSION
+_DEFAULTS["usage_source"] = (
+    "reported"  # every builder's rows carry the model's usage unless the gateway counted
+)
 
 
 def _row(kind: str, values: dict[str, Any]) -> dict[str, Any]:

@@ -4,20 +4,40 @@ enforces its part).
 
 :class:`ClientLimiter` is a request hook (``ratchet_gateway.hooks``, stage ``validated``): once a model request
 (any API the chat pipeline serves) is authenticated and valid, before routing and before any model is called, it
-refuses a client over a limit with a 429 in OpenAI's shape and a ``retry-after`` header:
+refuses a client over a limit with a 429 in OpenAI's shape and a ``retry-after`` header.
+
+Tokens and dollars are admitted by reservation. A request of a client with a tokens/min limit or a budget
+reserves its worst case before it is sent (:class:`Need`): its prompt, counted with the teacher's tokenizer in a
+worker thread, plus its ``max_completion_tokens`` (or ``max_tokens``; times ``n``), or, when it names none, the
+most the teacher model can answer (``ratchet_core.pricing.max_output_tokens``: litellm's map, 16,384 for a model
+it does not know); and that many tokens priced at the teacher's and the student's prices together (a cascade pays
+both). Its row settles it (:meth:`ClientLimiter.observe`): the tokens and dollars it used replace the reservation,
+whatever way it ended (answered, failed, or a stream its client abandoned: ``ratchet_gateway.chat.relay``); a
+request that ends without a row gives its reservation back (:meth:`ClientLimiter.release`).
 
 - requests per minute: a token bucket of the replica's share of the limit (``rpm / live replicas``), refilled
   continuously, one token per request: ``type: requests``, ``code: rate_limit_exceeded``;
-- tokens per minute: the same bucket of tokens, charged with each answer's ``total_tokens`` once it is known, so a
-  client in debt waits until the bucket refills: ``type: tokens``, ``code: rate_limit_exceeded``;
+- tokens per minute: the same bucket of tokens, from which a request takes its reservation when it is admitted
+  and to which its settlement returns what it did not use: ``type: tokens``, ``code: rate_limit_exceeded``. A
+  request larger than the replica's bucket is let through only when the bucket is full, and empties it; one that
+  needs more than the whole limit even at its stated ``max_tokens`` is a 400 (``request_too_large``): no wait
+  would let it through. The bucket never goes below empty, so a refusal's ``retry-after`` is at most 60 s;
 - budget: the client's spend in the window (the sum every replica flushed, plus what this one served since its
-  last flush) against the budget, in dollars at the ledger's prices (``actual_cost_usd``, litellm's price map):
-  ``type: insufficient_quota``, ``code: insufficient_quota``, retry after the window ends.
+  last flush) plus what its requests in flight here hold, against the budget, in dollars at the ledger's prices
+  (``actual_cost_usd``, litellm's price map): ``type: insufficient_quota``, ``code: insufficient_quota``, retry
+  after the window ends. A request whose worst case exceeds what is left waits (``code: budget_in_flight``,
+  retry in a second) while the client has requests in flight here, and is let through when it has none.
 
-A refused request calls no model and writes no ledger row. Every answered request row is observed
-(:meth:`observe`): its spend and tokens. The background poll (:meth:`poll`, about once a second with the manifest's)
-reads the limits (a change takes effect within a poll), sends this replica's heartbeat and counts the live ones,
-flushes its spend and reads everyone's. ``/metrics`` shows refusals and spend per client (never a key), to the
+So what a client's admitted requests use exceeds a limit by at most one request per replica: the one let through
+whole (a request larger than the replica's bucket, or one whose worst case passes the budget's rest), or a
+request whose model reported more than its reservation (a tokenizer that counts the prompt differently). Across
+replicas a budget adds what the others served since this replica last read their spend (about a second or two of
+the client's traffic there, ``ratchet_core.client_limits``).
+
+A refused request calls no model and writes no ledger row. The background poll (:meth:`poll`, about once a second
+with the manifest's) reads the limits (a change takes effect within a poll), sends this replica's heartbeat and
+counts the live ones, flushes its spend and reads everyone's, and gives back reservations older than
+:data:`HOLD_S` whose request never settled. ``/metrics`` shows refusals and spend per client (never a key), to the
 admin key only. Feedback, which calls no model, counts against requests per minute alone (:meth:`admit_request`).
 """
 
@@ -32,12 +52,16 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from ratchet_core import client_limits as cl
+from ratchet_core import pricing
 from ratchet_gateway.errors import GatewayError
 from ratchet_gateway.hooks import RequestHook, RequestInfo
 
+HOLD_S = 900.0  # a reservation whose request has not settled after this long is given back (poll)
+_FULL = 1e-9  # a bucket this close to its capacity is full (float sums)
+
 
 class Bucket:
-    """A token bucket: `capacity` tokens, refilled at `rate` per second; may go into debt (below zero)."""
+    """A token bucket: `capacity` tokens, refilled at `rate` per second (the limiter never takes it below zero)."""
 
     __slots__ = ("capacity", "rate", "tokens", "at")
 
@@ -65,6 +89,36 @@ class Refusal:
     error: GatewayError
 
 
+@dataclass(frozen=True, slots=True)
+class Need:
+    """A request's worst case, reserved before it is sent (module docstring)."""
+
+    prompt: int  # its prompt, as the teacher's tokenizer counts it
+    completion: int  # the most completion tokens it may get (its max_tokens times n, else the model's cap)
+    stated: bool  # whether `completion` is the client's own max_tokens (else the model's cap)
+    usd: float  # `prompt` and `completion` at the teacher's and the student's prices together
+
+    @property
+    def tokens(self) -> int:
+        return self.prompt + self.completion
+
+    @property
+    def least(self) -> int:
+        """Tokens it needs at the least: its prompt, plus its stated max_tokens (a cap of the model's own is a
+        worst case, not a need)."""
+        return self.prompt + (self.completion if self.stated else 1)
+
+
+@dataclass(slots=True)
+class Reservation:
+    """What one admitted request holds until it settles."""
+
+    client: str
+    tokens: float  # taken from the client's tokens/min bucket (0 without that limit)
+    usd: float  # held against the client's budget (0 without one)
+    at: float  # the limiter's clock when it was made
+
+
 class ClientLimiter(RequestHook):
     """This replica's enforcement of every client's limits (module docstring). One per gateway."""
 
@@ -72,7 +126,11 @@ class ClientLimiter(RequestHook):
         self.gw = gw  # the ratchet_gateway.state.Gateway that owns it (which imports this module)
         self.limits: dict[str, cl.ClientLimits] = {}
         self.live = 1
+        self.clock = time.monotonic  # the buckets' clock (a test may stop it)
         self._buckets: dict[tuple[str, str], Bucket] = {}
+        self._held: dict[str, Reservation] = {}  # request id -> what it holds until its row settles it
+        self._held_usd: dict[str, float] = defaultdict(float)  # client -> dollars its requests in flight hold
+        self._max_output: int | None = None  # the teacher model's most completion tokens (read once)
         self._served: dict[tuple[str, str], float] = defaultdict(
             float
         )  # (client, window) -> this replica's total
@@ -83,15 +141,43 @@ class ClientLimiter(RequestHook):
 
     # the request path ---------------------------------------------------------------------------------------
     async def validated(self, info: RequestInfo, received: Any) -> None:
-        self.admit(received.client, received.day)
+        limits = self.limits.get(received.client)
+        if limits is None:
+            return
+        need = None
+        if limits.tpm is not None or limits.budget_usd is not None:
+            need = await self.need(received)
+        self.admit(received.client, received.day, need, received.request_id)
 
-    def admit(self, client: str, day: str) -> None:
-        """Count one model request of `client` (on `day`), or raise its 429 (GatewayError). The chat pipeline's
+    async def need(self, received: Any) -> Need:
+        """The worst case of a validated chat request (`received`: ``chat.context.Received``); its prompt is
+        counted in a worker thread (the large-body lane for a large body)."""
+        gw = self.gw
+        body = received.body
+        stated = body.get("max_completion_tokens") or body.get("max_tokens")
+        stated = stated if isinstance(stated, int) and not isinstance(stated, bool) and stated > 0 else None
+        n = body.get("n")
+        n = n if isinstance(n, int) and not isinstance(n, bool) and n > 1 else 1
+        if stated is None and self._max_output is None:
+            self._max_output = await asyncio.to_thread(pricing.max_output_tokens, gw.settings.teacher_model)
+        completion = (stated or self._max_output or 0) * n
+        count = gw.teacher_equivalent.count
+        if received.large:
+            prompt = await gw.offload.run(count, body)
+        else:
+            prompt = await asyncio.to_thread(count, body)
+        usd = gw.teacher_prices.cost(prompt, completion) + gw.student_prices.cost(prompt, completion)
+        return Need(prompt, completion, stated is not None, usd)
+
+    def admit(self, client: str, day: str, need: Need | None = None, request_id: str = "") -> None:
+        """Admit one model request of `client` (on `day`), or raise its 429 (or 400) (GatewayError). With `need`
+        (its worst case) it reserves that until its row settles it (:meth:`observe`) or :meth:`release`; without
+        (a route that cannot count its request: embeddings) its row is charged when it comes. The chat pipeline's
         APIs reach it through the ``validated`` hook; a model route outside the pipeline (embeddings) calls it."""
         limits = self.limits.get(client)
         if limits is None:
             return
-        refusal = self.check(client, day, limits, time.monotonic())
+        refusal = self.check(client, day, limits, self.clock(), need, request_id)
         if refusal is not None:
             self.refused[(client, refusal.kind)] += 1
             self.gw.metrics.client_limited.labels(client, refusal.kind).inc()
@@ -103,7 +189,7 @@ class ClientLimiter(RequestHook):
         limits = self.limits.get(client)
         if limits is None or limits.rpm is None:
             return
-        now = time.monotonic()
+        now = self.clock()
         bucket = self._bucket(client, "rpm", limits.rpm, now)
         wait = bucket.wait(1, now)
         if wait > 0:
@@ -112,38 +198,101 @@ class ClientLimiter(RequestHook):
             raise self._rate_refusal(client, "rpm", limits.rpm, wait).error
         bucket.tokens -= 1
 
-    def check(self, client: str, day: str, limits: cl.ClientLimits, now: float) -> Refusal | None:
-        """The refusal of one more request of `client` now, or None (then its request is counted)."""
+    def check(
+        self,
+        client: str,
+        day: str,
+        limits: cl.ClientLimits,
+        now: float,
+        need: Need | None = None,
+        request_id: str = "",
+    ) -> Refusal | None:
+        """The refusal of one more request of `client` now, or None (then it is counted, and `need` reserved
+        under `request_id`)."""
+        usd = 0.0
         if limits.budget_usd is not None and limits.budget_period is not None:
             win = cl.window(limits.budget_period, day)
             spent = self.spent(client, win)
             if spent >= limits.budget_usd:
                 return self._over_budget(client, limits, spent)
+            held = self._held_usd.get(client, 0.0)
+            if need is not None:
+                usd = need.usd
+                # past the rest, it waits for the requests in flight here; with none, it alone may pass it
+                if held > 0 and spent + held + usd > limits.budget_usd:
+                    return self._budget_in_flight(client, limits, spent, held, usd)
+        take = 0.0
+        tpm = None
         if limits.tpm is not None:
-            wait = self._bucket(client, "tpm", limits.tpm, now).wait(1, now)
-            if wait > 0:
-                return self._rate_refusal(client, "tpm", limits.tpm, wait)
+            tpm = self._bucket(client, "tpm", limits.tpm, now)
+            level = tpm.level(now)
+            if need is None:
+                if level < 1:
+                    return self._rate_refusal(client, "tpm", limits.tpm, tpm.wait(1, now))
+            else:
+                if need.least > limits.tpm:
+                    return self._too_large(client, limits.tpm, need)
+                if need.tokens <= level:
+                    take = need.tokens
+                elif need.tokens > tpm.capacity and level >= tpm.capacity - _FULL:
+                    take = level  # larger than this replica's bucket: it takes the whole of it
+                else:
+                    wait = tpm.wait(min(need.tokens, tpm.capacity), now)
+                    return self._rate_refusal(client, "tpm", limits.tpm, wait, need.tokens)
         if limits.rpm is not None:
             bucket = self._bucket(client, "rpm", limits.rpm, now)
             wait = bucket.wait(1, now)
             if wait > 0:
                 return self._rate_refusal(client, "rpm", limits.rpm, wait)
             bucket.tokens -= 1
+        if need is not None and (take or usd):
+            if tpm is not None:
+                tpm.tokens -= take
+            self._held_usd[client] += usd
+            self._held[request_id] = Reservation(client, take, usd, now)
         return None
 
     def observe(self, row: dict[str, Any]) -> None:
         """A request row this replica committed: its dollars count against the client's budget windows, its
-        tokens against its tokens per minute."""
+        tokens against its tokens per minute; it settles its request's reservation, if any (module docstring)."""
+        if row.get("kind", "request") != "request":
+            return
         client = row["client"]
         usd = float(row.get("actual_cost_usd") or 0.0)
         if usd > 0:
             for period in cl.PERIODS:
                 self._served[(client, cl.window(period, row["day"]))] += usd
         tokens = int(row.get("total_tokens") or 0)
+        held = self._held.pop(row.get("request_id") or "", None)
+        returned = 0.0
+        if held is not None:
+            self._unhold(held)
+            returned = held.tokens
         bucket = self._buckets.get((client, "tpm"))
-        if tokens and bucket is not None:
-            bucket.level(time.monotonic())
-            bucket.tokens -= tokens
+        if bucket is not None and (tokens or returned):
+            bucket.level(self.clock())
+            # what it used replaces what it took; never below empty (so no wait is longer than a minute)
+            bucket.tokens = min(bucket.capacity, max(0.0, bucket.tokens + returned - tokens))
+
+    def release(self, request_id: str) -> None:
+        """Give back what `request_id` holds: it ended without a row to settle it (refused or failed before any
+        model answered)."""
+        held = self._held.pop(request_id, None)
+        if held is None:
+            return
+        self._unhold(held)
+        bucket = self._buckets.get((held.client, "tpm"))
+        if bucket is not None and held.tokens:
+            bucket.level(self.clock())
+            bucket.tokens = min(bucket.capacity, bucket.tokens + held.tokens)
+
+    def _unhold(self, held: Reservation) -> None:
+        if held.usd:
+            left = self._held_usd.get(held.client, 0.0) - held.usd
+            if left > _FULL:
+                self._held_usd[held.client] = left
+            else:
+                self._held_usd.pop(held.client, None)
 
     def spent(self, client: str, win: str) -> float:
         """The client's spend in a window: everyone's flushed total plus what this replica served since."""
@@ -160,15 +309,22 @@ class ClientLimiter(RequestHook):
             bucket.resize(share, share / 60.0)
         return bucket
 
-    def _rate_refusal(self, client: str, kind: str, limit: int, wait: float) -> Refusal:
+    def _rate_refusal(
+        self, client: str, kind: str, limit: int, wait: float, reserving: int | None = None
+    ) -> Refusal:
         unit = "requests" if kind == "rpm" else "tokens"
         seconds = max(1, math.ceil(wait))
         share = limit / self.live
+        asked = (
+            f" This request reserves {reserving} tokens (its prompt and its max_tokens, or the model's most)."
+            if reserving is not None
+            else ""
+        )
         err = GatewayError(
             429,
             f"Rate limit reached for {unit} per minute: client {client} may use {limit} {unit}/min "
-            f"({share:g} at each of {self.live} gateway replicas); retry in {seconds} s, or ask the operator to "
-            f"raise it (ratchet admin client set {client} --{kind} N).",
+            f"({share:g} at each of {self.live} gateway replicas).{asked} Retry in {seconds} s, or ask the "
+            f"operator to raise it (ratchet admin client set {client} --{kind} N).",
             "rate_limit_exceeded",
             type_=unit,
             headers={
@@ -179,6 +335,35 @@ class ClientLimiter(RequestHook):
             },
         )
         return Refusal(kind, err)
+
+    def _too_large(self, client: str, tpm: int, need: Need) -> Refusal:
+        """A request that needs more tokens than the whole limit: no wait would let it through (a 400)."""
+        parts = f"{need.prompt} of prompt" + (f" and max_tokens {need.completion}" if need.stated else "")
+        err = GatewayError(
+            400,
+            f"This request needs at least {need.least} tokens ({parts}) but client {client} may use {tpm} "
+            f"tokens/min in all: send a shorter prompt or a smaller max_tokens (max_completion_tokens), or ask "
+            f"the operator to raise it (ratchet admin client set {client} --tpm N).",
+            "request_too_large",
+            param="max_tokens" if need.prompt <= tpm else "messages",
+        )
+        return Refusal("tpm", err)
+
+    def _budget_in_flight(
+        self, client: str, limits: cl.ClientLimits, spent: float, held: float, usd: float
+    ) -> Refusal:
+        """The budget's rest is held by the client's requests in flight here: retry once they settle."""
+        assert limits.budget_usd is not None
+        err = GatewayError(
+            429,
+            f"Client {client} has ${max(0.0, limits.budget_usd - spent):.4f} left of its ${limits.budget_usd:g} "
+            f"budget this {limits.budget_period}, and its requests in flight hold ${held:.4f} of it; this request "
+            f"may cost up to ${usd:.4f} (a smaller max_tokens reserves less). Retry in 1 s.",
+            "budget_in_flight",
+            type_="insufficient_quota",
+            headers={"retry-after": "1"},
+        )
+        return Refusal("budget", err)
 
     def _over_budget(self, client: str, limits: cl.ClientLimits, spent: float) -> Refusal:
         period = limits.budget_period
@@ -238,6 +423,9 @@ class ClientLimiter(RequestHook):
             )
 
         limits, live, shared, own = await asyncio.to_thread(sync)
+        stale = [rid for rid, held in self._held.items() if self.clock() - held.at > HOLD_S]
+        for rid in stale:  # a request that never settled (none should): its reservation is given back
+            self.release(rid)
         for key, usd in own.items():  # a restarted replica continues its own totals
             self._served[key] += usd
         for key in dirty:
@@ -272,6 +460,15 @@ class ClientLimiter(RequestHook):
         if limits.budget_period is not None and limits.budget_usd is not None:
             win = cl.window(limits.budget_period, self.today())
             spent = self.spent(client, win)
-            out.update(window=win, spent_usd=spent, remaining_usd=max(0.0, limits.budget_usd - spent))
+            held = self._held_usd.get(client, 0.0)
+            out.update(
+                window=win,
+                spent_usd=spent,
+                remaining_usd=max(0.0, limits.budget_usd - spent),
+                in_flight_usd=held,
+            )
+        if limits.tpm is not None:  # this replica's bucket: what a request may reserve here now
+            now = self.clock()
+            out["tokens_available"] = self._bucket(client, "tpm", limits.tpm, now).level(now)
         out["refused"] = {kind: self.refused.get((client, kind), 0) for kind in ("rpm", "tpm", "budget")}
         return out

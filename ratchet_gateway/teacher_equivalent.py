@@ -54,6 +54,23 @@ class TeacherEquivalent:
             )
             return 0
 
+    def counted_usage(self, body: Mapping[str, Any], message: Mapping[str, Any]) -> dict[str, int]:
+        """A ``usage`` object for an answer its model reported none for (a stream abandoned or broken before
+        its usage chunk): the prompt of `body` and the text of `message` (content, tool-call names and arguments)
+        as the teacher's tokenizer counts them. CPU-bound: call it in a worker thread."""
+        prompt = self.count(body)
+        parts = [message.get("content") or ""]
+        for call in message.get("tool_calls") or []:
+            fn = call.get("function") if isinstance(call, Mapping) else None
+            if isinstance(fn, Mapping):
+                parts += [str(fn.get("name") or ""), str(fn.get("arguments") or "")]
+        try:
+            completion = pricing.text_tokens(self.model, "".join(p for p in parts if isinstance(p, str)))
+        except Exception as exc:  # an answer litellm cannot count must not lose the prompt's count
+            log.warning("cannot count an answer with %s's tokenizer (%s)", self.model, exc.__class__.__name__)
+            completion = 0
+        return {"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion}
+
     def start_count(self, body: Mapping[str, Any]) -> asyncio.Future[int]:
         """Count `body`'s prompt in a worker thread; collected by :meth:`settle`."""
         return asyncio.ensure_future(asyncio.to_thread(self.count, body))

@@ -58,7 +58,12 @@ def client_group() -> None:
 @client_group.command("set")
 @click.argument("client", callback=names_checked("client"))
 @click.option("--rpm", type=int, default=None, help="Requests per minute (across every gateway replica).")
-@click.option("--tpm", type=int, default=None, help="Tokens per minute (prompt + completion, as answered).")
+@click.option(
+    "--tpm",
+    type=int,
+    default=None,
+    help="Tokens per minute (prompt + completion; a request reserves its prompt + max_tokens until it is answered).",
+)
 @click.option("--budget-usd", type=float, default=None, help="Spend budget in US dollars (litellm's prices).")
 @click.option(
     "--budget-period", type=click.Choice(["day", "month"]), default=None, help="The budget's window."

@@ -1,12 +1,15 @@
 """The non-streamed path: the student when the route names one and its answer passes the cascade
-(``ratchet_gateway.chat.student``), else the teacher; the row is committed before the answer is released."""
+(``ratchet_gateway.chat.student``), else the teacher; the row is committed before the answer is released. A teacher
+answer whose upstream reported no usage is counted with the teacher's tokenizer (the row's ``usage_source``)."""
 
 from __future__ import annotations
 
+import asyncio
 import time
 
 from starlette.responses import Response
 
+from ratchet_gateway.chat.completion import message_of, reported
 from ratchet_gateway.chat.context import ChatCall
 from ratchet_gateway.chat.parts import Parts
 from ratchet_gateway.chat.teacher import check_teacher_schema, teacher_body
@@ -50,5 +53,12 @@ class CompletePath:
             await p.recorder.teacher_failed(call, err)
             raise
         call.outcome.upstream_ms += (time.perf_counter() - t) * 1000
+        if not reported(resp.get("usage")):  # an upstream that reports no usage: counted, never free
+            equivalent, msg = p.gw.teacher_equivalent, message_of(resp)[0]
+            if call.received.large:
+                resp["usage"] = await p.gw.offload.run(equivalent.counted_usage, call.received.body, msg)
+            else:
+                resp["usage"] = await asyncio.to_thread(equivalent.counted_usage, call.received.body, msg)
+            call.outcome.usage_source = "counted"
         await check_teacher_schema(call, resp)
         return resp

@@ -24,6 +24,11 @@ def token_counts(usage: dict) -> tuple[int, int, int, int]:
     return p, c, r, int(usage.get("total_tokens") or p + c)
 
 
+def reported(usage: dict | None) -> bool:
+    """Whether a ``usage`` object reports anything (an upstream that sends none, or only zeros, did not)."""
+    return bool(usage) and any(usage.get(k) for k in ("prompt_tokens", "completion_tokens", "total_tokens"))
+
+
 def confidence(resp: dict) -> float:
     """The answer's confidence from choice 0's token logprobs (``ratchet_core.confidence.answer_confidence``)."""
     choices = resp.get("choices") or [{}]

@@ -82,6 +82,8 @@ class Outcome:
     # ``json_object`` when the teacher got the request's json_schema in its system message (``chat.teacher``)
     teacher_schema: str = ""
     teacher_schema_violation: str = ""  # then: the guard's kind when the teacher's answer broke that schema
+    # ``counted`` when the answer's model reported no usage and Ratchet counted it (the row's ``usage_source``)
+    usage_source: str = "reported"
 
 
 @dataclass(slots=True)

@@ -183,6 +183,7 @@ class ChatHandler:
                 return await self.stream(call)
             return await self.complete(call)
         except Exception as exc:
+            gw.limits.release(rid)  # ended before any row settled what it reserved (a no-op once one did)
             return self._failed(exc, t0, headers)
 
     def _failed(self, exc: Exception, t0: float, headers: dict[str, str]) -> Response:

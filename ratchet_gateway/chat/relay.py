@@ -4,9 +4,16 @@ as a stream.
 A stream is recorded when it ends, before its end marker (``[DONE]``): the row is built from the chunks relayed
 (:class:`StreamAccumulator`) and committed, then the marker goes out; the ledger never delays a first byte. Any fault after the headers went out (an
 upstream error event, a malformed chunk, an early close, a timeout) ends the stream with one error event in the
-caller's format and no end marker; its row is stored failed and truncated. A stream the client abandons is stored
-truncated. A student's answer is complete before its first byte is sent: its row is committed first, then the
-answer is replayed as chunks (``StreamFormat.replay``).
+caller's format and no end marker; its row is stored failed and truncated. A student's answer is complete before
+its first byte is sent: its row is committed first, then the answer is replayed as chunks
+(``StreamFormat.replay``).
+
+Every answered stream is billed. A client that hangs up does not stop the teacher's stream at once: the gateway
+keeps reading it (sending nothing) for at most :data:`HANGUP_DRAIN_S`, so the upstream's own usage (its last chunk)
+is usually recorded (``usage_source='reported'``). When it does not come in time, or a stream breaks before it,
+or an upstream sends none, the row's usage is counted (``usage_source='counted'``): the prompt and the completion
+received so far, with the teacher's tokenizer (``TeacherEquivalent.counted_usage``, in a worker thread). Either way
+the row is truncated (never training data) and its tokens and dollars count against the client's limits.
 
 :class:`RelayResponse` sends it with as few socket writes as the upstream allows (the head with the first bytes,
 the chunks that arrived together in one write, the end marker with the end of the body), and notices a client that
@@ -26,6 +33,7 @@ from starlette.responses import Response, StreamingResponse
 from starlette.types import Receive, Scope, Send
 
 from ratchet_gateway import http1
+from ratchet_gateway.chat.completion import reported
 from ratchet_gateway.chat.context import ChatCall
 from ratchet_gateway.chat.failures import log_5xx
 from ratchet_gateway.chat.formats import StreamFormat
@@ -36,6 +44,35 @@ from ratchet_gateway.serve_http import hold_head_of
 
 log = logging.getLogger("ratchet.gateway")
 
+# How long the teacher's stream is still read after its client hung up, for the usage in its last chunk (seconds;
+# the upstream's idle timeout still applies). Bounded so an abandoned stream costs a task for at most this long.
+HANGUP_DRAIN_S = 2.0
+
+
+class Hangup:
+    """Whether a stream's client hung up (set by :class:`RelayResponse`, read by the relay), and the deadline that
+    stops the drain after it."""
+
+    __slots__ = ("gone", "_deadline")
+
+    def __init__(self) -> None:
+        self.gone = False
+        self._deadline: asyncio.TimerHandle | None = None
+
+    def left(self, task: asyncio.Task, drain_s: float) -> None:
+        """The client hung up: stop `task` now, or after `drain_s` seconds of draining its upstream."""
+        self.gone = True
+        if drain_s > 0:
+            self._deadline = asyncio.get_running_loop().call_later(drain_s, task.cancel)
+        else:
+            task.cancel()
+
+    def drained(self) -> None:
+        """The upstream ended within the drain: nothing to stop any more."""
+        if self._deadline is not None:
+            self._deadline.cancel()
+            self._deadline = None
+
 
 class Last(bytes):
     """A stream's last bytes (its end marker or error event): sent with the end of the body, in one write."""
@@ -44,9 +81,15 @@ class Last(bytes):
 class RelayResponse(StreamingResponse):
     """A streamed answer (see the module): the same messages as Starlette's ``StreamingResponse``, fewer writes.
 
-    A client that hangs up cancels the send loop (so the generator stops reading its upstream and stores its row
-    truncated), as Starlette's response does; the cancellation ends here. Under ``ratchet gateway``'s server the
-    head waits for the first bytes (``ratchet.hold_head``, ``ratchet_gateway.serve_http``)."""
+    A client that hangs up stops the send loop (so the generator stores its row truncated), as Starlette's
+    response does, after `drain_s` seconds in which the generator may still read its upstream (nothing is sent);
+    the cancellation ends here. Under ``ratchet gateway``'s server the head waits for the first bytes
+    (``ratchet.hold_head``, ``ratchet_gateway.serve_http``)."""
+
+    def __init__(self, content: Any, hangup: Hangup | None = None, drain_s: float = 0.0, **kwargs: Any):
+        super().__init__(content, **kwargs)
+        self.hangup = hangup if hangup is not None else Hangup()
+        self.drain_s = drain_s
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         hold_head = hold_head_of(scope)
@@ -54,34 +97,34 @@ class RelayResponse(StreamingResponse):
             hold_head()
         task = asyncio.current_task()
         assert task is not None
-        gone = False
+        hangup = self.hangup
 
         async def listen() -> None:
-            nonlocal gone
             while (await receive())["type"] != "http.disconnect":
                 pass
-            gone = True
-            task.cancel()
+            hangup.left(task, self.drain_s)
 
         listener = asyncio.get_running_loop().create_task(listen())
         try:
             await self.stream_response(send)
         except asyncio.CancelledError:
-            if not gone:
+            if not hangup.gone:
                 raise
             task.uncancel()  # the client left: nothing more to send, nothing to report
         finally:
+            hangup.drained()
             listener.cancel()
 
     async def stream_response(self, send: Send) -> None:
         await send({"type": "http.response.start", "status": self.status_code, "headers": self.raw_headers})
         ended = False
+        hangup = self.hangup
         async for chunk in self.body_iterator:  # to its end: the generator's own clean-up runs here
-            if ended:
+            if ended or hangup.gone:  # nobody to send it to: the generator is draining its upstream
                 continue
             ended = type(chunk) is Last
             await send({"type": "http.response.body", "body": bytes(chunk), "more_body": not ended})
-        if not ended:
+        if not ended and not hangup.gone:
             await send({"type": "http.response.body", "body": b"", "more_body": False})
 
 
@@ -116,8 +159,11 @@ class StreamPath:
             call.outcome.upstream_ms += (time.perf_counter() - t) * 1000
             await p.recorder.teacher_failed(call, err)
             raise
+        hangup = Hangup()
         return RelayResponse(
-            self._relay(call, agen, first, t, out),
+            self._relay(call, agen, first, t, out, hangup),
+            hangup,
+            HANGUP_DRAIN_S,
             media_type=out.media_type,
             headers=p.recorder.answer_headers(call),
         )
@@ -129,9 +175,10 @@ class StreamPath:
         first: list[tuple[bytes, dict]] | None,
         t: float,
         out: StreamFormat,
+        hangup: Hangup,
     ) -> AsyncIterator[bytes]:
         """Relay the teacher's checked chunks (``Upstream.stream_batches``: those that arrived together, in one
-        write), record the row, then the end marker."""
+        write), record the row, then the end marker. A client gone (`hangup`) reads on for the usage (module)."""
         p = self.parts
         acc = StreamAccumulator()
         add, render, next_batch = acc.add, out.chunk, agen.__anext__  # looked up once, not per chunk
@@ -152,10 +199,18 @@ class StreamPath:
                 except StopAsyncIteration:
                     batch = None
             call.outcome.upstream_ms += (time.perf_counter() - t) * 1000
+            hangup.drained()  # the upstream ended within the drain: nothing to cut short
+            if hangup.gone:  # nobody waits for the end marker: recorded without waiting (finally)
+                return
             resp = acc.response()
+            source = "reported"
+            if not reported(acc.usage):  # an upstream that sends no usage: counted, never free
+                resp["usage"] = await self._count(call, resp)
+                source = "counted"
             await check_teacher_schema(call, resp)
             # [DONE] without a finish_reason: the answer may be incomplete, so it is never a training example
-            await p.recorder.commit(call, p.recorder.request_row(call, resp, truncated=not acc.finish))
+            row = p.recorder.request_row(call, resp, truncated=not acc.finish, usage_source=source)
+            await p.recorder.commit(call, row)
             done = True
             p.pairs.after(call, resp)
             yield Last(out.end())
@@ -175,9 +230,31 @@ class StreamPath:
             p.gw.metrics.errors.labels(err.type).inc()
             yield Last(out.error(err))
         finally:
-            if not done:
-                p.recorder.commit_nowait(call, p.recorder.request_row(call, acc.response(), truncated=True))
+            if not done and reported(acc.usage):  # the upstream's usage came: recorded as it reported it
+                row = p.recorder.request_row(call, acc.response(), truncated=True)
+                row["teacher_prompt_tokens"] = row["prompt_tokens"]  # the teacher's own count of its prompt
+                p.recorder.commit_nowait(call, row)
+            elif not done:  # abandoned or broken before the usage chunk: counted off the event loop
+                p.gw.spawn(self._record_counted(call, acc.response()))
             await agen.aclose()
+
+    async def _record_counted(self, call: ChatCall, resp: dict) -> None:
+        """Record a stream that ended without its upstream's usage: the prompt and the completion received so
+        far, counted with the teacher's tokenizer in a worker thread (module docstring)."""
+        recorder = self.parts.recorder
+        resp["usage"] = usage = await self._count(call, resp)
+        row = recorder.request_row(call, resp, truncated=True, usage_source="counted")
+        row["teacher_prompt_tokens"] = usage["prompt_tokens"]  # the prompt as the teacher bills it
+        recorder.commit_nowait(call, row)
+
+    async def _count(self, call: ChatCall, resp: dict) -> dict[str, int]:
+        """The usage of `resp` (an answer its upstream reported none for) counted with the teacher's tokenizer, in
+        a worker thread (the large-body lane for a large request: its prompt may be megabytes)."""
+        gw = self.parts.gw
+        args = (call.received.body, resp["choices"][0]["message"])
+        if call.received.large:
+            return await gw.offload.run(gw.teacher_equivalent.counted_usage, *args)
+        return await asyncio.to_thread(gw.teacher_equivalent.counted_usage, *args)
 
     async def _replay(self, call: ChatCall, resp: dict, row: dict, out: StreamFormat) -> AsyncIterator[bytes]:
         """The student's answer as a stream: committed first, then its events, then the end marker."""

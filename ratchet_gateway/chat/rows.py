@@ -74,10 +74,16 @@ class Recorder:
         }
 
     def request_row(
-        self, call: ChatCall, resp: dict | None, truncated: bool = False, err: GatewayError | None = None
+        self,
+        call: ChatCall,
+        resp: dict | None,
+        truncated: bool = False,
+        err: GatewayError | None = None,
+        usage_source: str | None = None,
     ) -> dict:
         """The ``request`` row of `call` answered by `resp` (None: no answer; `err` or ``call.outcome.error``:
-        the request failed)."""
+        the request failed); `usage_source` (default ``call.outcome.usage_source``) says whether `resp`'s usage is
+        the model's report or Ratchet's count (``ratchet_core.schema.USAGE_SOURCES``)."""
         gw = self.gw
         attempt, outcome, route = call.student, call.outcome, call.decision.route
         cols = self._columns(call, resp, err or outcome.error)
@@ -107,6 +113,7 @@ class Recorder:
             truncated=truncated,
             contract_violation=attempt.violation,
             episode=call.received.episode,
+            usage_source=usage_source or call.outcome.usage_source,
         )
 
     def pair_row(
@@ -169,16 +176,19 @@ class Recorder:
         request's row is encoded in the lane first (a background task)."""
         self.gw.limits.observe(row)  # the tokens and dollars an unfinished answer used
         if call.received.large:
-            self.gw.spawn(self.append_quietly(row, call))
+            self.gw.spawn(self.append_quietly(row, call, observed=True))
             return
         try:
             self.gw.ledger.append_nowait(row)
         except OSError:
             self.gw.metrics.errors.labels("ledger_unavailable").inc()
 
-    async def append_quietly(self, row: dict, call: ChatCall | None = None) -> None:
+    async def append_quietly(self, row: dict, call: ChatCall | None = None, observed: bool = False) -> None:
         """Append a row durably off the answer's path (`call`: the request it belongs to, so a large one's row is
-        encoded in the lane): a ledger failure is counted, never raised."""
+        encoded in the lane): a ledger failure is counted, never raised. A request row settles its client's
+        limits (``ClientLimiter.observe``; pair rows are never charged) unless that was `observed` already."""
+        if not observed:
+            self.gw.limits.observe(row)
         try:
             await self.gw.ledger.append(row, None if call is None else await self._encoded(call, row))
         except OSError:

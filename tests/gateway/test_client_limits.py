@@ -78,14 +78,58 @@ def test_requests_per_minute_are_refused_with_openais_429_before_any_model_call(
         assert _chat(gw.url, AUTH).status_code == 200
 
 
-def test_tokens_per_minute_charge_each_answer(tmp_path, teacher_url):
+def _stop_clock(gw) -> None:
+    """Stop the limiter's clock: its buckets do not refill, so a test reads exact levels."""
+    gw.gw.limits.clock = lambda: 1_000.0
+
+
+def test_tokens_per_minute_reserve_each_request_and_settle_on_its_answer(tmp_path, teacher_url):
     with running_gateway(tmp_path, teacher_url) as gw:
-        _set(gw.engine, "app1", tpm=10)  # one answer of the demo teacher uses more than that
+        _stop_clock(gw)
+        _set(gw.engine, "app1", tpm=100)
         _poll(gw)
-        assert _chat(gw.url, AUTH).status_code == 200
-        r = _chat(gw.url, AUTH)
+        ok = httpx.post(
+            f"{gw.url}/v1/chat/completions", headers=AUTH, json={**BODY, "max_tokens": 20}, timeout=30
+        )
+        assert ok.status_code == 200, ok.text
+        used = ok.json()["usage"]["total_tokens"]
+        # the reservation (prompt + 20) was replaced by what the answer used
+        assert _view(gw.url, AUTH)["tokens_available"] == pytest.approx(100 - used)
+        # a request whose worst case is more than is left waits, at most a minute
+        wait = {**BODY, "max_tokens": 100 - used}
+        r = httpx.post(f"{gw.url}/v1/chat/completions", headers=AUTH, json=wait, timeout=30)
         assert r.status_code == 429 and r.json()["error"]["type"] == "tokens", r.text
-        assert r.json()["error"]["code"] == "rate_limit_exceeded" and int(r.headers["retry-after"]) >= 1
+        assert r.json()["error"]["code"] == "rate_limit_exceeded" and 1 <= int(r.headers["retry-after"]) <= 60
+        # one that can never fit is a 400 that says what to change, not a wait
+        big = httpx.post(
+            f"{gw.url}/v1/chat/completions", headers=AUTH, json={**BODY, "max_tokens": 200}, timeout=30
+        )
+        err = big.json()["error"]
+        assert big.status_code == 400 and err["code"] == "request_too_large" and err["param"] == "max_tokens"
+        assert "max_tokens" in err["message"] and "100 tokens/min" in err["message"]
+        assert _view(gw.url, AUTH)["tokens_available"] == pytest.approx(100 - used)  # refusals hold nothing
+        assert "tokens_available" not in _view(gw.url, OTHER)  # another client sees only its own (no limits)
+        assert _rows(gw, "app1") == 1
+
+
+def test_a_request_larger_than_a_replicas_share_goes_through_only_on_a_full_bucket(tmp_path, teacher_url):
+    """Tokens/min 100 over two live replicas: this one's bucket holds 50. A request reserving more than that (but
+    not more than the whole limit) goes through when the bucket is full, and takes all of it: that is the "one
+    request per replica" a limit can be passed by. The next one waits, at most a minute."""
+    with running_gateway(tmp_path, teacher_url) as gw:
+        _stop_clock(gw)
+        _set(gw.engine, "app1", tpm=100)
+        cl.heartbeat(gw.engine, "gw-other", time.time())  # another replica, live for the next 10 s
+        _poll(gw)
+        assert gw.gw.limits.live == 2
+        ask = {**BODY, "max_tokens": 45}  # ~13 prompt tokens + 45: more than 50, less than 100
+        first = httpx.post(f"{gw.url}/v1/chat/completions", headers=AUTH, json=ask, timeout=30)
+        assert first.status_code == 200, first.text
+        used = first.json()["usage"]["total_tokens"]
+        assert _view(gw.url, AUTH)["tokens_available"] == pytest.approx(50 - used)  # it took the whole bucket
+        again = httpx.post(f"{gw.url}/v1/chat/completions", headers=AUTH, json=ask, timeout=30)
+        assert again.status_code == 429 and 1 <= int(again.headers["retry-after"]) <= 60, again.text
+        assert "(50 at each of 2 gateway replicas)" in again.json()["error"]["message"]
 
 
 def test_a_budget_is_insufficient_quota_until_raised(tmp_path, teacher_url):
@@ -148,7 +192,8 @@ def test_every_model_api_counts_against_the_limits_and_refuses_in_its_own_shape(
         assert _metric(gw.url, "ratchet_client_limited_total", client="app1", limit="rpm") == 4
 
         # an embeddings answer's tokens count against the tokens per minute, as a chat answer's
-        _set(gw.engine, "app2", tpm=1)
+        # (40 tokens/min: a chat without max_tokens reserves more than that, so it needs the bucket full)
+        _set(gw.engine, "app2", tpm=40)
         _poll(gw)
         assert post("/v1/embeddings", OTHER).status_code == 200
         r = post("/v1/chat/completions", OTHER)

@@ -802,3 +802,285 @@ def test_the_upstream_sends_only_the_allow_list_whatever_the_body_holds(listener
         assert headers["authorization"] == f"Bearer {TEACHER_KEY}" and "x-stolen" not in headers
         if via_litellm:
             assert "metadata" not in body  # litellm's callbacks' metadata: never given
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Billing: a stream abandoned early is billed, and limits admit by reservation (issue 34, points 2 and 3).
+# In-process gateways (``running_gateway``) in front of the faulty upstream (tests.faults.upstream) or the demo
+# teacher; the clients are the real ``openai`` client and httpx over loopback.
+# ---------------------------------------------------------------------------------------------------------------
+
+import asyncio  # noqa: E402
+import concurrent.futures  # noqa: E402
+
+import openai  # noqa: E402
+
+from ratchet_core import client_limits as cl  # noqa: E402
+from tests.faults.upstream import faulty_upstream  # noqa: E402
+
+from .conftest import running_gateway  # noqa: E402
+
+LONG_ASK = "Tell me about my order 4711, in full detail, please. " * 8
+
+
+def _limit(gw, client: str, **changes) -> None:
+    with gw.engine.begin() as conn:
+        cl.set_limits(conn, client, changes, (), "tests", "billing tests")
+    asyncio.run_coroutine_threadsafe(gw.gw.limits.poll(), gw._loop()).result(10)
+
+
+def _row_of(gw, rid: str) -> dict:
+    """`rid`'s request row, sealed: an abandoned stream is recorded once its drain ends (at most
+    ``relay.HANGUP_DRAIN_S`` after the hang-up), by a task the test cannot await, so it asks the ledger again."""
+    deadline = time.monotonic() + 30
+    while not gw.gw.ledger.find_rows("request_id", [rid], ["request_id"]):
+        assert time.monotonic() < deadline, f"no row for {rid}"
+        time.sleep(0.05)
+    gw.drain()
+    rows = [
+        r for r in sealed_rows(gw.settings.lake_root) if r["request_id"] == rid and r["kind"] == "request"
+    ]
+    assert len(rows) == 1, rows
+    return rows[0]
+
+
+def _stop_clock(gw) -> None:
+    """Stop the limiter's clock: its buckets do not refill during the test, so levels and counts are exact."""
+    gw.gw.limits.clock = lambda: 1_000.0
+
+
+def _abandon(url: str, chunks: int = 3) -> str:
+    """A real client (``openai``) that reads `chunks` chunks of a stream's content and hangs up; its request id."""
+    client = openai.OpenAI(base_url=url + "/v1", api_key=API_KEY, max_retries=0, timeout=30)
+    stream = client.chat.completions.create(
+        model="ratchet", messages=[{"role": "user", "content": LONG_ASK}], stream=True
+    )
+    rid = stream.response.headers["x-ratchet-request-id"]
+    seen = 0
+    for chunk in stream:
+        if chunk.choices and chunk.choices[0].delta.content:
+            seen += 1
+            if seen == chunks:
+                break
+    stream.close()  # the connection closes: the gateway sees the client gone
+    return rid
+
+
+def test_a_stream_abandoned_before_its_usage_chunk_is_billed_counted(tmp_path: Path) -> None:
+    """The upstream sends usage only in its last chunk, 8 s away; the client hangs up after three chunks. The row
+    bills the prompt and the completion received, counted with the teacher's tokenizer, and says so; the client's
+    spend and tokens per minute see it. (On the old code: 0 tokens, $0, nothing charged.)"""
+    with faulty_upstream() as up, running_gateway(tmp_path, up.url) as gw:
+        up.set("slow_stream", tokens=40, interval_ms=200)
+        _stop_clock(gw)
+        _limit(gw, "app1", tpm=100_000, budget_usd=100.0, budget_period="day")
+        rid = _abandon(gw.url)
+        row = _row_of(gw, rid)
+        assert row["truncated"] and row["status_code"] == 200
+        assert row["prompt_tokens"] > 50 and row["completion_tokens"] >= 3, row
+        assert row["total_tokens"] == row["prompt_tokens"] + row["completion_tokens"]
+        assert row["usage_source"] == "counted"
+        assert row["actual_cost_usd"] > 0 and row["teacher_cost_usd"] == row["actual_cost_usd"]
+        assert row["teacher_prompt_tokens"] == row["prompt_tokens"]
+        # the client's budget and tokens per minute have it (this replica's view, as its next request meets it)
+        view = httpx.get(f"{gw.url}/ratchet/dashboard/data", headers={"Authorization": f"Bearer {API_KEY}"})
+        limits = view.json()["limits"]
+        assert limits["spent_usd"] == pytest.approx(row["actual_cost_usd"])
+        assert limits["tokens_available"] == pytest.approx(100_000 - row["total_tokens"])
+        assert limits["in_flight_usd"] == 0  # its reservation is settled
+
+
+def test_a_stream_abandoned_at_a_deployed_gateway_is_billed(tmp_path: Path) -> None:
+    """The same hang-up against ``ratchet gateway`` in its own process (uvloop, its HTTP protocol, as deployed):
+    the client's budget sees the abandoned stream's dollars, and its sealed row its counted tokens."""
+    from ratchet_core.control_db import ensure_schema, make_engine
+
+    control = f"sqlite:///{tmp_path / 'control.db'}"
+    engine = make_engine(control)
+    ensure_schema(engine)
+    with (
+        faulty_upstream() as up,
+        gateway_process(tmp_path / "gw", up.url, {"RATCHET_CONTROL_DB": control}) as url,
+    ):
+        up.set("slow_stream", tokens=40, interval_ms=200)
+        with engine.begin() as conn:
+            cl.set_limits(conn, "app1", {"budget_usd": 100.0, "budget_period": "day"}, (), "tests", "billing")
+        auth = {"Authorization": f"Bearer {API_KEY}"}
+
+        def view() -> dict:
+            return httpx.get(f"{url}/ratchet/dashboard/data", headers=auth, timeout=30).json()["limits"]
+
+        deadline = time.monotonic() + 30
+        while view().get("budget_usd") != 100.0:  # the gateway's next poll applies it: nothing to await
+            assert time.monotonic() < deadline, "the gateway never applied the budget"
+            time.sleep(0.1)
+        rid = _abandon(url)
+        while not view().get("spent_usd"):  # recorded once the drain (2 s) ends
+            assert time.monotonic() < deadline + 30, "the abandoned stream was never billed"
+            time.sleep(0.1)
+        spent = view()["spent_usd"]
+    rows = [r for r in sealed_rows(tmp_path / "gw" / "lake") if r["request_id"] == rid]
+    assert len(rows) == 1 and spent > 0 and rows[0]["actual_cost_usd"] == pytest.approx(spent)
+    assert rows[0]["prompt_tokens"] > 50 and rows[0]["completion_tokens"] >= 3
+    assert rows[0]["usage_source"] == "counted" and rows[0]["truncated"]
+
+
+def test_a_stream_abandoned_near_its_end_is_billed_as_the_upstream_reported(tmp_path: Path) -> None:
+    """The upstream ends within the drain after the hang-up: its own usage is recorded (``reported``), the whole
+    answer's, not the part the client read."""
+    with faulty_upstream() as up, running_gateway(tmp_path, up.url) as gw:
+        up.set("slow_stream", tokens=8, interval_ms=100)
+        rid = _abandon(gw.url, chunks=1)
+        row = _row_of(gw, rid)
+        assert row["truncated"]
+        asked = up.requests[-1].body["stream_options"]
+        assert asked == {"include_usage": True}  # the gateway asks for usage
+        assert row["completion_tokens"] == 6, row  # " t0" .. " t7": ceil(24 / 4), as the upstream reported
+        assert row["prompt_tokens"] > 50 and row["actual_cost_usd"] > 0
+        assert row["usage_source"] == "reported"
+
+
+def test_an_upstream_that_reports_no_usage_is_billed_counted(tmp_path: Path) -> None:
+    """A provider that sends no usage (streamed or not) does not make an answer free: it is counted, and says so.
+    (On the old code: 0 tokens, $0.)"""
+    with faulty_upstream() as up, running_gateway(tmp_path, up.url) as gw:
+        up.set("ok", usage={})
+        client = openai.OpenAI(base_url=gw.url + "/v1", api_key=API_KEY, max_retries=0, timeout=30)
+        ask = [{"role": "user", "content": LONG_ASK}]
+        plain = client.chat.completions.with_raw_response.create(model="ratchet", messages=ask)
+        stream = client.chat.completions.create(model="ratchet", messages=ask, stream=True)
+        streamed = "".join(c.choices[0].delta.content or "" for c in stream if c.choices)
+        assert streamed == "The faulty upstream says hello."
+        rows = [
+            _row_of(gw, plain.headers["x-ratchet-request-id"]),
+            _row_of(gw, stream.response.headers["x-ratchet-request-id"]),
+        ]
+        for row in rows:
+            assert (
+                row["prompt_tokens"] > 50 and row["completion_tokens"] > 3 and row["actual_cost_usd"] > 0
+            ), row
+            assert row["usage_source"] == "counted" and not row["truncated"] and row["status_code"] == 200
+
+
+ASK_TOKENS = 150  # max_tokens of the concurrent requests below
+
+
+def _burst(gw, n: int = 16, **body) -> list[httpx.Response]:
+    """`n` chat requests of app1 at once (the teacher answers each after 2 s, so all are in flight together)."""
+    ask = {"model": "ratchet", "messages": [{"role": "user", "content": LONG_ASK}], **body}
+
+    def one(_: int) -> httpx.Response:
+        headers = {"Authorization": f"Bearer {API_KEY}"}
+        return httpx.post(f"{gw.url}/v1/chat/completions", headers=headers, json=ask, timeout=60)
+
+    with concurrent.futures.ThreadPoolExecutor(n) as pool:
+        return list(pool.map(one, range(n)))
+
+
+def _used(answers: list[httpx.Response]) -> int:
+    return sum(r.json()["usage"]["total_tokens"] for r in answers if r.status_code == 200)
+
+
+def test_sixteen_concurrent_requests_are_admitted_by_reservation_within_tokens_per_minute(
+    tmp_path: Path,
+) -> None:
+    """Tokens/min 1,000 and 16 concurrent requests (prompt ~100 tokens, max_tokens 150): only what the limit
+    holds is admitted, each reserving its worst case before it is sent. (On the old code all 16 were admitted,
+    since an answer's tokens were charged only once it was known.)"""
+    with faulty_upstream() as up, running_gateway(tmp_path, up.url) as gw:
+        up.set("ok", delay_ms=2_000)
+        _stop_clock(gw)
+        _limit(gw, "app1", tpm=1_000)
+        answers = _burst(gw, max_tokens=ASK_TOKENS)
+        admitted = [r for r in answers if r.status_code == 200]
+        refused = [r for r in answers if r.status_code == 429]
+        assert len(admitted) + len(refused) == 16, [r.text for r in answers]
+        reserve = (
+            gw.gw.teacher_equivalent.count({"messages": [{"role": "user", "content": LONG_ASK}]}) + ASK_TOKENS
+        )
+        print(f"tokens/min 1000, 16 concurrent: {len(admitted)} admitted, reserving {len(admitted) * reserve} "
+              f"tokens and using {_used(answers)}")  # fmt: skip
+        assert len(admitted) >= 1_000 // reserve and refused  # as many as their worst cases fit (more only as
+        # answers settle and give back what they did not use)
+        assert _used(answers) <= 1_000  # one replica: no overshoot when every request states max_tokens
+        for r in refused:
+            err = r.json()["error"]
+            assert err["type"] == "tokens" and 1 <= int(r.headers["retry-after"]) <= 60, r.text
+            assert f"reserves {reserve} tokens" in err["message"]
+        # settled: the bucket holds the limit less what was used, not less what was reserved
+        view = httpx.get(f"{gw.url}/ratchet/dashboard/data", headers={"Authorization": f"Bearer {API_KEY}"})
+        assert view.json()["limits"]["tokens_available"] == pytest.approx(1_000 - _used(answers))
+
+
+def test_a_request_larger_than_the_limit_is_refused_outright_never_a_lockout(tmp_path: Path) -> None:
+    """The issue's tenant: tokens/min 100 and 16 concurrent 3,000-token chats. Each is a 400 that says why (no wait
+    would let it through); none reaches the teacher; a small request right after is served: no lockout. (On the
+    old code all 16 were served, ~48,000 tokens, and the client was then locked out for hours.)"""
+    with faulty_upstream() as up, running_gateway(tmp_path, up.url) as gw:
+        up.set("ok", delay_ms=2_000)
+        _stop_clock(gw)
+        _limit(gw, "app1", tpm=100)
+        huge = "word " * 3_000
+        answers = _burst(gw, messages=[{"role": "user", "content": huge}])
+        print(f"tokens/min 100, 16 concurrent 3,000-token chats: {sum(r.status_code == 200 for r in answers)} "
+              f"admitted, {_used(answers)} tokens used")  # fmt: skip
+        assert [r.status_code for r in answers] == [400] * 16, [r.text[:200] for r in answers]
+        err = answers[0].json()["error"]
+        assert (
+            err["code"] == "request_too_large"
+            and err["param"] == "messages"
+            and "100 tokens/min" in err["message"]
+        )
+        assert not up.requests  # nothing was sent
+        small = {"model": "ratchet", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 20}
+        r = httpx.post(
+            f"{gw.url}/v1/chat/completions", headers={"Authorization": f"Bearer {API_KEY}"}, json=small
+        )
+        assert r.status_code == 200, r.text
+
+
+def test_a_refusal_after_a_burst_never_waits_more_than_the_minute_it_is_owed(tmp_path: Path) -> None:
+    """However much a burst used (an upstream that reports more than was reserved: here 2,000 completion tokens
+    for max_tokens 20), the bucket never goes below empty: the next refusal's retry-after is at most 60 s, and a
+    minute later (on the limiter's clock) the client is served. (On the old code: a debt of the whole burst.)"""
+    with faulty_upstream() as up, running_gateway(tmp_path, up.url) as gw:
+        up.set(
+            "ok",
+            delay_ms=500,
+            usage={"prompt_tokens": 100, "completion_tokens": 2_000, "total_tokens": 2_100},
+        )
+        now = [1_000.0]
+        gw.gw.limits.clock = lambda: now[0]
+        _limit(gw, "app1", tpm=600)
+        first = _burst(gw, max_tokens=20)
+        assert any(r.status_code == 200 for r in first)
+        r = _burst(gw, n=1, max_tokens=20)[0]
+        assert r.status_code == 429 and int(r.headers["retry-after"]) <= 60, (r.status_code, r.headers)
+        now[0] += 60  # the window it is owed
+        assert _burst(gw, n=1, max_tokens=20)[0].status_code == 200
+
+
+def test_a_budget_is_not_overshot_by_concurrent_requests(tmp_path: Path) -> None:
+    """A $0.004 daily budget and 16 concurrent requests (each worst case ~$0.0018, each answer ~$0.0003): requests
+    are admitted while their worst cases fit; the others wait for those in flight (429 ``budget_in_flight``,
+    retry in 1 s); the spend ends within the budget. (On the old code all 16 were admitted: ~$0.0055.)"""
+    with faulty_upstream() as up, running_gateway(tmp_path, up.url) as gw:
+        up.set("ok", delay_ms=2_000)
+        _limit(gw, "app1", budget_usd=0.004, budget_period="day")
+        answers = _burst(gw, max_tokens=ASK_TOKENS)
+        spent = gw.gw.limits.spent("app1", cl.window("day", gw.gw.limits.today()))
+        print(f"budget $0.004, 16 concurrent: {sum(r.status_code == 200 for r in answers)} admitted, "
+              f"spent ${spent:.5f}")  # fmt: skip
+        assert spent <= 0.004, spent
+        waited = [r for r in answers if r.status_code == 429]
+        assert waited and all(r.json()["error"]["code"] == "budget_in_flight" for r in waited)
+        assert all(r.headers["retry-after"] == "1" for r in waited)
+        # one after another, the client spends its budget, passing it by at most one request
+        up.set("ok")
+        for _ in range(40):
+            r = _burst(gw, n=1, max_tokens=ASK_TOKENS)[0]
+            if r.status_code == 429:
+                break
+        spent = gw.gw.limits.spent("app1", cl.window("day", gw.gw.limits.today()))
+        print(f"budget $0.004, then one at a time: spent ${spent:.5f} when refused")
+        assert r.json()["error"]["code"] == "insufficient_quota" and 0.004 <= spent < 0.004 + 0.0018, spent
