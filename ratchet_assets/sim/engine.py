@@ -67,6 +67,7 @@ from pathlib import Path
 from typing import Any
 
 from ratchet_assets.release.admission import Candidate, certificate_numbers
+from ratchet_assets.release.content import content_digest, existing_version
 from ratchet_assets.release.decision import LADDER, Decision, ReleaseRule, Track
 from ratchet_assets.release.evidence import PairRow
 from ratchet_assets.release.tick import (
@@ -162,6 +163,7 @@ class Simulation:
         self.pairs_total = {"audit": 0, "shadow": 0}
         self.waits_seen: set[tuple[str, str]] = set()
         self.version_count = 0
+        self.contents: list[tuple[str, str]] = []  # (version, content digest), oldest first
 
     # one request -----------------------------------------------------------------------------------------
     def _student(self, version: str) -> Student:
@@ -423,11 +425,19 @@ class Simulation:
         split = split_golden(self.artifacts, date_s, share=cfg.golden_share)
         train = build_training_set(self.artifacts, date_s, window_days=cfg.window_days)
         student = self._train(Path(train.path), day)
-        self.version_count += 1
-        version = f"v{self.version_count}-{student.digest[:8]}"
-        if self.version_count == cfg.worse_version:  # wrong everywhere, on the golden rows too
-            student = CorruptedStudent(student, cfg.worse_share, evaluated=True)
-        s.models[version] = student
+        # A version is its content (release.content): the same weights as an earlier night's are that version.
+        content = content_digest(student.digest, f"sim-{cfg.student}-student", "", "sim")
+        same = existing_version(self.contents, content)
+        if same is not None:
+            version = same
+            student = s.models[same]
+        else:
+            self.version_count += 1
+            version = f"v{self.version_count}-{student.digest[:8]}"
+            self.contents.append((version, content))
+            if self.version_count == cfg.worse_version:  # wrong everywhere, on the golden rows too
+                student = CorruptedStudent(student, cfg.worse_share, evaluated=True)
+            s.models[version] = student
         golden = load_golden(self.artifacts, date_s)
         answers = [Answer(*_golden_answer(student, g)) for g in golden]
         baselines = {}
@@ -453,7 +463,7 @@ class Simulation:
             tasks=outcomes,
             day=date_s,
         )
-        cert_file = self.layout.certificate_predicate(version)
+        cert_file = self.layout.certificate_predicate(version if same is None else f"{version}@{date_s}")
         cert_file.parent.mkdir(parents=True, exist_ok=True)
         # Unsigned: the simulator holds no signing key; the numbers are the certificate's own.
         cert_file.write_bytes(canonical_json(predicate))
@@ -476,7 +486,17 @@ class Simulation:
                     "p": round(sec["mcnemar"]["p_value"], 6),
                 },
             }
-            if sec["certified"]:  # what the versions registry does with a signed certificate
+            if sec["certified"] and same is not None:
+                # Re-certified: a queued candidate gets the new numbers; anything else starts no rollout.
+                s.candidates = [
+                    dataclasses.replace(
+                        c, lower_bound=n.lower_bound, threshold=n.ltt_threshold, paired=n.paired
+                    )
+                    if (c.version, c.task) == (version, task)
+                    else c
+                    for c in s.candidates
+                ]
+            elif sec["certified"]:  # what the versions registry does with a signed certificate
                 s.candidates.append(
                     Candidate(
                         version,
@@ -490,6 +510,7 @@ class Simulation:
                 )
         return {
             "version": version,
+            "recertified": same is not None,
             "traffic_rows": traffic.rows,
             "examples": examples.examples,
             "golden_size": split.golden_size,
