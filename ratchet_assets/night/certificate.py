@@ -58,8 +58,11 @@ def certificate_path(layout: ArtifactLayout, version: str, day: str) -> Path:
 
 
 def live_versions(engine: Any, public_key: Any) -> dict[str, str]:
-    """task -> live version (``TaskRelease.live_version``: during a rollout, the live version behind the
-    candidate), from the newest verified release manifest ({} when none): what the paired gate compares with."""
+    """task -> the version the night compares its adapter with, from the newest verified release manifest ({}
+    when none): the candidate in the task's slot (shadow, canary), else the live version
+    (``ratchet_assets.release.tick.incumbent``). A newcomer significantly better than the candidate preempts it;
+    once that candidate is live, the comparison is the paired gate's (with live)."""
+    from ratchet_assets.release.tick import incumbent
     from ratchet_core.control_db import ensure_schema
     from ratchet_core.manifest import latest_verified
 
@@ -67,7 +70,7 @@ def live_versions(engine: Any, public_key: Any) -> dict[str, str]:
     manifest, _ = latest_verified(engine, public_key)
     if manifest is None:
         return {}
-    return {task: live for task, rel in manifest.tasks.items() if (live := rel.live_version)}
+    return {task: version for task, rel in manifest.tasks.items() if (version := incumbent(rel))}
 
 
 def certify_adapter(

@@ -80,6 +80,7 @@ from ratchet_assets.release.tick import (
     decide_tick,
     decision_statuses,
     healthy_versions,
+    incumbent,
 )
 from ratchet_assets.sim.config import SimConfig, SimError, teacher_prices, tokens_of
 from ratchet_assets.sim.student import CorruptedStudent, FastStudent, Student
@@ -164,6 +165,8 @@ class Simulation:
         self.waits_seen: set[tuple[str, str]] = set()
         self.version_count = 0
         self.contents: list[tuple[str, str]] = []  # (version, content digest), oldest first
+        # task -> (requests, the teacher's mean price of an answer) of the last day: the evidence budget's input
+        self.traffic: dict[str, tuple[float, float]] = {}
 
     # one request -----------------------------------------------------------------------------------------
     def _student(self, version: str) -> Student:
@@ -361,7 +364,16 @@ class Simulation:
         """One sensor evaluation: ``decide_tick`` on what is in memory, then apply its plan."""
         s = self.s
         pending = [dataclasses.replace(r, segment="pending", index=k) for k, r in enumerate(s.pending)]
-        plan = decide_tick(s.manifest, s.candidates, s.tracks, [("pending", pending)], s.rule)
+        today = (date.fromisoformat(self.cfg.start_day) + timedelta(days=day - 1)).isoformat()
+        plan = decide_tick(
+            s.manifest,
+            s.candidates,
+            s.tracks,
+            [("pending", pending)],
+            s.rule,
+            today=today,
+            traffic=self.traffic,
+        )
         for line in plan.waiting:  # why a candidate is not admitted: once per version and reason
             version = line.split(" ", 1)[0]
             if (version, line) not in self.waits_seen:
@@ -442,9 +454,7 @@ class Simulation:
         answers = [Answer(*_golden_answer(student, g)) for g in golden]
         baselines = {}
         for task in sorted({g.task for g in golden}):
-            live = s.manifest.task(
-                task
-            ).live_version  # the live version, also behind a candidate (night step's)
+            live = incumbent(s.manifest.task(task))  # the candidate in the slot, else live (night step's)
             if live in s.models:
                 model = s.models[live]
                 baselines[task] = (
@@ -561,6 +571,7 @@ class Simulation:
                 "shadow": 0,
             }
             by_task: dict[str, list[int]] = {}  # task -> [requests, served by the student]
+            task_cost: dict[str, float] = {}  # task -> the all-teacher cost of its requests
             for i, ex in enumerate(examples):
                 if i % cfg.tick_requests == 0:
                     self._tick(day, i)
@@ -571,6 +582,7 @@ class Simulation:
                 per_task = by_task.setdefault(ex.task, [0, 0])
                 per_task[0] += 1
                 per_task[1] += student
+                task_cost[ex.task] = task_cost.get(ex.task, 0.0) + st["teacher_cost"]
                 agg["correct"] += st["correct"]
                 agg["student_correct"] += student and st["correct"]
                 agg["teacher"] += st["teacher_cost"]
@@ -578,6 +590,7 @@ class Simulation:
                 agg["audit"] += st["audit"]
                 agg["shadow"] += st["shadow"]
             self._tick(day, cfg.requests)
+            self.traffic = {t: (float(c[0]), task_cost[t] / c[0]) for t, c in sorted(by_task.items())}
             write_segment(self.lake / segment_relpath(date_s, REPLICA, 1), rows)
             stages = {
                 task: {
