@@ -167,6 +167,10 @@ class Simulation:
         self.contents: list[tuple[str, str]] = []  # (version, content digest), oldest first
         # task -> (requests, the teacher's mean price of an answer) of the last day: the evidence budget's input
         self.traffic: dict[str, tuple[float, float]] = {}
+        # task -> day -> [requests, served correctly, evidence spend]; version -> the night that minted it
+        self.flywheel_days: dict[str, dict[int, list]] = {}
+        self.minted_day: dict[str, int] = {}
+        self.nights = 0
 
     # one request -----------------------------------------------------------------------------------------
     def _student(self, version: str) -> Student:
@@ -250,6 +254,7 @@ class Simulation:
             )
         ]
         pair_costs = 0.0
+        audit_cost = 0.0  # the teacher's pay for this request's audit: evidence spend
         if audit:  # the teacher is asked again: another call, its own reasoning
             outcome = "agree" if compare(task, teacher_msg, answer) else "disagree"
             audit_reasoning = cfg.reasoning_tokens(rid, "audit")
@@ -260,6 +265,7 @@ class Simulation:
             rows.append(row)
             s.pending.append(PairRow("", 0, version, task, "audit", outcome, None, None))
             pair_costs += row["actual_cost_usd"]
+            audit_cost = row["actual_cost_usd"]
         if shadow_version:
             msg, conf = self._ask_student(shadow_version, rid, ex)
             outcome = "agree" if compare(task, teacher_msg, msg) else "disagree"
@@ -280,6 +286,7 @@ class Simulation:
             "teacher_cost": true_teacher_cost,
             "actual": actual + pair_costs,
             "audit": int(audit),
+            "audit_cost": audit_cost,
             "shadow": int(bool(shadow_version)),
         }
         return rows, stats
@@ -447,6 +454,7 @@ class Simulation:
             self.version_count += 1
             version = f"v{self.version_count}-{student.digest[:8]}"
             self.contents.append((version, content))
+            self.minted_day[version] = day
             if self.version_count == cfg.worse_version:  # wrong everywhere, on the golden rows too
                 student = CorruptedStudent(student, cfg.worse_share, evaluated=True)
             s.models[version] = student
@@ -541,6 +549,37 @@ class Simulation:
             base, train_jsonl, self.layout.adapter_dir(f"night-{day}"), seed=self.cfg.seed
         )
 
+    def _flywheel(self) -> dict[str, Any]:
+        """Per task, what issue-level release health is measured by: versions minted (nights whose adapter was new
+        content; the same count for every task) and re-certified, versions deployed (admitted to shadow) and
+        reaching live, days from a version's certificate (the night that minted it) to live, days whose served
+        precision on the task was below its target, and the teacher's pay for audits (evidence spend)."""
+        target = self.cfg.target
+        out: dict[str, Any] = {}
+        minted = len(self.contents)
+        recertified = self.nights - minted
+        for task, days in sorted(self.flywheel_days.items()):
+            deps = [d for d in self.s.deployments if d.task == task]
+            live = [d for d in deps if d.live_day is not None]
+            spend = sum(v[2] for v in days.values())
+            out[task] = {
+                "versions_minted": minted,
+                "recertified_nights": recertified,
+                "versions_deployed": len(deps),
+                "versions_reached_live": len(live),
+                "days_certificate_to_live": [
+                    d.live_day - self.minted_day.get(d.version, d.day - 1) for d in live
+                ],
+                "days_below_target": [
+                    day for day, v in sorted(days.items()) if v[0] and v[1] / v[0] < target
+                ],
+                "precision_by_day": [
+                    round(v[1] / v[0], 6) if v[0] else None for _, v in sorted(days.items())
+                ],
+                "evidence_spend_usd": round(spend, 6),
+            }
+        return out
+
     # the run -----------------------------------------------------------------------------------------------
     def run(self) -> dict[str, Any]:
         from ratchet_assets.night.fixtures import write_segment
@@ -583,6 +622,10 @@ class Simulation:
                 per_task[0] += 1
                 per_task[1] += student
                 task_cost[ex.task] = task_cost.get(ex.task, 0.0) + st["teacher_cost"]
+                fw = self.flywheel_days.setdefault(ex.task, {}).setdefault(day, [0, 0, 0.0])
+                fw[0] += 1
+                fw[1] += st["correct"]
+                fw[2] += st["audit_cost"]
                 agg["correct"] += st["correct"]
                 agg["student_correct"] += student and st["correct"]
                 agg["teacher"] += st["teacher_cost"]
@@ -606,6 +649,7 @@ class Simulation:
                     task, {"stage": "teacher", "version": "", "threshold": None, "previous_live": None}
                 )
             night = self._night(day, date_s)
+            self.nights += 1
             n = cfg.requests
             cum_audits += agg["audit"] + agg["shadow"]
             record = {
@@ -662,6 +706,7 @@ class Simulation:
                 "superseded": [d.version for d in deps if d.superseded_day is not None],
                 "reached_live": [d.version for d in deps if d.live_day is not None],
             },
+            "flywheel": self._flywheel(),
             "task_policy": cfg.task_policy().model_dump(mode="json"),
             "manifest_sequence": s.manifest.sequence,
             "teacher_price_per_token": {

@@ -221,3 +221,15 @@ def test_release_options_are_checked_with_a_clear_message():
     ):
         out = CliRunner().invoke(sim, ["--days", "1", "--requests", "10", *args])
         assert out.exit_code != 0 and needle in out.output, (args, out.output)
+
+
+def test_the_summary_measures_the_flywheel_per_task_and_the_spend_cap_holds(tmp_path):
+    """`ratchet sim --json` reports per task: versions minted and reaching live, days from certificate to live,
+    days below target and the teacher's pay for audits (the evidence spend), which the policy's cap bounds."""
+    free = _run(tmp_path, "free", days=6, requests=600, seed=5)["summary"]["flywheel"]["tickets"]
+    assert free["versions_minted"] == 6 and free["versions_reached_live"] >= 2
+    assert all(1 <= d <= 4 for d in free["days_certificate_to_live"]) and free["days_below_target"] == []
+    capped = _run(tmp_path, "cap", days=6, requests=600, seed=5, evidence_spend_usd=0.03)["summary"][
+        "flywheel"
+    ]
+    assert 0 < capped["tickets"]["evidence_spend_usd"] <= 0.03 * 6 < free["evidence_spend_usd"]
