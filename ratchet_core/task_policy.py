@@ -249,6 +249,10 @@ class ResolvedPolicy:
     calibration: str = "ltt"
     paired_gate: bool = False
     min_certified: float = DEFAULT_TARGET
+    max_candidate_days: int | None = None  # None: the evidence budget's expected days to live plus one
+    evidence_spend_usd: float | None = (
+        None  # None: no cap (the budget audits at most a quarter of the traffic)
+    )
     metrics: dict[str, dict[str, str]] | None = None
     bad_when: str | None = None
 
@@ -311,6 +315,12 @@ def resolve(
         calibration=pick("calibration", p.calibration, "ltt", "default"),
         paired_gate=bool(pick("paired_gate", p.paired_gate, False, "default")),
         min_certified=float(pick("min_certified", p.min_certified, t, "target")),
+        max_candidate_days=pick(
+            "max_candidate_days", p.max_candidate_days, None, "the evidence budget's days to live + 1"
+        ),
+        evidence_spend_usd=pick(
+            "evidence_spend_usd", p.evidence_spend_usd, None, "no cap: at most 0.25 audited"
+        ),
         metrics=pick(
             "metrics",
             {k: v.model_dump() for k, v in p.metrics.items()} if p.metrics else None,

@@ -31,6 +31,7 @@ TABLES = {
     "client_spend",
     "gateway_replicas",
     "feedback",
+    "version_certificates",
     "ratchet_schema",
 }
 
