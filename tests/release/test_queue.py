@@ -155,3 +155,38 @@ def test_bad_slot_days_or_spend_are_refused_with_a_usage_error_by_sim_and_the_po
     field = args[0].lstrip("-").replace("-", "_")
     with pytest.raises(ValidationError):
         TaskPolicy(**{field: float(args[1])})
+
+
+def test_the_sensor_signs_the_budget_rate_from_yesterdays_traffic_in_the_lake(engine, key, tmp_path):
+    """release_tick reads the task's requests and the teacher's mean price from the newest sealed day before today
+    (``evidence.task_traffic``) and signs the evidence budget's rate into the candidate's release."""
+    from ratchet_assets.night.fixtures import write_segment
+    from ratchet_assets.release.control import release_tick
+    from ratchet_core.lake import segment_relpath
+    from ratchet_core.schema import request_row
+    from tests.evidence.certificates import sign_certificate
+
+    art, lake = tmp_path / "artifacts", tmp_path / "lake"
+    mf.publish(
+        engine,
+        key,
+        lambda m: m.tasks.update(
+            t=mf.TaskRelease(stage="live", version="v1", canary_percent=100.0, threshold=0.3)
+        ),
+        "v1 is live",
+        "ops",
+    )
+    rows = [
+        request_row(
+            request_id=f"r{i}", day="2026-01-04", replica="gw1", seq=i + 1, task="t", teacher_cost_usd=0.001
+        )
+        for i in range(1000)
+    ]
+    write_segment(lake / segment_relpath("2026-01-04", "gw1", 1), rows)
+    sign_certificate(art, key, "v2", "t", correct=300, n=300, day="2026-01-04")
+    release_tick(engine, key, lake, art, None, today="2026-01-05")
+    m, _ = mf.latest_verified(engine, key.public_key())
+    rel = m.task("t")
+    # 585 audits / 1000 requests = 0.585 needed, capped at 0.25 (no spend cap in the policy)
+    assert (rel.stage, rel.version, rel.audit_rate, m.audit_rate("t")) == ("shadow", "v2", 0.25, 0.25)
+    assert "585 audited answers to reach live" in m.reason
