@@ -22,6 +22,15 @@ evidence is free and the rate stays the base rate.
 The budget spends no error: it changes how many audited answers arrive a day, not the tests that read them (an
 e-process is valid at any sampling rate fixed before the answers it samples; the rate is fixed at admission).
 
+Not built yet (issue 35, point 3, "free evidence first"): beside a live version the candidate does not answer
+every request live answers, so their disagreement is not measured on all traffic and every step is paid for with
+audits (this budget). What is missing: a routing pair role in which the candidate answers each live-served request
+off the path (``ratchet_core.routing.pairs``; student cost only) with a ``disagree`` outcome against live's answer;
+a promote rule using the carried bound, precision(candidate) >= LB_live - UB_disagree, with alpha split between
+live's audited lower bound and the disagreement's upper bound (e.g. alpha/2 each, stated in ``ReleaseRule``); and
+audits drawn with a logged inclusion probability (higher where the two disagree), each pair row carrying it, and
+the e-processes updated with inverse-probability-weighted increments so they stay test supermartingales.
+
 One pure function, :func:`evidence_budget`, called by the release sensor (``release.control``) and ``ratchet sim``
 (``sim.engine``) at admission; the manifest carries its rate (``TaskRelease.audit_rate``), which the gateway's
 routing reads while the candidate is in shadow or canary (``Manifest.audit_rate``).
