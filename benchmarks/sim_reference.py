@@ -8,7 +8,11 @@ exactly what ``ratchet sim ARGS --json`` prints):
 - ``extract.json`` (JSON answers): a low certification target with the point calibration and a teacher that
   bills reasoning tokens;
 - ``tools.json`` (tool calls): the sequential rule promoting on the Wilson bound, the paired gate and a minimum
-  certified bound.
+  certified bound;
+- ``flywheel.json``: ten good days at the default settings: every night's version waits for the candidate slot,
+  the evidence budget's audit rate walks each to live (``summary.flywheel``);
+- ``drift.json``: traffic drifts on day 4: the live version is rolled back, a retrained version goes live (the
+  day-by-day precision is ``summary.flywheel.tickets.precision_by_day``).
 
 ``python -m benchmarks.sim_reference`` reruns them and fails, naming the first numbers that moved, when any
 differs from ``benchmarks/reference/<name>.json``. When the change is intended: ``--write --note "why"``
@@ -36,6 +40,8 @@ RUNS: dict[str, str] = {
     "--teacher-reasoning-mean 200 --teacher-reasoning-cv 0.5",
     "tools": "--workload tools --days 5 --requests 300 --seed 3 --promote-evidence bound --paired-gate "
     "--min-certified 0.96",
+    "flywheel": "--workload tickets --days 10 --requests 600 --seed 19",
+    "drift": "--workload tickets --days 8 --requests 600 --seed 19 --drift-day 4",
 }
 # Summary numbers a changed run reports first (then the first other difference).
 WATCHED = (
@@ -45,6 +51,7 @@ WATCHED = (
     "all_teacher_usd",
     "manifest_sequence",
     "releases",
+    "flywheel",
 )
 
 

@@ -9,7 +9,7 @@ it from here:
 
 - ``release_manifests``, ``release_manifest_lock``: signed release manifests (``ratchet_core.manifest``);
 - ``trusted_keys``: the signed history of the keys gateways trust (``ratchet_core.keys``);
-- ``versions``, ``release_audit_log``, ``release_state``, ``failed_nights``: release control
+- ``versions``, ``version_certificates``, ``release_audit_log``, ``release_state``, ``failed_nights``: release control
   (``ratchet_assets.release.registry``);
 - ``effects``, ``effect_policies``, ``effect_approvals``, ``effect_spend``: the effect gate
   (``ratchet_assets.effects``);
@@ -120,6 +120,22 @@ versions = sa.Table(
     sa.Column("created_at", sa.String(40), nullable=False),
     sa.Column("updated_at", sa.String(40), nullable=False),
     sa.Column("note", sa.Text, nullable=False),
+)
+
+# Every certificate of a version, one row each (ratchet_assets.release.registry): a night whose adapter equals an
+# existing version's content re-certifies it (ratchet_assets.release.content); ``previous_digest`` chains each
+# certificate to the version's earlier one ("" for its first).
+version_certificates = sa.Table(
+    "version_certificates",
+    metadata,
+    sa.Column("certificate_path", sa.Text, primary_key=True),
+    sa.Column("version", sa.String(200), nullable=False, index=True),
+    sa.Column("day", sa.String(10), nullable=False),
+    sa.Column("digest", sa.String(64), nullable=False),  # SHA-256 of the envelope file's bytes
+    sa.Column("previous_digest", sa.String(64), nullable=False),
+    sa.Column("golden_root", sa.String(64), nullable=False),
+    sa.Column("certified_tasks", sa.Text, nullable=False),  # comma-separated
+    sa.Column("registered_at", sa.String(40), nullable=False),
 )
 
 release_audit_log = sa.Table(
@@ -384,6 +400,7 @@ SCHEMA_STEPS: tuple[tuple[int, str, Callable[[Connection], None] | None], ...] =
         "`sealed_requests`, `sealed_segments` added (the sealed request-id index feedback looks ids up in)",
         None,
     ),
+    (9, "`version_certificates` added (every certificate of a version, chained)", None),
 )
 SCHEMA_VERSION = SCHEMA_STEPS[-1][0]
 MIGRATIONS: dict[int, Callable[[Connection], None]] = {

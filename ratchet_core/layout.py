@@ -243,6 +243,11 @@ class ArtifactLayout:
     def certificate(self, version: str) -> Path:
         return self.path(f"{CERTIFICATES}/{_name(version, 'version')}.dsse.json")
 
+    def recertificate(self, version: str, day: str) -> Path:
+        """``certificates/<version>@<day>.dsse.json``: night `day`'s certificate of a version an earlier night
+        minted (its adapter has the same content, ``ratchet_assets.release.content``); certificates are write-once."""
+        return self.path(f"{CERTIFICATES}/{_name(version, 'version')}@{_name(day, 'day')}.dsse.json")
+
     def certificate_predicate(self, version: str) -> Path:
         """An unsigned certificate predicate (``ratchet sim`` holds no signing key)."""
         return self.path(f"{CERTIFICATES}/{_name(version, 'version')}.predicate.json")

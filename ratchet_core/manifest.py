@@ -71,6 +71,9 @@ class TaskRelease(BaseModel):
     # An operator put `version` here with `ratchet admin promote --force` (no certificate was required); the
     # release sensor never promotes a forced release further.
     forced: bool = False
+    # The candidate's audit rate while in shadow or canary, chosen at admission by the evidence budget
+    # (ratchet_assets.release.budget); None: the policy's rates. Written only when set (older bytes unchanged).
+    audit_rate: float | None = Field(None, ge=0.0, le=1.0)
 
     @property
     def live_version(self) -> str | None:
@@ -127,19 +130,27 @@ class Manifest(BaseModel):
         return self.task(name)
 
     def audit_rate(self, name: str) -> float:
-        """The audit rate of task `name`: its policy's ``canary_audit_rate`` while a candidate is in shadow or
-        canary, else its policy's ``audit_rate`` when set, else ``flags.audit_rate``."""
+        """The audit rate of task `name`: while a candidate is in shadow or canary its policy's
+        ``canary_audit_rate`` (an operator's choice wins), else the release's ``audit_rate`` (the evidence budget's);
+        else its policy's ``audit_rate`` when set, else ``flags.audit_rate``."""
         policy = self.policies.get(name)
+        rel = self.task(name)
+        rollout = rel.stage in ("shadow", "canary")
         if policy is None:
-            return self.flags.audit_rate
-        if policy.canary_audit_rate is not None and self.task(name).stage in ("shadow", "canary"):
+            return rel.audit_rate if rollout and rel.audit_rate is not None else self.flags.audit_rate
+        if policy.canary_audit_rate is not None and rollout:
             return policy.canary_audit_rate
+        if rollout and rel.audit_rate is not None:
+            return rel.audit_rate
         return self.flags.audit_rate if policy.audit_rate is None else policy.audit_rate
 
     def to_predicate(self) -> dict[str, Any]:
         data = self.model_dump(mode="json")
         if not data["policies"]:
             del data["policies"]  # manifests without policies keep the bytes they always had
+        for rel in data["tasks"].values():
+            if rel.get("audit_rate") is None:
+                rel.pop("audit_rate", None)  # likewise releases without an evidence budget
         return data
 
     @classmethod

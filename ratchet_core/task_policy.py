@@ -23,6 +23,11 @@ How a version of the task is released (``ratchet_assets.release.decision.Release
 - ``paired_gate``: admit a candidate only if exact McNemar on the certificate's paired golden rows does not show it
   worse than the live version at level ``delta`` (``ratchet_stats.mcnemar``).
 - ``min_certified``: admit a candidate only if its certified lower bound is at least this (default: ``target``).
+- ``max_candidate_days``: a candidate keeps the task's one candidate slot (shadow/canary) this many days; a newer
+  certified version waits behind it until then, unless the newer one is significantly better on the same golden
+  rows (``ratchet_assets.release.tick``; default 2).
+- ``evidence_spend_usd``: the most the teacher may be paid per day for audits of a candidate; caps the audit rate
+  the evidence budget chooses (``ratchet_assets.release.budget``; default: no cap).
 
 What the application's feedback means (``ratchet_core.feedback``; ``POST /ratchet/feedback``):
 
@@ -80,6 +85,8 @@ RELEASE_FIELDS = (
     "calibration",
     "paired_gate",
     "min_certified",
+    "max_candidate_days",
+    "evidence_spend_usd",
 )
 # What feedback means for the task (written only when set, like the release fields).
 FEEDBACK_FIELDS = ("metrics", "bad_when")
@@ -185,6 +192,8 @@ class TaskPolicy(BaseModel):
     calibration: Literal["ltt", "point"] | None = None
     paired_gate: bool | None = None
     min_certified: float | None = Field(None, gt=0.0, lt=1.0)
+    max_candidate_days: int | None = Field(None, ge=0, le=365)
+    evidence_spend_usd: float | None = Field(None, ge=0.0)
     metrics: dict[str, MetricSpec] | None = None
     bad_when: str | None = None
 
@@ -241,6 +250,10 @@ class ResolvedPolicy:
     calibration: str = "ltt"
     paired_gate: bool = False
     min_certified: float = DEFAULT_TARGET
+    max_candidate_days: int | None = None  # None: the evidence budget's expected days to live plus one
+    evidence_spend_usd: float | None = (
+        None  # None: no cap (the budget audits at most a quarter of the traffic)
+    )
     metrics: dict[str, dict[str, str]] | None = None
     bad_when: str | None = None
 
@@ -303,6 +316,12 @@ def resolve(
         calibration=pick("calibration", p.calibration, "ltt", "default"),
         paired_gate=bool(pick("paired_gate", p.paired_gate, False, "default")),
         min_certified=float(pick("min_certified", p.min_certified, t, "target")),
+        max_candidate_days=pick(
+            "max_candidate_days", p.max_candidate_days, None, "the evidence budget's days to live + 1"
+        ),
+        evidence_spend_usd=pick(
+            "evidence_spend_usd", p.evidence_spend_usd, None, "no cap: at most 0.25 audited"
+        ),
         metrics=pick(
             "metrics",
             {k: v.model_dump() for k, v in p.metrics.items()} if p.metrics else None,

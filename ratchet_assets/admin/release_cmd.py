@@ -135,17 +135,31 @@ def versions_cmd(status: str | None, artifacts: str, control_db: str, as_json: b
         if "not registered" in note:
             click.echo(f"warning: {note}", err=True)
     rows = registry.list_versions(engine, status=status)
+    certs: dict[str, list[dict]] = {}
+    for c in registry.certificates_of(engine):
+        certs.setdefault(c["version"], []).append(
+            {k: c[k] for k in ("day", "certificate_path", "digest", "previous_digest", "certified_tasks")}
+        )
     if as_json:
-        echo_json(rows)
+        echo_json([{**r, "certificates": certs.get(r["version"], [])} for r in rows])
         return
     if not rows:
         click.echo("no versions yet: a passing evaluation certificate registers one")
         return
+    shown: set[str] = set()
     for r in rows:
         thr = "-" if r["threshold"] is None else f"{r['threshold']:.3f}"
         click.echo(
             f"{r['version']:<24} {r['task']:<16} {r['status']:<12} stage={r['stage']:<8} threshold={thr}"
         )
+        if r["version"] in shown:
+            continue
+        shown.add(r["version"])
+        for c in certs.get(r["version"], []):  # a version's certificates, each chained to the one before
+            chain = f"chained to {c['previous_digest'][:12]}" if c["previous_digest"] else "first"
+            click.echo(
+                f"  certificate {c['day']} {c['certificate_path']} sha256 {c['digest'][:12]} ({chain})"
+            )
 
 
 @click.command("promote")

@@ -99,6 +99,8 @@ def set_cmd(
     calibration: str | None,
     paired_gate: bool | None,
     min_certified: float | None,
+    max_candidate_days: int | None,
+    evidence_spend_usd: float | None,
     metrics: tuple[str, ...],
     bad_when: str | None,
     clear: tuple[str, ...],
@@ -132,6 +134,8 @@ def set_cmd(
             calibration=calibration,
             paired_gate=paired_gate,
             min_certified=min_certified,
+            max_candidate_days=max_candidate_days,
+            evidence_spend_usd=evidence_spend_usd,
             bad_when=bad_when,
         ).items()
         if v is not None
@@ -142,7 +146,7 @@ def set_cmd(
         _fail(
             "nothing to set: give at least one of --comparator/--target/--delta/--audit-rate/--golden-share/"
             "--enable/--disable/--release/--promote-evidence/--canary-audit-rate/--calibration/--paired-gate/"
-            "--min-certified/--metric/--bad-when/--clear"
+            "--min-certified/--max-candidate-days/--evidence-spend-usd/--metric/--bad-when/--clear"
         )
     both = set(clear) & set(given)
     if both:

@@ -42,6 +42,7 @@ from typing import Any
 from ratchet_assets.night import warm_start
 from ratchet_assets.night.commitments import training_commitment
 from ratchet_assets.night.lora_trainer import LoraTrainConfig
+from ratchet_assets.release.content import content_digest, existing_version, record_content
 from ratchet_core.layout import ArtifactLayout
 from ratchet_stats.certificate import BASE_KEYS
 
@@ -314,6 +315,24 @@ def _start_plan(
     return plan, digest
 
 
+def known_contents(artifacts: str | Path | ArtifactLayout, day: str) -> list[tuple[str, str]]:
+    """(version, content digest) of every other night's adapter record, oldest night first
+    (``release.content.existing_version`` reads it)."""
+    layout = artifacts if isinstance(artifacts, ArtifactLayout) else ArtifactLayout(artifacts)
+    out: list[tuple[str, str]] = []
+    for other in layout.days("adapters"):
+        pointer = layout.adapter_pointer(other)
+        if other == day or not pointer.is_file():
+            continue
+        try:
+            record = json.loads(pointer.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            continue
+        if record.get("version") and record.get("adapter_sha256"):
+            out.append((str(record["version"]), record_content(record)))
+    return out
+
+
 def train_adapter(
     artifacts: str | Path,
     day: str,
@@ -364,10 +383,19 @@ def train_adapter(
         (staging / "row_tasks.json").write_text(json.dumps(tasks), encoding="utf-8")
         try:
             trained, reported = launch(extras)
-            version = f"v{launch_rank(effects, key)}-{trained['adapter_sha256'][:8]}"
+            content = content_digest(
+                trained["adapter_sha256"], identity["sha256"], identity.get("chat_template_sha256", ""), chash
+            )
+            # A version is its content (release.content): the same weights, base, template and config as an
+            # earlier night's are that night's version, re-certified on this night's golden set, not a new one.
+            same = existing_version(known_contents(layout, day), content)
+            version = same or f"v{launch_rank(effects, key)}-{trained['adapter_sha256'][:8]}"
             target = layout.adapter_dir(version)
-            shutil.rmtree(target, ignore_errors=True)
-            (staging / "adapter").replace(target)
+            if same and target.is_dir():
+                log(f"{version} again: the adapter equals {version}'s (same weights, base, template, config)")
+            else:
+                shutil.rmtree(target, ignore_errors=True)
+                (staging / "adapter").replace(target)
             shutil.rmtree(staging, ignore_errors=True)
         except Exception as exc:
             effects.fail(begin.token, f"{type(exc).__name__}: {exc}"[:1000])
@@ -392,6 +420,8 @@ def train_adapter(
             "rows_left_out": trained.get("rows_left_out", 0),  # longer than max_len: never cut, left out
             "learner": learner_numbers(trained),
             "effect_key": key,
+            "content_sha256": content,
+            "recertifies": same or "",
             "start": plan.to_record(
                 float(train_config.get("replay_share", 0.25)), int(train_config.get("replay_cap", 1000))
             ),

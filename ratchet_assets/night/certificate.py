@@ -39,9 +39,30 @@ class CertificateResult:
         return list(self.predicate["certified_tasks"])
 
 
+def certificate_path(layout: ArtifactLayout, version: str, day: str) -> Path:
+    """Where night `day`'s certificate of `version` goes: ``certificates/<version>.dsse.json`` for the night that
+    minted it (or a rerun of that night), ``certificates/<version>@<day>.dsse.json`` when a later night's adapter
+    is the same version (``ratchet_assets.release.content``: it re-certifies it on its own golden set)."""
+    import base64
+    import json
+
+    first = layout.certificate(version)
+    if not first.exists():
+        return first
+    try:  # only which night wrote it is read here: the registry verifies every certificate it registers
+        envelope = json.loads(first.read_text(encoding="utf-8"))
+        minted_on = json.loads(base64.b64decode(envelope["payload"]))["predicate"].get("day")
+    except (OSError, ValueError, KeyError, TypeError):  # unreadable: never overwrite a write-once certificate
+        minted_on = None
+    return first if minted_on == day else layout.recertificate(version, day)
+
+
 def live_versions(engine: Any, public_key: Any) -> dict[str, str]:
-    """task -> live version (``TaskRelease.live_version``: during a rollout, the live version behind the
-    candidate), from the newest verified release manifest ({} when none): what the paired gate compares with."""
+    """task -> the version the night compares its adapter with, from the newest verified release manifest ({}
+    when none): the candidate in the task's slot (shadow, canary), else the live version
+    (``ratchet_assets.release.tick.incumbent``). A newcomer significantly better than the candidate preempts it;
+    once that candidate is live, the comparison is the paired gate's (with live)."""
+    from ratchet_assets.release.tick import incumbent
     from ratchet_core.control_db import ensure_schema
     from ratchet_core.manifest import latest_verified
 
@@ -49,7 +70,7 @@ def live_versions(engine: Any, public_key: Any) -> dict[str, str]:
     manifest, _ = latest_verified(engine, public_key)
     if manifest is None:
         return {}
-    return {task: live for task, rel in manifest.tasks.items() if (live := rel.live_version)}
+    return {task: version for task, rel in manifest.tasks.items() if (version := incumbent(rel))}
 
 
 def certify_adapter(
@@ -144,7 +165,7 @@ def certify_adapter(
         cert.predicate_type_of(predicate), predicate, cert.certificate_subjects(predicate)
     )
     envelope = sign_statement(statement, private_key)
-    path = layout.certificate(version)
+    path = certificate_path(layout, version, day)
     atomic_write_bytes(path, canonical_json(envelope) + b"\n")
     for line in cert.summary_lines(predicate):
         log(line)

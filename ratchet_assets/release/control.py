@@ -32,6 +32,7 @@ from __future__ import annotations
 import json
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -41,7 +42,13 @@ from sqlalchemy.engine import Engine
 from ratchet_assets.release import registry
 from ratchet_assets.release.admission import Candidate
 from ratchet_assets.release.decision import Decision, ReleaseRule, Track, feedback_evidence, serving_tracks
-from ratchet_assets.release.evidence import Watermark, feedback_observations, pending_segments, read_pairs
+from ratchet_assets.release.evidence import (
+    Watermark,
+    feedback_observations,
+    pending_segments,
+    read_pairs,
+    task_traffic,
+)
 from ratchet_assets.release.guard import NotCertified, certified_task
 from ratchet_assets.release.tick import (
     Admission,
@@ -224,12 +231,21 @@ def _admit(engine: Engine, private_key: Any, adm: Admission, public_keys: Any, r
     try:
         with engine.begin() as conn:
             new = mf.publish_in(
-                conn, private_key, lambda m: admit(m, adm), adm.message, SENSOR_ACTOR, public_keys=public_keys
+                conn,
+                private_key,
+                lambda m: admit(m, adm),
+                adm.message[:REASON_MAX],  # the audit-log row below keeps it whole
+                SENSOR_ACTOR,
+                public_keys=public_keys,
             )
             _set_statuses(conn, admission_statuses(adm))
-            details = (
+            details: dict[str, Any] = (
                 {"supersedes": adm.replaces, "its_evidence": adm.replaced_evidence} if adm.replaces else {}
             )
+            if adm.retire:  # older queued candidates the newest skipped
+                details["skipped"] = list(adm.retire)
+            if adm.audit_rate is not None:
+                details["audit_rate"] = adm.audit_rate
             registry.append_audit(
                 conn, SENSOR_ACTOR, "admit", f"{adm.version}/{adm.task}", adm.message, details, new.sequence
             )
@@ -303,8 +319,10 @@ def release_tick(
     state: dict[str, Any] | str | None,
     rule: ReleaseRule | None = None,
     public_keys: Any = None,
+    today: str | None = None,
 ) -> TickResult:
-    """One evaluation of release control (module docstring); returns the new state and what happened."""
+    """One evaluation of release control (module docstring); returns the new state and what happened. `today`:
+    the ISO day of the evaluation (default: today in UTC), how long a candidate has held its slot."""
     rule = rule or ReleaseRule()
     if isinstance(state, str):
         state = json.loads(state) if state else {}
@@ -316,6 +334,7 @@ def release_tick(
         state = stored  # the cursor is older than the last publish (the sensor died before storing it)
     generation = int(state.get("generation", 0))
     result = TickResult(state=state)
+    today = today or datetime.now(UTC).date().isoformat()
     result.notes.extend(registry.register_certificates(engine, Path(artifacts), keys))
 
     manifest, rejected = mf.latest_verified(engine, keys)
@@ -336,6 +355,8 @@ def release_tick(
             pairs,
             rule,
             feedback_holds(engine, manifest, rule),
+            today=today,
+            traffic=task_traffic(lake, today),
         )
     finally:
         pairs.close()  # a plan stops reading at its decision: close the lake connection now

@@ -143,6 +143,12 @@ class ReleaseRule:
     paired_gate: bool = False
     min_certified: float | None = None  # None: the target
     delta: float = 0.05  # the certification level; the paired gate tests at it
+    max_candidate_days: int | None = (
+        None  # days a candidate keeps the slot (tick); None: the budget's slot_days
+    )
+    evidence_spend_usd: float | None = (
+        None  # per-day cap on the teacher's pay for a candidate's audits (budget)
+    )
 
     def __post_init__(self) -> None:
         if not 0.0 < self.floor < self.target < 1.0:
@@ -173,7 +179,8 @@ class ReleaseRule:
     def for_task(self, task: str, manifest: Any) -> ReleaseRule:
         """This rule as `task`'s signed policy sets it (ratchet_core.task_policy): its own target (the floor keeps
         its distance below the target when the task's target is at or under it), release rule, promote
-        evidence, calibration, paired gate, minimum certified bound and delta."""
+        evidence, calibration, paired gate, minimum certified bound, delta, candidate slot days and evidence
+        spend."""
         policy = (getattr(manifest, "policies", None) or {}).get(task)
         if policy is None:
             return self
@@ -186,6 +193,8 @@ class ReleaseRule:
                 "paired_gate",
                 "min_certified",
                 "delta",
+                "max_candidate_days",
+                "evidence_spend_usd",
             )
             if (value := getattr(policy, name)) is not None and value != getattr(self, name)
         }
@@ -242,6 +251,9 @@ class Track:
     recent: str = (
         ""  # wilson rule at live: its newest answers, oldest first ("1" = disagreed), <= wilson_window
     )
+    since: str = (
+        ""  # the day its track started (a candidate: the day it took the slot; tick.decide_tick's today)
+    )
 
     @classmethod
     def start(cls, version: str, task: str, step: int, rule: ReleaseRule) -> Track:
@@ -261,6 +273,8 @@ class Track:
         }
         if self.recent:  # only the wilson rule keeps it: a sequential track keeps its state's bytes
             out["recent"] = self.recent
+        if self.since:
+            out["since"] = self.since
         return out
 
     @classmethod
@@ -276,6 +290,7 @@ class Track:
             int(d.get("live_seen", 0)),
             d.get("drift_rejected_at"),
             str(d.get("recent", "")),
+            str(d.get("since", "")),
         )
 
     def at_step(self, step: int, rule: ReleaseRule) -> Track:

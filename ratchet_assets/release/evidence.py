@@ -181,3 +181,36 @@ def read_pairs(lake: str | Path, segments: list[str], wm: Watermark) -> Iterator
             )
     finally:
         con.close()
+
+
+def task_traffic(lake: str | Path, today: str) -> dict[str, tuple[float, float]]:
+    """task -> (requests, the teacher's mean price of one answer in USD) on the newest day before `today` with
+    sealed segments: the evidence budget's traffic (``release.budget``). {} when there is none."""
+    import duckdb
+
+    store = Lake(lake)
+    days = [d for d in store.days() if _is_day(d) and d < today]
+    if not days:
+        return {}
+    paths = [store.duckdb_path(seg.rel) for seg in store.segments(days[-1])]
+    if not paths:
+        return {}
+    con = duckdb.connect()
+    try:
+        store.attach(con)
+        rows = con.execute(
+            "SELECT task, count(*), avg(teacher_cost_usd) FROM read_parquet(?, union_by_name = true) "
+            "WHERE kind = 'request' GROUP BY task ORDER BY task",
+            [paths],
+        ).fetchall()
+    finally:
+        con.close()
+    return {str(t): (float(n), float(c or 0.0)) for t, n, c in rows if t}
+
+
+def _is_day(day: str) -> bool:
+    try:
+        dt.date.fromisoformat(day)
+    except ValueError:
+        return False
+    return True

@@ -53,12 +53,27 @@ RELEASE_OPTIONS: tuple[Callable[[Any], Any], ...] = (
         default=None,
         help="Least certified lower bound to enter shadow, in (0, 1).",
     ),
+    click.option(
+        "--max-candidate-days",
+        type=click.IntRange(0, 365),
+        default=None,
+        help="Days a candidate keeps the task's candidate slot before a newer certified version may take it "
+        "(default 2; sooner only when the newer one is significantly better on the same golden rows).",
+    ),
+    click.option(
+        "--evidence-spend-usd",
+        type=click.FloatRange(0.0),
+        default=None,
+        help="Most the teacher is paid per day for audits of a candidate (caps the evidence budget's audit rate; "
+        "default: no cap).",
+    ),
 )
 
 
 def release_options(command: Callable[..., Any]) -> Callable[..., Any]:
     """Add the release-rule options to a click command (its parameters: ``release_rule``, ``promote_evidence``,
-    ``canary_audit_rate``, ``calibration``, ``paired_gate``, ``min_certified``)."""
+    ``canary_audit_rate``, ``calibration``, ``paired_gate``, ``min_certified``, ``max_candidate_days``,
+    ``evidence_spend_usd``)."""
     for option in reversed(RELEASE_OPTIONS):
         command = option(command)
     return command

@@ -28,6 +28,7 @@ from ratchet_core.control_db import (
     gateway_safety_events,
     release_audit_log,
     release_state,
+    version_certificates,
     versions,
 )
 from ratchet_core.layout import ArtifactLayout
@@ -152,6 +153,7 @@ def register_certificates(engine: Engine, artifacts: Path, public_keys: Any) -> 
         return []
     with engine.connect() as conn:
         stored = [r[0] for r in conn.execute(sa.select(versions.c.certificate_path).distinct()) if r[0]]
+        stored += [r[0] for r in conn.execute(sa.select(version_certificates.c.certificate_path))]
     known = {_stored_name(layout, s) for s in stored}
     notes: list[str] = []
     for path in files:
@@ -172,8 +174,26 @@ def register_certificates(engine: Engine, artifacts: Path, public_keys: Any) -> 
         version = str(predicate["version"])
         day = str(predicate.get("day") or "")
         with engine.begin() as conn:
+            earlier = _chain(conn, version, name, day, path.read_bytes(), predicate)
             for task, section in sorted(predicate["tasks"].items()):
-                if get_version(conn, version, task) is not None:
+                row = get_version(conn, version, task)
+                if row is not None:
+                    if earlier and section.get("certified") is True:
+                        # Re-certified (release.content): the newest certificate's numbers, same status and
+                        # stage: a re-certification starts no rollout.
+                        conn.execute(
+                            versions.update()
+                            .where(sa.and_(versions.c.version == version, versions.c.task == task))
+                            .values(
+                                certificate_path=name,
+                                threshold=(section.get("ltt") or {}).get("threshold"),
+                                updated_at=now_iso(),
+                                note=f"re-certified on {day}: lower bound {section.get('lower_bound')}",
+                            )
+                        )
+                        notes.append(
+                            f"{version} on {task}: re-certified on {day} ({row['status']}, no rollout)"
+                        )
                     continue
                 certified = section.get("certified") is True
                 conn.execute(
@@ -195,6 +215,47 @@ def register_certificates(engine: Engine, artifacts: Path, public_keys: Any) -> 
                     f"{version} on {task}: {'candidate' if certified else 'rejected'} by certificate"
                 )
     return notes
+
+
+def _chain(
+    conn: Connection, version: str, name: str, day: str, envelope: bytes, predicate: dict[str, Any]
+) -> bool:
+    """Record certificate `name` of `version` in ``version_certificates``, chained (``previous_digest``) to the
+    version's newest earlier certificate; return whether the version had one (this one re-certifies it)."""
+    import hashlib
+
+    t = version_certificates
+    previous = conn.execute(
+        sa.select(t.c.digest).where(t.c.version == version).order_by(t.c.day.desc(), t.c.registered_at.desc())
+    ).first()
+    # A version registered before certificates were chained has a registry row and no chain row yet.
+    known = previous is not None or (
+        conn.execute(sa.select(versions.c.version).where(versions.c.version == version)).first() is not None
+    )
+    conn.execute(
+        t.insert().values(
+            certificate_path=name,
+            version=version,
+            day=day,
+            digest=hashlib.sha256(envelope).hexdigest(),
+            previous_digest=previous[0] if previous else "",
+            golden_root=str((predicate.get("golden") or {}).get("root") or ""),
+            certified_tasks=",".join(predicate.get("certified_tasks") or []),
+            registered_at=now_iso(),
+        )
+    )
+    return known
+
+
+def certificates_of(engine: Engine, version: str | None = None) -> list[dict[str, Any]]:
+    """Every registered certificate (of `version`), oldest first: day, name, digest and the digest it chains to."""
+    ensure_schema(engine)
+    t = version_certificates
+    q = sa.select(t).order_by(t.c.version, t.c.day, t.c.registered_at)
+    if version:
+        q = q.where(t.c.version == version)
+    with engine.connect() as conn:
+        return [dict(r) for r in conn.execute(q).mappings()]
 
 
 def load_state(engine: Engine) -> dict[str, Any] | None:

@@ -7,10 +7,16 @@ release rule, and returns a :class:`TickPlan`:
 1. admissions: the newest candidate of a task enters ``shadow`` when releases are not frozen and the task's
    admission rules pass (``ratchet_assets.release.admission``: its certificate bounds precision at or above the
    target and ``min_certified``, a threshold under the task's calibration, the paired gate); else it waits, with a
-   line saying why. When the task is in shadow or canary, the newcomer supersedes the version there
-   (:func:`supersedable`: in shadow, or in canary with a live version serving the rest; never one an operator
-   forced): that version leaves the manifest, the live version behind it keeps serving, and the versions
-   registry records it as ``superseded`` (not rolled back) with its evidence in the audit log;
+   line saying why. A task has ONE candidate slot (shadow or canary): a newer certified version waits in a
+   one-deep queue (the newest wins it; older queued ones are skipped, named in the admission) while a decision
+   about the version in the slot is within reach, and preempts it (:func:`preemption`) only when that version has
+   held the slot more than ``max_candidate_days`` (the policy's, else the evidence budget's expected days to live
+   plus one) or is significantly worse on the same golden rows (exact McNemar at the task's delta). A preempted
+   version leaves the manifest, the live version behind it keeps serving, and the versions registry records it as
+   ``superseded`` (not rolled back) with its evidence and the preemption's in the audit log. Never a canary with
+   nothing live behind it, nor one an operator forced (:func:`supersedable`). The admission carries the evidence
+   budget's audit rate (``release.budget``) into the release. A version re-certified where it already is (shadow,
+   canary, live; ``release.content``) starts nothing;
 2. the tracks (``decision.serving_tracks``) of the manifest after those admissions, the old ones carried over (a step
    moved by an operator resets promote evidence, never rollback evidence);
 3. at most one decision (``decision.decide`` / ``decision.feed``): first from evidence already in hand (a promotion
@@ -19,7 +25,9 @@ release rule, and returns a :class:`TickPlan`:
    those;
 4. hold lines for every other track.
 
-The decision does not depend on the clock: evidence order alone decides (the e-processes are anytime-valid).
+The decision does not depend on the clock: evidence order alone decides (the e-processes are anytime-valid). Only
+the queue reads a day (`today`, the caller's: the sensor's UTC date, the simulator's day): how long a candidate
+has held its slot.
 
 The callers apply the plan with the pure helpers below: :func:`admit` and :func:`apply_decision` change a draft
 manifest (raising :class:`ManifestMoved` or :class:`Frozen` when the manifest moved since the plan was made) and
@@ -32,9 +40,11 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from datetime import date
 from typing import Any
 
 from ratchet_assets.release.admission import Candidate, admission_problem, calibrated_threshold
+from ratchet_assets.release.budget import DEFAULT_SLOT_DAYS, evidence_budget
 from ratchet_assets.release.decision import (
     LADDER,
     ROLLBACK_RULES,
@@ -48,6 +58,7 @@ from ratchet_assets.release.decision import (
 )
 from ratchet_assets.release.evidence import PairRow
 from ratchet_core import manifest as mf
+from ratchet_stats.mcnemar import mcnemar_exact
 
 
 class ManifestMoved(Exception):
@@ -70,6 +81,9 @@ class Admission:
     retire: tuple[str, ...] = ()
     replaces: str = ""
     replaced_evidence: dict[str, Any] = field(default_factory=dict)
+    audit_rate: float | None = (
+        None  # the evidence budget's rate while it is in shadow or canary (release.budget)
+    )
 
 
 @dataclass(frozen=True)
@@ -107,19 +121,62 @@ class TickPlan:
 
 
 def tracks_for(
-    manifest: mf.Manifest, previous: Mapping[tuple[str, str], Track], rule: ReleaseRule
+    manifest: mf.Manifest, previous: Mapping[tuple[str, str], Track], rule: ReleaseRule, today: str = ""
 ) -> dict[tuple[str, str], Track]:
-    """A track per (version, task) serving in `manifest`, carried over from `previous` (moved to its step)."""
+    """A track per (version, task) serving in `manifest`, carried over from `previous` (moved to its step); a new
+    one starts on `today` (``Track.since``)."""
     tracks: dict[tuple[str, str], Track] = {}
     for task, rel in sorted(manifest.tasks.items()):
         for version, step in serving_tracks(rel):
             prev = previous.get((version, task))
-            tracks[(version, task)] = (
-                prev.at_step(step, rule.for_task(task, manifest))
-                if prev
-                else Track.start(version, task, step, rule.for_task(task, manifest))
-            )
+            if prev:
+                tracks[(version, task)] = prev.at_step(step, rule.for_task(task, manifest))
+            else:
+                t = Track.start(version, task, step, rule.for_task(task, manifest))
+                t.since = today
+                tracks[(version, task)] = t
     return tracks
+
+
+def days_between(first: str, last: str) -> int | None:
+    """Whole days from ISO day `first` to `last` (None when either is unknown)."""
+    if not first or not last:
+        return None
+    return (date.fromisoformat(last[:10]) - date.fromisoformat(first[:10])).days
+
+
+def preemption(
+    c: Candidate, slot: Track | None, rule: ReleaseRule, today: str, slot_days: int = DEFAULT_SLOT_DAYS
+) -> tuple[str | None, dict[str, Any]]:
+    """Whether newcomer `c` may take the candidate slot from `slot`'s version (None: it waits), and the evidence.
+
+    It may when the slot's version has held it more than ``max_candidate_days`` (the policy's, else `slot_days`:
+    the evidence budget's expected days to live plus one, ``release.budget``) (stale), or when `c`'s certificate
+    compares it with that version on the same golden rows and exact one-sided McNemar says the version in the
+    slot is worse at level ``delta`` (p = P(B >= b), B ~ Binom(b + c, 1/2), b = rows only the newcomer got right;
+    ``ratchet_stats.mcnemar``). This test spends the certificate's delta, as the paired gate does; it decides only
+    which certified version is tried first, never what serves."""
+    limit = rule.max_candidate_days if rule.max_candidate_days is not None else slot_days
+    evidence: dict[str, Any] = {"max_candidate_days": limit}
+    if slot is None:
+        return "no evidence about the version in the slot", evidence
+    age = days_between(slot.since, today)
+    evidence.update(slot_since=slot.since, today=today, slot_days=age, slot_evidence=evidence_of(slot, rule))
+    if age is not None and age > limit:
+        return (
+            f"{slot.version} has held the candidate slot {age} days (> {limit})",
+            evidence,
+        )
+    if c.paired is not None and c.paired.baseline == slot.version:
+        test = mcnemar_exact(c.paired.b, c.paired.c, alternative="greater")
+        evidence["mcnemar"] = {"b": c.paired.b, "c": c.paired.c, "p": test.p_value, "delta": rule.delta}
+        if test.p_value <= rule.delta:
+            return (
+                f"on the same golden rows {slot.version} is worse than {c.version} (right only for {c.version} "
+                f"{c.paired.b}, only for {slot.version} {c.paired.c}; exact McNemar p = {test.p_value:.3g} <= "
+                f"{rule.delta:g})"
+            ), evidence
+    return None, evidence
 
 
 def decide_tick(
@@ -129,11 +186,15 @@ def decide_tick(
     evidence: Iterable[tuple[str, Sequence[PairRow]]],
     rule: ReleaseRule,
     feedback_holds: Mapping[tuple[str, str], str] | None = None,
+    today: str = "",
+    traffic: Mapping[str, tuple[float, float]] | None = None,
 ) -> TickPlan:
     """One evaluation of release control (module docstring). `candidates` in registration order (the last of a
     task is the newest); `evidence`: (batch name, unread rows) in order, read lazily and only as far as needed;
     `feedback_holds`: (version, task) -> why the application's feedback holds its promotions
-    (``decision.feedback_evidence``)."""
+    (``decision.feedback_evidence``); `today`: the ISO day of this evaluation (how long a candidate has held its
+    slot); `traffic`: task -> (requests a day, the teacher's mean price of one answer), for the evidence budget
+    (``release.budget``; a task without it gets no budget rate)."""
     newest: dict[str, Candidate] = {}
     older: dict[str, list[str]] = {}
     for c in candidates:
@@ -145,6 +206,8 @@ def decide_tick(
     for task, c in sorted(newest.items()):
         cur = current.task(task)
         task_rule = rule.for_task(task, current)
+        if cur.version == c.version and cur.stage in ("shadow", "canary", "live"):
+            continue  # re-certified where it already is (release.content): no rollout
         replaces = cur.version if cur.stage in ("shadow", "canary") and cur.version != c.version else ""
         if replaces and cur.forced:
             plan.waiting.append(
@@ -165,6 +228,31 @@ def decide_tick(
                 "not a supersede)"
             )
             continue
+        live = cur.live_version
+        known = (traffic or {}).get(task)
+        budget = evidence_budget(
+            task_rule, *(known or (0.0, 0.0)), base_rate=_base_rate(current, task), live=bool(live)
+        )
+        slot_track = previous.get((replaces, task)) if replaces else None
+        preempt_evidence: dict[str, Any] = {}
+        if replaces:
+            # One candidate slot per task: the newcomer waits in a one-deep queue (the newest wins it) while a
+            # decision about the version in the slot is within reach; it preempts a stale or worse one.
+            why_preempt, preempt_evidence = preemption(c, slot_track, task_rule, today, budget.slot_days)
+            if why_preempt is None:
+                age = preempt_evidence.get("slot_days")
+                mc = preempt_evidence.get("mcnemar")
+                paired = (
+                    f"; on the same golden rows McNemar p = {mc['p']:.3g} > {task_rule.delta:g}"
+                    if mc
+                    else "; its certificate does not compare them"
+                )
+                plan.waiting.append(
+                    f"{c.version} on {task} waits behind {cur.version} (in {cur.stage}, "
+                    f"{'?' if age is None else age} of {preempt_evidence['max_candidate_days']} days in the "
+                    f"slot{paired})"
+                )
+                continue
         if current.flags.releases_frozen:
             plan.waiting.append(f"{c.version} on {task} waits: releases are frozen")
             continue
@@ -172,7 +260,13 @@ def decide_tick(
         if why_not:
             plan.waiting.append(f"{c.version} on {task} is not admitted: {why_not}")
             continue
+        rate = None if budget.free or known is None else budget.rate
         message = f"admitting {c.version} on {task} to shadow: certified by {c.source}"
+        if rate is not None:
+            message += f"; {budget.explain()}"
+        skipped = [v for v in older.get(task, []) if v != c.version]
+        if skipped:
+            message += f"; skips {', '.join(skipped)} (a newer certified version won the queue)"
         replaced_evidence: dict[str, Any] = {}
         if replaces:
             step = LADDER[serving_tracks(cur)[0][1]].describe()
@@ -183,20 +277,25 @@ def decide_tick(
                 if prev is not None
                 else "no evidence yet"
             )
-            message += f"; supersedes {replaces} at {step} ({seen}), which was not rolled back"
+            message += (
+                f"; preempts {replaces} at {step} ({seen}), which was not rolled back: "
+                f"{preemption(c, prev, task_rule, today, budget.slot_days)[0]}"
+            )
+            replaced_evidence = {**replaced_evidence, "preemption": preempt_evidence}
         adm = Admission(
             c.version,
             task,
             calibrated_threshold(c, task_rule),
             message,
-            tuple(v for v in older.get(task, []) if v != c.version),
+            tuple(skipped),
             replaces,
             replaced_evidence,
+            rate,
         )
         admit(current, adm)
         plan.admissions.append(adm)
     frozen = current.flags.releases_frozen
-    plan.tracks = tracks = tracks_for(current, previous, rule)
+    plan.tracks = tracks = tracks_for(current, previous, rule, today)
 
     def held(t: Track) -> str:
         rel = current.task(t.task)
@@ -233,10 +332,16 @@ def decide_tick(
 
 # --- applying a plan (pure: a draft manifest in, the registry changes out) -----------------------------------------
 def release_for(
-    step: int, version: str, threshold: float | None, current: mf.TaskRelease, forced: bool = False
+    step: int,
+    version: str,
+    threshold: float | None,
+    current: mf.TaskRelease,
+    forced: bool = False,
+    audit_rate: float | None = None,
 ) -> mf.TaskRelease:
     """The task's release at ladder `step` of `version`, keeping the previous live version to fall back to;
-    `forced`: an operator's ``--force`` put it there (``TaskRelease.forced``)."""
+    `forced`: an operator's ``--force`` put it there (``TaskRelease.forced``); `audit_rate`: the evidence budget's
+    rate while in shadow or canary (default: the current release's, when it is the same version's)."""
     s = LADDER[step]
     if current.stage == "live" and current.version != version:
         prev, prev_thr = current.version, current.threshold
@@ -250,7 +355,32 @@ def release_for(
         previous_live=prev,
         previous_threshold=prev_thr,
         forced=forced,
+        audit_rate=None
+        if s.stage == "live"
+        else (
+            audit_rate
+            if audit_rate is not None
+            else current.audit_rate
+            if current.version == version
+            else None
+        ),
     )
+
+
+def incumbent(rel: mf.TaskRelease) -> str | None:
+    """The version a night's certificate compares its adapter with (McNemar on the same golden rows): the candidate
+    in the task's slot (shadow or canary), else the live version; None when the teacher serves. A newcomer that is
+    significantly better than the candidate may preempt it (:func:`preemption`); once that candidate is live, the
+    comparison is with live, which the paired gate needs."""
+    if rel.stage in ("shadow", "canary") and rel.version:
+        return rel.version
+    return rel.live_version
+
+
+def _base_rate(m: mf.Manifest, task: str) -> float:
+    """The task's ordinary audit rate (its policy's, else the flag): what the evidence budget never goes below."""
+    policy = m.policies.get(task)
+    return m.flags.audit_rate if policy is None or policy.audit_rate is None else policy.audit_rate
 
 
 def rolled_back(current: mf.TaskRelease) -> mf.TaskRelease:
@@ -355,7 +485,7 @@ def admit(m: mf.Manifest, adm: Admission) -> None:
         raise ManifestMoved(f"{adm.task} is now {cur.stage}")
     if adm.replaces and not supersedable(cur):
         raise ManifestMoved(f"{adm.task} is now canary {cur.version} with nothing live behind it")
-    m.tasks[adm.task] = release_for(0, adm.version, adm.threshold, cur)
+    m.tasks[adm.task] = release_for(0, adm.version, adm.threshold, cur, audit_rate=adm.audit_rate)
 
 
 def supersedable(rel: mf.TaskRelease) -> bool:

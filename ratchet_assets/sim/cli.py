@@ -142,6 +142,8 @@ def sim(
     cert_delta: float,
     paired_gate: bool | None,
     min_certified: float | None,
+    max_candidate_days: int | None,
+    evidence_spend_usd: float | None,
     compare_release: bool,
     receipts: bool,
     teacher_reasoning_mean: float,
@@ -176,6 +178,8 @@ def sim(
         delta=cert_delta,
         paired_gate=bool(paired_gate),
         min_certified=min_certified,
+        max_candidate_days=max_candidate_days,
+        evidence_spend_usd=evidence_spend_usd,
         receipts=receipts,
         teacher_reasoning_mean=teacher_reasoning_mean,
         teacher_reasoning_cv=teacher_reasoning_cv,
@@ -213,6 +217,19 @@ def sim(
         )
     for d in s["deployments"]:
         click.echo(_deployment_line(d))
+    for line in flywheel_lines(s["flywheel"]):
+        click.echo(line)
+
+
+def flywheel_lines(flywheel: dict[str, Any]) -> list[str]:
+    """One line per task: versions minted, reaching live, days to live, days below target, evidence spend."""
+    return [
+        f"{task}: {f['versions_minted']} versions minted ({f['recertified_nights']} nights re-certified one), "
+        f"{f['versions_deployed']} deployed, {f['versions_reached_live']} reached live (days from certificate to "
+        f"live: {', '.join(map(str, f['days_certificate_to_live'])) or '-'}), days below target: "
+        f"{', '.join(map(str, f['days_below_target'])) or 'none'}, evidence spend ${f['evidence_spend_usd']:.4f}"
+        for task, f in flywheel.items()
+    ]
 
 
 def _compare(config: Any, home: Path | None, as_json: bool) -> None:

@@ -28,6 +28,7 @@ def comparison_row(result: dict[str, Any]) -> dict[str, Any]:
         "served_precision": s["served_precision"],
         "cost_ratio": s["cost_ratio"],
         "promote_evidence": s["task_policy"].get("promote_evidence") or "the rule's own",
+        "flywheel": s["flywheel"],
     }
 
 
@@ -62,4 +63,11 @@ def comparison_lines(comparison: dict[str, dict[str, Any]]) -> list[str]:
             f"{rule:<11} {back or 'none':<40} {len(row['superseded']):<12} {len(row['reached_live']):<13} "
             f"{row['student_share']:>8.1%} {row['served_precision']:>9.4f}"
         )
+    for rule, row in comparison.items():
+        for task, f in row["flywheel"].items():
+            lines.append(
+                f"{rule:<11} {task}: minted {f['versions_minted']}, reached live {f['versions_reached_live']}, "
+                f"days to live {f['days_certificate_to_live'] or '-'}, days below target "
+                f"{f['days_below_target'] or 'none'}, evidence spend ${f['evidence_spend_usd']:.4f}"
+            )
     return lines

@@ -48,6 +48,8 @@ class SimConfig:
     calibration: str | None = None
     paired_gate: bool = False
     min_certified: float | None = None
+    max_candidate_days: int | None = None
+    evidence_spend_usd: float | None = None
     # The version trained on night V is wrong on `worse_share` of every request, golden rows included.
     worse_version: int | None = None
     worse_share: float = 0.1
@@ -112,6 +114,8 @@ class SimConfig:
             calibration=self.calibration,
             paired_gate=True if self.paired_gate else None,
             min_certified=self.min_certified,
+            max_candidate_days=self.max_candidate_days,
+            evidence_spend_usd=self.evidence_spend_usd,
         )
 
     def reasoning_tokens(self, request_id: str, call: str) -> int:

@@ -67,6 +67,7 @@ from pathlib import Path
 from typing import Any
 
 from ratchet_assets.release.admission import Candidate, certificate_numbers
+from ratchet_assets.release.content import content_digest, existing_version
 from ratchet_assets.release.decision import LADDER, Decision, ReleaseRule, Track
 from ratchet_assets.release.evidence import PairRow
 from ratchet_assets.release.tick import (
@@ -79,6 +80,7 @@ from ratchet_assets.release.tick import (
     decide_tick,
     decision_statuses,
     healthy_versions,
+    incumbent,
 )
 from ratchet_assets.sim.config import SimConfig, SimError, teacher_prices, tokens_of
 from ratchet_assets.sim.student import CorruptedStudent, FastStudent, Student
@@ -162,6 +164,13 @@ class Simulation:
         self.pairs_total = {"audit": 0, "shadow": 0}
         self.waits_seen: set[tuple[str, str]] = set()
         self.version_count = 0
+        self.contents: list[tuple[str, str]] = []  # (version, content digest), oldest first
+        # task -> (requests, the teacher's mean price of an answer) of the last day: the evidence budget's input
+        self.traffic: dict[str, tuple[float, float]] = {}
+        # task -> day -> [requests, served correctly, evidence spend]; version -> the night that minted it
+        self.flywheel_days: dict[str, dict[int, list]] = {}
+        self.minted_day: dict[str, int] = {}
+        self.nights = 0
 
     # one request -----------------------------------------------------------------------------------------
     def _student(self, version: str) -> Student:
@@ -245,6 +254,7 @@ class Simulation:
             )
         ]
         pair_costs = 0.0
+        audit_cost = 0.0  # the teacher's pay for this request's audit: evidence spend
         if audit:  # the teacher is asked again: another call, its own reasoning
             outcome = "agree" if compare(task, teacher_msg, answer) else "disagree"
             audit_reasoning = cfg.reasoning_tokens(rid, "audit")
@@ -255,6 +265,7 @@ class Simulation:
             rows.append(row)
             s.pending.append(PairRow("", 0, version, task, "audit", outcome, None, None))
             pair_costs += row["actual_cost_usd"]
+            audit_cost = row["actual_cost_usd"]
         if shadow_version:
             msg, conf = self._ask_student(shadow_version, rid, ex)
             outcome = "agree" if compare(task, teacher_msg, msg) else "disagree"
@@ -275,6 +286,7 @@ class Simulation:
             "teacher_cost": true_teacher_cost,
             "actual": actual + pair_costs,
             "audit": int(audit),
+            "audit_cost": audit_cost,
             "shadow": int(bool(shadow_version)),
         }
         return rows, stats
@@ -359,7 +371,16 @@ class Simulation:
         """One sensor evaluation: ``decide_tick`` on what is in memory, then apply its plan."""
         s = self.s
         pending = [dataclasses.replace(r, segment="pending", index=k) for k, r in enumerate(s.pending)]
-        plan = decide_tick(s.manifest, s.candidates, s.tracks, [("pending", pending)], s.rule)
+        today = (date.fromisoformat(self.cfg.start_day) + timedelta(days=day - 1)).isoformat()
+        plan = decide_tick(
+            s.manifest,
+            s.candidates,
+            s.tracks,
+            [("pending", pending)],
+            s.rule,
+            today=today,
+            traffic=self.traffic,
+        )
         for line in plan.waiting:  # why a candidate is not admitted: once per version and reason
             version = line.split(" ", 1)[0]
             if (version, line) not in self.waits_seen:
@@ -423,18 +444,25 @@ class Simulation:
         split = split_golden(self.artifacts, date_s, share=cfg.golden_share)
         train = build_training_set(self.artifacts, date_s, window_days=cfg.window_days)
         student = self._train(Path(train.path), day)
-        self.version_count += 1
-        version = f"v{self.version_count}-{student.digest[:8]}"
-        if self.version_count == cfg.worse_version:  # wrong everywhere, on the golden rows too
-            student = CorruptedStudent(student, cfg.worse_share, evaluated=True)
-        s.models[version] = student
+        # A version is its content (release.content): the same weights as an earlier night's are that version.
+        content = content_digest(student.digest, f"sim-{cfg.student}-student", "", "sim")
+        same = existing_version(self.contents, content)
+        if same is not None:
+            version = same
+            student = s.models[same]
+        else:
+            self.version_count += 1
+            version = f"v{self.version_count}-{student.digest[:8]}"
+            self.contents.append((version, content))
+            self.minted_day[version] = day
+            if self.version_count == cfg.worse_version:  # wrong everywhere, on the golden rows too
+                student = CorruptedStudent(student, cfg.worse_share, evaluated=True)
+            s.models[version] = student
         golden = load_golden(self.artifacts, date_s)
         answers = [Answer(*_golden_answer(student, g)) for g in golden]
         baselines = {}
         for task in sorted({g.task for g in golden}):
-            live = s.manifest.task(
-                task
-            ).live_version  # the live version, also behind a candidate (night step's)
+            live = incumbent(s.manifest.task(task))  # the candidate in the slot, else live (night step's)
             if live in s.models:
                 model = s.models[live]
                 baselines[task] = (
@@ -453,7 +481,7 @@ class Simulation:
             tasks=outcomes,
             day=date_s,
         )
-        cert_file = self.layout.certificate_predicate(version)
+        cert_file = self.layout.certificate_predicate(version if same is None else f"{version}@{date_s}")
         cert_file.parent.mkdir(parents=True, exist_ok=True)
         # Unsigned: the simulator holds no signing key; the numbers are the certificate's own.
         cert_file.write_bytes(canonical_json(predicate))
@@ -476,7 +504,17 @@ class Simulation:
                     "p": round(sec["mcnemar"]["p_value"], 6),
                 },
             }
-            if sec["certified"]:  # what the versions registry does with a signed certificate
+            if sec["certified"] and same is not None:
+                # Re-certified: a queued candidate gets the new numbers; anything else starts no rollout.
+                s.candidates = [
+                    dataclasses.replace(
+                        c, lower_bound=n.lower_bound, threshold=n.ltt_threshold, paired=n.paired
+                    )
+                    if (c.version, c.task) == (version, task)
+                    else c
+                    for c in s.candidates
+                ]
+            elif sec["certified"]:  # what the versions registry does with a signed certificate
                 s.candidates.append(
                     Candidate(
                         version,
@@ -490,6 +528,7 @@ class Simulation:
                 )
         return {
             "version": version,
+            "recertified": same is not None,
             "traffic_rows": traffic.rows,
             "examples": examples.examples,
             "golden_size": split.golden_size,
@@ -509,6 +548,37 @@ class Simulation:
         return LoraStudent.train(
             base, train_jsonl, self.layout.adapter_dir(f"night-{day}"), seed=self.cfg.seed
         )
+
+    def _flywheel(self) -> dict[str, Any]:
+        """Per task, what issue-level release health is measured by: versions minted (nights whose adapter was new
+        content; the same count for every task) and re-certified, versions deployed (admitted to shadow) and
+        reaching live, days from a version's certificate (the night that minted it) to live, days whose served
+        precision on the task was below its target, and the teacher's pay for audits (evidence spend)."""
+        target = self.cfg.target
+        out: dict[str, Any] = {}
+        minted = len(self.contents)
+        recertified = self.nights - minted
+        for task, days in sorted(self.flywheel_days.items()):
+            deps = [d for d in self.s.deployments if d.task == task]
+            live = [d for d in deps if d.live_day is not None]
+            spend = sum(v[2] for v in days.values())
+            out[task] = {
+                "versions_minted": minted,
+                "recertified_nights": recertified,
+                "versions_deployed": len(deps),
+                "versions_reached_live": len(live),
+                "days_certificate_to_live": [
+                    d.live_day - self.minted_day.get(d.version, d.day - 1) for d in live
+                ],
+                "days_below_target": [
+                    day for day, v in sorted(days.items()) if v[0] and v[1] / v[0] < target
+                ],
+                "precision_by_day": [
+                    round(v[1] / v[0], 6) if v[0] else None for _, v in sorted(days.items())
+                ],
+                "evidence_spend_usd": round(spend, 6),
+            }
+        return out
 
     # the run -----------------------------------------------------------------------------------------------
     def run(self) -> dict[str, Any]:
@@ -540,6 +610,7 @@ class Simulation:
                 "shadow": 0,
             }
             by_task: dict[str, list[int]] = {}  # task -> [requests, served by the student]
+            task_cost: dict[str, float] = {}  # task -> the all-teacher cost of its requests
             for i, ex in enumerate(examples):
                 if i % cfg.tick_requests == 0:
                     self._tick(day, i)
@@ -550,6 +621,11 @@ class Simulation:
                 per_task = by_task.setdefault(ex.task, [0, 0])
                 per_task[0] += 1
                 per_task[1] += student
+                task_cost[ex.task] = task_cost.get(ex.task, 0.0) + st["teacher_cost"]
+                fw = self.flywheel_days.setdefault(ex.task, {}).setdefault(day, [0, 0, 0.0])
+                fw[0] += 1
+                fw[1] += st["correct"]
+                fw[2] += st["audit_cost"]
                 agg["correct"] += st["correct"]
                 agg["student_correct"] += student and st["correct"]
                 agg["teacher"] += st["teacher_cost"]
@@ -557,6 +633,7 @@ class Simulation:
                 agg["audit"] += st["audit"]
                 agg["shadow"] += st["shadow"]
             self._tick(day, cfg.requests)
+            self.traffic = {t: (float(c[0]), task_cost[t] / c[0]) for t, c in sorted(by_task.items())}
             write_segment(self.lake / segment_relpath(date_s, REPLICA, 1), rows)
             stages = {
                 task: {
@@ -572,6 +649,7 @@ class Simulation:
                     task, {"stage": "teacher", "version": "", "threshold": None, "previous_live": None}
                 )
             night = self._night(day, date_s)
+            self.nights += 1
             n = cfg.requests
             cum_audits += agg["audit"] + agg["shadow"]
             record = {
@@ -628,6 +706,7 @@ class Simulation:
                 "superseded": [d.version for d in deps if d.superseded_day is not None],
                 "reached_live": [d.version for d in deps if d.live_day is not None],
             },
+            "flywheel": self._flywheel(),
             "task_policy": cfg.task_policy().model_dump(mode="json"),
             "manifest_sequence": s.manifest.sequence,
             "teacher_price_per_token": {

@@ -33,6 +33,7 @@ TABLES = {
     "feedback",
     "sealed_requests",
     "sealed_segments",
+    "version_certificates",
     "ratchet_schema",
 }
 

@@ -191,3 +191,45 @@ def test_the_same_data_in_two_homes_gives_the_same_version_and_the_learner_repor
         props[f"{P_LEARNER}steps"] == str(first["steps"])
         and f"{P_LEARNER}validation_accuracy:tickets" in props
     )
+
+
+def test_a_later_night_whose_adapter_equals_an_earlier_ones_is_that_version_not_a_copy(tmp_path):
+    """The demo's nights 2-4 kept night 1's weights (a warm start whose parent was all right) and each minted a new
+    version of them. A version is its content (``release.content``): night 2 names it v1's version again, moves no
+    files, and its certificate will re-certify v1 (``certificates/<v1>@<day>.dsse.json``)."""
+    import shutil
+
+    from ratchet_assets.night.examples import build_examples
+    from ratchet_assets.night.fixtures import write_day
+    from ratchet_assets.night.split import split_golden
+    from ratchet_assets.night.traffic import consolidate_traffic
+    from ratchet_assets.night.training_set import build_training_set
+
+    night = build_night(tmp_path)
+    art, home = night["art"], night["home"]
+    effects = _effects(home)
+    trained: list[dict] = []
+
+    def launch(extras):
+        out = step.train_in_process(extras, lambda line: None)
+        trained.append(out[0])
+        return out
+
+    first = step.train_adapter(art, DAY, night["base"], dict(TINY), effects, launch).record
+    day2 = "2026-01-06"
+    write_day(home / "lake", day2, 40, seed=5, workload="tickets", student_share=0.0)
+    consolidate_traffic(home / "lake", art, day2)
+    build_examples(art, day2)
+    split_golden(art, day2, share=0.2)
+    build_training_set(art, day2)
+
+    def same_weights(extras):  # what a warm start that keeps its parent hands back
+        shutil.copytree(step.adapter_path(art, first), extras["out_dir"])
+        return dict(trained[0]), {}
+
+    second = step.train_adapter(art, day2, night["base"], dict(TINY), effects, same_weights).record
+    assert second["version"] == first["version"] and second["recertifies"] == first["version"]
+    assert second["content_sha256"] == first["content_sha256"] and second["train_day"] == day2
+    assert ArtifactLayout(art).adapter_versions() == [
+        first["version"]
+    ]  # no second folder of the same weights

@@ -18,6 +18,7 @@ from ratchet_assets.release.control import release_tick
 from ratchet_core import manifest as mf
 from ratchet_core.control_db import ensure_schema
 from ratchet_stats.keys import save_private_key
+from tests.evidence.certificates import sign_certificate
 
 from .conftest import write_certificate, write_pairs
 
@@ -277,3 +278,32 @@ def test_every_control_plane_command_taking_a_name_refuses_a_bad_one(tmp_path, a
     result = CliRunner(env={"RATCHET_HOME": str(tmp_path / "home")}).invoke(cli, args)
     assert result.exit_code == 2 and "is not a valid" in result.output, result.output
     assert not (tmp_path / "home").exists()
+
+
+def test_versions_shows_each_versions_certificates_chained(setup, key, engine, tmp_path, monkeypatch):
+    """A later night whose adapter is v3's content writes ``v3@<day>.dsse.json``: `admin versions` lists v3 once per
+    task with both certificates, the second chained to the first."""
+    from ratchet_core.layout import ArtifactLayout
+
+    monkeypatch.setenv("RATCHET_HOME", str(tmp_path / "home"))
+    url, _ = setup
+    artifacts = tmp_path / "artifacts"
+    write_certificate(artifacts, key, "v3-night3", "tickets", correct=300, n=300, day="2026-01-03")
+    again = ArtifactLayout(artifacts).recertificate("v3-night3", "2026-01-04")
+    sign_certificate(artifacts, key, "v3-night3", "tickets", correct=298, n=300, day="2026-01-04", path=again)
+    release_tick(
+        engine, key, tmp_path / "lake", artifacts, None
+    )  # registers both (the CLI trusts the key history)
+    res = CliRunner().invoke(
+        admin, ["versions", "--json", "--control-db", url, "--artifacts", str(artifacts)]
+    )
+    assert res.exit_code == 0, res.output
+    rows = json.loads(res.stdout)
+    assert [v["version"] for v in rows] == ["v3-night3"], (rows, res.stderr)
+    row = rows[0]
+    assert [c["day"] for c in row["certificates"]] == ["2026-01-03", "2026-01-04"]
+    assert row["certificates"][1]["previous_digest"] == row["certificates"][0]["digest"]
+    text = CliRunner().invoke(admin, ["versions", "--control-db", url, "--artifacts", str(artifacts)]).output
+    assert (
+        "certificate 2026-01-04 certificates/v3-night3@2026-01-04.dsse.json" in text and "chained to" in text
+    )

@@ -164,11 +164,14 @@ def _manifest(stage: str, previous_live: str | None = "v1", forced: bool = False
 
 
 @pytest.mark.parametrize("stage", ["shadow", "canary"])
-def test_a_newer_certified_version_supersedes_one_in_shadow_or_canary(stage):
+def test_a_newer_certified_version_preempts_a_stale_one_in_shadow_or_canary(stage):
     m = _manifest(stage)
     old = Track.start("v2", "t", 0 if stage == "shadow" else 2, SEQUENTIAL)
+    old.since = "2026-01-01"  # stale by 2026-01-04 (max_candidate_days 2): tests/release/test_queue.py
     feed(old, [False] * 30 + [True], SEQUENTIAL)
-    plan = decide_tick(m, [_candidate(version="v3", threshold=0.2)], {("v2", "t"): old}, [], SEQUENTIAL)
+    plan = decide_tick(
+        m, [_candidate(version="v3", threshold=0.2)], {("v2", "t"): old}, [], SEQUENTIAL, today="2026-01-04"
+    )
     (adm,) = plan.admissions
     new = plan.manifest.task("t")
     assert (new.stage, new.version, new.threshold, new.previous_live, new.previous_threshold) == (
@@ -180,7 +183,7 @@ def test_a_newer_certified_version_supersedes_one_in_shadow_or_canary(stage):
     )
     assert (
         adm.replaces == "v2"
-        and "supersedes v2" in adm.message
+        and "preempts v2" in adm.message
         and "31 audited answers, 1 disagreeing" in adm.message
     )
     assert adm.replaced_evidence["total_audits"] == 31  # kept with the admission (the sensor's audit log)
@@ -212,7 +215,7 @@ def test_a_forced_version_or_a_canary_with_nothing_live_behind_it_is_not_superse
     assert plan.decision is not None and plan.decision.action == "rollback"  # rolled back, not superseded
 
 
-def test_the_sensor_supersedes_a_shadowing_version_keeps_its_evidence_and_lists_it(engine, key, tmp_path):
+def test_the_sensor_preempts_a_stale_shadowing_version_keeps_its_evidence_and_lists_it(engine, key, tmp_path):
     from click.testing import CliRunner
 
     from ratchet_assets.admin.cli import admin
@@ -226,17 +229,20 @@ def test_the_sensor_supersedes_a_shadowing_version_keeps_its_evidence_and_lists_
         "ops",
     )
     write_certificate(art, key, "v2", "t", correct=300, n=300)
-    state = release_tick(engine, key, lake, art, None).state
+    state = release_tick(engine, key, lake, art, None, today="2026-01-01").state
     write_pairs(lake, "2026-01-02", 1, "v2", "t", [False] * 20, role="shadow")
-    state = release_tick(engine, key, lake, art, state).state
+    state = release_tick(engine, key, lake, art, state, today="2026-01-02").state
     assert (
         mf.latest_verified(engine, key.public_key())[0].task("t").version == "v2"
     )  # 20 answers: still shadow
     write_certificate(art, key, "v3", "t", correct=300, n=300, day="2026-01-02")
-    r = release_tick(engine, key, lake, art, state)
+    r = release_tick(engine, key, lake, art, state, today="2026-01-02")  # v2 within reach: v3 waits
+    assert mf.latest_verified(engine, key.public_key())[0].task("t").version == "v2"
+    assert any("v3 on t waits behind v2" in h for h in r.holds), r.holds
+    r = release_tick(engine, key, lake, art, r.state, today="2026-01-04")  # v2 stale: v3 preempts it
     m, _ = mf.latest_verified(engine, key.public_key())
     assert (m.task("t").stage, m.task("t").version, m.task("t").previous_live) == ("shadow", "v3", "v1")
-    assert "supersedes v2 at shadow (20 audited answers, 0 disagreeing" in m.reason
+    assert "preempts v2 at shadow (20 audited answers, 0 disagreeing" in m.reason
     statuses = {(v["version"], v["status"]) for v in registry.list_versions(engine)}
     assert {("v2", "superseded"), ("v3", "shadow")} <= statuses and "v2|t" not in r.state["tracks"]
     admit_row = next(e for e in registry.read_audit_log(engine) if e["target"] == "v3/t")

@@ -27,8 +27,9 @@ def test_tickets_student_takes_over_by_day_5_and_stays_precise(tickets_run):
     certified_days = [d["day"] for d in days if d["night"]["certificate"]["tickets"]["lower_bound"] >= 0.95]
     first_served = min(d["day"] for d in days if d["student_share"] > 0)
     assert certified_days and first_served > min(certified_days)
-    # a student-served day costs less than the all-teacher price, audits included
-    assert days[-1]["cost"]["actual_usd"] < 0.2 * days[-1]["cost"]["all_teacher_usd"]
+    # a student-served day costs less than the all-teacher price, audits included: the evidence budget audits at
+    # most a quarter of the traffic while a candidate rolls out (release.budget.DEFAULT_MAX_RATE)
+    assert days[-1]["cost"]["actual_usd"] < 0.35 * days[-1]["cost"]["all_teacher_usd"]
     assert tickets_run["summary"]["saved_usd"] > 0
 
 

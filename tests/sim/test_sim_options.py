@@ -114,32 +114,36 @@ def test_paired_gate_refuses_a_candidate_the_plain_gate_admits(tmp_path):
                for w in _waits(gated))  # fmt: skip
 
 
-def test_canary_audit_rate_rolls_a_bad_deploy_back_before_the_next_night_supersedes_it(tmp_path):
-    cfg = dict(days=4, requests=400, bad_deploy_version=2)
-    slow = _run(tmp_path, "slow", **cfg)
-    fast = _run(tmp_path, "fast", **cfg, canary_audit_rate=0.3)
-    bad_slow = next(d for d in slow["summary"]["deployments"] if d["corrupted"])
-    bad_fast = next(d for d in fast["summary"]["deployments"] if d["corrupted"])
-    assert bad_slow["superseded_day"] == 4 and bad_slow["rolled_back_day"] is None  # 20 audits a day: too few
-    assert bad_fast["rolled_back_day"] == 3 and bad_fast["superseded_day"] is None
-    assert fast["days"][2]["audits"]["audit_pairs"] > 3 * slow["days"][2]["audits"]["audit_pairs"]
+def test_the_evidence_budget_rolls_a_bad_deploy_back_on_its_first_day_at_the_default_rates(tmp_path):
+    """Before the evidence budget (``release.budget``), at the default 5% a bad deploy beside a live version met
+    20 audits a day and was superseded by the next night's version before its evidence said anything."""
+    run = _run(tmp_path, "budget", days=4, requests=400, bad_deploy_version=2)
+    bad = next(d for d in run["summary"]["deployments"] if d["corrupted"])
+    assert bad["rolled_back_day"] == bad["day"] == 3 and bad["max_percent"] == 0.0
+    assert bad["audits_to_rollback"] <= 200
+    assert run["days"][3]["audits"]["audit_pairs"] > 3 * 20  # the budget's rate, not 5%
 
 
-def test_a_newer_certified_version_supersedes_a_shadowing_one(tmp_path):
+def test_a_newer_certified_version_waits_behind_the_candidate_then_the_stale_one_is_preempted(tmp_path):
     run = _run(tmp_path, "s", days=4, requests=400)
     deps = {d["number"]: d for d in run["summary"]["deployments"]}
     assert deps[1]["live_day"] == 3 and deps[2]["day"] == 3  # v1 went live, then v2 entered shadow behind it
+    assert deps[2]["stage"] == "canary-5" and deps[2]["superseded_day"] is None  # it kept the slot on day 4
+    waits = [e for e in run["days"][3]["events"] if e["action"] == "wait"]
+    assert waits and f"waits behind {deps[2]['version']}" in waits[0]["message"]
+    assert run["days"][3]["stages"]["tickets"]["previous_live"] == deps[1]["version"]
+    # With a one-day slot, day 4's newcomer finds v2 stale (held 1 day, > 0) and preempts it, evidence kept.
+    fast = _run(tmp_path, "stale", days=4, requests=400, max_candidate_days=0)
+    deps = {d["number"]: d for d in fast["summary"]["deployments"]}
     assert (deps[2]["stage"], deps[2]["superseded_day"], deps[2]["superseded_by"]) == (
         "superseded",
         4,
         deps[3]["version"],
     )
-    assert deps[2]["rolled_back_day"] is None and deps[2]["max_percent"] == 0.0  # it never left shadow
-    (admit,) = [e for e in run["days"][3]["events"] if e["action"] == "admit"]
-    assert admit["supersedes"] == deps[2]["version"] and "supersedes" in admit["message"]
-    assert admit["its_evidence"]["step"] == "shadow"  # its evidence travels with the admission
-    assert run["days"][3]["stages"]["tickets"]["previous_live"] == deps[1]["version"]
-    assert deps[2]["version"] in run["summary"]["releases"]["superseded"]
+    (admit,) = [e for e in fast["days"][3]["events"] if e["action"] == "admit"]
+    assert admit["supersedes"] == deps[2]["version"]
+    assert "held the candidate slot 1 days (> 0)" in admit["message"]
+    assert admit["its_evidence"]["preemption"]["slot_days"] == 1
 
 
 def test_calibration_point_is_signed_and_never_stricter_than_ltt(tmp_path):
@@ -175,9 +179,11 @@ def test_receipts_reasoning_tokens_and_a_home_that_replay_reads(tmp_path):
     for day in data["days"]:
         rc = day["receipt"]
         assert rc["true_all_teacher_usd"] == day["cost"]["all_teacher_usd"]
-        assert (
-            rc["estimated_usd"] == 0 or abs(rc["estimate_error"]) < 0.05
-        )  # estimated from the day's teacher
+        # Estimated from the day's teacher answers: reasoning with cv 1 over the ~80 teacher answers of day 3 has a
+        # standard error of about 1 / sqrt(80) = 11% (day 3 measured -2.6% at 24 audits, -9.3% at the evidence
+        # budget's 56: a different sample, not a worse estimator), so the bound is three of those on the day's mean
+        # reasoning share.
+        assert rc["estimated_usd"] == 0 or abs(rc["estimate_error"]) < 0.15
     assert data["days"][-1]["receipt"]["estimated_usd"] > 0  # answers: student-served rows were estimated
 
     rows = [
@@ -215,3 +221,15 @@ def test_release_options_are_checked_with_a_clear_message():
     ):
         out = CliRunner().invoke(sim, ["--days", "1", "--requests", "10", *args])
         assert out.exit_code != 0 and needle in out.output, (args, out.output)
+
+
+def test_the_summary_measures_the_flywheel_per_task_and_the_spend_cap_holds(tmp_path):
+    """`ratchet sim --json` reports per task: versions minted and reaching live, days from certificate to live,
+    days below target and the teacher's pay for audits (the evidence spend), which the policy's cap bounds."""
+    free = _run(tmp_path, "free", days=6, requests=600, seed=5)["summary"]["flywheel"]["tickets"]
+    assert free["versions_minted"] == 6 and free["versions_reached_live"] >= 2
+    assert all(1 <= d <= 4 for d in free["days_certificate_to_live"]) and free["days_below_target"] == []
+    capped = _run(tmp_path, "cap", days=6, requests=600, seed=5, evidence_spend_usd=0.03)["summary"][
+        "flywheel"
+    ]
+    assert 0 < capped["tickets"]["evidence_spend_usd"] <= 0.03 * 6 < free["evidence_spend_usd"]
