@@ -169,7 +169,19 @@ class ChatHandler:
             episode = episode_of(req)
             ts, day = arrival(gw.clock_now)
             received = Received(
-                rid, t0, ts, day, client, task, req, body, self.api.api, origin, large=large, episode=episode
+                rid,
+                t0,
+                ts,
+                day,
+                client,
+                task,
+                req,
+                body,
+                self.api.api,
+                origin,
+                large=large,
+                episode=episode,
+                fields=self.api.fields,
             )
             if info is not None:
                 info.task = task

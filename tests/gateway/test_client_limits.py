@@ -112,6 +112,48 @@ def test_tokens_per_minute_reserve_each_request_and_settle_on_its_answer(tmp_pat
         assert _rows(gw, "app1") == 1
 
 
+def test_a_limits_refusal_names_the_callers_own_fields_in_its_apis_shape(tmp_path, teacher_url):
+    """A request a tokens/min limit refuses is told which of its own fields to change: ``max_output_tokens`` and
+    ``input`` on /v1/responses, ``max_tokens`` in Anthropic's shape on /v1/messages, ``max_completion_tokens`` on
+    chat when that is what it sent; never the chat translation's name. (On the old code every API was told
+    ``max_tokens``, and a Responses prompt was ``messages``.)"""
+    with running_gateway(tmp_path, teacher_url) as gw:
+        _stop_clock(gw)
+        _set(gw.engine, "app1", tpm=100)
+        _poll(gw)
+
+        def post(path: str, body: dict) -> httpx.Response:
+            return httpx.post(gw.url + path, headers=AUTH, json=body, timeout=30)
+
+        ask = {"model": "ratchet", "input": "Where is my order?"}
+        big = post("/v1/responses", {**ask, "max_output_tokens": 200})
+        err = big.json()["error"]
+        assert big.status_code == 400 and err["code"] == "request_too_large", big.text
+        assert err["param"] == "max_output_tokens" and "max_output_tokens 200" in err["message"]
+        assert "max_tokens" not in err["message"] and "max_completion_tokens" not in err["message"]
+        long = post("/v1/responses", {**ask, "input": "word " * 300, "max_output_tokens": 10})
+        err = long.json()["error"]
+        assert long.status_code == 400 and err["param"] == "input" and "messages" not in err["message"], long.text
+
+        chat = post("/v1/chat/completions", {**BODY, "max_completion_tokens": 200})
+        assert chat.status_code == 400 and chat.json()["error"]["param"] == "max_completion_tokens", chat.text
+
+        anthropic = post("/v1/messages", {"model": "ratchet", "max_tokens": 200, "messages": BODY["messages"]})
+        doc = anthropic.json()
+        assert anthropic.status_code == 400 and doc["type"] == "error", anthropic.text
+        assert doc["error"]["type"] == "invalid_request_error" and "max_tokens 200" in doc["error"]["message"]
+        assert "max_completion_tokens" not in doc["error"]["message"]
+
+        # a wait names them too (its reservation: the prompt and the caller's own cap)
+        ok = post("/v1/responses", {**ask, "max_output_tokens": 20})
+        assert ok.status_code == 200, ok.text
+        used = ok.json()["usage"]["total_tokens"]
+        wait = post("/v1/responses", {**ask, "max_output_tokens": 100 - used})
+        err = wait.json()["error"]
+        assert wait.status_code == 429 and err["type"] == "tokens", wait.text
+        assert "its input and its max_output_tokens" in err["message"] and "max_tokens" not in err["message"]
+
+
 def test_a_request_larger_than_a_replicas_share_goes_through_only_on_a_full_bucket(tmp_path, teacher_url):
     """Tokens/min 100 over two live replicas: this one's bucket holds 50. A request reserving more than that (but
     not more than the whole limit) goes through when the bucket is full, and takes all of it: that is the "one
