@@ -11,7 +11,8 @@ reserves its worst case before it is sent (:class:`Need`): its prompt, counted w
 worker thread, plus its ``max_completion_tokens`` (or ``max_tokens``; times ``n``), or, when it names none, the
 most the teacher model can answer (``ratchet_core.pricing.max_output_tokens``: litellm's map, 16,384 for a model
 it does not know); and that many tokens priced at the teacher's and the student's prices together (a cascade pays
-both). Its row settles it (:meth:`ClientLimiter.observe`): the tokens and dollars it used replace the reservation,
+both). An embeddings request reserves its input tokens, counted, at the embedding model's price
+(:meth:`ClientLimiter.embeddings_need`): it has no completion. Its row settles it (:meth:`ClientLimiter.observe`): the tokens and dollars it used replace the reservation,
 whatever way it ended (answered, failed, or a stream its client abandoned: ``ratchet_gateway.chat.relay``); a
 request that ends without a row gives its reservation back (:meth:`ClientLimiter.release`).
 
@@ -44,6 +45,7 @@ admin key only. Feedback, which calls no model, counts against requests per minu
 from __future__ import annotations
 
 import asyncio
+import functools
 import math
 import time
 from collections import defaultdict
@@ -122,6 +124,15 @@ class Reservation:
     at: float  # the limiter's clock when it was made
 
 
+def _input_tokens(model: str, inputs: str | list) -> int:
+    """An embeddings ``input``'s tokens: each text's as `model`'s tokenizer counts it, each token array's length."""
+    if isinstance(inputs, str):
+        return pricing.text_tokens(model, inputs)
+    if inputs and isinstance(inputs[0], int):
+        return len(inputs)
+    return sum(len(x) if isinstance(x, list) else pricing.text_tokens(model, x) for x in inputs)
+
+
 class ClientLimiter(RequestHook):
     """This replica's enforcement of every client's limits (module docstring). One per gateway."""
 
@@ -187,11 +198,25 @@ class ClientLimiter(RequestHook):
             names.get(cap_field, cap_field),
         )
 
+    async def embeddings_need(self, client: str, inputs: str | list, large: bool = False) -> Need | None:
+        """The worst case of a validated embeddings request of `client` (`inputs`: its ``input``), or None when
+        the client has no tokens/min limit or budget: its input tokens (a text counted with the embedding
+        model's tokenizer, in a worker thread, the large-body lane for a large body; a token array is its
+        length) at the embedding model's prices. An embedding has no completion: that is the whole of it."""
+        limits = self.limits.get(client)
+        if limits is None or (limits.tpm is None and limits.budget_usd is None):
+            return None
+        gw = self.gw
+        count = functools.partial(_input_tokens, gw.settings.embedding_model, inputs)
+        prompt = await gw.offload.run(count) if large else await asyncio.to_thread(count)
+        return Need(prompt, 0, True, gw.embedding_prices.cost(prompt, 0), "input", "")
+
     def admit(self, client: str, day: str, need: Need | None = None, request_id: str = "") -> None:
         """Admit one model request of `client` (on `day`), or raise its 429 (or 400) (GatewayError). With `need`
         (its worst case) it reserves that until its row settles it (:meth:`observe`) or :meth:`release`; without
-        (a route that cannot count its request: embeddings) its row is charged when it comes. The chat pipeline's
-        APIs reach it through the ``validated`` hook; a model route outside the pipeline (embeddings) calls it."""
+        (no tokens/min or budget to reserve against) its row is charged when it comes. The chat pipeline's APIs
+        reach it through the ``validated`` hook; a model route outside the pipeline (embeddings, with
+        :meth:`embeddings_need`) calls it."""
         limits = self.limits.get(client)
         if limits is None:
             return
