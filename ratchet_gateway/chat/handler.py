@@ -35,6 +35,7 @@ from ratchet_gateway.chat.relay import StreamPath
 from ratchet_gateway.chat.rows import Recorder
 from ratchet_gateway.chat.student import Student
 from ratchet_gateway.errors import GatewayError
+from ratchet_gateway.forwarded import refuse_tier
 from ratchet_gateway.hooks import INFO, RequestHooks, RequestInfo
 from ratchet_gateway.request_body import LARGE_BODY_BYTES, episode_of, read_body, receive_body, task_of
 from ratchet_gateway.responses import new_request_id, ratchet_headers
@@ -158,6 +159,9 @@ class ChatHandler:
                 await gw.offload.run(self.api.parse, raw, extras) if large else self.api.parse(raw, extras)
             )
             del raw
+            refuse_tier(
+                body, gw.settings.allowed_service_tiers
+            )  # a pricier tier only if the operator allows it
             if req.model not in gw.model_names:
                 raise GatewayError(
                     404,
