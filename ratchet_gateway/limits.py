@@ -386,7 +386,7 @@ class ClientLimiter(RequestHook):
         cap = need.completion_field
         parts = f"{need.prompt} of prompt in {need.prompt_field}"
         parts += f" and {cap} {need.completion}" if need.stated and cap else ""
-        smaller = f"a shorter {need.prompt_field}" + (f" or a smaller {cap}" if cap else "")
+        smaller = f"less in {need.prompt_field}" + (f" or a smaller {cap}" if cap else "")
         err = GatewayError(
             400,
             f"This request needs at least {need.least} tokens ({parts}) but client {client} may use {tpm} "
