@@ -8,6 +8,7 @@ them all at once.
 from __future__ import annotations
 
 import os
+import re
 from functools import cached_property
 from pathlib import Path
 from typing import NamedTuple
@@ -89,6 +90,12 @@ class Settings(BaseSettings):
         "forwarded to the teacher, the student and the embedding model as sent; OpenAI's own fields are forwarded "
         "anyway, and a name that selects an endpoint, credential, provider, headers, a mocked answer, callbacks or "
         "retries (a litellm argument) is refused (ratchet_core.provider_fields).",
+    )
+    service_tiers: str = Field(
+        "",
+        description="Comma-separated service tiers (OpenAI's service_tier, e.g. flex,priority) clients may ask for "
+        "besides auto and default; any other is a 400. The ledger prices every request at the model's standard "
+        "prices, so a tier listed here is billed at those (a pricier tier's difference is the operator's).",
     )
     embedding_model: str = Field(
         "",
@@ -260,6 +267,15 @@ class Settings(BaseSettings):
 
         return ",".join(sorted(parse_extra_fields(v))) if v.strip() else ""
 
+    @field_validator("service_tiers", mode="after")
+    @classmethod
+    def _service_tiers(cls, v: str) -> str:
+        tiers = sorted({t.strip() for t in v.split(",") if t.strip()})
+        bad = [t for t in tiers if not re.fullmatch(r"[a-z][a-z0-9_]{0,31}", t)]
+        if bad:
+            raise ValueError(f"RATCHET_SERVICE_TIERS: not a tier name: {bad[0][:40]!r} (e.g. flex,priority)")
+        return ",".join(tiers)
+
     @model_validator(mode="after")
     def _student_key_from_home(self) -> Settings:
         if not self.student_api_key:  # unset: the key `ratchet init` wrote (ratchet_core.home_files)
@@ -284,6 +300,11 @@ class Settings(BaseSettings):
     def provider_extras(self) -> frozenset[str]:
         """RATCHET_PROVIDER_EXTRA_FIELDS as a set of names (checked when loaded)."""
         return frozenset(n for n in self.provider_extra_fields.split(",") if n)
+
+    @property
+    def allowed_service_tiers(self) -> frozenset[str]:
+        """RATCHET_SERVICE_TIERS as a set of names (checked when loaded)."""
+        return frozenset(t for t in self.service_tiers.split(",") if t)
 
     # Derived locations -------------------------------------------------------------------------------------
     @cached_property

@@ -24,6 +24,7 @@ __all__ = [
     "CHAT_FIELDS",
     "EMBEDDINGS_FIELDS",
     "litellm_args",
+    "refuse_tier",
     "refuse_unknown",
     "unknown_field",
     "upstream_body",
@@ -62,6 +63,30 @@ def refuse_unknown(
                     param=name,
                 )
             raise unknown_field(name, api)
+
+
+STANDARD_TIERS = frozenset(
+    {"auto", "default"}
+)  # OpenAI's service tiers billed at the model's standard prices
+
+
+def refuse_tier(body: Mapping[str, Any], allowed: frozenset[str]) -> None:
+    """A 400 for a ``service_tier`` other than ``auto``/``default`` (or absent) that the operator did not allow
+    (`allowed`: ``RATCHET_SERVICE_TIERS``): the ledger, budgets and receipts price a request at the model's
+    standard prices, so a client must not pick a pricier tier billed at those (README: "What a client can and
+    cannot send")."""
+    tier = body.get("service_tier")
+    if tier is None or (isinstance(tier, str) and (tier in STANDARD_TIERS or tier in allowed)):
+        return
+    also = ", ".join(f"'{t}'" for t in sorted(allowed))
+    raise GatewayError(
+        400,
+        f"service_tier: {shown(tier)} is not accepted here: send 'auto' or 'default'{', ' + also if also else ''}"
+        " or leave it out (requests are billed at the model's standard prices; the operator can allow other "
+        "tiers in RATCHET_SERVICE_TIERS)",
+        "unsupported_parameter",
+        param="service_tier",
+    )
 
 
 def upstream_body(body: Mapping[str, Any], allowed: frozenset[str], extras: frozenset[str]) -> dict[str, Any]:

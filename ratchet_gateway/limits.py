@@ -11,7 +11,8 @@ reserves its worst case before it is sent (:class:`Need`): its prompt, counted w
 worker thread, plus its ``max_completion_tokens`` (or ``max_tokens``; times ``n``), or, when it names none, the
 most the teacher model can answer (``ratchet_core.pricing.max_output_tokens``: litellm's map, 16,384 for a model
 it does not know); and that many tokens priced at the teacher's and the student's prices together (a cascade pays
-both). Its row settles it (:meth:`ClientLimiter.observe`): the tokens and dollars it used replace the reservation,
+both). An embeddings request reserves its input tokens, counted, at the embedding model's price
+(:meth:`ClientLimiter.embeddings_need`): it has no completion. Its row settles it (:meth:`ClientLimiter.observe`): the tokens and dollars it used replace the reservation,
 whatever way it ended (answered, failed, or a stream its client abandoned: ``ratchet_gateway.chat.relay``); a
 request that ends without a row gives its reservation back (:meth:`ClientLimiter.release`).
 
@@ -44,6 +45,7 @@ admin key only. Feedback, which calls no model, counts against requests per minu
 from __future__ import annotations
 
 import asyncio
+import functools
 import math
 import time
 from collections import defaultdict
@@ -97,6 +99,9 @@ class Need:
     completion: int  # the most completion tokens it may get (its max_tokens times n, else the model's cap)
     stated: bool  # whether `completion` is the client's own max_tokens (else the model's cap)
     usd: float  # `prompt` and `completion` at the teacher's and the student's prices together
+    # the caller's own names (its API's, ``Received.fields``) of the prompt and of the completion cap ('': none)
+    prompt_field: str = "messages"
+    completion_field: str = "max_tokens"
 
     @property
     def tokens(self) -> int:
@@ -117,6 +122,15 @@ class Reservation:
     tokens: float  # taken from the client's tokens/min bucket (0 without that limit)
     usd: float  # held against the client's budget (0 without one)
     at: float  # the limiter's clock when it was made
+
+
+def _input_tokens(model: str, inputs: str | list) -> int:
+    """An embeddings ``input``'s tokens: each text's as `model`'s tokenizer counts it, each token array's length."""
+    if isinstance(inputs, str):
+        return pricing.text_tokens(model, inputs)
+    if inputs and isinstance(inputs[0], int):
+        return len(inputs)
+    return sum(len(x) if isinstance(x, list) else pricing.text_tokens(model, x) for x in inputs)
 
 
 class ClientLimiter(RequestHook):
@@ -154,8 +168,15 @@ class ClientLimiter(RequestHook):
         counted in a worker thread (the large-body lane for a large body)."""
         gw = self.gw
         body = received.body
-        stated = body.get("max_completion_tokens") or body.get("max_tokens")
-        stated = stated if isinstance(stated, int) and not isinstance(stated, bool) and stated > 0 else None
+        stated, cap_field = None, "max_tokens"
+        for name in (
+            "max_completion_tokens",
+            "max_tokens",
+        ):  # the first one stated (as the upstream reads them)
+            value = body.get(name)
+            if isinstance(value, int) and not isinstance(value, bool) and value > 0:
+                stated, cap_field = value, name
+                break
         n = body.get("n")
         n = n if isinstance(n, int) and not isinstance(n, bool) and n > 1 else 1
         if stated is None and self._max_output is None:
@@ -167,13 +188,35 @@ class ClientLimiter(RequestHook):
         else:
             prompt = await asyncio.to_thread(count, body)
         usd = gw.teacher_prices.cost(prompt, completion) + gw.student_prices.cost(prompt, completion)
-        return Need(prompt, completion, stated is not None, usd)
+        names = received.fields
+        return Need(
+            prompt,
+            completion,
+            stated is not None,
+            usd,
+            names.get("messages", "messages"),
+            names.get(cap_field, cap_field),
+        )
+
+    async def embeddings_need(self, client: str, inputs: str | list, large: bool = False) -> Need | None:
+        """The worst case of a validated embeddings request of `client` (`inputs`: its ``input``), or None when
+        the client has no tokens/min limit or budget: its input tokens (a text counted with the embedding
+        model's tokenizer, in a worker thread, the large-body lane for a large body; a token array is its
+        length) at the embedding model's prices. An embedding has no completion: that is the whole of it."""
+        limits = self.limits.get(client)
+        if limits is None or (limits.tpm is None and limits.budget_usd is None):
+            return None
+        gw = self.gw
+        count = functools.partial(_input_tokens, gw.settings.embedding_model, inputs)
+        prompt = await gw.offload.run(count) if large else await asyncio.to_thread(count)
+        return Need(prompt, 0, True, gw.embedding_prices.cost(prompt, 0), "input", "")
 
     def admit(self, client: str, day: str, need: Need | None = None, request_id: str = "") -> None:
         """Admit one model request of `client` (on `day`), or raise its 429 (or 400) (GatewayError). With `need`
         (its worst case) it reserves that until its row settles it (:meth:`observe`) or :meth:`release`; without
-        (a route that cannot count its request: embeddings) its row is charged when it comes. The chat pipeline's
-        APIs reach it through the ``validated`` hook; a model route outside the pipeline (embeddings) calls it."""
+        (no tokens/min or budget to reserve against) its row is charged when it comes. The chat pipeline's APIs
+        reach it through the ``validated`` hook; a model route outside the pipeline (embeddings, with
+        :meth:`embeddings_need`) calls it."""
         limits = self.limits.get(client)
         if limits is None:
             return
@@ -220,7 +263,7 @@ class ClientLimiter(RequestHook):
                 usd = need.usd
                 # past the rest, it waits for the requests in flight here; with none, it alone may pass it
                 if held > 0 and spent + held + usd > limits.budget_usd:
-                    return self._budget_in_flight(client, limits, spent, held, usd)
+                    return self._budget_in_flight(client, limits, spent, held, need)
         take = 0.0
         tpm = None
         if limits.tpm is not None:
@@ -238,7 +281,7 @@ class ClientLimiter(RequestHook):
                     take = level  # larger than this replica's bucket: it takes the whole of it
                 else:
                     wait = tpm.wait(min(need.tokens, tpm.capacity), now)
-                    return self._rate_refusal(client, "tpm", limits.tpm, wait, need.tokens)
+                    return self._rate_refusal(client, "tpm", limits.tpm, wait, need)
         if limits.rpm is not None:
             bucket = self._bucket(client, "rpm", limits.rpm, now)
             wait = bucket.wait(1, now)
@@ -310,16 +353,17 @@ class ClientLimiter(RequestHook):
         return bucket
 
     def _rate_refusal(
-        self, client: str, kind: str, limit: int, wait: float, reserving: int | None = None
+        self, client: str, kind: str, limit: int, wait: float, reserving: Need | None = None
     ) -> Refusal:
         unit = "requests" if kind == "rpm" else "tokens"
         seconds = max(1, math.ceil(wait))
         share = limit / self.live
-        asked = (
-            f" This request reserves {reserving} tokens (its prompt and its max_tokens, or the model's most)."
-            if reserving is not None
-            else ""
-        )
+        asked = ""
+        if reserving is not None:
+            what = f"its {reserving.prompt_field}"
+            if reserving.completion_field:
+                what += f" and its {reserving.completion_field}, or the model's most"
+            asked = f" This request reserves {reserving.tokens} tokens ({what})."
         err = GatewayError(
             429,
             f"Rate limit reached for {unit} per minute: client {client} may use {limit} {unit}/min "
@@ -337,28 +381,33 @@ class ClientLimiter(RequestHook):
         return Refusal(kind, err)
 
     def _too_large(self, client: str, tpm: int, need: Need) -> Refusal:
-        """A request that needs more tokens than the whole limit: no wait would let it through (a 400)."""
-        parts = f"{need.prompt} of prompt" + (f" and max_tokens {need.completion}" if need.stated else "")
+        """A request that needs more tokens than the whole limit: no wait would let it through (a 400 naming the
+        caller's own field: its prompt's, or its completion cap's when the prompt alone fits)."""
+        cap = need.completion_field
+        parts = f"{need.prompt} of prompt in {need.prompt_field}"
+        parts += f" and {cap} {need.completion}" if need.stated and cap else ""
+        smaller = f"less in {need.prompt_field}" + (f" or a smaller {cap}" if cap else "")
         err = GatewayError(
             400,
             f"This request needs at least {need.least} tokens ({parts}) but client {client} may use {tpm} "
-            f"tokens/min in all: send a shorter prompt or a smaller max_tokens (max_completion_tokens), or ask "
-            f"the operator to raise it (ratchet admin client set {client} --tpm N).",
+            f"tokens/min in all: send {smaller}, or ask the operator to raise it (ratchet admin client set "
+            f"{client} --tpm N).",
             "request_too_large",
-            param="max_tokens" if need.prompt <= tpm else "messages",
+            param=cap if need.prompt <= tpm and cap else need.prompt_field,
         )
         return Refusal("tpm", err)
 
     def _budget_in_flight(
-        self, client: str, limits: cl.ClientLimits, spent: float, held: float, usd: float
+        self, client: str, limits: cl.ClientLimits, spent: float, held: float, need: Need
     ) -> Refusal:
         """The budget's rest is held by the client's requests in flight here: retry once they settle."""
         assert limits.budget_usd is not None
+        smaller = f" (a smaller {need.completion_field} reserves less)" if need.completion_field else ""
         err = GatewayError(
             429,
             f"Client {client} has ${max(0.0, limits.budget_usd - spent):.4f} left of its ${limits.budget_usd:g} "
             f"budget this {limits.budget_period}, and its requests in flight hold ${held:.4f} of it; this request "
-            f"may cost up to ${usd:.4f} (a smaller max_tokens reserves less). Retry in 1 s.",
+            f"may cost up to ${need.usd:.4f}{smaller}. Retry in 1 s.",
             "budget_in_flight",
             type_="insufficient_quota",
             headers={"retry-after": "1"},

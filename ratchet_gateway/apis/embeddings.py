@@ -8,7 +8,8 @@ like any other: authenticated first (``Authorization: Bearer``), the body read w
 or token arrays, none of them empty; ``encoding_format``, ``dimensions``, ``user``, and the operator's
 ``RATCHET_PROVIDER_EXTRA_FIELDS``; any other field is a 400 naming it, ``ratchet_gateway.forwarded``; a large body in
 the large-body lane, ``ratchet_gateway.offload``), admitted by the client's limits (``ratchet_gateway.limits``: a 429
-before any model call; its tokens and dollars count like a chat request's), and its ledger row
+before any model call; like a chat request it reserves its worst case, its input tokens counted and their price,
+``ClientLimiter.embeddings_need``, and its row settles it), and its ledger row
 (``api='embeddings'``, ``served_by='teacher'``, the model's usage and its price from litellm's local map) is
 committed before the answer is released. The row stores no content: ``messages`` and ``answer`` are empty and
 ``params`` holds the request's parameters (redacted) and the number of inputs, never the input texts, so the
@@ -104,6 +105,7 @@ class Embeddings:
                 info.task = task
             return await self._answer(body, req, client, task, t0, headers, large)
         except Exception as exc:
+            gw.limits.release(headers["x-ratchet-request-id"])  # ended before a row settled it (else a no-op)
             return error_response(failure(exc, t0, headers, gw.metrics, "/v1/embeddings"), headers)
 
     def _check_model(self, model: str) -> None:
@@ -135,7 +137,10 @@ class Embeddings:
         gw = self.gw
         assert gw.embedder is not None  # checked by _check_model
         ts, day = arrival(gw.clock_now)
-        gw.limits.admit(client, day)  # per-client limits, as for every model request (a 429 before the call)
+        # per-client limits, as for every model request: its input tokens and their price reserved (a 429 before
+        # the call), settled by its row
+        rid = headers["x-ratchet-request-id"]
+        gw.limits.admit(client, day, await gw.limits.embeddings_need(client, req.input, large), rid)
         params = {k: v for k, v in body.items() if k not in ("model", "input")}
         # the parameters column: redacted, in the lane for a large body (its other fields may be large too)
         params_column = functools.partial(_params_column, gw.redact, params, input_count(req.input))

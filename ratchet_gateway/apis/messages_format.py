@@ -28,7 +28,7 @@ import orjson
 from starlette.responses import Response
 
 from ratchet_core.redact import redact_text
-from ratchet_gateway.apis.messages_request import MessagesRequest, parse_messages
+from ratchet_gateway.apis.messages_request import CALLER_FIELDS, MessagesRequest, parse_messages
 from ratchet_gateway.apis.wire import TranslatedStream, answer_id, in_callers_fields, sse, tool_input
 from ratchet_gateway.chat.completion import message_of, token_counts
 from ratchet_gateway.chat.formats import validated_chat
@@ -73,6 +73,7 @@ class MessagesApi:
 
     api = "messages"
     key_header = "x-api-key"
+    fields = CALLER_FIELDS  # the caller's names of chat fields (``ApiFormat.fields``)
 
     def parse(
         self, raw: bytes, extras: frozenset[str] = frozenset()

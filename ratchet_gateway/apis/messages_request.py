@@ -65,7 +65,7 @@ TRANSLATED = frozenset(MessagesRequest.model_fields) - IGNORED  # the fields the
 FIELDS = frozenset(MessagesRequest.model_fields) | IGNORED
 METADATA = ("user_id", "ratchet_task", "ratchet_episode")
 # the chat translation's names for the caller's (errors name the caller's own fields)
-_CHAT_FIELDS = {
+CALLER_FIELDS = {
     "max_completion_tokens": "max_tokens",
     "stop": "stop_sequences",
     "user": "metadata.user_id",
@@ -97,7 +97,7 @@ def parse_messages(body: dict, extras: frozenset[str] = frozenset()) -> tuple[di
     for key in req.metadata or {}:
         if key not in METADATA:
             raise unknown_field(key, "Messages", "metadata")
-    origins = Origins(fields=dict(_CHAT_FIELDS), keys=dict(_CHAT_KEYS), words=dict(_CHAT_WORDS))
+    origins = Origins(fields=dict(CALLER_FIELDS), keys=dict(_CHAT_KEYS), words=dict(_CHAT_WORDS))
     chat = to_chat(req, origins)
     for (
         name

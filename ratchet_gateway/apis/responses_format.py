@@ -28,7 +28,7 @@ import orjson
 from starlette.responses import Response
 
 from ratchet_core.redact import redact_text
-from ratchet_gateway.apis.responses_request import ResponsesRequest, parse_responses
+from ratchet_gateway.apis.responses_request import CALLER_FIELDS, ResponsesRequest, parse_responses
 from ratchet_gateway.apis.wire import TranslatedStream, answer_id, in_callers_fields, sse
 from ratchet_gateway.chat.completion import message_of, token_counts
 from ratchet_gateway.chat.formats import validated_chat
@@ -47,6 +47,10 @@ class ResponsesApi:
 
     api = "responses"
     key_header = None
+    fields = {
+        **CALLER_FIELDS,
+        "messages": "input",
+    }  # the caller's names of chat fields (``ApiFormat.fields``)
 
     def parse(
         self, raw: bytes, extras: frozenset[str] = frozenset()

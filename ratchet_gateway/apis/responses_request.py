@@ -87,7 +87,7 @@ STATEFUL = frozenset({"previous_response_id", "conversation", "prompt"})
 TRANSLATED = frozenset(ResponsesRequest.model_fields) - IGNORED  # the fields the translation reads
 FIELDS = frozenset(ResponsesRequest.model_fields) | IGNORED | STATEFUL
 # the chat translation's names for the caller's (errors name the caller's own fields)
-_CHAT_FIELDS = {
+CALLER_FIELDS = {
     "max_completion_tokens": "max_output_tokens",
     "response_format": "text.format",
     "logprobs": "include",
@@ -113,7 +113,7 @@ def parse_responses(
             raise unknown_field(name, "Responses")
     req = validated(ResponsesRequest, body, "OpenAI Responses")
     _refuse_state(req, body)
-    origins = Origins(fields=dict(_CHAT_FIELDS), keys=dict(_CHAT_KEYS), words=dict(_CHAT_WORDS))
+    origins = Origins(fields=dict(CALLER_FIELDS), keys=dict(_CHAT_KEYS), words=dict(_CHAT_WORDS))
     chat = to_chat(req, origins)
     for (
         name

@@ -16,6 +16,7 @@ already checked it).
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -46,6 +47,8 @@ class Received:
     large: bool = False
     # ``metadata.ratchet_episode``: the client's id grouping requests (``ratchet_core.feedback``)
     episode: str = ""
+    # the caller's name of a chat field its API translated (``ApiFormat.fields``), for errors raised after parsing
+    fields: Mapping[str, str] = field(default_factory=dict)
 
 
 @dataclass(slots=True)

@@ -18,6 +18,7 @@ so a replayed stream and a relayed one are written by one code path.
 from __future__ import annotations
 
 import time
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, Protocol
 
 import orjson
@@ -59,6 +60,9 @@ class ApiFormat(Protocol):
 
     api: str  # the API's name ("chat.completions"): the ledger row's ``api`` (``ratchet_core.schema.API_NAMES``)
     key_header: str | None  # a header that may carry the client key instead of ``Authorization: Bearer``
+    # the caller's name of each chat field the translation writes that it names otherwise (``max_completion_tokens``
+    # -> ``max_output_tokens``; ``messages`` -> ``input``): what an error raised after parsing names (limits)
+    fields: Mapping[str, str]
 
     def parse(self, raw: bytes, extras: frozenset[str] = frozenset()) -> tuple[dict, ChatRequest, Any]:
         """(internal body, its validated view, the request as the caller's API wrote it: what the answer echoes,
@@ -82,6 +86,7 @@ class ChatCompletions:
 
     api = "chat.completions"
     key_header = None
+    fields: Mapping[str, str] = {}
 
     def parse(self, raw: bytes, extras: frozenset[str] = frozenset()) -> tuple[dict, ChatRequest, None]:
         body = parse_chat_body(raw)

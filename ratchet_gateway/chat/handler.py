@@ -35,6 +35,7 @@ from ratchet_gateway.chat.relay import StreamPath
 from ratchet_gateway.chat.rows import Recorder
 from ratchet_gateway.chat.student import Student
 from ratchet_gateway.errors import GatewayError
+from ratchet_gateway.forwarded import refuse_tier
 from ratchet_gateway.hooks import INFO, RequestHooks, RequestInfo
 from ratchet_gateway.request_body import LARGE_BODY_BYTES, episode_of, read_body, receive_body, task_of
 from ratchet_gateway.responses import new_request_id, ratchet_headers
@@ -158,6 +159,9 @@ class ChatHandler:
                 await gw.offload.run(self.api.parse, raw, extras) if large else self.api.parse(raw, extras)
             )
             del raw
+            refuse_tier(
+                body, gw.settings.allowed_service_tiers
+            )  # a pricier tier only if the operator allows it
             if req.model not in gw.model_names:
                 raise GatewayError(
                     404,
@@ -169,7 +173,19 @@ class ChatHandler:
             episode = episode_of(req)
             ts, day = arrival(gw.clock_now)
             received = Received(
-                rid, t0, ts, day, client, task, req, body, self.api.api, origin, large=large, episode=episode
+                rid,
+                t0,
+                ts,
+                day,
+                client,
+                task,
+                req,
+                body,
+                self.api.api,
+                origin,
+                large=large,
+                episode=episode,
+                fields=self.api.fields,
             )
             if info is not None:
                 info.task = task

@@ -65,3 +65,13 @@ def test_no_module_reads_a_ratchet_variable_around_the_settings():
         if read.search(line)
     ]
     assert offenders == [], "read RATCHET_* through ratchet_core.settings, not os.environ"
+
+
+def test_service_tiers_are_tier_names(tmp_path, monkeypatch):
+    monkeypatch.setenv("RATCHET_HOME", str(tmp_path / "h"))
+    monkeypatch.setenv("RATCHET_SERVICE_TIERS", " priority, flex ,priority")
+    assert load_settings().allowed_service_tiers == {"flex", "priority"}
+    monkeypatch.setenv("RATCHET_SERVICE_TIERS", "priority,../x")
+    with pytest.raises(SettingsError) as info:
+        load_settings()
+    assert "RATCHET_SERVICE_TIERS" in str(info.value)

@@ -9,7 +9,9 @@ import os
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 from pathlib import Path
 
 import httpx
@@ -17,6 +19,7 @@ import pytest
 
 from ratchet_core import client_limits as cl
 from ratchet_core.control_db import ensure_schema, make_engine
+from tests.serve import serve_in_thread
 
 from .conftest import ADMIN_KEY, API_KEY, OTHER_KEY, gateway_process, running_gateway
 
@@ -110,6 +113,52 @@ def test_tokens_per_minute_reserve_each_request_and_settle_on_its_answer(tmp_pat
         assert _view(gw.url, AUTH)["tokens_available"] == pytest.approx(100 - used)  # refusals hold nothing
         assert "tokens_available" not in _view(gw.url, OTHER)  # another client sees only its own (no limits)
         assert _rows(gw, "app1") == 1
+
+
+def test_a_limits_refusal_names_the_callers_own_fields_in_its_apis_shape(tmp_path, teacher_url):
+    """A request a tokens/min limit refuses is told which of its own fields to change: ``max_output_tokens`` and
+    ``input`` on /v1/responses, ``max_tokens`` in Anthropic's shape on /v1/messages, ``max_completion_tokens`` on
+    chat when that is what it sent; never the chat translation's name. (On the old code every API was told
+    ``max_tokens``, and a Responses prompt was ``messages``.)"""
+    with running_gateway(tmp_path, teacher_url) as gw:
+        _stop_clock(gw)
+        _set(gw.engine, "app1", tpm=100)
+        _poll(gw)
+
+        def post(path: str, body: dict) -> httpx.Response:
+            return httpx.post(gw.url + path, headers=AUTH, json=body, timeout=30)
+
+        ask = {"model": "ratchet", "input": "Where is my order?"}
+        big = post("/v1/responses", {**ask, "max_output_tokens": 200})
+        err = big.json()["error"]
+        assert big.status_code == 400 and err["code"] == "request_too_large", big.text
+        assert err["param"] == "max_output_tokens" and "max_output_tokens 200" in err["message"]
+        assert "max_tokens" not in err["message"] and "max_completion_tokens" not in err["message"]
+        long = post("/v1/responses", {**ask, "input": "word " * 300, "max_output_tokens": 10})
+        err = long.json()["error"]
+        assert long.status_code == 400 and err["param"] == "input" and "messages" not in err["message"], (
+            long.text
+        )
+
+        chat = post("/v1/chat/completions", {**BODY, "max_completion_tokens": 200})
+        assert chat.status_code == 400 and chat.json()["error"]["param"] == "max_completion_tokens", chat.text
+
+        anthropic = post(
+            "/v1/messages", {"model": "ratchet", "max_tokens": 200, "messages": BODY["messages"]}
+        )
+        doc = anthropic.json()
+        assert anthropic.status_code == 400 and doc["type"] == "error", anthropic.text
+        assert doc["error"]["type"] == "invalid_request_error" and "max_tokens 200" in doc["error"]["message"]
+        assert "max_completion_tokens" not in doc["error"]["message"]
+
+        # a wait names them too (its reservation: the prompt and the caller's own cap)
+        ok = post("/v1/responses", {**ask, "max_output_tokens": 20})
+        assert ok.status_code == 200, ok.text
+        used = ok.json()["usage"]["total_tokens"]
+        wait = post("/v1/responses", {**ask, "max_output_tokens": 100 - used})
+        err = wait.json()["error"]
+        assert wait.status_code == 429 and err["type"] == "tokens", wait.text
+        assert "its input and its max_output_tokens" in err["message"] and "max_tokens" not in err["message"]
 
 
 def test_a_request_larger_than_a_replicas_share_goes_through_only_on_a_full_bucket(tmp_path, teacher_url):
@@ -248,3 +297,63 @@ def test_two_gateway_processes_hold_one_limit_and_one_budget(tmp_path, teacher_u
         _wait(lambda: _chat(b, OTHER).status_code == 429, "b sees app2's spend at a within a flush")
         r = _chat(b, OTHER)
         assert r.json()["error"]["code"] == "insufficient_quota"
+
+
+@contextmanager
+def slow_embedder(delay_s: float) -> Iterator[str]:
+    """The demo teacher, whose embeddings route answers after `delay_s` (so concurrent requests are all in flight
+    together); its /v1 URL."""
+    from ratchet_gateway.demo_teacher.app import DemoTeacherConfig, create_app
+
+    app = create_app(DemoTeacherConfig(model="demo-teacher"))
+
+    async def slow(scope, receive, send):
+        if scope["type"] == "http" and scope["path"].endswith("/embeddings"):
+            await asyncio.sleep(delay_s)
+        await app(scope, receive, send)
+
+    with serve_in_thread(slow) as url:
+        yield url + "/v1"
+
+
+def test_concurrent_embeddings_are_admitted_by_reservation_of_their_input_tokens(tmp_path, teacher_url):
+    """Tokens/min 200 and 8 concurrent embeddings of ~50 input tokens each (answered after 1.5 s): each reserves
+    its input tokens, counted with the embedding model's tokenizer, before it is sent, so only what the limit holds
+    is admitted and the others wait (429, naming its ``input``); what they used settles it. One larger than the
+    whole limit is a 400 naming ``input``. (On the old code embeddings reserved nothing: all 8 were admitted while
+    the bucket was not empty, 2x the limit.)"""
+    text = "word " * 49
+    ask = {"model": "demo-teacher", "input": [text]}
+    with slow_embedder(1.5) as embed_url:
+        embeddings = dict(
+            embedding_model="openai/demo-teacher", embedding_api_base=embed_url, embedding_api_key="sk-embed"
+        )
+        with running_gateway(tmp_path, teacher_url, **embeddings) as gw:
+            _stop_clock(gw)
+            _set(gw.engine, "app1", tpm=200)
+            _poll(gw)
+
+            def one(_: int) -> httpx.Response:
+                return httpx.post(f"{gw.url}/v1/embeddings", headers=AUTH, json=ask, timeout=60)
+
+            with ThreadPoolExecutor(8) as pool:
+                answers = list(pool.map(one, range(8)))
+            admitted = [r for r in answers if r.status_code == 200]
+            refused = [r for r in answers if r.status_code == 429]
+            used = sum(r.json()["usage"]["total_tokens"] for r in admitted)
+            print(f"tokens/min 200, 8 concurrent embeddings: {len(admitted)} admitted, {used} tokens used")
+            assert len(admitted) + len(refused) == 8, [r.text for r in answers]
+            per = admitted[0].json()["usage"]["prompt_tokens"]
+            assert per >= 40 and len(admitted) == 200 // per and used <= 200, (per, len(admitted), used)
+            err = refused[0].json()["error"]
+            assert err["type"] == "tokens" and f"reserves {per} tokens (its input)" in err["message"], err
+            assert 1 <= int(refused[0].headers["retry-after"]) <= 60
+            # settled: the bucket holds the limit less what was used, no reservation left behind
+            assert _view(gw.url, AUTH)["tokens_available"] == pytest.approx(200 - used)
+            assert not gw.gw.limits._held
+            big = httpx.post(
+                f"{gw.url}/v1/embeddings", headers=AUTH, json={**ask, "input": [text] * 5}, timeout=30
+            )
+            err = big.json()["error"]
+            assert big.status_code == 400 and err["code"] == "request_too_large" and err["param"] == "input"
+            assert _rows(gw, "app1") == len(admitted)  # the refused ones never reached the model

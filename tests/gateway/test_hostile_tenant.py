@@ -652,6 +652,40 @@ def test_what_is_taken_is_forwarded_and_nothing_else(recorded_gateway) -> None:
     assert not any({"store", "service_tier", "thinking"} & set(b) for b in sent), sent
 
 
+@pytest.mark.parametrize("path, base", [("/v1/chat/completions", CHAT), ("/v1/responses", RESPONSES)])
+def test_a_pricier_service_tier_is_refused_unless_the_operator_allows_it(
+    recorded_gateway, tmp_path, listeners, path, base
+) -> None:
+    """Every request is billed at the model's standard prices, so a client cannot pick `priority` (or `scale`,
+    `flex`, a made-up tier, a non-string) and have it billed at those: a 400 naming `service_tier`, nothing sent.
+    `auto` and `default` are forwarded; a tier the operator lists in RATCHET_SERVICE_TIERS is forwarded as sent.
+    (On the old code `priority` reached the teacher and was billed as standard.)"""
+    from .conftest import running_gateway
+
+    g, rec = recorded_gateway
+    for tier in ("priority", "scale", "flex", "PRIORITY", "x" * 5_000, {"tier": "priority"}, 1):
+        before = len(rec.seen)
+        r = _post(g.url, path, {**base, "service_tier": tier})
+        assert r.status_code == 400, (tier, r.status_code, r.text[:300])
+        err = r.json()["error"]
+        assert err["param"] == "service_tier" and len(err["message"]) < 400, err
+        if isinstance(tier, str):  # (a non-string: Responses' type check says so first)
+            assert err["code"] == "unsupported_parameter" and "RATCHET_SERVICE_TIERS" in err["message"], err
+        assert len(rec.seen) == before, tier  # nothing reached the model
+    before = len(rec.seen)
+    for tier in ("auto", "default", None):
+        assert _post(g.url, path, {**base, "service_tier": tier}).status_code == 200, tier
+    assert [json.loads(b).get("service_tier") for _, _, b in rec.seen[before:]] == ["auto", "default", None]
+
+    root, rec, _ = listeners  # the operator allows priority: forwarded as sent, flex still refused
+    with running_gateway(tmp_path, root + "/v1", service_tiers="priority") as allowed:
+        before = len(rec.seen)
+        assert _post(allowed.url, path, {**base, "service_tier": "priority"}).status_code == 200
+        assert json.loads(rec.seen[before][2])["service_tier"] == "priority"
+        r = _post(allowed.url, path, {**base, "service_tier": "flex"})
+        assert r.status_code == 400 and "'priority'" in r.json()["error"]["message"], r.text
+
+
 @pytest.mark.parametrize(
     "path, body, param, words",
     [
