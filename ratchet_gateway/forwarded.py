@@ -69,7 +69,39 @@ def upstream_body(body: Mapping[str, Any], allowed: frozenset[str], extras: froz
     return {k: v for k, v in body.items() if k in allowed or k in extras}
 
 
+# a message's keys that reach litellm (OpenAI's); litellm reads others as a provider's blocks: an assistant
+# message's ``provider_specific_fields`` (raw blocks put before its content, a tool call's signature),
+# ``thinking_blocks``, ``cache_control``. Content parts and tools are closed by the request model.
+_MESSAGE_KEYS = frozenset(
+    {"role", "content", "name", "tool_calls", "tool_call_id", "function_call", "refusal"}
+)
+
+
+def _call(call: Any) -> Any:
+    if not isinstance(call, dict):
+        return call
+    out = {k: v for k, v in call.items() if k in ("id", "type", "function")}
+    if isinstance(out.get("function"), dict):
+        out["function"] = {k: v for k, v in out["function"].items() if k in ("name", "arguments")}
+    return out
+
+
+def _message(m: Any) -> Any:
+    if not isinstance(m, dict):
+        return m
+    out = {k: v for k, v in m.items() if k in _MESSAGE_KEYS}
+    if isinstance(out.get("tool_calls"), list):
+        out["tool_calls"] = [_call(c) for c in out["tool_calls"]]
+    if isinstance(out.get("function_call"), dict):
+        out["function_call"] = {k: v for k, v in out["function_call"].items() if k in ("name", "arguments")}
+    return out
+
+
 def litellm_args(body: Mapping[str, Any], allowed: frozenset[str], extras: frozenset[str]) -> dict[str, Any]:
     """litellm's keyword arguments for `body`: OpenAI's field names are litellm's argument names; the model, the
-    stream flag and the input are passed by the caller, ``metadata`` never (litellm's callback metadata)."""
-    return {k: v for k, v in body.items() if (k in allowed or k in extras) and k not in LITELLM_OWN}
+    stream flag and the input are passed by the caller, ``metadata`` never (litellm's callback metadata); each
+    message with OpenAI's keys only (a new list: `body` is left as sent, for the ledger)."""
+    args = {k: v for k, v in body.items() if (k in allowed or k in extras) and k not in LITELLM_OWN}
+    if isinstance(args.get("messages"), list):
+        args["messages"] = [_message(m) for m in args["messages"]]
+    return args

@@ -802,3 +802,129 @@ def test_the_upstream_sends_only_the_allow_list_whatever_the_body_holds(listener
         assert headers["authorization"] == f"Bearer {TEACHER_KEY}" and "x-stolen" not in headers
         if via_litellm:
             assert "metadata" not in body  # litellm's callbacks' metadata: never given
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# Nested ways to litellm's arguments (issue 34, point 1, reviewed): what litellm reads inside a body (a content part
+# it does not know, a key of its own in a part, a tool or a message) becomes a provider's block or header: a document
+# fetched by URL, a code-execution container with a stored file (and `anthropic-beta` headers), raw blocks before an
+# assistant message's content. Parts and tools are closed (a 400 naming the key); a message's own extra keys never
+# reach litellm.
+# --------------------------------------------------------------------------------------------------------------------
+def _parts(*parts: dict) -> dict:
+    return {**CHAT, "messages": [{"role": "user", "content": [{"type": "text", "text": "hi"}, *parts]}]}
+
+
+_FN = {"name": "f", "parameters": {"type": "object"}}
+
+
+@pytest.mark.parametrize(
+    "path, body, param",
+    [
+        (
+            "/v1/chat/completions",
+            _parts({"type": "document", "source": {"type": "url", "url": "https://x.example/a.pdf"}}),
+            "messages.0.content.1.type",
+        ),
+        (
+            "/v1/chat/completions",
+            _parts({"type": "search_result", "source": "x"}),
+            "messages.0.content.1.type",
+        ),
+        (
+            "/v1/chat/completions",
+            _parts({"type": "file", "file": {"file_id": "file-abc"}}),
+            "messages.0.content.1.file.file_id",
+        ),
+        (
+            "/v1/chat/completions",
+            _parts({"type": "text", "text": "x", "cache_control": {"type": "ephemeral", "ttl": "1h"}}),
+            "messages.0.content.1.cache_control",
+        ),
+        (
+            "/v1/chat/completions",
+            _parts(
+                {
+                    "type": "image_url",
+                    "image_url": {"url": "https://x.example/a", "format": "application/pdf"},
+                }
+            ),
+            "messages.0.content.1.image_url.format",
+        ),
+        (
+            "/v1/chat/completions",
+            {**CHAT, "tools": [{"type": "function", "function": _FN, "defer_loading": True}]},
+            "tools.0.defer_loading",
+        ),
+        (
+            "/v1/chat/completions",
+            {
+                **CHAT,
+                "tools": [{"type": "function", "function": {**_FN, "allowed_callers": ["code_execution"]}}],
+            },
+            "tools.0.function.allowed_callers",
+        ),
+        (
+            "/v1/responses",
+            {
+                **RESPONSES,
+                "input": [{"role": "user", "content": [{"type": "input_file", "file_id": "file-abc"}]}],
+            },
+            "input[0].content[0].file_id",
+        ),
+    ],
+    ids=[
+        "document",
+        "search-result",
+        "file-id",
+        "cache-control",
+        "image-format",
+        "tool-key",
+        "function-key",
+        "responses-file-id",
+    ],
+)
+def test_no_nested_key_reaches_a_litellm_teacher(tmp_path: Path, listeners, path, body, param) -> None:
+    from .conftest import running_gateway
+
+    root, rec, attacker = listeners
+    with running_gateway(tmp_path, root, teacher_model="anthropic/demo-teacher", teacher_api_base=root) as g:
+        before = len(rec.seen)
+        r = _post(g.url, path, body)
+        assert r.status_code == 400, (param, r.status_code, r.text[:300])
+        assert r.json()["error"]["param"] == param and param in r.json()["error"]["message"], r.text
+        assert len(rec.seen) == before, f"{param} reached the teacher: {rec.seen[before:]}"
+
+
+def test_an_echoed_message_smuggles_no_block_to_a_litellm_teacher(tmp_path: Path, listeners) -> None:
+    """An assistant message's `provider_specific_fields` (litellm puts its `compaction_blocks` before the content,
+    raw), `thinking_blocks` and `cache_control` are taken, as an answer echoed back carries them, and never sent."""
+    from .conftest import running_gateway
+
+    root, rec, attacker = listeners
+    smuggled = {
+        "role": "assistant",
+        "content": "b",
+        "cache_control": {"type": "ephemeral", "ttl": "1h"},
+        "thinking_blocks": [{"type": "thinking", "thinking": "x", "signature": "s"}],
+        "provider_specific_fields": {
+            "compaction_blocks": [
+                {"type": "document", "source": {"type": "url", "url": attacker.url + "/a.pdf"}}
+            ]
+        },
+    }
+    body = {
+        **CHAT,
+        "messages": [{"role": "user", "content": "a"}, smuggled, {"role": "user", "content": "c"}],
+    }
+    with running_gateway(tmp_path, root, teacher_model="anthropic/demo-teacher", teacher_api_base=root) as g:
+        before = len(rec.seen)
+        for stream in (False, True):
+            r = _post(g.url, "/v1/chat/completions", {**body, "stream": stream})
+            assert r.status_code == 200, r.text
+        sent = rec.seen[before:]
+    assert len(sent) == 2 and not attacker.rec.seen
+    for _, headers, raw in sent:
+        assert "anthropic-beta" not in headers, headers
+        for m in json.loads(raw)["messages"]:
+            assert all(b["type"] == "text" and set(b) == {"type", "text"} for b in m["content"]), m
