@@ -10,6 +10,7 @@ What is refused, with a 400 whose ``param`` names the field (``messages.3.tool_c
 - ``tool_choice``: ``none``, ``auto``, ``required``, or ``{"type": "function", "function": {"name"}}`` naming a
   declared tool (``required`` and a named tool need ``tools``);
 - ``stream_options``: only with ``stream: true``, and only ``include_usage`` (a boolean);
+- ``service_tier``: ``auto`` or ``default`` (the ledger prices every request at the standard rates);
 - ``stop``: a string or at most 4 strings; ``metadata``: at most 16 pairs, keys of at most 64 characters, values
   of at most 512;
 - messages: ``content`` may be null only for an assistant message that makes tool calls (or a legacy
@@ -39,6 +40,9 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 from ratchet_core.redact import TASK_METADATA_KEY
 from ratchet_gateway.input_rules import InputRuleError, Number, StrictBool, StrictInt, StrictStr
 
+# the service tiers billed at the standard prices every row is priced at (``ratchet_core.pricing``): a client's
+# `priority` (or `scale`, `flex`) would bill the operator at other rates than the ledger and the client's budget see
+SERVICE_TIERS = (None, "auto", "default")
 MAX_TOOLS = 128
 MAX_STOP = 4
 MAX_METADATA = 16
@@ -182,6 +186,7 @@ class ChatRequest(_Open):
     user: StrictStr | None = None
     n: StrictInt | None = Field(None, ge=1, le=1)
     parallel_tool_calls: StrictBool | None = None
+    service_tier: StrictStr | None = None
     metadata: Annotated[dict[StrictStr, StrictStr], Field(max_length=MAX_METADATA)] | None = None
 
 
@@ -208,6 +213,14 @@ def check_request(req: ChatRequest, stream_options_given: bool, messages: bool =
     ``req.messages`` too (a large body's are checked slice by slice, :class:`Conversation`)."""
     if stream_options_given and not req.stream:
         raise _refuse("stream_options is only allowed when stream is true", "stream_options")
+    if req.service_tier not in SERVICE_TIERS:
+        raise InputRuleError(
+            f"service_tier: only {' or '.join(t for t in SERVICE_TIERS if t)} is served here: the ledger, the "
+            "budgets and the receipts price every request at the provider's standard rates, and another tier is "
+            "billed at others; leave it out",
+            "service_tier",
+            "unsupported_parameter",
+        )
     for key, value in (req.metadata or {}).items():
         if len(key) > MAX_METADATA_KEY:
             raise _refuse(f"keys are at most {MAX_METADATA_KEY} characters", "metadata")

@@ -928,3 +928,17 @@ def test_an_echoed_message_smuggles_no_block_to_a_litellm_teacher(tmp_path: Path
         assert "anthropic-beta" not in headers, headers
         for m in json.loads(raw)["messages"]:
             assert all(b["type"] == "text" and set(b) == {"type", "text"} for b in m["content"]), m
+
+
+# A service tier billed at other rates than the ledger's (every row is priced at the standard ones): a client's
+# `priority` would bill the operator more than its own budget and the receipts see.
+@pytest.mark.parametrize("tier", ["priority", "scale", "flex"])
+@pytest.mark.parametrize("path, body", [("/v1/chat/completions", CHAT), ("/v1/responses", RESPONSES)])
+def test_a_service_tier_priced_otherwise_is_a_400(recorded_gateway, path, body, tier) -> None:
+    g, rec = recorded_gateway
+    before = len(rec.seen)
+    r = _post(g.url, path, {**body, "service_tier": tier})
+    assert r.status_code == 400 and r.json()["error"]["param"] == "service_tier", r.text
+    assert len(rec.seen) == before
+    assert _post(g.url, path, {**body, "service_tier": "default"}).status_code == 200
+    assert json.loads(rec.seen[-1][2])["service_tier"] == "default"
