@@ -942,3 +942,65 @@ def test_a_service_tier_priced_otherwise_is_a_400(recorded_gateway, path, body, 
     assert len(rec.seen) == before
     assert _post(g.url, path, {**body, "service_tier": "default"}).status_code == 200
     assert json.loads(rec.seen[-1][2])["service_tier"] == "default"
+
+
+# An upstream 401 or 403 is about the operator's key: a client never gets it as its own (its SDK would blame its own
+# key), nor the provider's words about the operator's key, whatever the path or the API.
+class _Refusing:
+    """A teacher that refuses the gateway's key as OpenAI and Anthropic do, quoting part of it."""
+
+    def __init__(self, status: int) -> None:
+        from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self) -> None:  # noqa: N802 (http.server's name)
+                self.rfile.read(int(self.headers.get("content-length") or 0))
+                key = (self.headers.get("authorization") or self.headers.get("x-api-key") or "").split()[-1]
+                body = json.dumps(
+                    {
+                        "type": "error",
+                        "error": {
+                            "type": "authentication_error",
+                            "message": f"Incorrect API key provided: {key[:6]}****{key[-4:]}.",
+                        },
+                    }
+                ).encode()
+                self.send_response(status)
+                self.send_header("content-type", "application/json")
+                self.send_header("content-length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def log_message(self, *args) -> None:
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+
+@pytest.mark.parametrize("status", [401, 403])
+@pytest.mark.parametrize(
+    "teacher", ["openai/demo-teacher", "anthropic/demo-teacher"], ids=["own-client", "litellm"]
+)
+def test_an_upstream_refusing_the_operators_key_is_not_the_clients_401(
+    tmp_path: Path, teacher, status
+) -> None:
+    from .conftest import running_gateway
+
+    refusing = _Refusing(status)
+    base = refusing.url + "/v1" if teacher.startswith("openai/") else refusing.url
+    try:
+        with running_gateway(tmp_path, base, teacher_model=teacher, teacher_api_base=base) as g:
+            for path, body in (
+                ("/v1/chat/completions", CHAT),
+                ("/v1/chat/completions", {**CHAT, "stream": True}),
+                ("/v1/responses", RESPONSES),
+                ("/v1/messages", MESSAGES),
+            ):
+                r = _post(g.url, path, body)
+                assert r.status_code == 502, (path, r.status_code, r.text)
+                assert TEACHER_KEY[:6] not in r.text and "Incorrect API key" not in r.text, r.text
+    finally:
+        refusing.server.shutdown()
+        refusing.server.server_close()
