@@ -18,9 +18,9 @@ What is refused, with a 400 whose ``param`` names the field (``messages.3.tool_c
   just before it (or of one of its other answers), and every call of an assistant message is answered before the
   next message that is not a tool's; content parts are objects with a ``type`` (``text`` parts carry ``text``).
 
-Content parts are OpenAI's (``text``, ``image_url``, ``input_audio``, ``file``; an assistant's ``text`` and
-``refusal``) with OpenAI's keys only, and a ``file`` is sent as ``file_data`` (a ``file_id`` names a file stored on
-the operator's provider account); tools take OpenAI's keys only. litellm turns any other part or key into a
+Content parts are OpenAI's per role (a user's ``text``, ``image_url``, ``input_audio``, ``file``; an assistant's
+``text`` and ``refusal``; ``text`` in system, developer and tool messages) with OpenAI's keys only, and a ``file`` is sent as ``file_data`` (a ``file_id`` names a file stored on
+the operator's provider account); tools (and the deprecated ``functions``) take OpenAI's keys only. litellm turns any other part or key into a
 provider's block or header (a document fetched by URL, a code-execution container, a beta header), so each is a 400
 naming it. A message's own unknown keys (an answer echoed back with ``annotations`` or ``provider_specific_fields``)
 are taken and never reach litellm (``ratchet_gateway.forwarded.litellm_args``). An unknown
@@ -186,6 +186,8 @@ class ChatRequest(_Open):
     user: StrictStr | None = None
     n: StrictInt | None = Field(None, ge=1, le=1)
     parallel_tool_calls: StrictBool | None = None
+    # the deprecated form of tools: OpenAI's keys only, as tools
+    functions: list[FunctionSpec] | None = Field(None, max_length=MAX_TOOLS)
     service_tier: StrictStr | None = None
     metadata: Annotated[dict[StrictStr, StrictStr], Field(max_length=MAX_METADATA)] | None = None
 
@@ -312,8 +314,8 @@ _PARTS: dict[str, dict[str, frozenset[str]]] = {
     "refusal": {},
 }
 _PART_KEYS = {"text": {"text"}, "refusal": {"refusal"}}
-_ROLE_PARTS = {"assistant": ("text", "refusal")}
-_USER_PARTS = ("text", "image_url", "input_audio", "file")
+_ROLE_PARTS = {"user": ("text", "image_url", "input_audio", "file"), "assistant": ("text", "refusal")}
+_TEXT_PARTS = ("text",)  # system, developer and tool messages
 
 
 def _unknown(param: str) -> InputRuleError:
@@ -326,7 +328,7 @@ def _unknown(param: str) -> InputRuleError:
 
 
 def _check_parts(parts: list[Any], where: str, role: str = "user") -> None:
-    kinds = _ROLE_PARTS.get(role, _USER_PARTS)
+    kinds = _ROLE_PARTS.get(role, _TEXT_PARTS)
     for j, part in enumerate(parts):
         at = f"{where}.{j}"
         if not isinstance(part, dict) or not isinstance(part.get("type"), str):

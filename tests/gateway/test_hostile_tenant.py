@@ -872,6 +872,34 @@ _FN = {"name": "f", "parameters": {"type": "object"}}
             },
             "input[0].content[0].file_id",
         ),
+        (  # a tool's answer is text: litellm makes an image there a fetch from the gateway, a file a document
+            "/v1/chat/completions",
+            {
+                **CHAT,
+                "tools": [{"type": "function", "function": _FN}],
+                "messages": [
+                    {"role": "user", "content": "hi"},
+                    {
+                        "role": "assistant",
+                        "content": None,
+                        "tool_calls": [
+                            {"id": "c1", "type": "function", "function": {"name": "f", "arguments": "{}"}}
+                        ],
+                    },
+                    {
+                        "role": "tool",
+                        "tool_call_id": "c1",
+                        "content": [{"type": "image_url", "image_url": {"url": "http://x.example/a.png"}}],
+                    },
+                ],
+            },
+            "messages.2.content.0.type",
+        ),
+        (
+            "/v1/chat/completions",
+            {**CHAT, "functions": [{**_FN, "cache_control": {"type": "ephemeral"}}]},
+            "functions.0.cache_control",
+        ),
     ],
     ids=[
         "document",
@@ -882,6 +910,8 @@ _FN = {"name": "f", "parameters": {"type": "object"}}
         "tool-key",
         "function-key",
         "responses-file-id",
+        "tool-image",
+        "functions-key",
     ],
 )
 def test_no_nested_key_reaches_a_litellm_teacher(tmp_path: Path, listeners, path, body, param) -> None:
