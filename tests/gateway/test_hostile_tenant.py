@@ -975,9 +975,11 @@ def test_a_service_tier_priced_otherwise_is_a_400(recorded_gateway, path, body, 
 
 
 # An upstream 401 or 403 is about the operator's key: a client never gets it as its own (its SDK would blame its own
-# key), nor the provider's words about the operator's key, whatever the path or the API.
+# key), nor the provider's words about the operator's key, whatever the path or the API; a 429 is about the
+# operator's account, and its words (the organization, what every client together used) are not passed on either.
 class _Refusing:
-    """A teacher that refuses the gateway's key as OpenAI and Anthropic do, quoting part of it."""
+    """A teacher that refuses the gateway's key as OpenAI and Anthropic do, quoting part of it (or, with 429, names
+    the operator's organization and its account's use)."""
 
     def __init__(self, status: int) -> None:
         from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -991,7 +993,10 @@ class _Refusing:
                         "type": "error",
                         "error": {
                             "type": "authentication_error",
-                            "message": f"Incorrect API key provided: {key[:6]}****{key[-4:]}.",
+                            "message": f"Incorrect API key provided: {key[:6]}****{key[-4:]}."
+                            if status != 429
+                            else "Rate limit reached in organization org-operator on tokens per min: Limit "
+                            "30000, Used 29500, Requested 900.",
                         },
                     }
                 ).encode()
@@ -1009,13 +1014,11 @@ class _Refusing:
         threading.Thread(target=self.server.serve_forever, daemon=True).start()
 
 
-@pytest.mark.parametrize("status", [401, 403])
+@pytest.mark.parametrize("status", [401, 403, 429])
 @pytest.mark.parametrize(
     "teacher", ["openai/demo-teacher", "anthropic/demo-teacher"], ids=["own-client", "litellm"]
 )
-def test_an_upstream_refusing_the_operators_key_is_not_the_clients_401(
-    tmp_path: Path, teacher, status
-) -> None:
+def test_an_upstream_refusing_the_operators_account_quotes_nothing(tmp_path: Path, teacher, status) -> None:
     from .conftest import running_gateway
 
     refusing = _Refusing(status)
@@ -1029,8 +1032,9 @@ def test_an_upstream_refusing_the_operators_key_is_not_the_clients_401(
                 ("/v1/messages", MESSAGES),
             ):
                 r = _post(g.url, path, body)
-                assert r.status_code == 502, (path, r.status_code, r.text)
-                assert TEACHER_KEY[:6] not in r.text and "Incorrect API key" not in r.text, r.text
+                assert r.status_code == (429 if status == 429 else 502), (path, r.status_code, r.text)
+                for said in (TEACHER_KEY[:6], "Incorrect API key", "org-operator", "29500"):
+                    assert said not in r.text, r.text
     finally:
         refusing.server.shutdown()
         refusing.server.server_close()
