@@ -25,6 +25,7 @@ __all__ = [
     "EMBEDDINGS_FIELDS",
     "litellm_args",
     "refuse_unknown",
+    "shown_name",
     "unknown_field",
     "upstream_body",
 ]
@@ -33,9 +34,15 @@ _PLAIN = re.compile(r"[A-Za-z0-9_.-]{1,64}")
 EXTRAS_HELP = "the operator can name provider-specific fields in RATCHET_PROVIDER_EXTRA_FIELDS"
 
 
+def shown_name(name: str) -> str:
+    """A client's key as an error names it: as sent when plain (``A-Za-z0-9_.-``, at most 64), else a short escaped
+    preview (a 5,000-character key, control or bidi characters are never echoed as they are)."""
+    return name if _PLAIN.fullmatch(name) else shown(name)
+
+
 def unknown_field(name: str, api: str, where: str = "") -> GatewayError:
     """The 400 for a field `name` the API `api` does not take (`where`: the object it is in, '' at the top)."""
-    param = (where + "." if where else "") + (name if _PLAIN.fullmatch(name) else shown(name))
+    param = (where + "." if where else "") + shown_name(name)
     return GatewayError(
         400,
         f"{param}: unknown parameter; {api} requests here take only the fields the API documents and this "

@@ -38,6 +38,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from ratchet_core.redact import TASK_METADATA_KEY
+from ratchet_gateway.forwarded import shown_name
 from ratchet_gateway.input_rules import InputRuleError, Number, StrictBool, StrictInt, StrictStr
 
 # the service tiers billed at the standard prices every row is priced at (``ratchet_core.pricing``): a client's
@@ -227,7 +228,9 @@ def check_request(req: ChatRequest, stream_options_given: bool, messages: bool =
         if len(key) > MAX_METADATA_KEY:
             raise _refuse(f"keys are at most {MAX_METADATA_KEY} characters", "metadata")
         if len(value) > MAX_METADATA_VALUE and key != TASK_METADATA_KEY:  # the task has its own rule
-            raise _refuse(f"values are at most {MAX_METADATA_VALUE} characters", f"metadata.{key}")
+            raise _refuse(
+                f"values are at most {MAX_METADATA_VALUE} characters", f"metadata.{shown_name(key)}"
+            )
     names = _tool_names(req.tools)
     choice = req.tool_choice
     if choice is not None and choice not in ("none", "auto"):
@@ -345,7 +348,7 @@ def _check_parts(parts: list[Any], where: str, role: str = "user") -> None:
         inner = _PARTS[kind]
         for key in part:
             if key != "type" and key not in inner and key not in _PART_KEYS.get(kind, ()):
-                raise _unknown(f"{at}.{key}")
+                raise _unknown(f"{at}.{shown_name(key)}")
         for name, keys in inner.items():
             obj = part.get(name)
             if not isinstance(obj, dict):
@@ -359,4 +362,4 @@ def _check_parts(parts: list[Any], where: str, role: str = "user") -> None:
                 )
             for key in obj:
                 if key not in keys:
-                    raise _unknown(f"{at}.{name}.{key}")
+                    raise _unknown(f"{at}.{name}.{shown_name(key)}")

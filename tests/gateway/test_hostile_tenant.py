@@ -1038,3 +1038,45 @@ def test_an_upstream_refusing_the_operators_account_quotes_nothing(tmp_path: Pat
     finally:
         refusing.server.shutdown()
         refusing.server.server_close()
+
+
+# A 400 names a client's key safely wherever it is: a key with a bidi override, a line break, a NUL and 5,000
+# characters is shown escaped and cut, in `param` and in the message (as a top-level one always was).
+_KEY = "\u202eevil\r\nX-Injected: 1\x00" + "A" * 5000
+
+
+@pytest.mark.parametrize(
+    "path, body",
+    [
+        ("/v1/chat/completions", {**CHAT, "stream": True, "stream_options": {_KEY: True}}),
+        ("/v1/chat/completions", {**CHAT, "response_format": {"type": "text", _KEY: 1}}),
+        ("/v1/chat/completions", {**CHAT, "metadata": {"\u202eab\n": "x" * 600}}),
+        ("/v1/chat/completions", {**CHAT, "tools": [{"type": "function", "function": _FN, _KEY: 1}]}),
+        ("/v1/chat/completions", _parts({"type": "text", "text": "x", _KEY: 1})),
+        ("/v1/responses", {**RESPONSES, "metadata": {_KEY: 1}}),
+        ("/v1/messages", {**MESSAGES, "metadata": {"user_id": "u", _KEY: "x"}}),
+        (_KEY, None),
+    ],
+    ids=[
+        "stream-options",
+        "response-format",
+        "metadata",
+        "tool",
+        "part",
+        "responses-metadata",
+        "messages",
+        "top",
+    ],
+)
+def test_an_error_names_a_clients_key_escaped_and_cut(recorded_gateway, path, body) -> None:
+    g, rec = recorded_gateway
+    if body is None:  # a top-level key
+        path, body = "/v1/chat/completions", {**CHAT, _KEY: 1}
+    before = len(rec.seen)
+    r = _post(g.url, path, body)
+    assert r.status_code == 400, r.text
+    param, message = _error(r)
+    for text in (param or "", message):
+        assert "\u202e" not in text and "\r" not in text and "\n" not in text and "\x00" not in text, text
+        assert "A" * 100 not in text, text[:200]
+    assert len(rec.seen) == before
