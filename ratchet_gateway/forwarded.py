@@ -26,6 +26,7 @@ __all__ = [
     "litellm_args",
     "refuse_tier",
     "refuse_unknown",
+    "shown_name",
     "unknown_field",
     "upstream_body",
 ]
@@ -34,9 +35,15 @@ _PLAIN = re.compile(r"[A-Za-z0-9_.-]{1,64}")
 EXTRAS_HELP = "the operator can name provider-specific fields in RATCHET_PROVIDER_EXTRA_FIELDS"
 
 
+def shown_name(name: str) -> str:
+    """A client's key as an error names it: as sent when plain (``A-Za-z0-9_.-``, at most 64), else a short escaped
+    preview (a 5,000-character key, control or bidi characters are never echoed as they are)."""
+    return name if _PLAIN.fullmatch(name) else shown(name)
+
+
 def unknown_field(name: str, api: str, where: str = "") -> GatewayError:
     """The 400 for a field `name` the API `api` does not take (`where`: the object it is in, '' at the top)."""
-    param = (where + "." if where else "") + (name if _PLAIN.fullmatch(name) else shown(name))
+    param = (where + "." if where else "") + shown_name(name)
     return GatewayError(
         400,
         f"{param}: unknown parameter; {api} requests here take only the fields the API documents and this "
@@ -94,7 +101,39 @@ def upstream_body(body: Mapping[str, Any], allowed: frozenset[str], extras: froz
     return {k: v for k, v in body.items() if k in allowed or k in extras}
 
 
+# a message's keys that reach litellm (OpenAI's); litellm reads others as a provider's blocks: an assistant
+# message's ``provider_specific_fields`` (raw blocks put before its content, a tool call's signature),
+# ``thinking_blocks``, ``cache_control``. Content parts and tools are closed by the request model.
+_MESSAGE_KEYS = frozenset(
+    {"role", "content", "name", "tool_calls", "tool_call_id", "function_call", "refusal"}
+)
+
+
+def _call(call: Any) -> Any:
+    if not isinstance(call, dict):
+        return call
+    out = {k: v for k, v in call.items() if k in ("id", "type", "function")}
+    if isinstance(out.get("function"), dict):
+        out["function"] = {k: v for k, v in out["function"].items() if k in ("name", "arguments")}
+    return out
+
+
+def _message(m: Any) -> Any:
+    if not isinstance(m, dict):
+        return m
+    out = {k: v for k, v in m.items() if k in _MESSAGE_KEYS}
+    if isinstance(out.get("tool_calls"), list):
+        out["tool_calls"] = [_call(c) for c in out["tool_calls"]]
+    if isinstance(out.get("function_call"), dict):
+        out["function_call"] = {k: v for k, v in out["function_call"].items() if k in ("name", "arguments")}
+    return out
+
+
 def litellm_args(body: Mapping[str, Any], allowed: frozenset[str], extras: frozenset[str]) -> dict[str, Any]:
     """litellm's keyword arguments for `body`: OpenAI's field names are litellm's argument names; the model, the
-    stream flag and the input are passed by the caller, ``metadata`` never (litellm's callback metadata)."""
-    return {k: v for k, v in body.items() if (k in allowed or k in extras) and k not in LITELLM_OWN}
+    stream flag and the input are passed by the caller, ``metadata`` never (litellm's callback metadata); each
+    message with OpenAI's keys only (a new list: `body` is left as sent, for the ledger)."""
+    args = {k: v for k, v in body.items() if (k in allowed or k in extras) and k not in LITELLM_OWN}
+    if isinstance(args.get("messages"), list):
+        args["messages"] = [_message(m) for m in args["messages"]]
+    return args

@@ -27,6 +27,7 @@ from starlette.requests import ClientDisconnect, Request
 from ratchet_core import json_pieces
 from ratchet_core.names import MAX_TASK_NAME_LENGTH, TASK_NAME_PATTERN
 from ratchet_gateway.errors import GatewayError
+from ratchet_gateway.forwarded import shown_name
 from ratchet_gateway.input_rules import (
     MAX_JSON_VALUES,
     MAX_NESTING_DEPTH,
@@ -53,8 +54,11 @@ def describe_validation_error(exc: ValidationError) -> str:
 def error_param(loc: Sequence[Any]) -> str | None:
     """OpenAI's ``param`` for a pydantic error location: the field path (``messages.3.content``), without the
     leading ``body`` and without the labels pydantic adds for the member of a union it tried (``str``,
-    ``list[str]``, ``literal[...]``, a model's class name)."""
-    parts = [str(p) for i, p in enumerate(loc) if not (i == 0 and p == "body") and not _union_label(p)]
+    ``list[str]``, ``literal[...]``, a model's class name); a client's key that is not plain is shown escaped and
+    cut (``forwarded.shown_name``)."""
+    parts = [
+        shown_name(str(p)) for i, p in enumerate(loc) if not (i == 0 and p == "body") and not _union_label(p)
+    ]
     return ".".join(parts) or None
 
 

@@ -10,6 +10,8 @@ What is refused, with a 400 whose ``param`` names the field (``messages.3.tool_c
 - ``tool_choice``: ``none``, ``auto``, ``required``, or ``{"type": "function", "function": {"name"}}`` naming a
   declared tool (``required`` and a named tool need ``tools``);
 - ``stream_options``: only with ``stream: true``, and only ``include_usage`` (a boolean);
+- ``service_tier``: a string; which tiers are served is the handler's check (``forwarded.refuse_tier``: ``auto``,
+  ``default`` and the operator's ``RATCHET_SERVICE_TIERS``);
 - ``stop``: a string or at most 4 strings; ``metadata``: at most 16 pairs, keys of at most 64 characters, values
   of at most 512;
 - messages: ``content`` may be null only for an assistant message that makes tool calls (or a legacy
@@ -17,7 +19,12 @@ What is refused, with a 400 whose ``param`` names the field (``messages.3.tool_c
   just before it (or of one of its other answers), and every call of an assistant message is answered before the
   next message that is not a tool's; content parts are objects with a ``type`` (``text`` parts carry ``text``).
 
-Unknown keys inside these objects pass through to the upstream (OpenAI adds parameters often); an unknown
+Content parts are OpenAI's per role (a user's ``text``, ``image_url``, ``input_audio``, ``file``; an assistant's
+``text`` and ``refusal``; ``text`` in system, developer and tool messages) with OpenAI's keys only, and a ``file`` is sent as ``file_data`` (a ``file_id`` names a file stored on
+the operator's provider account); tools (and the deprecated ``functions``) take OpenAI's keys only. litellm turns any other part or key into a
+provider's block or header (a document fetched by URL, a code-execution container, a beta header), so each is a 400
+naming it. A message's own unknown keys (an answer echoed back with ``annotations`` or ``provider_specific_fields``)
+are taken and never reach litellm (``ratchet_gateway.forwarded.litellm_args``). An unknown
 top-level field is refused before this model is used (``ratchet_gateway.forwarded``: the allow-list), so the model
 keeps ``extra="allow"`` only for the operator's provider-specific extras. Types of the fields Ratchet reads are strict (``ratchet_gateway.input_rules``). The models are
 validated in slices for a large body (``ratchet_gateway.request_body``), so no single pydantic call is long; the
@@ -32,6 +39,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from ratchet_core.redact import TASK_METADATA_KEY
+from ratchet_gateway.forwarded import shown_name
 from ratchet_gateway.input_rules import InputRuleError, Number, StrictBool, StrictInt, StrictStr
 
 MAX_TOOLS = 128
@@ -69,19 +77,26 @@ class ChatMessage(_Open):
     function_call: dict[str, Any] | None = None
 
 
-class FunctionSpec(_Open):
+class _Closed(BaseModel):
+    # a tool's keys are OpenAI's only: litellm reads keys of its own there (``cache_control``, ``defer_loading``,
+    # ``allowed_callers``...) and turns them into a provider's options and beta headers
+    model_config = ConfigDict(extra="forbid")
+
+
+class FunctionSpec(_Closed):
     name: FunctionName
     description: StrictStr | None = None
     parameters: dict[str, Any] | None = None
     strict: StrictBool | None = None
 
 
-class CustomSpec(_Open):
+class CustomSpec(_Closed):
     name: FunctionName
     description: StrictStr | None = None
+    format: dict[str, Any] | None = None
 
 
-class Tool(_Open):
+class Tool(_Closed):
     """A tool the model may call: ``type`` names the member that describes it (one model, not a union, so an
     error's location is the field's own: ``tools.0.function.name``)."""
 
@@ -170,6 +185,9 @@ class ChatRequest(_Open):
     user: StrictStr | None = None
     n: StrictInt | None = Field(None, ge=1, le=1)
     parallel_tool_calls: StrictBool | None = None
+    # the deprecated form of tools: OpenAI's keys only, as tools
+    functions: list[FunctionSpec] | None = Field(None, max_length=MAX_TOOLS)
+    service_tier: StrictStr | None = None
     metadata: Annotated[dict[StrictStr, StrictStr], Field(max_length=MAX_METADATA)] | None = None
 
 
@@ -200,7 +218,9 @@ def check_request(req: ChatRequest, stream_options_given: bool, messages: bool =
         if len(key) > MAX_METADATA_KEY:
             raise _refuse(f"keys are at most {MAX_METADATA_KEY} characters", "metadata")
         if len(value) > MAX_METADATA_VALUE and key != TASK_METADATA_KEY:  # the task has its own rule
-            raise _refuse(f"values are at most {MAX_METADATA_VALUE} characters", f"metadata.{key}")
+            raise _refuse(
+                f"values are at most {MAX_METADATA_VALUE} characters", f"metadata.{shown_name(key)}"
+            )
     names = _tool_names(req.tools)
     choice = req.tool_choice
     if choice is not None and choice not in ("none", "auto"):
@@ -244,7 +264,7 @@ class Conversation:
                     f"{where}.content",
                 )
         elif isinstance(m.content, list):
-            _check_parts(m.content, f"{where}.content")
+            _check_parts(m.content, f"{where}.content", m.role)
         if m.role == "assistant" and m.tool_calls:
             for j, call in enumerate(m.tool_calls):
                 if call.id in self.pending or call.id in self.answerable:
@@ -276,9 +296,60 @@ class Conversation:
         )
 
 
-def _check_parts(parts: list[Any], where: str) -> None:
+# OpenAI's content parts, per role, with the keys each takes (and the keys of the object it names). Nothing else:
+# litellm turns a part it does not know, or a key of its own (``cache_control``), into a provider's block (a
+# document fetched by URL, a code-execution container) or header, so an unknown part or key is a 400 naming it.
+_PARTS: dict[str, dict[str, frozenset[str]]] = {
+    "text": {},
+    "image_url": {"image_url": frozenset({"url", "detail"})},
+    "input_audio": {"input_audio": frozenset({"data", "format"})},
+    "file": {"file": frozenset({"file_data", "filename"})},
+    "refusal": {},
+}
+_PART_KEYS = {"text": {"text"}, "refusal": {"refusal"}}
+_ROLE_PARTS = {"user": ("text", "image_url", "input_audio", "file"), "assistant": ("text", "refusal")}
+_TEXT_PARTS = ("text",)  # system, developer and tool messages
+
+
+def _unknown(param: str) -> InputRuleError:
+    return InputRuleError(
+        f"{param}: unknown parameter; content parts here take only the keys OpenAI's API documents "
+        '(README: "What a client can and cannot send"). Leave it out',
+        param,
+        "unknown_parameter",
+    )
+
+
+def _check_parts(parts: list[Any], where: str, role: str = "user") -> None:
+    kinds = _ROLE_PARTS.get(role, _TEXT_PARTS)
     for j, part in enumerate(parts):
+        at = f"{where}.{j}"
         if not isinstance(part, dict) or not isinstance(part.get("type"), str):
-            raise _refuse("a content part is an object with a 'type'", f"{where}.{j}")
-        if part["type"] == "text" and not isinstance(part.get("text"), str):
-            raise _refuse("a text content part needs 'text' (a string)", f"{where}.{j}.text")
+            raise _refuse("a content part is an object with a 'type'", at)
+        kind = part["type"]
+        if kind not in kinds:
+            raise InputRuleError(
+                f"{at}.type: {role} content parts are {', '.join(kinds)}",
+                f"{at}.type",
+                "unsupported_parameter",
+            )
+        if kind == "text" and not isinstance(part.get("text"), str):
+            raise _refuse("a text content part needs 'text' (a string)", f"{at}.text")
+        inner = _PARTS[kind]
+        for key in part:
+            if key != "type" and key not in inner and key not in _PART_KEYS.get(kind, ()):
+                raise _unknown(f"{at}.{shown_name(key)}")
+        for name, keys in inner.items():
+            obj = part.get(name)
+            if not isinstance(obj, dict):
+                raise _refuse(f"a {kind} content part needs '{name}' (an object)", f"{at}.{name}")
+            if kind == "file" and "file_id" in obj:
+                raise InputRuleError(
+                    f"{at}.file.file_id: a file stored on the provider's account is not served here (that "
+                    "account is the operator's, and this gateway keeps no files): send the file as file_data",
+                    f"{at}.file.file_id",
+                    "unsupported_parameter",
+                )
+            for key in obj:
+                if key not in keys:
+                    raise _unknown(f"{at}.{name}.{shown_name(key)}")

@@ -10,7 +10,10 @@ of CPU per call where aiohttp's session took ~200) with orjson and the model nam
 (anthropic, bedrock, vertex...) goes through ``litellm.acompletion`` (the fallback path).
 
 Failures map to OpenAI-shaped errors the gateway returns: connection refused -> 503, timeout -> 504, upstream
-5xx or garbage -> 502, upstream 4xx passed through with its status (it is the client's request that is wrong).
+5xx or garbage -> 502, upstream 4xx passed through with its status (it is the client's request that is wrong; its
+message cut at 300 characters), except 401 and 403 (the operator's credentials were refused: a 502) and 429 (the
+operator's account is limited: a 429), which quote nothing of the provider's message (it names part of the
+operator's key, its organization, what every client together used of its limits).
 "Garbage" is checked, not assumed away: a body that is not a chat completion (cut short, ``choices`` not a list of
 objects, non-numeric ``usage``) and a stream chunk that is not one (not JSON, a JSON list, an SSE ``error`` event,
 a body that ends before ``[DONE]``) raise :class:`GatewayError` 502, so the caller records a failed row instead of
@@ -558,19 +561,50 @@ def _parse_response(status: int, raw: bytes) -> dict:
         data = None
     if status >= 500 or (status == 200 and not isinstance(data, dict)):
         raise GatewayError(502, f"the model endpoint failed (HTTP {status}); retry later", "upstream_error")
+    if status in _CREDENTIALS:
+        raise _credentials_refused(status)
+    if status == 429:
+        raise _account_limited()
     if status != 200:
         msg = "the model endpoint rejected the request"
-        if isinstance(data, dict) and isinstance(data.get("error"), dict):
-            msg = str(data["error"].get("message") or msg)
-        code = 429 if status == 429 else (status if 400 <= status < 500 else 502)
-        raise GatewayError(code, msg, "upstream_rejected")
+        if isinstance(data, dict) and isinstance(data.get("error"), dict) and data["error"].get("message"):
+            msg = _upstream_error_message(data["error"])
+        raise GatewayError(status if 400 <= status < 500 else 502, msg, "upstream_rejected")
     return data
+
+
+# An upstream 401 or 403 is about the operator's key, not the client's: never passed on as the client's (its SDK
+# would blame its own key) nor with the provider's words (which quote part of the operator's key).
+_CREDENTIALS = (401, 403)
+
+
+def _credentials_refused(status: int) -> GatewayError:
+    return GatewayError(
+        502,
+        f"the model endpoint refused this gateway's own credentials (HTTP {status}); the operator must check "
+        "them. Retry later",
+        "upstream_credentials",
+    )
+
+
+def _account_limited() -> GatewayError:
+    # a provider's 429 is about the operator's account: its words name the organization and what every client
+    # together used of its limits ("in organization org-... Limit 30000, Used 29500")
+    return GatewayError(
+        429,
+        "the model endpoint is limiting this gateway's account (its rate or quota); retry later",
+        "upstream_rate_limited",
+    )
 
 
 def _litellm_error(exc: Exception) -> GatewayError:
     status = getattr(exc, "status_code", None)
     if isinstance(exc, asyncio.TimeoutError) or "Timeout" in type(exc).__name__:
         return GatewayError(504, "the model did not answer in time; retry later", "upstream_timeout")
+    if status in _CREDENTIALS:
+        return _credentials_refused(status)
+    if status == 429:
+        return _account_limited()
     if isinstance(status, int) and 400 <= status < 500:
         return GatewayError(status, "the model endpoint rejected the request", "upstream_rejected")
     return GatewayError(502, "the model endpoint failed; retry later", "upstream_error")

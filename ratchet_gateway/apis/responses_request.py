@@ -8,7 +8,8 @@ The translation (what the teacher and the student get, and what the ledger row s
 
 - ``instructions`` -> a first ``system`` message; ``input`` as a string -> one ``user`` message;
 - input items: messages (``user``/``system``/``developer``/``assistant``; ``input_text``/``output_text`` ->
-  text, ``input_image`` -> ``image_url``, ``input_file`` -> ``file``; one text part becomes plain text, as a chat
+  text, ``input_image`` -> ``image_url``, ``input_file`` -> ``file`` (``file_data`` only: a
+  ``file_id`` names a file on the operator's provider account, a 400); one text part becomes plain text, as a chat
   client sends it), ``function_call`` -> the assistant message's ``tool_calls`` (merged into the assistant
   message before it, as chat carries a turn), ``function_call_output`` -> a ``tool`` message; ``reasoning``
   items are dropped (no chat equivalent; the student does not reason aloud); any other item type is a 400;
@@ -255,9 +256,16 @@ def _parts(content: list[Any], where: str, role: str) -> list[dict[str, Any]]:
                 image["detail"] = part["detail"]
             parts.append({"type": "image_url", "image_url": image})
         elif kind == "input_file":
-            file = {k: part[k] for k in ("file_data", "file_id", "filename") if isinstance(part.get(k), str)}
-            if "file_data" not in file and "file_id" not in file:
-                raise invalid(at, "an input_file needs file_data (or file_id)")
+            if part.get("file_id") is not None:
+                raise invalid(
+                    f"{at}.file_id",
+                    "a file stored on the provider's account is not served here (that account is the operator's, "
+                    "and this gateway keeps no files): send the file as file_data",
+                    "unsupported_parameter",
+                )
+            file = {k: part[k] for k in ("file_data", "filename") if isinstance(part.get(k), str)}
+            if "file_data" not in file:
+                raise invalid(at, "an input_file needs file_data")
             parts.append({"type": "file", "file": file})
         else:
             raise invalid(

@@ -1118,3 +1118,281 @@ def test_a_budget_is_not_overshot_by_concurrent_requests(tmp_path: Path) -> None
         spent = gw.gw.limits.spent("app1", cl.window("day", gw.gw.limits.today()))
         print(f"budget $0.004, then one at a time: spent ${spent:.5f} when refused")
         assert r.json()["error"]["code"] == "insufficient_quota" and 0.004 <= spent < 0.004 + 0.0018, spent
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# Nested ways to litellm's arguments (issue 34, point 1, reviewed): what litellm reads inside a body (a content part
+# it does not know, a key of its own in a part, a tool or a message) becomes a provider's block or header: a document
+# fetched by URL, a code-execution container with a stored file (and `anthropic-beta` headers), raw blocks before an
+# assistant message's content. Parts and tools are closed (a 400 naming the key); a message's own extra keys never
+# reach litellm.
+# --------------------------------------------------------------------------------------------------------------------
+def _parts(*parts: dict) -> dict:
+    return {**CHAT, "messages": [{"role": "user", "content": [{"type": "text", "text": "hi"}, *parts]}]}
+
+
+_FN = {"name": "f", "parameters": {"type": "object"}}
+
+
+@pytest.mark.parametrize(
+    "path, body, param",
+    [
+        (
+            "/v1/chat/completions",
+            _parts({"type": "document", "source": {"type": "url", "url": "https://x.example/a.pdf"}}),
+            "messages.0.content.1.type",
+        ),
+        (
+            "/v1/chat/completions",
+            _parts({"type": "search_result", "source": "x"}),
+            "messages.0.content.1.type",
+        ),
+        (
+            "/v1/chat/completions",
+            _parts({"type": "file", "file": {"file_id": "file-abc"}}),
+            "messages.0.content.1.file.file_id",
+        ),
+        (
+            "/v1/chat/completions",
+            _parts({"type": "text", "text": "x", "cache_control": {"type": "ephemeral", "ttl": "1h"}}),
+            "messages.0.content.1.cache_control",
+        ),
+        (
+            "/v1/chat/completions",
+            _parts(
+                {
+                    "type": "image_url",
+                    "image_url": {"url": "https://x.example/a", "format": "application/pdf"},
+                }
+            ),
+            "messages.0.content.1.image_url.format",
+        ),
+        (
+            "/v1/chat/completions",
+            {**CHAT, "tools": [{"type": "function", "function": _FN, "defer_loading": True}]},
+            "tools.0.defer_loading",
+        ),
+        (
+            "/v1/chat/completions",
+            {
+                **CHAT,
+                "tools": [{"type": "function", "function": {**_FN, "allowed_callers": ["code_execution"]}}],
+            },
+            "tools.0.function.allowed_callers",
+        ),
+        (
+            "/v1/responses",
+            {
+                **RESPONSES,
+                "input": [{"role": "user", "content": [{"type": "input_file", "file_id": "file-abc"}]}],
+            },
+            "input[0].content[0].file_id",
+        ),
+        (  # a tool's answer is text: litellm makes an image there a fetch from the gateway, a file a document
+            "/v1/chat/completions",
+            {
+                **CHAT,
+                "tools": [{"type": "function", "function": _FN}],
+                "messages": [
+                    {"role": "user", "content": "hi"},
+                    {
+                        "role": "assistant",
+                        "content": None,
+                        "tool_calls": [
+                            {"id": "c1", "type": "function", "function": {"name": "f", "arguments": "{}"}}
+                        ],
+                    },
+                    {
+                        "role": "tool",
+                        "tool_call_id": "c1",
+                        "content": [{"type": "image_url", "image_url": {"url": "http://x.example/a.png"}}],
+                    },
+                ],
+            },
+            "messages.2.content.0.type",
+        ),
+        (
+            "/v1/chat/completions",
+            {**CHAT, "functions": [{**_FN, "cache_control": {"type": "ephemeral"}}]},
+            "functions.0.cache_control",
+        ),
+    ],
+    ids=[
+        "document",
+        "search-result",
+        "file-id",
+        "cache-control",
+        "image-format",
+        "tool-key",
+        "function-key",
+        "responses-file-id",
+        "tool-image",
+        "functions-key",
+    ],
+)
+def test_no_nested_key_reaches_a_litellm_teacher(tmp_path: Path, listeners, path, body, param) -> None:
+    from .conftest import running_gateway
+
+    root, rec, attacker = listeners
+    with running_gateway(tmp_path, root, teacher_model="anthropic/demo-teacher", teacher_api_base=root) as g:
+        before = len(rec.seen)
+        r = _post(g.url, path, body)
+        assert r.status_code == 400, (param, r.status_code, r.text[:300])
+        assert r.json()["error"]["param"] == param and param in r.json()["error"]["message"], r.text
+        assert len(rec.seen) == before, f"{param} reached the teacher: {rec.seen[before:]}"
+
+
+def test_an_echoed_message_smuggles_no_block_to_a_litellm_teacher(tmp_path: Path, listeners) -> None:
+    """An assistant message's `provider_specific_fields` (litellm puts its `compaction_blocks` before the content,
+    raw), `thinking_blocks` and `cache_control` are taken, as an answer echoed back carries them, and never sent."""
+    from .conftest import running_gateway
+
+    root, rec, attacker = listeners
+    smuggled = {
+        "role": "assistant",
+        "content": "b",
+        "cache_control": {"type": "ephemeral", "ttl": "1h"},
+        "thinking_blocks": [{"type": "thinking", "thinking": "x", "signature": "s"}],
+        "provider_specific_fields": {
+            "compaction_blocks": [
+                {"type": "document", "source": {"type": "url", "url": attacker.url + "/a.pdf"}}
+            ]
+        },
+    }
+    body = {
+        **CHAT,
+        "messages": [{"role": "user", "content": "a"}, smuggled, {"role": "user", "content": "c"}],
+    }
+    with running_gateway(tmp_path, root, teacher_model="anthropic/demo-teacher", teacher_api_base=root) as g:
+        before = len(rec.seen)
+        for stream in (False, True):
+            r = _post(g.url, "/v1/chat/completions", {**body, "stream": stream})
+            assert r.status_code == 200, r.text
+        sent = rec.seen[before:]
+    assert len(sent) == 2 and not attacker.rec.seen
+    for _, headers, raw in sent:
+        assert "anthropic-beta" not in headers, headers
+        for m in json.loads(raw)["messages"]:
+            assert all(b["type"] == "text" and set(b) == {"type", "text"} for b in m["content"]), m
+
+
+# A service tier billed at other rates than the ledger's (every row is priced at the standard ones): a client's
+# `priority` would bill the operator more than its own budget and the receipts see.
+@pytest.mark.parametrize("tier", ["priority", "scale", "flex"])
+@pytest.mark.parametrize("path, body", [("/v1/chat/completions", CHAT), ("/v1/responses", RESPONSES)])
+def test_a_service_tier_priced_otherwise_is_a_400(recorded_gateway, path, body, tier) -> None:
+    g, rec = recorded_gateway
+    before = len(rec.seen)
+    r = _post(g.url, path, {**body, "service_tier": tier})
+    assert r.status_code == 400 and r.json()["error"]["param"] == "service_tier", r.text
+    assert len(rec.seen) == before
+    assert _post(g.url, path, {**body, "service_tier": "default"}).status_code == 200
+    assert json.loads(rec.seen[-1][2])["service_tier"] == "default"
+
+
+# An upstream 401 or 403 is about the operator's key: a client never gets it as its own (its SDK would blame its own
+# key), nor the provider's words about the operator's key, whatever the path or the API; a 429 is about the
+# operator's account, and its words (the organization, what every client together used) are not passed on either.
+class _Refusing:
+    """A teacher that refuses the gateway's key as OpenAI and Anthropic do, quoting part of it (or, with 429, names
+    the operator's organization and its account's use)."""
+
+    def __init__(self, status: int) -> None:
+        from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self) -> None:  # noqa: N802 (http.server's name)
+                self.rfile.read(int(self.headers.get("content-length") or 0))
+                key = (self.headers.get("authorization") or self.headers.get("x-api-key") or "").split()[-1]
+                body = json.dumps(
+                    {
+                        "type": "error",
+                        "error": {
+                            "type": "authentication_error",
+                            "message": f"Incorrect API key provided: {key[:6]}****{key[-4:]}."
+                            if status != 429
+                            else "Rate limit reached in organization org-operator on tokens per min: Limit "
+                            "30000, Used 29500, Requested 900.",
+                        },
+                    }
+                ).encode()
+                self.send_response(status)
+                self.send_header("content-type", "application/json")
+                self.send_header("content-length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def log_message(self, *args) -> None:
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+
+@pytest.mark.parametrize("status", [401, 403, 429])
+@pytest.mark.parametrize(
+    "teacher", ["openai/demo-teacher", "anthropic/demo-teacher"], ids=["own-client", "litellm"]
+)
+def test_an_upstream_refusing_the_operators_account_quotes_nothing(tmp_path: Path, teacher, status) -> None:
+    from .conftest import running_gateway
+
+    refusing = _Refusing(status)
+    base = refusing.url + "/v1" if teacher.startswith("openai/") else refusing.url
+    try:
+        with running_gateway(tmp_path, base, teacher_model=teacher, teacher_api_base=base) as g:
+            for path, body in (
+                ("/v1/chat/completions", CHAT),
+                ("/v1/chat/completions", {**CHAT, "stream": True}),
+                ("/v1/responses", RESPONSES),
+                ("/v1/messages", MESSAGES),
+            ):
+                r = _post(g.url, path, body)
+                assert r.status_code == (429 if status == 429 else 502), (path, r.status_code, r.text)
+                for said in (TEACHER_KEY[:6], "Incorrect API key", "org-operator", "29500"):
+                    assert said not in r.text, r.text
+    finally:
+        refusing.server.shutdown()
+        refusing.server.server_close()
+
+
+# A 400 names a client's key safely wherever it is: a key with a bidi override, a line break, a NUL and 5,000
+# characters is shown escaped and cut, in `param` and in the message (as a top-level one always was).
+_KEY = "\u202eevil\r\nX-Injected: 1\x00" + "A" * 5000
+
+
+@pytest.mark.parametrize(
+    "path, body",
+    [
+        ("/v1/chat/completions", {**CHAT, "stream": True, "stream_options": {_KEY: True}}),
+        ("/v1/chat/completions", {**CHAT, "response_format": {"type": "text", _KEY: 1}}),
+        ("/v1/chat/completions", {**CHAT, "metadata": {"\u202eab\n": "x" * 600}}),
+        ("/v1/chat/completions", {**CHAT, "tools": [{"type": "function", "function": _FN, _KEY: 1}]}),
+        ("/v1/chat/completions", _parts({"type": "text", "text": "x", _KEY: 1})),
+        ("/v1/responses", {**RESPONSES, "metadata": {_KEY: 1}}),
+        ("/v1/messages", {**MESSAGES, "metadata": {"user_id": "u", _KEY: "x"}}),
+        (_KEY, None),
+    ],
+    ids=[
+        "stream-options",
+        "response-format",
+        "metadata",
+        "tool",
+        "part",
+        "responses-metadata",
+        "messages",
+        "top",
+    ],
+)
+def test_an_error_names_a_clients_key_escaped_and_cut(recorded_gateway, path, body) -> None:
+    g, rec = recorded_gateway
+    if body is None:  # a top-level key
+        path, body = "/v1/chat/completions", {**CHAT, _KEY: 1}
+    before = len(rec.seen)
+    r = _post(g.url, path, body)
+    assert r.status_code == 400, r.text
+    param, message = _error(r)
+    for text in (param or "", message):
+        assert "\u202e" not in text and "\r" not in text and "\n" not in text and "\x00" not in text, text
+        assert "A" * 100 not in text, text[:200]
+    assert len(rec.seen) == before
