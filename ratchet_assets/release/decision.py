@@ -7,9 +7,10 @@ teacher (pair rows, ``pair_role`` shadow or audit). Two betting e-processes (``r
   step. The promote process is RESET at every step, so each exposure level must earn its own evidence on answers
   it has not seen (a fresh e-process on fresh data is again valid at level alpha).
 - rollback, H0: error <= 1 - floor. Rejecting is evidence precision < floor: roll back to the best version the
-  evidence still supports, else the teacher (``tick.rollback_release``; the support process below). One rollback process runs for the version's whole life (never reset): errors seen in
-  shadow still count against it at 50%, which only makes rollback faster; by Ville's inequality the chance it
-  ever fires for a version whose precision is >= floor is <= ``rollback_alpha``.
+  evidence still supports, else the teacher (``tick.rollback_release``; the support process below). One rollback
+  process runs for the version's whole life (never reset): errors seen in shadow still count against it at 50%,
+  which only makes rollback faster; by Ville's inequality the chance it ever fires for a version whose precision
+  is >= floor is <= ``rollback_alpha``.
 - drift restarts (live only): the whole-life process bets from its whole history (aGRAPA's plug-in mean), so a
   version that was right for 1,000 audits and then turns bad (traffic drift) would need hundreds of bad audits
   before it even starts betting. So from the moment a version is live, a further rollback process E_j starts every
