@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import random
 
+import pytest
+
 from ratchet_assets.release import registry
 from ratchet_assets.release.control import release_tick
 from ratchet_assets.release.decision import LIVE, ReleaseRule, Track, decide, feed
@@ -153,3 +155,9 @@ def test_drift_decision_names_its_cause_and_the_supported_candidate_takes_over()
     v3 = Track.start("v3", "t", 0, RULE).on_day("2026-01-05", RULE)
     feed(v3, _errors(0.2, 300, 5), RULE)
     assert not v3.supported
+
+
+def test_restore_alpha_out_of_range_is_refused_with_the_fix():
+    for bad in (0.0, 1.0, -0.1, 2.0):
+        with pytest.raises(ValueError, match="restore_alpha"):
+            ReleaseRule(restore_alpha=bad)
