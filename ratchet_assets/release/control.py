@@ -61,6 +61,7 @@ from ratchet_assets.release.tick import (
     decide_tick,
     decision_statuses,
     healthy_versions,
+    supported_versions,
 )
 from ratchet_core import manifest as mf
 from ratchet_core.control_db import ensure_schema
@@ -198,7 +199,9 @@ def _apply(
             new = mf.publish_in(
                 conn,
                 private_key,
-                lambda m: apply_decision(m, decision, history, healthy),
+                lambda m: apply_decision(
+                    m, decision, history, healthy, supported_versions(tracks, decision.task)
+                ),
                 _reason(decision.message, key),
                 SENSOR_ACTOR,
                 public_keys=public_keys,

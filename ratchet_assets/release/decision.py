@@ -6,10 +6,11 @@ teacher (pair rows, ``pair_role`` shadow or audit). Two betting e-processes (``r
 - promote, H0: error >= 1 - target. Rejecting (e-value >= 1/alpha) is evidence precision > target: advance one
   step. The promote process is RESET at every step, so each exposure level must earn its own evidence on answers
   it has not seen (a fresh e-process on fresh data is again valid at level alpha).
-- rollback, H0: error <= 1 - floor. Rejecting is evidence precision < floor: roll back to the previous live
-  version (or the teacher). One rollback process runs for the version's whole life (never reset): errors seen in
-  shadow still count against it at 50%, which only makes rollback faster; by Ville's inequality the chance it
-  ever fires for a version whose precision is >= floor is <= ``rollback_alpha``.
+- rollback, H0: error <= 1 - floor. Rejecting is evidence precision < floor: roll back to the best version the
+  evidence still supports, else the teacher (``tick.rollback_release``; the support process below). One rollback
+  process runs for the version's whole life (never reset): errors seen in shadow still count against it at 50%,
+  which only makes rollback faster; by Ville's inequality the chance it ever fires for a version whose precision
+  is >= floor is <= ``rollback_alpha``.
 - drift restarts (live only): the whole-life process bets from its whole history (aGRAPA's plug-in mean), so a
   version that was right for 1,000 audits and then turns bad (traffic drift) would need hundreds of bad audits
   before it even starts betting. So from the moment a version is live, a further rollback process E_j starts every
@@ -20,6 +21,13 @@ teacher (pair rows, ``pair_role`` shadow or audit). Two betting e-processes (``r
   e-detector construction of Shin, Ramdas & Rinaldo 2024). Together: P(a version with precision >= floor is ever
   rolled back) <= rollback_alpha + drift_alpha. A 30%-wrong stream is caught within 200 answers after 0 to 1,500
   clean ones at live.
+- support (every version, restarted each day): H0: error >= 1 - floor. Rejecting (e-value >= 1/``restore_alpha``)
+  is evidence that today's answers of the version are right more often than the floor: it may take over when the
+  live version is rolled back (``tick.rollback_release``: "leave drift fast"). Restarted at the first evaluation
+  of each day (``tick.tracks_for``), so it speaks of recent traffic only; a fresh e-process on fresh answers is
+  valid again, and it is read once per rollback, so the chance that one rollback hands the task to a version whose
+  precision today is <= floor is <= ``restore_alpha``: a third error budget, beside rollback_alpha and
+  drift_alpha (which bound rolling back a good version), spent once per rollback that restores a version.
 
 Which answers feed a track: every version that serves a task has one. The release's own version (shadow, canary
 or live) is fed by all its pair rows (shadow answers and audits of the requests it served); while a candidate is
@@ -135,6 +143,9 @@ class ReleaseRule:
     drift_alpha: float = 0.05  # level of the restarted rollback processes together (module docstring)
     drift_block: int = 50  # answers between restarts
     drift_keep: int = 6  # restarts kept (the newest)
+    restore_alpha: float = (
+        0.05  # level of the daily support process a rollback target needs (module docstring)
+    )
     release_rule: Literal["sequential", "wilson"] = "sequential"
     promote_evidence: Literal["e-value", "bound"] | None = None  # None: the release rule's own
     min_stage_audits: int = 30  # wilson / bound: answers at a stage before its interval decides
@@ -156,6 +167,8 @@ class ReleaseRule:
                 f"need 0 < floor < target < 1 (got floor={self.floor}, target={self.target}); "
                 "e.g. target 0.95, floor 0.90"
             )
+        if not 0.0 < self.restore_alpha < 1.0:
+            raise ValueError(f"need 0 < restore_alpha < 1 (got {self.restore_alpha}); e.g. 0.05")
         if not 0.0 < self.drift_alpha < 1.0 or self.drift_block < 1 or self.drift_keep < 1:
             raise ValueError(
                 f"need 0 < drift_alpha < 1, drift_block >= 1, drift_keep >= 1 (got {self.drift_alpha}, "
@@ -213,6 +226,10 @@ class ReleaseRule:
         """A restarted rollback process (its own ``rejected`` is unused: the mixture decides)."""
         return BettingEProcess.rollback(1.0 - self.floor, self.drift_alpha)
 
+    def new_support(self) -> BettingEProcess:
+        """The daily support process: rejects "precision <= floor" at ``restore_alpha`` (module docstring)."""
+        return BettingEProcess.promote(1.0 - self.floor, self.restore_alpha)
+
 
 def serving_tracks(release: TaskRelease) -> list[tuple[str, int]]:
     """(version, ladder step) of every version to watch on a task, the release's own version first.
@@ -254,10 +271,12 @@ class Track:
     since: str = (
         ""  # the day its track started (a candidate: the day it took the slot; tick.decide_tick's today)
     )
+    support: BettingEProcess | None = None  # today's support process (module docstring); None: none yet
+    support_day: str = ""  # the day `support` started ('' : the track's start)
 
     @classmethod
     def start(cls, version: str, task: str, step: int, rule: ReleaseRule) -> Track:
-        return cls(version, task, step, rule.new_promote(), rule.new_rollback())
+        return cls(version, task, step, rule.new_promote(), rule.new_rollback(), support=rule.new_support())
 
     def to_dict(self) -> dict[str, Any]:
         out = {
@@ -275,6 +294,9 @@ class Track:
             out["recent"] = self.recent
         if self.since:
             out["since"] = self.since
+        if self.support is not None:
+            out["support"] = self.support.to_json()
+            out["support_day"] = self.support_day
         return out
 
     @classmethod
@@ -291,7 +313,21 @@ class Track:
             d.get("drift_rejected_at"),
             str(d.get("recent", "")),
             str(d.get("since", "")),
+            BettingEProcess.from_json(d["support"]) if d.get("support") else None,
+            str(d.get("support_day", "")),
         )
+
+    def on_day(self, today: str, rule: ReleaseRule) -> Track:
+        """The track on `today`: its support process restarts when the day changed (module docstring)."""
+        if not today or (self.support is not None and self.support_day == today):
+            return self
+        return dataclasses.replace(self, support=rule.new_support(), support_day=today)
+
+    @property
+    def supported(self) -> bool:
+        """Whether today's answers show precision above the floor at ``restore_alpha`` and no rollback process
+        has rejected: the version may take over when the live version is rolled back (``tick.rollback_release``)."""
+        return self.support is not None and self.support.rejected and not self.rolled_back
 
     def at_step(self, step: int, rule: ReleaseRule) -> Track:
         """The track after the manifest moved it to `step` (by us or an operator): fresh promote evidence."""
@@ -315,6 +351,8 @@ class Track:
                 self.recent = (self.recent + ("1" if error else "0"))[-rule.wilson_window :]
         self.promote.update(error)
         self.rollback.update(error)
+        if self.support is not None:
+            self.support.update(error)
         for _, proc in self.restarts:
             proc.update(error)
         if self.drift_rejected_at is None and self.drift_e_value >= 1.0 / rule.drift_alpha:
@@ -469,6 +507,15 @@ def evidence_of(track: Track, rule: ReleaseRule) -> dict[str, Any]:
             for j, q in track.restarts
         ],
         "ignored": track.ignored,
+        "support": None
+        if track.support is None
+        else {
+            "day": track.support_day,
+            "audits": track.support.n,
+            "disagreements": track.support.errors,
+            "e_value": _finite(track.support.e_value),
+            "e_threshold": track.support.threshold,
+        },
         "evidence_digest": track.evidence_digest(),
         "release_rule": rule.release_rule,
         "promote_evidence": rule.promotes_on,
@@ -512,6 +559,10 @@ def decide(track: Track, rule: ReleaseRule, frozen: bool = False, held: str = ""
     ev = evidence_of(track, rule)
     why = ROLLBACK_RULES[rule.release_rule](track, rule)
     if why:
+        # What the alarm is about (tick.rollback_release): the version's whole life, or its recent answers (drift
+        # restarts; the Wilson rule's window), after which only versions with evidence on recent traffic serve.
+        whole = track.rollback.rejected if rule.release_rule == "sequential" else track.step < LIVE
+        ev["rollback_cause"] = "whole-life" if whole else "recent"
         return Decision(
             "rollback",
             track.version,

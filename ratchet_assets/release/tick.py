@@ -124,16 +124,18 @@ def tracks_for(
     manifest: mf.Manifest, previous: Mapping[tuple[str, str], Track], rule: ReleaseRule, today: str = ""
 ) -> dict[tuple[str, str], Track]:
     """A track per (version, task) serving in `manifest`, carried over from `previous` (moved to its step); a new
-    one starts on `today` (``Track.since``)."""
+    one starts on `today` (``Track.since``); each one's support process restarts when the day changed
+    (``Track.on_day``)."""
     tracks: dict[tuple[str, str], Track] = {}
     for task, rel in sorted(manifest.tasks.items()):
         for version, step in serving_tracks(rel):
             prev = previous.get((version, task))
+            task_rule = rule.for_task(task, manifest)
             if prev:
-                tracks[(version, task)] = prev.at_step(step, rule.for_task(task, manifest))
+                tracks[(version, task)] = prev.at_step(step, task_rule).on_day(today, task_rule)
             else:
-                t = Track.start(version, task, step, rule.for_task(task, manifest))
-                t.since = today
+                t = Track.start(version, task, step, task_rule)
+                t.since = t.support_day = today
                 tracks[(version, task)] = t
     return tracks
 
@@ -416,14 +418,26 @@ def rollback_release(
     version: str,
     history: Sequence[mf.Manifest] = (),
     healthy: Callable[[str], bool] = lambda v: True,
+    supported: Callable[[str], bool] = lambda v: False,
+    recent: bool = False,
 ) -> mf.TaskRelease:
-    """The task's release once `version` is rolled back; `version` is the release's own version (shadow, canary
-    or live) or, mid-rollout, the live version behind it (``previous_live``).
+    """The task's release once `version` is rolled back: the one rollback-target rule, used by the sensor and
+    ``ratchet sim`` alike (both through :func:`apply_decision`). `version` is the release's own version (shadow,
+    canary or live) or, mid-rollout, the live version behind it (``previous_live``).
 
-    - a candidate (shadow/canary): the live version behind it serves again, as live;
-    - the live version: back to its ``previous_live`` if ``healthy``, else the teacher;
-    - the live version behind a candidate: the candidate keeps its stage; the rest is served by the live version's
-      own predecessor (from `history`) if ``healthy``, else by the teacher.
+    The best version the evidence still supports serves instead ("leave drift fast"):
+
+    - a candidate (shadow/canary) is rolled back: the live version behind it serves again, as live (it has served
+      the rest of the traffic all along, under its own rollback processes);
+    - the live version behind a candidate is rolled back and the candidate is ``supported`` (today's own answers
+      show precision above the floor at ``restore_alpha``, ``decision.Track.supported``): the candidate, the
+      newest certified version, takes over as live;
+    - otherwise an earlier live version (the live version's ``previous_live``, or mid-rollout its predecessor
+      from `history`) when ``healthy`` (never rolled back, its processes quiet) and either ``supported`` or
+      the alarm is about the version's whole life (``recent`` False: the version itself is bad, what a bad deploy
+      looks like); after an alarm on recent answers (``recent``: drift restarts, the Wilson window) an earlier
+      version without evidence on today's traffic is not trusted;
+    - else the teacher (mid-rollout: the candidate keeps its stage and the teacher serves the rest).
 
     A restored live version keeps its own healthy predecessor (from `history`) as ``previous_live``. Raises
     ValueError when `version` is not serving `task` in `current`.
@@ -431,6 +445,10 @@ def rollback_release(
 
     def ok(fallback: tuple[str, float | None] | None) -> tuple[str, float | None] | None:
         return fallback if fallback and fallback[0] != version and healthy(fallback[0]) else None
+
+    def usable(fallback: tuple[str, float | None] | None) -> tuple[str, float | None] | None:
+        fallback = ok(fallback)
+        return fallback if fallback and (supported(fallback[0]) or not recent) else None
 
     def restore(fallback: tuple[str, float | None] | None) -> mf.TaskRelease:
         if fallback is None:
@@ -446,10 +464,15 @@ def rollback_release(
         )
 
     prev = (current.previous_live, current.previous_threshold) if current.previous_live else None
-    if current.version == version and current.stage in ("shadow", "canary", "live"):
+    if current.version == version and current.stage in ("shadow", "canary"):
         return restore(ok(prev))
+    if current.version == version and current.stage == "live":
+        return restore(usable(prev))
     if current.stage in ("shadow", "canary") and current.previous_live == version:
-        fallback = ok(predecessor(history, task, version))
+        candidate = (current.version, current.threshold)
+        if current.version and ok(candidate) and supported(current.version):
+            return restore(candidate)
+        fallback = usable(predecessor(history, task, version))
         return current.model_copy(
             update={
                 "previous_live": fallback[0] if fallback else None,
@@ -470,6 +493,17 @@ def healthy_versions(
         return statuses.get(version) not in ("rolled_back", "rejected") and (t is None or not t.rolled_back)
 
     return healthy
+
+
+def supported_versions(tracks: Mapping[tuple[str, str], Track], task: str) -> Callable[[str], bool]:
+    """Whether a version's own answers today support it as a rollback target on `task` (``Track.supported``);
+    a version without a track has no evidence on today's traffic."""
+
+    def supported(version: str) -> bool:
+        t = tracks.get((version, task))
+        return t is not None and t.supported
+
+    return supported
 
 
 def admit(m: mf.Manifest, adm: Admission) -> None:
@@ -501,13 +535,19 @@ def apply_decision(
     decision: Decision,
     history: Sequence[mf.Manifest] = (),
     healthy: Callable[[str], bool] = lambda v: True,
+    supported: Callable[[str], bool] = lambda v: False,
 ) -> None:
-    """Apply a promote/rollback to draft `m`; raises ManifestMoved (the version left that step) or Frozen."""
+    """Apply a promote/rollback to draft `m` (a rollback's target: :func:`rollback_release`, told by the decision's
+    ``rollback_cause`` whether the alarm was about recent answers); raises ManifestMoved (the version left that
+    step) or Frozen."""
     cur = m.task(decision.task)
     if (decision.version, decision.from_step) not in serving_tracks(cur):
         raise ManifestMoved(f"{decision.task} is now {cur.stage} {cur.version or '(teacher)'}")
     if decision.action == "rollback":
-        m.tasks[decision.task] = rollback_release(cur, decision.task, decision.version, history, healthy)
+        recent = decision.evidence.get("rollback_cause") == "recent"
+        m.tasks[decision.task] = rollback_release(
+            cur, decision.task, decision.version, history, healthy, supported, recent
+        )
         return
     if m.flags.releases_frozen:
         raise Frozen("releases were frozen")
@@ -537,7 +577,13 @@ def decision_statuses(decision: Decision, rel: mf.TaskRelease) -> list[StatusCha
         serving = rel.version if rel.stage == "live" else rel.previous_live
         if serving and rel.stage != "teacher":
             out.append(
-                StatusChange(serving, task, "live", "live", f"restored by rollback of {decision.version}")
+                StatusChange(
+                    serving,
+                    task,
+                    "live",
+                    "live",
+                    f"serves as live after the rollback of {decision.version} (rollback_release)",
+                )
             )
         return out
     status = "live" if rel.stage == "live" else rel.stage

@@ -81,6 +81,7 @@ from ratchet_assets.release.tick import (
     decision_statuses,
     healthy_versions,
     incumbent,
+    supported_versions,
 )
 from ratchet_assets.sim.config import SimConfig, SimError, teacher_prices, tokens_of
 from ratchet_assets.sim.student import CorruptedStudent, FastStudent, Student
@@ -403,13 +404,27 @@ class Simulation:
         dep = self._deployment(d.version, d.task)
         track = plan.tracks[(d.version, d.task)]
         statuses = {v: st for (v, t), st in s.statuses.items() if t == d.task}
-        apply_decision(s.manifest, d, s.history, healthy_versions(statuses, plan.tracks, d.task))
+        apply_decision(
+            s.manifest,
+            d,
+            s.history,
+            healthy_versions(statuses, plan.tracks, d.task),
+            supported_versions(plan.tracks, d.task),
+        )
         self._publish(decision_statuses(d, s.manifest.task(d.task)))
         s.tracks = plan.tracks_after(s.rule)
         if d.action == "rollback":
             if dep is not None:
                 dep.rolled_back_day, dep.stage = day, "rolled_back"
                 dep.audits_to_rollback = track.rollback.n
+            rel = s.manifest.task(d.task)
+            took_over = self._deployment(rel.version, d.task) if rel.stage == "live" else None
+            if (
+                took_over is not None and took_over.stage != "live"
+            ):  # the candidate took over (rollback_release)
+                took_over.stage, took_over.max_percent = "live", 100.0
+                if took_over.live_day is None:
+                    took_over.live_day = day
         else:
             assert d.to_step is not None
             if dep is not None:

@@ -66,17 +66,17 @@ def test_live_version_behind_a_shadow_candidate_is_rolled_back_within_200_bad_au
     assert [d.action for d in r.decisions] == ["rollback"] and r.decisions[0].version == "v1-live"
     consumed = r.state["watermark"]["partial"][segment_relpath("2026-01-03", "gw1", 1)]
     assert consumed <= 200 and sum(bad[:consumed]) / consumed > 0.15
-    # The candidate keeps shadow and its evidence; the healthy v0 serves the rest again.
+    # The candidate keeps shadow and its evidence (20 answers do not support it as live); the alarm is about
+    # recent traffic, on which v0 has no evidence, so the teacher serves the rest (test_leave_drift).
     m, _ = mf.latest_verified(engine, key.public_key())
+    assert r.decisions[0].evidence["rollback_cause"] == "recent"
     assert m.task("tickets") == mf.TaskRelease(
         stage="shadow",
         version="v2-new",
         threshold=m.task("tickets").threshold,
-        previous_live="v0-old",
-        previous_threshold=0.5,
     )
     status = {row["version"]: row["status"] for row in registry.list_versions(engine)}
-    assert status["v1-live"] == "rolled_back" and status["v0-old"] == "live" and status["v2-new"] == "shadow"
+    assert status["v1-live"] == "rolled_back" and status["v2-new"] == "shadow"
     assert "v1-live|tickets" not in r.state["tracks"] and '"n":20' in r.state["tracks"]["v2-new|tickets"][
         "promote"
     ].replace(" ", "")
