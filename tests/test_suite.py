@@ -1,13 +1,16 @@
-"""The suite's own machinery: the order in which xdist hands out files, and the Debian packages a test requires
-(a missing one fails the test with the line that says how to install it, never skips it)."""
+"""The suite's own machinery: the order in which xdist hands out files, the Debian packages a test requires
+(a missing one fails the test with the line that says how to install it, never skips it), and no resource budget
+outside the `timing` tests."""
 
 from __future__ import annotations
 
+from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
 
 from tests import system_packages
+from tests.budgets import budget_asserts, suite_budget_asserts
 from tests.xdist_layout import slow_files_first
 
 
@@ -54,3 +57,45 @@ def test_make_install_names_what_it_cannot_install(monkeypatch, capsys) -> None:
     assert system_packages.main() == 0  # not fatal: the Python parts still install
     err = capsys.readouterr().err.strip().splitlines()
     assert err == [system_packages.install_line(["postgresql"])]
+
+
+def test_no_resource_budget_is_asserted_outside_the_timing_tests() -> None:
+    """A functional test asserts what happened; CPU seconds, memory and wall clock belong to `timing` tests and
+    `make bench` (one such budget, "training needed 250 CPU-seconds", failed `make test` on a slower machine)."""
+    assert suite_budget_asserts(Path(__file__).parent) == []
+
+
+def test_the_budget_check_finds_budgets_and_spares_deadlines_and_timing_tests() -> None:
+    source = """
+import pytest
+from tests.cpu_time import cpu_seconds_at_most
+
+def test_cpu(record):
+    assert record["cpu_seconds"] <= 240
+
+def test_memory(rss):
+    assert 2048 > rss.mb()
+
+def test_helper():
+    with cpu_seconds_at_most(3.0):
+        pass
+
+def test_wall(started):
+    elapsed = time.perf_counter() - started
+    assert elapsed < 5
+
+def test_waits(deadline):
+    assert time.monotonic() < deadline, "never came up"
+
+def test_lower_bound(sent, started):
+    assert sent - started > 1.0 and record["steps"] > 0
+
+@pytest.mark.timing
+def test_latency(seconds):
+    assert seconds < 0.05
+    with cpu_seconds_at_most(1.0):
+        pass
+"""
+    found = budget_asserts(source, "t.py")
+    assert [line.split(":")[1] for line in found] == ["6", "9", "12", "17"], found
+    assert budget_asserts("import pytest\npytestmark = [pytest.mark.timing]\n" + source) == []
