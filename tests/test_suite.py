@@ -99,3 +99,45 @@ def test_latency(seconds):
     found = budget_asserts(source, "t.py")
     assert [line.split(":")[1] for line in found] == ["6", "9", "12", "17"], found
     assert budget_asserts("import pytest\npytestmark = [pytest.mark.timing]\n" + source) == []
+
+
+def _make_test(tmp_path: Path, first_passes: bool, timing_passes: bool) -> tuple[int, str]:
+    """`make test` on a two-test suite (one plain test, one marked `timing`) run by the real pytest."""
+    import shutil
+    import subprocess
+    import sys
+
+    suite = tmp_path / "suite"
+    suite.mkdir()
+    (suite / "pytest.ini").write_text("[pytest]\nmarkers =\n    timing: latency\n")
+    (suite / "test_two.py").write_text(
+        "import pytest\n\n"
+        f"def test_plain():\n    print('ran: plain')\n    assert {first_passes}\n\n"
+        f"@pytest.mark.timing\ndef test_timed():\n    print('ran: timing')\n    assert {timing_passes}\n"
+    )
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "python").symlink_to(sys.executable)
+    (bin_dir / "pytest").write_text(
+        f'#!/bin/sh\nexec {sys.executable} -m pytest -p no:cacheprovider -s -c {suite}/pytest.ini "$@" {suite}\n'
+    )
+    (bin_dir / "pytest").chmod(0o755)
+    make = shutil.which("make")
+    assert make, "make is not installed"
+    repo = Path(__file__).resolve().parents[1]
+    res = subprocess.run(
+        [make, "-C", str(repo), "--no-print-directory", "test", f"BIN={bin_dir}", "WORKERS=1"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    return res.returncode, res.stdout + res.stderr
+
+
+@pytest.mark.parametrize(("first_passes", "timing_passes"), [(False, True), (True, False), (True, True)])
+def test_make_test_runs_the_timing_tests_after_a_failure_and_fails_when_either_part_failed(
+    tmp_path: Path, first_passes: bool, timing_passes: bool
+) -> None:
+    code, output = _make_test(tmp_path, first_passes, timing_passes)
+    assert "ran: plain" in output and "ran: timing" in output, output
+    assert (code == 0) == (first_passes and timing_passes), output
