@@ -4,7 +4,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 export LITELLM_LOCAL_MODEL_COST_MAP := True
 
-.PHONY: install test test-fast lint bench bench-scale reference demo clean
+.PHONY: install test test-fast durations lint bench bench-scale reference demo clean
 
 $(BIN)/python:
 	$(PY) -m venv $(VENV)
@@ -31,6 +31,9 @@ test: $(BIN)/python  ## the whole suite, slow end-to-end tests included
 
 test-fast: $(BIN)/python  ## everything but the tests marked slow (timing tests included, run alone at the end)
 	@$(call two_parts,$(PARALLEL) -m 'not slow and not timing',timing and not slow)
+
+durations: $(BIN)/python  ## `make test`'s first part, measuring each file's seconds into tests/durations.json (its order)
+	$(BIN)/pytest -q $(PARALLEL) -m 'not timing' --record-durations tests/durations.json
 
 lint: $(BIN)/python  ## ruff, and the layer check (tests/layers.py: imports go down the layers, no cycles)
 	$(BIN)/ruff check .

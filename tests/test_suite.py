@@ -11,14 +11,14 @@ import pytest
 
 from tests import system_packages
 from tests.budgets import budget_asserts, suite_budget_asserts
-from tests.xdist_layout import slow_files_first
+from tests.xdist_layout import load_durations, longest_files_first
 
 
 def _item(nodeid: str, slow: bool = False) -> SimpleNamespace:
     return SimpleNamespace(nodeid=nodeid, get_closest_marker=lambda name: slow if name == "slow" else None)
 
 
-def test_files_with_a_slow_test_go_first_and_each_file_stays_together_in_order() -> None:
+def test_the_longest_files_go_first_and_each_file_stays_together_in_order() -> None:
     items = [
         _item("tests/a/test_x.py::test_1"),
         _item("tests/a/test_x.py::test_2"),
@@ -27,17 +27,62 @@ def test_files_with_a_slow_test_go_first_and_each_file_stays_together_in_order()
         _item("tests/b/test_y.py::test_3"),
         _item("tests/c/test_z.py::test_1", slow=True),
         _item("tests/d/test_w.py::test_1"),
+        _item("tests/e/test_v.py::test_1"),
     ]
-    slow_files_first(items)
+    # c measured longest; b is slow but not measured (UNKNOWN_SLOW); e measured short; a and d not measured
+    longest_files_first(items, {"tests/c/test_z.py": 100.0, "tests/e/test_v.py": 0.2})
     assert [i.nodeid for i in items] == [
+        "tests/c/test_z.py::test_1",
         "tests/b/test_y.py::test_1",
         "tests/b/test_y.py::test_2",
         "tests/b/test_y.py::test_3",
-        "tests/c/test_z.py::test_1",
         "tests/a/test_x.py::test_1",
         "tests/a/test_x.py::test_2",
         "tests/d/test_w.py::test_1",
+        "tests/e/test_v.py::test_1",
     ]
+
+
+def test_the_durations_file_names_test_files_of_the_suite_and_is_sorted_longest_first() -> None:
+    root = Path(__file__).resolve().parents[1]
+    durations = load_durations()
+    assert len(durations) >= 10
+    assert all((root / name).is_file() for name in durations), [
+        n for n in durations if not (root / n).is_file()
+    ]
+    assert list(durations.values()) == sorted(durations.values(), reverse=True)
+
+
+def test_record_durations_merges_the_files_that_ran(tmp_path: Path) -> None:
+    """A real pytest run of a two-file suite with --record-durations (this suite's conftest, another rootdir)."""
+    import json
+    import subprocess
+    import sys
+
+    root = Path(__file__).resolve().parents[1]
+    suite = tmp_path / "tests"
+    suite.mkdir()
+    (suite / "conftest.py").write_text((root / "tests" / "conftest.py").read_text())
+    (suite / "test_quick.py").write_text("def test_a():\n    pass\n")
+    (suite / "test_slow.py").write_text("import time\n\ndef test_b():\n    time.sleep(0.3)\n")
+    out = tmp_path / "durations.json"
+    out.write_text(json.dumps({"about": "kept", "files": {"tests/gone.py": 5.0, "tests/test_quick.py": 9.0}}))
+    res = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--rootdir", str(tmp_path),
+         "--record-durations", str(out), str(suite)],
+        cwd=tmp_path, capture_output=True, text=True, timeout=120,
+        env={**__import__("os").environ, "PYTHONPATH": str(root)},
+    )  # fmt: skip
+    assert res.returncode == 0, res.stdout + res.stderr
+    data = json.loads(out.read_text())
+    assert data["about"] == "kept" and set(data["files"]) == {
+        "tests/gone.py",
+        "tests/test_quick.py",
+        "tests/test_slow.py",
+    }
+    assert data["files"]["tests/gone.py"] == 5.0 and data["files"]["tests/test_quick.py"] < 9.0
+    assert data["files"]["tests/test_slow.py"] >= 0.3
+    assert "busy: main" in res.stdout
 
 
 def test_a_missing_package_fails_the_test_with_the_install_line(monkeypatch) -> None:
