@@ -4,7 +4,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 export LITELLM_LOCAL_MODEL_COST_MAP := True
 
-.PHONY: install test test-fast lint bench bench-scale reference demo clean
+.PHONY: install test test-fast durations lint bench bench-scale reference demo clean
 
 $(BIN)/python:
 	$(PY) -m venv $(VENV)
@@ -16,18 +16,24 @@ install: $(BIN)/python  ## .venv with Ratchet, its dev and scale extras (CPU tor
 	@$(BIN)/ratchet --version
 
 # `make test`: pytest-xdist workers (one per CPU; WORKERS=1 runs in this process), each file whole on one worker,
-# files with slow tests first (tests/xdist_layout.py); then the tests marked `timing` alone, so that nothing else
-# runs beside the latencies they measure (pytest's exit code 5 means none were collected).
+# the longest files first (tests/xdist_layout.py, tests/durations.json); then the tests marked `timing` alone, so
+# that nothing else runs beside the latencies they measure. The timing tests run even when the first part failed
+# (one failure never hides them); make fails when either part failed (pytest's exit code 5: none collected).
 WORKERS ?= $(shell nproc 2>/dev/null || echo 2)
 PARALLEL := $(if $(filter 1,$(WORKERS)),,-n $(WORKERS) --dist loadfile --no-loadscope-reorder)
+# $(call two_parts,<first part's pytest arguments>,<timing part's -m expression>)
+two_parts = first=0; $(BIN)/pytest -q $(1) || first=$$?; \
+	timing=0; $(BIN)/pytest -q -m '$(2)' || timing=$$?; [ $$timing -eq 5 ] && timing=0; \
+	echo "make: tests $$first (exit code), timing tests $$timing"; [ $$first -eq 0 ] && [ $$timing -eq 0 ]
 
 test: $(BIN)/python  ## the whole suite, slow end-to-end tests included
-	$(BIN)/pytest -q $(PARALLEL) -m 'not timing'
-	$(BIN)/pytest -q -m timing || [ $$? -eq 5 ]
+	@$(call two_parts,$(PARALLEL) -m 'not timing',timing)
 
 test-fast: $(BIN)/python  ## everything but the tests marked slow (timing tests included, run alone at the end)
-	$(BIN)/pytest -q $(PARALLEL) -m 'not slow and not timing'
-	$(BIN)/pytest -q -m 'timing and not slow' || [ $$? -eq 5 ]
+	@$(call two_parts,$(PARALLEL) -m 'not slow and not timing',timing and not slow)
+
+durations: $(BIN)/python  ## `make test`'s first part, measuring each file's seconds into tests/durations.json (its order)
+	$(BIN)/pytest -q $(PARALLEL) -m 'not timing' --record-durations tests/durations.json
 
 lint: $(BIN)/python  ## ruff, and the layer check (tests/layers.py: imports go down the layers, no cycles)
 	$(BIN)/ruff check .

@@ -26,8 +26,24 @@ if int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1")) > 1:
     os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption(
+        "--record-durations",
+        metavar="PATH",
+        help="merge each test file's seconds into PATH (tests/durations.json: the order of `make test`)",
+    )
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    path = config.getoption("--record-durations")
+    if path and not hasattr(config, "workerinput"):  # the controller: every worker's reports reach it
+        from tests.xdist_layout import DurationRecorder
+
+        config.pluginmanager.register(DurationRecorder(Path(path)), "ratchet-durations")
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     if hasattr(config, "workerinput"):  # an xdist worker: xdist hands out work in this order
-        from tests.xdist_layout import slow_files_first
+        from tests.xdist_layout import longest_files_first
 
-        slow_files_first(items)
+        longest_files_first(items)

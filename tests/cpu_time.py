@@ -2,7 +2,9 @@
 
 It counts this thread's CPU time (``time.thread_time``), not the wall clock: other processes and threads on a
 busy machine (`make test` runs its workers side by side) do not add to it, so a budget far above the linear
-cost and far below a super-linear one holds under any load.
+cost and far below a super-linear one holds under any load. Still a budget that depends on the machine's
+speed: only tests marked ``timing`` use it (`make test` runs them alone, after the rest; tests/test_suite.py
+checks that no other test does).
 """
 
 from __future__ import annotations

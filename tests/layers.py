@@ -16,7 +16,9 @@ later by variable, like ``ratchet_cli.main.COMMANDS``, is not seen.) The rules:
   tests and benchmarks alike: its modules are private and may move.
 
 Run ``python -m tests.layers`` (``make lint`` does) or tests/test_layers.py (``make test``). Each problem is
-one message naming the file and line of the import and the rule it breaks.
+one message naming the file and line of the import and the rule it breaks. ``python -m tests.layers --sizes``
+first draws the house: each layer, top first, its packages, their sub-packages and own modules with files and
+lines, and which packages each imports.
 """
 
 from __future__ import annotations
@@ -308,9 +310,73 @@ def check(
     )
 
 
+@dataclass(frozen=True)
+class Part:
+    """A package or one of its direct sub-packages (``modules``: the package's own top-level files): its size."""
+
+    name: str
+    files: int
+    lines: int
+
+
+def _size(paths: Iterable[Path]) -> tuple[int, int]:
+    paths = list(paths)
+    return len(paths), sum(len(p.read_text(encoding="utf-8").splitlines()) for p in paths)
+
+
+def sizes(
+    root: Path, layers: tuple[tuple[str, ...], ...] = LAYERS
+) -> list[tuple[int, Part, list[Part], list[str]]]:
+    """Per package, top layer first: (layer number as ARCHITECTURE.md "Layers" counts, from 0, the package's size, its sub-packages' sizes and the package's
+    own modules as ``(modules)``, the packages it imports)."""
+    names = [name for row in layers for name in row if (root / name).is_dir()]
+    imports, _ = collect_imports(root, names)
+    uses: dict[str, set[str]] = {}
+    for imp in imports:
+        a, b = imp.source.split(".")[0], imp.target.split(".")[0]
+        if a != b:
+            uses.setdefault(a, set()).add(b)
+    out = []
+    for rank in range(len(layers) - 1, -1, -1):
+        for package in layers[rank]:
+            folder = root / package
+            if not folder.is_dir():
+                continue
+            parts = [
+                Part(child.name, *_size(sorted(child.rglob("*.py"))))
+                for child in sorted(folder.iterdir())
+                if child.is_dir() and (child / "__init__.py").is_file()
+            ]
+            own = sorted(folder.glob("*.py"))
+            if own:
+                parts.append(Part("(modules)", *_size(own)))
+            whole = Part(package, *_size(sorted(folder.rglob("*.py"))))
+            out.append((rank, whole, parts, sorted(uses.get(package, ()))))
+    return out
+
+
+def draw_sizes(root: Path, layers: tuple[tuple[str, ...], ...] = LAYERS) -> str:
+    """The house drawn by imports: each layer, top first, its packages and their parts with files and lines."""
+    lines = []
+    total_files = total_lines = 0
+    for rank, whole, parts, uses in sizes(root, layers):
+        total_files, total_lines = total_files + whole.files, total_lines + whole.lines
+        imports = ", ".join(uses) if uses else "nothing of Ratchet"
+        lines.append(
+            f"layer {rank}  {whole.name:<22}{whole.files:>5} files {whole.lines:>8,} lines  imports {imports}"
+        )
+        lines += [f"           {'.' + p.name:<20}{p.files:>5} files {p.lines:>8,} lines" for p in parts]
+    lines.append(f"{'':9}{'total':<22}{total_files:>5} files {total_lines:>8,} lines")
+    return "\n".join(lines)
+
+
 def main(argv: list[str] | None = None) -> int:
     args = sys.argv[1:] if argv is None else argv
+    show_sizes = "--sizes" in args
+    args = [a for a in args if a != "--sizes"]
     root = Path(args[0]) if args else Path(__file__).resolve().parent.parent
+    if show_sizes:
+        print(draw_sizes(root) + "\n")
     problems = check(root)
     for problem in problems:
         print(problem)

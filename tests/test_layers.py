@@ -6,7 +6,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from tests.layers import ALLOWED_CYCLES, check
+from tests.layers import ALLOWED_CYCLES, check, sizes
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -185,3 +185,43 @@ def test_the_command_line_exits_non_zero_and_prints_each_problem(tmp_path):
     assert done.stdout.startswith(
         "ratchet_stats/a.py:1: layer: ratchet_stats.a imports ratchet_cli.main (upwards;"
     )
+
+
+def test_sizes_draw_each_layer_top_first_with_packages_files_lines_and_imports(tmp_path):
+    root = tree(
+        tmp_path,
+        {
+            "ratchet_stats/a.py": "x = 1\ny = 2\n",
+            "ratchet_core/b.py": "import ratchet_stats.a\n",
+            "ratchet_core/sub/c.py": "a = 1\nb = 2\nc = 3\n",
+            "ratchet_cli/main.py": "import ratchet_core.b\n",
+        },
+    )
+    drawn = [(rank, whole, parts, uses) for rank, whole, parts, uses in sizes(root) if whole.files]
+    assert [(rank, whole.name, whole.files, uses) for rank, whole, _, uses in drawn] == [
+        (3, "ratchet_cli", 2, ["ratchet_core"]),
+        (1, "ratchet_core", 4, ["ratchet_stats"]),
+        (0, "ratchet_stats", 2, []),
+    ]
+    core_parts = {p.name: (p.files, p.lines) for p in drawn[1][2]}
+    assert core_parts == {"sub": (2, 3), "(modules)": (2, 1)}  # the sub-package's __init__.py counts, empty
+    assert drawn[1][1].lines == 4 and drawn[2][1].lines == 2
+
+
+def test_the_command_line_draws_the_real_house_with_sizes():
+    done = subprocess.run(
+        [sys.executable, "-m", "tests.layers", "--sizes"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    lines = done.stdout.splitlines()
+    packages = [line.split()[2] for line in lines if line.startswith("layer ")]
+    assert packages == ["ratchet_cli", "ratchet_agents", "ratchet_gateway", "ratchet_assets", "ratchet_core",
+                        "ratchet_stats"]  # fmt: skip
+    assert any(line.split()[0] == ".night" for line in lines)  # sub-packages are listed under their package
+    total = next(line for line in lines if line.split()[:1] == ["total"])
+    assert int(total.split()[1]) == sum(len(list((ROOT / p).rglob("*.py"))) for p in packages)
+    assert lines[-1].startswith("layers hold")

@@ -203,9 +203,20 @@ def test_any_luhn_valid_grouped_number_is_redacted(body, sep, full_width):
     assert re.fullmatch(r"pay with <CARD_[0-9a-f]{8}> now", out)
 
 
+HOSTILE_TEXTS = ("é" * 100_000 + "@", "é@" + "a-" * 50_000 + ".", "1234." * 20_000, "1234\u00a0" * 20_000)
+
+
+def test_unicode_rules_finish_on_hostile_input():
+    for text in HOSTILE_TEXTS:
+        out = redact_text(text)
+        assert isinstance(out, str) and out
+
+
+@pytest.mark.timing
 def test_unicode_rules_stay_linear_on_hostile_input():
+    """A CPU budget far above the linear cost and far below a quadratic one (a measurement: `timing`)."""
     from tests.cpu_time import cpu_seconds_at_most
 
-    for text in ("é" * 100_000 + "@", "é@" + "a-" * 50_000 + ".", "1234." * 20_000, "1234\u00a0" * 20_000):
+    for text in HOSTILE_TEXTS:
         with cpu_seconds_at_most(2.0):
             redact_text(text)

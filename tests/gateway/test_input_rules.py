@@ -116,11 +116,24 @@ def test_nesting_limit_is_exact_and_ignores_brackets_in_strings():
     assert info.value.code == "nesting_too_deep" and "64" in info.value.message
 
 
-def test_hostile_depth_costs_little_and_never_recurses():
+def _hostile_depth() -> tuple[bytes, Any]:
     raw = b"[" * 1_000_000 + b"]" * 1_000_000  # deeper than orjson (1024) or Python (1000) would go
     deep: Any = []
     for _ in range(100_000):
         deep = [deep]
+    return raw, deep
+
+
+def test_hostile_depth_never_recurses():
+    raw, deep = _hostile_depth()
+    assert json_too_deep(raw)  # a recursive reader would raise RecursionError here
+    assert value_too_deep(deep)
+
+
+@pytest.mark.timing
+def test_hostile_depth_costs_little():
+    """A CPU budget far above the linear cost and far below a super-linear one (a measurement: `timing`)."""
+    raw, deep = _hostile_depth()
     with cpu_seconds_at_most(3.0):
         assert json_too_deep(raw)
         assert value_too_deep(deep)

@@ -130,16 +130,11 @@ def moods_night(tmp_path: Path) -> Callable[..., NightRun]:
     (home / "keys" / "signing.pub").write_text(public_key_pem(key.public_key()))
 
     def run(day: str, policy: list[str], before: Callable[[Path], None]) -> NightRun:
-        from ratchet_core.student_model import ensure_demo_base
-        from ratchet_gateway.student_server.app import create_app
-        from tests.night.nights import materialize_night, set_task_policy
-        from tests.serve import serve_in_thread
+        from tests.night.nights import demo_base_of, run_night, set_task_policy
 
         before(home)
         set_task_policy(home, "moods", policy)
-        base = ensure_demo_base(home / "models" / "demo-base")
-        with serve_in_thread(create_app(base)) as student:
-            result = materialize_night(home, day, base, student)
+        result = run_night(home, day, base=demo_base_of(home))
         done = {e.asset_key.to_user_string() for e in result.get_asset_materialization_events()}
         assert {"golden_split", "training_set", "lora_adapter", "evaluation_certificate"} <= done, done
         [cert_file] = (home / "artifacts" / "certificates").glob("*.dsse.json")

@@ -2,16 +2,9 @@
 
 from __future__ import annotations
 
-import dagster as dg
 import pytest
 
-from ratchet_assets.defs.evaluation_certificate import evaluation_certificate
-from ratchet_assets.defs.examples import examples
-from ratchet_assets.defs.golden_split import golden_split
-from ratchet_assets.defs.lora_adapter import lora_adapter
-from ratchet_assets.defs.resources import night_resources
-from ratchet_assets.defs.traffic import traffic
-from ratchet_assets.defs.training_set import training_set
+from tests.night.nights import materialize_night
 
 DAY = "2026-01-03"
 pytestmark = pytest.mark.slow  # a Dagster run of the upstream night: ~10 s idle, more on a loaded machine
@@ -32,15 +25,7 @@ def test_training_paused_skips_the_adapter_and_everything_after_it(tmp_path):
     ensure_schema(engine)
     write_signed_manifest(engine, key, flags={"training_paused": True}, reason="pause training for the test")
 
-    result = dg.materialize(
-        [traffic, examples, golden_split, training_set, lora_adapter, evaluation_certificate],
-        partition_key=DAY,
-        instance=dg.DagsterInstance.ephemeral(),
-        resources=night_resources(home),
-        run_config={
-            "ops": {"evaluation_certificate": {"config": {"student_base_url": "http://127.0.0.1:9/v1"}}}
-        },
-    )
+    result = materialize_night(home, DAY, student_url="http://127.0.0.1:9")  # never asked: nothing to certify
     assert result.success
     done = {e.asset_key.to_user_string() for e in result.get_asset_materialization_events()}
     assert "training_set" in done and "lora_adapter" not in done and "evaluation_certificate" not in done

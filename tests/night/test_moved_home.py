@@ -19,15 +19,7 @@ from types import SimpleNamespace
 import dagster as dg
 import pytest
 
-from ratchet_assets.defs.bom import bom
-from ratchet_assets.defs.daily_receipt import daily_receipt
-from ratchet_assets.defs.evaluation_certificate import evaluation_certificate
-from ratchet_assets.defs.examples import examples
-from ratchet_assets.defs.golden_split import golden_split
-from ratchet_assets.defs.lora_adapter import lora_adapter
-from ratchet_assets.defs.resources import night_resources
-from ratchet_assets.defs.traffic import traffic
-from ratchet_assets.defs.training_set import training_set
+from tests.night.nights import LOW_TARGET, TINY_TRAINING, run_night
 
 from .conftest import home_with_a_day
 
@@ -35,36 +27,22 @@ from .conftest import home_with_a_day
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(1200)]
 
 DAY = "2026-01-01"
-UPSTREAM = [traffic, examples, golden_split, training_set]
-NIGHT = [*UPSTREAM, lora_adapter, evaluation_certificate, bom, daily_receipt]
-# A few optimiser steps: enough for some golden answers to be right, so the low target below certifies and the
-# night writes a BOM. This is about where things are, not the adapter's quality.
-TINY = {"epochs": 1, "min_steps": 30, "validation_share": 0.0, "num_threads": 1}
-LOW_TARGET = {"target": 0.01, "delta": 0.5, "max_tokens": 16}
 
 
 def _night(home: Path) -> dg.ExecuteInProcessResult:
     """The night of DAY in `home`: its own Dagster instance (home/dagster) and a student server on its base."""
-    from ratchet_gateway.student_server.app import create_app
-    from tests.serve import serve_in_thread
-
     (home / "dagster").mkdir(exist_ok=True)
     instance = dg.DagsterInstance.local_temp(tempdir=str(home / "dagster"))
     try:
-        with serve_in_thread(create_app(home / "models" / "demo-base")) as url:
-            result = dg.materialize(
-                NIGHT,
-                partition_key=DAY,
-                instance=instance,
-                resources=night_resources(home),
-                run_config={
-                    "ops": {
-                        "lora_adapter": {"config": TINY},
-                        "evaluation_certificate": {"config": {"student_base_url": url + "/v1", **LOW_TARGET}},
-                    }
-                },
-                raise_on_error=False,
-            )
+        result = run_night(
+            home,
+            DAY,
+            training=TINY_TRAINING,
+            certificate=LOW_TARGET,
+            bom=True,
+            receipt=True,
+            instance=instance,
+        )
     finally:
         instance.dispose()
     assert result.success, [e.step_failure_data.error.message for e in result.all_events if e.is_step_failure]

@@ -368,38 +368,15 @@ def night(chatml_base, tmp_path_factory):
     night's defaults, evaluated through Ratchet's student server serving the base, at a target a random base can
     reach in one night (the chat, tools and json_schema prompts are proven above; a night of tool prompts, ~650
     tokens each, trains several times longer on two cores)."""
-    import dagster as dg
-
-    from ratchet_assets.defs.bom import bom
-    from ratchet_assets.defs.evaluation_certificate import evaluation_certificate
-    from ratchet_assets.defs.examples import examples
-    from ratchet_assets.defs.golden_split import golden_split
-    from ratchet_assets.defs.lora_adapter import lora_adapter
-    from ratchet_assets.defs.resources import night_resources
-    from ratchet_assets.defs.traffic import traffic
-    from ratchet_assets.defs.training_set import training_set
     from ratchet_assets.night.fixtures import write_day
-    from ratchet_gateway.student_server.app import create_app
     from ratchet_stats.keys import generate_private_key, save_private_key
+    from tests.night.nights import run_night
 
     home = tmp_path_factory.mktemp("real-night") / "home"
     key = generate_private_key()
     save_private_key(key, home / "keys" / "signing.key")
     write_day(home / "lake", DAY, 300, seed=3, workload="tickets", student_share=0.0)
-    with serve_in_thread(create_app(chatml_base)) as url:
-        result = dg.materialize(
-            [traffic, examples, golden_split, training_set, lora_adapter, evaluation_certificate, bom],
-            partition_key=DAY,
-            instance=dg.DagsterInstance.ephemeral(),
-            resources=night_resources(home, certify_target=0.3),
-            run_config={
-                "ops": {
-                    "lora_adapter": {"config": {"base_model": str(chatml_base)}},
-                    "evaluation_certificate": {"config": {"student_base_url": url + "/v1"}},
-                }
-            },
-            raise_on_error=False,
-        )
+    result = run_night(home, DAY, base=chatml_base, bom=True, resources={"certify_target": 0.3})
     failures = [e.event_specific_data.error for e in result.all_events if e.is_step_failure]
     assert result.success, [f.message + "".join(f.stack[-3:]) for f in failures]
     art = home / "artifacts"

@@ -113,14 +113,14 @@ def test_split_path_in_a_small_budget_equals_the_unsplit_path(tmp_path: Path) ->
     for i, day in enumerate(DAYS):
         write_day(lake, day, 25_000, seed=21 + i, day_index=i)
     unsplit, split = _home(tmp_path, lake, "unsplit"), _home(tmp_path, lake, "split")
-    rss = PeakRSS()
     plain = _night(unsplit, None)
     small = Budget(memory_mb=512, shards=4, workers=2)
     assert not (split / "art" / ".spill").exists()
     split_files = _night(split, small)
     assert len(plain) >= 18 and split_files == plain
     assert not list((split / "art" / ".spill").iterdir())  # spill folders go with their connections
-    assert rss.mb() < 2048
+    # How much memory the budget holds the night to is a measurement, not a behaviour: `make bench` records the
+    # peak RSS per step under the budget (benchmarks/bench_night.py), on whatever machine runs it.
 
 
 @pytest.mark.slow

@@ -10,37 +10,21 @@ import json
 import shutil
 from pathlib import Path
 
-import dagster as dg
 import httpx
 import pyarrow.parquet as pq
 import pytest
 from click.testing import CliRunner
 
-from ratchet_assets.defs.bom import bom
-from ratchet_assets.defs.daily_receipt import daily_receipt
-from ratchet_assets.defs.evaluation_certificate import evaluation_certificate
-from ratchet_assets.defs.examples import examples
-from ratchet_assets.defs.golden_split import golden_split
-from ratchet_assets.defs.lora_adapter import lora_adapter
-from ratchet_assets.defs.resources import RatchetPaths, night_resources
-from ratchet_assets.defs.traffic import traffic
-from ratchet_assets.defs.training_set import training_set
+from ratchet_assets.defs.resources import RatchetPaths
 from ratchet_core.lake import Lake
+from tests.night.nights import LOW_TARGET, TINY_TRAINING, materialize_night
 
-# Real training (as tests/night/test_night_e2e.py): minutes on two shared cores.
+# Real (tiny) training: this is about where the evidence lives, not the adapter's quality
+# (tests/night/test_night_e2e.py certifies a good one).
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(1800)]
 
 DAY = "2026-01-01"
-NIGHT = [
-    traffic,
-    examples,
-    golden_split,
-    training_set,
-    lora_adapter,
-    evaluation_certificate,
-    bom,
-    daily_receipt,
-]
+ROWS = 90  # as tests/night/test_moved_home.py: the tiny training gets some golden answers right
 
 
 def test_night_on_s3_then_everything_read_back_from_the_store(s3_env, tmp_path: Path, monkeypatch) -> None:
@@ -67,32 +51,17 @@ def test_night_on_s3_then_everything_read_back_from_the_store(s3_env, tmp_path: 
         tmp_path / "staged-lake"
     )  # fixture segments, published to the S3 lake as a gateway's sealer would
     lake = Lake(lake_url)
-    for seg in write_day(staged, DAY, 900, seed=1, workload="tickets", student_share=0.0):
+    for seg in write_day(staged, DAY, ROWS, seed=1, workload="tickets", student_share=0.0):
         lake.publish_bytes(seg.relative_to(staged).as_posix(), seg.read_bytes())
     base = ensure_demo_base(tmp_path / "models" / "demo-base")
     artifacts = home / "artifacts"
 
-    resources = night_resources(home)
-    resources["paths"] = RatchetPaths(home=str(home), lake=lake_url, artifacts_url=art_url)
+    paths = RatchetPaths(home=str(home), lake=lake_url, artifacts_url=art_url)
     with serve_in_thread(student_app(base, adapter_cache=tmp_path / "adapter-cache")) as student:
-        ops = {
-            "evaluation_certificate": {
-                "config": {
-                    "student_base_url": student + "/v1",
-                    "target": 0.90,
-                    "delta": 0.05,
-                    "max_tokens": 512,
-                }
-            }
-        }
-        result = dg.materialize(
-            NIGHT,
-            partition_key=DAY,
-            instance=dg.DagsterInstance.ephemeral(),
-            resources=resources,
-            run_config={"ops": ops},
-            raise_on_error=False,
-        )
+        result = materialize_night(
+            home, DAY, None, student, training=TINY_TRAINING, certificate=LOW_TARGET, bom=True, receipt=True,
+            paths=paths,
+        )  # fmt: skip
         assert result.success, [e.message for e in result.all_events if e.is_failure]
         version = json.loads((artifacts / "adapters" / f"day={DAY}" / "adapter.json").read_text())["version"]
         digest = adapter_dir_digest(artifacts / "adapters" / version)
