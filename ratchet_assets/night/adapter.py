@@ -71,6 +71,13 @@ LEASE_SECONDS = 6 * 3600
 # set, whose validation split is a handful of rows, still gets enough steps. The choices (steps, epochs, validation accuracy per
 # task, why it stopped) are in the adapter's ``ratchet_train.json``, its record, the asset's metadata and the BOM.
 #
+# The split chooses, then every row teaches (``refit``, ARCHITECTURE.md, the night): once the validation split has
+# chosen the epochs (and whether a warm night beats its parent), the adapter is trained again from the same start
+# on every training row, held-out groups included, for that many epochs. Golden rows are never in the training set,
+# so the certificate is as honest as before; the split only picks a number. With every row teaching in the end,
+# the split can be larger: a fifth of the rows, at least 100 (``validation_min_rows``; at most half), so a good
+# parent no longer scores 1.0 on a split of a dozen rows and warm nights can tell better from equal.
+#
 # Warm start (``night.warm_start``): a night starts from its tasks' newest live or certified adapter when the base,
 # the LoRA's shape and the tasks' policies are unchanged, and trains on the rows new since the parent's day plus a
 # replay sample of older ones (a quarter of them by hash, at most 1000); the validation split still decides when to
@@ -80,7 +87,9 @@ NIGHT_TRAINING = LoraTrainConfig(
     epochs=1,
     pii_surrogates=0.5,
     num_threads=1,
-    validation_share=0.1,
+    validation_share=0.2,
+    validation_min_rows=100,
+    refit=True,
     patience=2,
     max_epochs=8,
     time_budget_s=1800.0,
@@ -361,6 +370,9 @@ def train_adapter(
             extras["train_jsonl"] = str(staging / "train.jsonl")
             warm_start.write_subset(train_jsonl, plan.rows, staging / "train.jsonl")
             tasks = [tasks[i] for i in plan.rows]
+            if plan.held is not None:  # the new rows' held-out groups (night.warm_start): the trainer's split
+                extras["held_out_path"] = str(staging / "held_out.json")
+                (staging / "held_out.json").write_text(json.dumps(list(plan.held)), encoding="utf-8")
         (staging / "row_tasks.json").write_text(json.dumps(tasks), encoding="utf-8")
         try:
             trained, reported = launch(extras)

@@ -107,3 +107,49 @@ def test_a_parent_no_epoch_can_beat_is_kept_without_training():
         1.0, 0.0, 1.0, 0.006, delta
     )  # the loss can still fall
     assert not unbeatable(1.0, 0.0001, 0.0)  # min_loss_delta 0: any lower loss beats it
+
+
+def test_the_split_chooses_the_epochs_then_every_row_teaches(tmp_path, monkeypatch):
+    """``refit``: the validation split picks the epochs; the adapter saved is trained again from the same start on
+    every row (held-out groups included) for that many epochs; the selection's numbers stay in the report."""
+    from ratchet_assets.night.examples import build_examples
+    from ratchet_assets.night.fixtures import write_day
+    from ratchet_assets.night.lora_trainer import TRAIN_META_FILE, LoraTrainConfig, train_lora
+    from ratchet_assets.night.split import split_golden
+    from ratchet_assets.night.traffic import consolidate_traffic
+    from ratchet_assets.night.training_set import build_training_set
+    from ratchet_core import workloads
+    from ratchet_core.student_model import ensure_demo_base
+
+    monkeypatch.setitem(workloads.WORKLOADS, "moods", MOODS_WORKLOAD)
+    write_day(tmp_path / "lake", DAY, 160, seed=9, workload="moods", student_share=0.0)
+    art = tmp_path / "art"
+    consolidate_traffic(tmp_path / "lake", art, DAY)
+    build_examples(art, DAY)
+    split_golden(art, DAY, share=0.2)
+    train = build_training_set(art, DAY)
+    base = ensure_demo_base(tmp_path / "models" / "demo-base")
+    kw = dict(
+        rank=4, alpha=8, epochs=1, min_steps=0, num_threads=1, validation_share=0.2, patience=1, max_epochs=2
+    )
+    chosen = train_lora(base, train.path, tmp_path / "chosen", LoraTrainConfig(**kw))
+    refit = train_lora(base, train.path, tmp_path / "refit", LoraTrainConfig(**kw, refit=True))
+    v, r = chosen.validation, refit.validation
+    # the same selection run (same split, same epochs), then every row teaches
+    assert {k: r[k] for k in v} == v and v["best_epoch"] >= 1
+    assert r["refit"]["rows"] == train.rows == refit.examples > chosen.examples == train.rows - v["rows"]
+    batches = -(-train.rows // 16)
+    assert r["refit"]["epochs"] == v["best_epoch"] and refit.steps == v["best_epoch"] * batches
+    assert r["refit"]["selection_steps"] == chosen.steps
+    assert refit.adapter_sha256 != chosen.adapter_sha256
+    meta = json.loads((tmp_path / "refit" / TRAIN_META_FILE).read_text())
+    assert meta["validation"]["refit"] == r["refit"] and meta["examples"] == train.rows
+
+
+def test_the_validation_split_is_sized_from_the_rows_with_a_floor():
+    from ratchet_assets.night.lora_trainer import sized_share
+
+    assert sized_share(1000, 0.2, 100) == 0.2  # a large night: the share holds out enough rows
+    assert sized_share(300, 0.2, 100) == pytest.approx(1 / 3)  # a small one: raised to the floor
+    assert sized_share(120, 0.2, 100) == 0.5  # never more than half the rows
+    assert sized_share(120, 0.2, 0) == 0.2 and sized_share(120, 0.0, 100) == 0.0  # off
