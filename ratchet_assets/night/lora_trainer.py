@@ -174,6 +174,10 @@ class LoraTrainConfig:
             )
         if self.start not in STARTS:
             raise ValueError(f"start {self.start!r} is not one of {', '.join(STARTS)}")
+        if self.validation_min_rows < 0:
+            raise ValueError(
+                f"validation_min_rows must be 0 (off) or a number of rows, got {self.validation_min_rows}"
+            )
 
     def to_dict(self) -> dict:
         return asdict(self)

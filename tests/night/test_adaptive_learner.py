@@ -153,3 +153,16 @@ def test_the_validation_split_is_sized_from_the_rows_with_a_floor():
     assert sized_share(300, 0.2, 100) == pytest.approx(1 / 3)  # a small one: raised to the floor
     assert sized_share(120, 0.2, 100) == 0.5  # never more than half the rows
     assert sized_share(120, 0.2, 0) == 0.2 and sized_share(120, 0.0, 100) == 0.0  # off
+
+
+def test_the_nights_config_refits_and_refuses_a_negative_validation_floor():
+    """The lora_adapter asset's config carries refit and the floor (else a Dagster night would silently not
+    refit), and a floor below 0 is refused with a message, not trained with."""
+    from ratchet_assets.defs.lora_adapter import LoraAdapterConfig
+    from ratchet_assets.night.adapter import NIGHT_TRAINING
+    from ratchet_assets.night.lora_trainer import LoraTrainConfig
+
+    train = LoraAdapterConfig().train_config()
+    assert train["refit"] is True and train["validation_min_rows"] == NIGHT_TRAINING.validation_min_rows > 0
+    with pytest.raises(ValueError, match="validation_min_rows must be 0"):
+        LoraTrainConfig(validation_min_rows=-5)
