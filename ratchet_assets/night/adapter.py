@@ -332,15 +332,23 @@ def train_adapter(
     launch: Launcher,
     log: Callable[[str], None] = lambda line: None,
     release: ReleaseView | None = None,
+    public_keys: Any = None,
 ) -> AdapterResult:
     """Train (or reuse) the adapter for night ``day`` and write its record; see the module docstring.
 
     ``release``: the live and certified versions and the policies (``release_view``), which a warm start needs to
-    find its parent (``night.warm_start``); None = a cold start."""
+    find its parent (``night.warm_start``); None = a cold start. ``public_keys``: the keys earlier nights'
+    certificates are verified with; a night after nights that did not certify one of its tasks trains with a
+    larger step budget (``night.step_budget``); None = the config's budget."""
+    from ratchet_assets.night.step_budget import step_budget
     from ratchet_core.student_model import base_identity
 
     layout = ArtifactLayout(artifacts)
     train_jsonl = require_training_set(artifacts, day)
+    budget = step_budget(artifacts, day, sorted(set(row_tasks(artifacts, day))), public_keys)
+    if budget.factor > 1:
+        train_config = budget.apply(train_config)
+        log(budget.describe())
     identity = base_identity(base)
     chash = config_hash(train_config)
     rows_root = training_commitment(artifacts, day).rows.root
@@ -410,6 +418,8 @@ def train_adapter(
         }
         if policies_digest is not None:
             record["policies_sha256"] = policies_digest
+        if budget.factor > 1:  # only when it grew, so the records of other nights keep their bytes
+            record["step_budget"] = budget.to_record()
         effects.report(begin.token, record)
         result = AdapterResult(record, reused=False, reported=dict(reported))
     elif begin.outcome == "duplicate":
