@@ -5,6 +5,7 @@ budget; its choices are in the result and the adapter's metadata. Real training 
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 
@@ -166,3 +167,45 @@ def test_the_nights_config_refits_and_refuses_a_negative_validation_floor():
     assert train["refit"] is True and train["validation_min_rows"] == NIGHT_TRAINING.validation_min_rows > 0
     with pytest.raises(ValueError, match="validation_min_rows must be 0"):
         LoraTrainConfig(validation_min_rows=-5)
+
+
+def test_a_warm_night_trains_when_the_parent_gets_training_rows_wrong(tmp_path):
+    """A parent all right on the split (its loss under min_loss_delta) was kept untrained even when the night's new
+    rows disagreed with its answers; rows the parent gets wrong are worth steps, so now it trains."""
+    import random
+
+    from ratchet_assets.night.examples import build_examples
+    from ratchet_assets.night.fixtures import write_day
+    from ratchet_assets.night.lora_trainer import LoraTrainConfig, train_lora
+    from ratchet_assets.night.split import split_golden
+    from ratchet_assets.night.traffic import consolidate_traffic
+    from ratchet_assets.night.training_set import build_training_set
+    from ratchet_core.student_model import ensure_demo_base
+
+    write_day(tmp_path / "lake", DAY, 60, seed=3, workload="tickets", student_share=0.0)
+    art = tmp_path / "art"
+    consolidate_traffic(tmp_path / "lake", art, DAY)
+    build_examples(art, DAY)
+    split_golden(art, DAY, share=0.2)
+    lines = Path(build_training_set(art, DAY).path).read_text().splitlines()[:24]
+    seen = tmp_path / "seen.jsonl"
+    seen.write_text("".join(line + "\n" for line in lines))
+    base = ensure_demo_base(tmp_path / "models" / "demo-base")
+    tiny = dict(rank=4, alpha=8, epochs=1, num_threads=1, min_loss_delta=5.0)
+    parent = train_lora(base, seen, tmp_path / "parent", LoraTrainConfig(**tiny, min_steps=120))
+    # the night: the parent's own rows as the split (all right), and new rows whose labels it has never seen
+    rows = [json.loads(line) for line in lines]
+    labels = [r["messages"][-1]["content"] for r in rows]
+    random.Random(1).shuffle(labels)
+    new = [
+        {**r, "messages": [*r["messages"][:-1], {"role": "assistant", "content": label + " (new)"}]}
+        for r, label in zip(rows[:12], labels, strict=False)
+    ]
+    night = tmp_path / "night.jsonl"
+    night.write_text("".join(json.dumps(r) + "\n" for r in rows + new))
+    held = [True] * len(rows) + [False] * len(new)
+    config = LoraTrainConfig(**tiny, validation_share=0.5, patience=1, max_epochs=2, warm_lr=1e-3)
+    warm = train_lora(base, night, tmp_path / "warm", config, init_adapter=parent.adapter_dir, held_out=held)
+    v = warm.validation
+    assert v["rows"] == len(rows) and v["initial_accuracy"] == 1.0, v  # the parent is all right on the split
+    assert v["initial_train_accuracy"] == 0.0 and warm.steps > 0 and v["epochs_run"] >= 1, v
