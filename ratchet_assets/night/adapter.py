@@ -61,8 +61,9 @@ LEASE_SECONDS = 6 * 3600
 #
 # The learner adapts (issue 16): the night trains until a validation split held out of the training rows (never
 # golden rows: the training set has none) stops improving, instead of a fixed step count. Defaults:
-# - validation_share 0.1: a tenth of the training rows, chosen by a hash of their near-duplicate group
-#   (``lora_trainer.near_duplicate_key``: the same rows every run, and no near-duplicate on both sides);
+# - validation_share 0.2, validation_min_rows 100: a fifth of the training rows, at least 100 (at most half),
+#   chosen by a hash of their near-duplicate group (``lora_trainer.near_duplicate_key``: no near-duplicate on both
+#   sides); the refit below trains on them once the split has chosen;
 # - patience 2: stop after 2 epochs without a better validation accuracy (the best epoch's weights are kept);
 # - max_epochs 8: at most 8 epochs (the learning rate decays linearly over them); a split all right stops at once;
 # - time_budget_s 1800: stop after the epoch that passes 30 min (a safety net on a busy machine; a run cut by it
