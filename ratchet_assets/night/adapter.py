@@ -280,9 +280,18 @@ def learner_numbers(trained: dict[str, Any]) -> dict[str, Any]:
         for name, field_ in (
             ("validation_groups", "groups"),
             ("initial_validation_accuracy", "initial_accuracy"),
+            ("initial_train_accuracy", "initial_train_accuracy"),
         ):
             if v.get(field_) is not None:
                 out[name] = v[field_]
+        if v.get(
+            "refit"
+        ):  # the adapter saved was trained on every row for the chosen epochs (BOM provenance)
+            out.update(
+                refit_rows=v["refit"]["rows"],
+                refit_epochs=v["refit"]["epochs"],
+                selection_steps=v["refit"]["selection_steps"],
+            )
     return out
 
 

@@ -65,7 +65,9 @@ def field_exact(base: Path, adapter: Path, golden) -> dict[str, str]:
 
     value = re.compile(r'\\?"(\w+)\\?":\s*(\\?"[^"\\]*\\?"|-?[0-9][0-9.]*)')
     tok = AutoTokenizer.from_pretrained(base)
-    model = PeftModel.from_pretrained(AutoModelForCausalLM.from_pretrained(base, dtype=torch.float32), adapter)
+    model = PeftModel.from_pretrained(
+        AutoModelForCausalLM.from_pretrained(base, dtype=torch.float32), adapter
+    )
     model.eval()
     counts: dict[str, list[int]] = {}
     for g in golden:

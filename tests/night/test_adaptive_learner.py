@@ -209,3 +209,18 @@ def test_a_warm_night_trains_when_the_parent_gets_training_rows_wrong(tmp_path):
     v = warm.validation
     assert v["rows"] == len(rows) and v["initial_accuracy"] == 1.0, v  # the parent is all right on the split
     assert v["initial_train_accuracy"] == 0.0 and warm.steps > 0 and v["epochs_run"] >= 1, v
+
+
+def test_the_bom_says_the_adapter_was_refit_on_every_row():
+    from ratchet_assets.night.adapter import learner_numbers
+    from ratchet_assets.night.bom_document import learner_properties
+
+    v = {
+        "rows": 100, "final_accuracy": 0.9, "accuracy_per_epoch": [0.9], "best_epoch": 1, "stopped": "all 1 epochs",
+        "epochs_run": 1, "refit": {"rows": 400, "epochs": 1, "steps": 25, "selection_steps": 19},
+    }  # fmt: skip
+    numbers = learner_numbers({"validation": v})
+    assert (numbers["refit_rows"], numbers["refit_epochs"], numbers["selection_steps"]) == (400, 1, 19)
+    props = learner_properties(numbers)
+    assert props["ratchet:learner:refit_rows"] == "400" and props["ratchet:learner:selection_steps"] == "19"
+    assert "refit_rows" not in learner_numbers({"validation": {k: x for k, x in v.items() if k != "refit"}})
