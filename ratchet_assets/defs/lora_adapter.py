@@ -67,7 +67,7 @@ class LoraAdapterConfig(dg.Config):
     warm_lr: float = _DEFAULTS.warm_lr  # the peak learning rate of a warm start
     # the split chooses the epochs, then every training row (held-out ones included) teaches the adapter saved
     refit: bool = _DEFAULTS.refit
-    # the validation split holds out at least this many rows (its share raised, never above half); 0 = the share
+    # the validation split holds out at least this many rows (its share raised, never above 0.3); 0 = the share
     validation_min_rows: int = _DEFAULTS.validation_min_rows
     # torch threads: 0 = every CPU this process may use, idle threads sleeping (``LoraTrainConfig.num_threads``).
     # Not part of the config hash (a rerun reuses the night's adapter); the adapter records the count it trained with.

@@ -61,7 +61,7 @@ LEASE_SECONDS = 6 * 3600
 #
 # The learner adapts (issue 16): the night trains until a validation split held out of the training rows (never
 # golden rows: the training set has none) stops improving, instead of a fixed step count. Defaults:
-# - validation_share 0.2, validation_min_rows 100: a fifth of the training rows, at least 100 (at most half),
+# - validation_share 0.2, validation_min_rows 100: a fifth of the training rows, at least 100 (at most 0.3 of them),
 #   chosen by a hash of their near-duplicate group (``lora_trainer.near_duplicate_key``: no near-duplicate on both
 #   sides); the refit below trains on them once the split has chosen;
 # - patience 2: stop after 2 epochs without a better validation accuracy (the best epoch's weights are kept);
@@ -76,7 +76,7 @@ LEASE_SECONDS = 6 * 3600
 # chosen the epochs (and whether a warm night beats its parent), the adapter is trained again from the same start
 # on every training row, held-out groups included, for that many epochs. Golden rows are never in the training set,
 # so the certificate is as honest as before; the split only picks a number. With every row teaching in the end,
-# the split can be larger: a fifth of the rows, at least 100 (``validation_min_rows``; at most half), so a good
+# the split can be larger: a fifth of the rows, at least 100 (``validation_min_rows``; at most 0.3), so a good
 # parent no longer scores 1.0 on a split of a dozen rows and warm nights can tell better from equal.
 #
 # Warm start (``night.warm_start``): a night starts from its tasks' newest live or certified adapter when the base,

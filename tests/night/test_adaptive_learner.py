@@ -151,8 +151,8 @@ def test_the_validation_split_is_sized_from_the_rows_with_a_floor():
     from ratchet_assets.night.lora_trainer import sized_share
 
     assert sized_share(1000, 0.2, 100) == 0.2  # a large night: the share holds out enough rows
-    assert sized_share(300, 0.2, 100) == pytest.approx(1 / 3)  # a small one: raised to the floor
-    assert sized_share(120, 0.2, 100) == 0.5  # never more than half the rows
+    assert sized_share(400, 0.2, 100) == 0.25  # a small one: raised to the floor
+    assert sized_share(120, 0.2, 100) == 0.3  # never more than 0.3 of the rows: the selection keeps most
     assert sized_share(120, 0.2, 0) == 0.2 and sized_share(120, 0.0, 100) == 0.0  # off
 
 
