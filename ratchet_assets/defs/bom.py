@@ -1,9 +1,12 @@
 """``bom``: the certified adapter's signed CycloneDX 1.6 ML-BOM, its NOTICE.md and its training-set proofs.
 
-Dagster wiring only. Runs only after ``evaluation_certificate``'s blocking check passed; the step (documents,
-proofs, the auditor's verification before anything is written, the files under ``<artifacts>/boms/<version>/``)
-is ``ratchet_assets.night.bom_writer.write_bom``.
+Dagster wiring only. The step (documents, proofs, the auditor's verification before anything is written, the
+files under ``<artifacts>/boms/<version>/``) is ``ratchet_assets.night.bom_writer.write_bom``. When the night's
+signed certificate certifies no task, the asset materialises nothing (a BOM is for an adapter that will serve) and
+the run still succeeds: "not certified" is the certificate's outcome, not a broken night.
 """
+
+from collections.abc import Iterator
 
 import dagster as dg
 
@@ -18,11 +21,12 @@ from ratchet_core.artifact_store import publishes_artifacts
     deps=["evaluation_certificate"],
     kinds={"json"},
     group_name="night",
+    output_required=False,  # a night that certified no task has no BOM, and is still a successful run
 )
 @publishes_artifacts  # what it wrote goes to RATCHET_ARTIFACTS_URL (a no-op without it)
 def bom(
     context: dg.AssetExecutionContext, paths: RatchetPaths, signer: Signer, models: ModelEndpoints
-) -> dg.MaterializeResult:
+) -> Iterator[dg.MaterializeResult]:
     """The signed ML-BOM (CycloneDX 1.6) and NOTICE.md of the night's certified adapter."""
     from ratchet_assets.night.adapter import AdapterError
     from ratchet_assets.night.commitments import CommitmentMissing
@@ -35,9 +39,12 @@ def bom(
             public_keys=signer.verify_keys(),  # a certificate signed before a key rotation still verifies
             teacher_model=models.teacher(),
         )
+    except step.NotCertifiedNoBom as exc:
+        context.log.info(f"no BOM: {exc}")
+        return  # nothing materialised; the run stays successful
     except (AdapterError, CommitmentMissing, step.BomStepError) as exc:
         raise dg.Failure(str(exc)) from exc
-    return dg.MaterializeResult(
+    yield dg.MaterializeResult(
         metadata={
             "version": r.version,
             "adapter_sha256": dg.MetadataValue.text(r.adapter_sha256),

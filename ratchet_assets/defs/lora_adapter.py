@@ -65,6 +65,10 @@ class LoraAdapterConfig(dg.Config):
     replay_share: float = _DEFAULTS.replay_share
     replay_cap: int = _DEFAULTS.replay_cap
     warm_lr: float = _DEFAULTS.warm_lr  # the peak learning rate of a warm start
+    # the split chooses the epochs, then every training row (held-out ones included) teaches the adapter saved
+    refit: bool = _DEFAULTS.refit
+    # the validation split holds out at least this many rows (its share raised, never above 0.3); 0 = the share
+    validation_min_rows: int = _DEFAULTS.validation_min_rows
     # torch threads: 0 = every CPU this process may use, idle threads sleeping (``LoraTrainConfig.num_threads``).
     # Not part of the config hash (a rerun reuses the night's adapter); the adapter records the count it trained with.
     num_threads: int = _DEFAULTS.num_threads or 0
@@ -116,6 +120,7 @@ def lora_adapter(
             training.launcher(context),
             log=context.log.info,
             release=step.release_view(control_db.engine(), signer.public_key()),
+            public_keys=signer.verify_keys(),  # earlier nights' certificates: a larger budget after a miss
         )
     except (step.AdapterError, CommitmentMissing) as exc:
         raise dg.Failure(str(exc)) from None
@@ -131,6 +136,7 @@ def lora_adapter(
         "reused": result.reused,
         "start": str((record.get("start") or {}).get("mode", "cold")),
         "start_reason": str((record.get("start") or {}).get("reason", "")),
+        "step_budget_factor": dg.MetadataValue.int(int((record.get("step_budget") or {}).get("factor", 1))),
         "training_set_root": dg.MetadataValue.text(record["train_rows_root"]),
         "dagster/uri": dg.MetadataValue.path(str(step.adapter_path(artifacts, record))),
     }

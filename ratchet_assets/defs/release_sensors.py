@@ -23,7 +23,9 @@ missing, as an ``AssetObservation`` on ``lora_adapter`` (``adapters_missing`` is
 Endpoints: resource ``student_endpoints`` (comma-separated base URLs; default ``RATCHET_STUDENT_BASE_URL``).
 
 ``failed_night_sensor`` records each failed run of this code location in the control-DB table ``failed_nights``
-(run id, job, partition, message), idempotent by run id.
+(run id, job, partition, message), idempotent by run id. A failed run means the night broke: a night whose adapter
+certified no task is a successful run with a signed not-certified certificate (``evaluation_certificate``), which
+the release tick registers as rejected and never promotes, so this sensor does not see it.
 """
 
 from __future__ import annotations

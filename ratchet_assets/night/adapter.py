@@ -62,8 +62,9 @@ LEASE_SECONDS = 6 * 3600
 #
 # The learner adapts (issue 16): the night trains until a validation split held out of the training rows (never
 # golden rows: the training set has none) stops improving, instead of a fixed step count. Defaults:
-# - validation_share 0.1: a tenth of the training rows, chosen by a hash of their near-duplicate group
-#   (``lora_trainer.near_duplicate_key``: the same rows every run, and no near-duplicate on both sides);
+# - validation_share 0.2, validation_min_rows 100: a fifth of the training rows, at least 100 (at most 0.3 of them),
+#   chosen by a hash of their near-duplicate group (``lora_trainer.near_duplicate_key``: no near-duplicate on both
+#   sides); the refit below trains on them once the split has chosen;
 # - patience 2: stop after 2 epochs without a better validation accuracy (the best epoch's weights are kept);
 # - max_epochs 8: at most 8 epochs (the learning rate decays linearly over them); a split all right stops at once;
 # - time_budget_s 1800: stop after the epoch that passes 30 min (a safety net on a busy machine; a run cut by it
@@ -71,6 +72,13 @@ LEASE_SECONDS = 6 * 3600
 # Patience counts only once the fixed schedule (``epochs``, ``min_steps``: at least 150 steps) has run, so a small
 # set, whose validation split is a handful of rows, still gets enough steps. The choices (steps, epochs, validation accuracy per
 # task, why it stopped) are in the adapter's ``ratchet_train.json``, its record, the asset's metadata and the BOM.
+#
+# The split chooses, then every row teaches (``refit``, ARCHITECTURE.md, the night): once the validation split has
+# chosen the epochs (and whether a warm night beats its parent), the adapter is trained again from the same start
+# on every training row, held-out groups included, for that many epochs. Golden rows are never in the training set,
+# so the certificate is as honest as before; the split only picks a number. With every row teaching in the end,
+# the split can be larger: a fifth of the rows, at least 100 (``validation_min_rows``; at most 0.3), so a good
+# parent no longer scores 1.0 on a split of a dozen rows and warm nights can tell better from equal.
 #
 # Warm start (``night.warm_start``): a night starts from its tasks' newest live or certified adapter when the base,
 # the LoRA's shape and the tasks' policies are unchanged, and trains on the rows new since the parent's day plus a
@@ -81,7 +89,9 @@ NIGHT_TRAINING = LoraTrainConfig(
     epochs=1,
     pii_surrogates=0.5,
     num_threads=1,
-    validation_share=0.1,
+    validation_share=0.2,
+    validation_min_rows=100,
+    refit=True,
     patience=2,
     max_epochs=8,
     time_budget_s=1800.0,
@@ -271,9 +281,18 @@ def learner_numbers(trained: dict[str, Any]) -> dict[str, Any]:
         for name, field_ in (
             ("validation_groups", "groups"),
             ("initial_validation_accuracy", "initial_accuracy"),
+            ("initial_train_accuracy", "initial_train_accuracy"),
         ):
             if v.get(field_) is not None:
                 out[name] = v[field_]
+        if v.get(
+            "refit"
+        ):  # the adapter saved was trained on every row for the chosen epochs (BOM provenance)
+            out.update(
+                refit_rows=v["refit"]["rows"],
+                refit_epochs=v["refit"]["epochs"],
+                selection_steps=v["refit"]["selection_steps"],
+            )
     return out
 
 
@@ -342,15 +361,23 @@ def train_adapter(
     launch: Launcher,
     log: Callable[[str], None] = lambda line: None,
     release: ReleaseView | None = None,
+    public_keys: Any = None,
 ) -> AdapterResult:
     """Train (or reuse) the adapter for night ``day`` and write its record; see the module docstring.
 
     ``release``: the live and certified versions and the policies (``release_view``), which a warm start needs to
-    find its parent (``night.warm_start``); None = a cold start."""
+    find its parent (``night.warm_start``); None = a cold start. ``public_keys``: the keys earlier nights'
+    certificates are verified with; a night after nights that did not certify one of its tasks trains with a
+    larger step budget (``night.step_budget``); None = the config's budget."""
+    from ratchet_assets.night.step_budget import step_budget
     from ratchet_core.student_model import base_identity
 
     layout = ArtifactLayout(artifacts)
     train_jsonl = require_training_set(artifacts, day)
+    budget = step_budget(artifacts, day, sorted(set(row_tasks(artifacts, day))), public_keys)
+    if budget.factor > 1:
+        train_config = budget.apply(train_config)
+        log(budget.describe())
     identity = base_identity(base)
     chash = config_hash(train_config)
     rows_root = training_commitment(artifacts, day).rows.root
@@ -380,6 +407,9 @@ def train_adapter(
             extras["train_jsonl"] = str(staging / "train.jsonl")
             warm_start.write_subset(train_jsonl, plan.rows, staging / "train.jsonl")
             tasks = [tasks[i] for i in plan.rows]
+            if plan.held is not None:  # the new rows' held-out groups (night.warm_start): the trainer's split
+                extras["held_out_path"] = str(staging / "held_out.json")
+                (staging / "held_out.json").write_text(json.dumps(list(plan.held)), encoding="utf-8")
         (staging / "row_tasks.json").write_text(json.dumps(tasks), encoding="utf-8")
         try:
             trained, reported = launch(extras)
@@ -428,6 +458,8 @@ def train_adapter(
         }
         if policies_digest is not None:
             record["policies_sha256"] = policies_digest
+        if budget.factor > 1:  # only when it grew, so the records of other nights keep their bytes
+            record["step_budget"] = budget.to_record()
         effects.report(begin.token, record)
         result = AdapterResult(record, reused=False, reported=dict(reported))
     elif begin.outcome == "duplicate":

@@ -31,6 +31,10 @@ class BomStepError(RuntimeError):
     """The BOM cannot be produced; the message says what to do."""
 
 
+class NotCertifiedNoBom(BomStepError):
+    """The night's certificate certified no task: an outcome, not a failure; there is no BOM to write."""
+
+
 @dataclass
 class BomResult:
     version: str
@@ -70,7 +74,7 @@ def write_bom(
     certificate_bytes = cert_file.read_bytes()
     predicate = cert.verify_certificate(certificate_bytes, public_keys)["predicate"]
     if not predicate["certified_tasks"]:
-        raise BomStepError(
+        raise NotCertifiedNoBom(
             f"{version} certified no task: no BOM is produced for an adapter that will not serve"
         )
 

@@ -41,6 +41,15 @@ weights are kept
 (``best_epoch`` 0); the peak learning rate is ``warm_lr``; the ``min_steps`` floor, meant for a fresh LoRA, does
 not apply: patience counts past half of ``max_epochs`` instead (``epochs`` without a validation split).
 
+Refit (``refit``): the split chooses, then every row teaches. Once the selection run above has chosen its best
+epoch (a warm night: any epoch that beat the parent), the model is built again from the same start (the same seed,
+or the parent's weights) and trained on every row, the held-out ones included, for that many epochs on the same
+schedule shape (the learning rate decays over the selection schedule's epochs); those weights are saved. Golden
+rows are never in train.jsonl, so the certificate stays honest; the split only picked a number. A warm parent kept
+(no epoch beat it) is saved as is. ``validation.refit`` reports rows, epochs, steps and the selection's steps.
+A warm night's parent that answers some training row differently from its label is trained even when it is all
+right on the split (``initial_train_accuracy``): those rows are worth steps.
+
 PII surrogates (``pii_surrogates``, default 0 = off): the ledger, and so train.jsonl and the golden set, holds
 redacted text (``<EMAIL_1a2b3c4d>``), but the gateway sends the student the client's real text. A demo adapter
 trained only on placeholders was measured 100 % right on golden yet 29 % wrong on live tickets carrying an e-mail
@@ -148,6 +157,15 @@ class LoraTrainConfig:
     # the peak learning rate of a warm start: the parent's weights are already good, and `lr` (meant for a fresh
     # LoRA) was measured to knock them off (tickets night 2: no epoch beat the parent on its validation split)
     warm_lr: float = 1e-3
+    # "The split chooses, then every row teaches" (module docstring, "Refit"): once the validation split has chosen
+    # the number of epochs (and whether a warm night beats its parent), train again from the same start on every
+    # row, held-out rows included, for that many epochs; the adapter saved is that one. Off = the selection run's
+    # best epoch is saved, and the held-out rows never teach.
+    refit: bool = False
+    # The validation split's floor in rows (module docstring, "Validation split"): a split of `validation_share`
+    # of a small night is a handful of rows that a good parent answers all right; the share rises to hold out at
+    # least this many rows (never more than MAX_SIZED_SHARE of them). 0 = exactly `validation_share`.
+    validation_min_rows: int = 0
 
     def __post_init__(self) -> None:
         if self.validation_groups not in VALIDATION_GROUPS:
@@ -156,6 +174,10 @@ class LoraTrainConfig:
             )
         if self.start not in STARTS:
             raise ValueError(f"start {self.start!r} is not one of {', '.join(STARTS)}")
+        if self.validation_min_rows < 0:
+            raise ValueError(
+                f"validation_min_rows must be 0 (off) or a number of rows, got {self.validation_min_rows}"
+            )
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -247,6 +269,20 @@ def near_duplicate_key(row: dict) -> str:
     return " ".join(sorted(words)) or json.dumps(row.get("messages"), sort_keys=True)
 
 
+# The most a floor raises the validation share to: the selection run keeps most rows. Measured on 300 tickets
+# requests (198 rows; benchmarks/measured/learner_issue36.json): held out at 0.5, 150 + 299 steps and 39/43 golden;
+# at 0.3, 150 + 182 steps and 40/43.
+MAX_SIZED_SHARE = 0.3
+
+
+def sized_share(rows: int, share: float, min_rows: int) -> float:
+    """The validation share a set of ``rows`` rows is split at: ``share``, raised to hold out about ``min_rows``
+    rows (never above ``MAX_SIZED_SHARE``); ``share`` itself when it is 0 (no split) or ``min_rows`` is 0."""
+    if share <= 0 or min_rows <= 0 or rows <= 0:
+        return share
+    return max(share, min(MAX_SIZED_SHARE, min_rows / rows))
+
+
 def validation_mask(rows: Sequence[dict], prompts: Sequence[str], share: float, groups: str) -> list[bool]:
     """Which training rows are held out: by near-duplicate group (`near_duplicate_key` hashed below `share`), or,
     with ``groups="prompt"``, by each rendered prompt's own hash (the older split, kept for comparison)."""
@@ -299,13 +335,16 @@ def train_lora(
     on_progress: Callable[[int, int, float], None] | None = None,
     row_tasks: Sequence[str] | None = None,
     init_adapter: str | Path | None = None,
+    held_out: Sequence[bool] | None = None,
 ) -> TrainResult:
     """Train a LoRA adapter on `train_jsonl` over the base at `base_path`; save it in `out_dir`.
 
     `on_progress(step, total_steps, loss)` is called after every optimiser step (loss of that batch).
     `row_tasks`: the task of each train.jsonl row (same order), for the validation accuracy per task; None = one
     group ``"all"``. `init_adapter`: a PEFT adapter folder of the same LoRA shape to start from (a warm start,
-    module docstring); None = a fresh LoRA.
+    module docstring); None = a fresh LoRA. `held_out`: which train.jsonl rows (same order) form the validation split
+    (a warm night's, chosen by ``night.warm_start``); None = the split of ``validation_share`` (sized by
+    ``validation_min_rows``) and ``validation_groups``.
     """
     import torch
     from peft import LoraConfig, PeftModel, get_peft_model
@@ -344,18 +383,29 @@ def train_lora(
             f"{min(len(p) + len(t) for p, t in encoded)}): raise max_len (up to the endpoint's --max-model-len)"
         )
     rows = [row for _, row in rows_read]
-    pairs, tasks, encoded, rows = (
-        [x for x, keep in zip(items, fits, strict=True) if keep] for items in (pairs, tasks, encoded, rows)
+    if held_out is not None and len(held_out) != len(rows):
+        raise ValueError(
+            f"held_out has {len(held_out)} entries for {len(rows)} training rows in {train_jsonl}"
+        )
+    given = list(held_out) if held_out is not None else [False] * len(rows)
+    pairs, tasks, encoded, rows, given = (
+        [x for x, keep in zip(items, fits, strict=True) if keep]
+        for items in (pairs, tasks, encoded, rows, given)
     )
     examples = [(p + t, [-100] * len(p) + t) for p, t in encoded]
+    every_row = list(examples)  # what a refit trains on: held-out rows included
     validation: list[tuple[list[int], list[int]]] = []
     validation_tasks: list[str] = []
     if config.validation_share > 0:
-        held = validation_mask(
-            rows,
-            [prompt for prompt, _ in pairs],
-            config.validation_share,
-            config.validation_groups,
+        held = (
+            given
+            if held_out is not None
+            else validation_mask(
+                rows,
+                [prompt for prompt, _ in pairs],
+                sized_share(len(rows), config.validation_share, config.validation_min_rows),
+                config.validation_groups,
+            )
         )
         validation = [e for e, h in zip(examples, held, strict=True) if h]
         validation_tasks = [t for t, h in zip(tasks, held, strict=True) if h]
@@ -365,23 +415,64 @@ def train_lora(
         else:
             validation, validation_tasks = [], []
 
-    model = AutoModelForCausalLM.from_pretrained(base_path, dtype=torch.float32)
-    if init_adapter is not None:
-        model = PeftModel.from_pretrained(model, str(init_adapter), is_trainable=True)
-    else:
-        lora = LoraConfig(
-            r=config.rank,
-            lora_alpha=config.alpha,
-            lora_dropout=config.dropout,
-            target_modules=config.target_modules,
-            modules_to_save=resolve_modules_to_save(base_path, config),
-            task_type="CAUSAL_LM",
-        )
-        model = get_peft_model(model, lora)
-    model.train()
-    params = [p for p in model.parameters() if p.requires_grad]
+    def start_model():
+        """The weights a run starts from: the parent adapter (warm) or a fresh LoRA, seeded: a refit starts from
+        exactly where the selection run started."""
+        torch.manual_seed(config.seed)
+        base_model = AutoModelForCausalLM.from_pretrained(base_path, dtype=torch.float32)
+        if init_adapter is not None:
+            m = PeftModel.from_pretrained(base_model, str(init_adapter), is_trainable=True)
+        else:
+            lora = LoraConfig(
+                r=config.rank,
+                lora_alpha=config.alpha,
+                lora_dropout=config.dropout,
+                target_modules=config.target_modules,
+                modules_to_save=resolve_modules_to_save(base_path, config),
+                task_type="CAUSAL_LM",
+            )
+            m = get_peft_model(base_model, lora)
+        m.train()
+        return m
+
     lr = config.lr if init_adapter is None else config.warm_lr
-    optimiser = torch.optim.AdamW(params, lr=lr, weight_decay=config.weight_decay)
+
+    def optimiser_for(m, total_steps: int):
+        """AdamW over the trainable weights and its schedule: linear warm-up, then linear decay to 0."""
+        trainable = [p for p in m.parameters() if p.requires_grad]
+        opt = torch.optim.AdamW(trainable, lr=lr, weight_decay=config.weight_decay)
+        warm_steps = max(1, int(total_steps * config.warmup_fraction))
+
+        def factor(k: int) -> float:  # k counts from 0
+            if k < warm_steps:
+                return (k + 1) / warm_steps
+            return max(0.0, (total_steps - k) / max(1, total_steps - warm_steps))
+
+        return trainable, opt, torch.optim.lr_scheduler.LambdaLR(opt, factor)
+
+    def run_epoch(m, trainable, opt, sched, data, order_rng, on_step) -> None:
+        """One pass over ``data`` in a seeded order, one optimiser step per batch."""
+        order = list(range(len(data)))
+        order_rng.shuffle(order)
+        for begin in range(0, len(order), config.batch_size):
+            batch = [data[i] for i in order[begin : begin + config.batch_size]]
+            width = max(len(ids) for ids, _ in batch)
+            input_ids = torch.full((len(batch), width), pad, dtype=torch.long)
+            labels = torch.full((len(batch), width), -100, dtype=torch.long)
+            mask = torch.zeros((len(batch), width), dtype=torch.long)
+            for row, (ids, lab) in enumerate(batch):
+                input_ids[row, : len(ids)] = torch.tensor(ids)
+                labels[row, : len(lab)] = torch.tensor(lab)
+                mask[row, : len(ids)] = 1
+            batch_loss = m(input_ids=input_ids, attention_mask=mask, labels=labels).loss
+            opt.zero_grad(set_to_none=True)
+            batch_loss.backward()
+            torch.nn.utils.clip_grad_norm_(trainable, 1.0)
+            opt.step()
+            sched.step()
+            on_step(float(batch_loss.detach()))
+
+    model = start_model()
     steps_per_epoch = math.ceil(len(examples) / config.batch_size)
     # a warm start already knows the task: `min_steps` (enough steps for a fresh LoRA) does not apply; with a
     # validation split its floor is half of `max_epochs` (the first epochs at the peak learning rate were measured
@@ -394,14 +485,7 @@ def train_lora(
     if validation:
         epochs = max(epochs, config.max_epochs)
     total = steps_per_epoch * epochs
-    warmup = max(1, int(total * config.warmup_fraction))
-
-    def lr_factor(step: int) -> float:  # step counts from 0
-        if step < warmup:
-            return (step + 1) / warmup
-        return max(0.0, (total - step) / max(1, total - warmup))
-
-    scheduler = torch.optim.lr_scheduler.LambdaLR(optimiser, lr_factor)
+    params, optimiser, scheduler = optimiser_for(model, total)
     losses: list[float] = []
     step = 0
     history: list[float] = []
@@ -425,37 +509,29 @@ def train_lora(
         right, val_loss = _validate(model, validation, pad, config.batch_size)
         initial = (sum(right) / len(right), val_loss)
         best_state = trained_state()
-        if unbeatable(*initial, config.min_loss_delta):
-            # no epoch can beat it (accuracy cannot rise, the loss cannot fall by min_loss_delta): keep it untrained
+        # rows the parent answers wrong are worth steps: the shortcut below is taken only when it answers every
+        # training row (the night's new rows, the replay sample) as the teacher did, too
+        parent_train_right = _validate(model, examples, pad, config.batch_size)[0]
+        initial_train = sum(parent_train_right) / max(1, len(parent_train_right))
+        if unbeatable(*initial, config.min_loss_delta) and initial_train >= 1.0:
+            # no epoch can beat it (accuracy cannot rise, the loss cannot fall by min_loss_delta) and no training
+            # row disagrees with it: keep it untrained
             epochs = 0
             stopped = (
                 f"the parent is all right on the split with a loss {val_loss:.4g} under min_loss_delta "
-                f"{config.min_loss_delta:g}: no epoch can beat it"
+                f"{config.min_loss_delta:g}, and on every training row: no epoch can beat it"
             )
+
+    def selection_step(loss_value: float) -> None:
+        nonlocal step
+        step += 1
+        losses.append(loss_value)
+        if on_progress is not None:
+            on_progress(step, total, loss_value)
+
     for _ in range(epochs):
         epochs_run += 1
-        order = list(range(len(examples)))
-        rng.shuffle(order)
-        for start in range(0, len(order), config.batch_size):
-            batch = [examples[i] for i in order[start : start + config.batch_size]]
-            width = max(len(ids) for ids, _ in batch)
-            input_ids = torch.full((len(batch), width), pad, dtype=torch.long)
-            labels = torch.full((len(batch), width), -100, dtype=torch.long)
-            mask = torch.zeros((len(batch), width), dtype=torch.long)
-            for row, (ids, lab) in enumerate(batch):
-                input_ids[row, : len(ids)] = torch.tensor(ids)
-                labels[row, : len(lab)] = torch.tensor(lab)
-                mask[row, : len(ids)] = 1
-            loss = model(input_ids=input_ids, attention_mask=mask, labels=labels).loss
-            optimiser.zero_grad(set_to_none=True)
-            loss.backward()
-            torch.nn.utils.clip_grad_norm_(params, 1.0)
-            optimiser.step()
-            scheduler.step()
-            step += 1
-            losses.append(float(loss.detach()))
-            if on_progress is not None:
-                on_progress(step, total, losses[-1])
+        run_epoch(model, params, optimiser, scheduler, examples, rng, selection_step)
         if validation:
             right, val_loss = _validate(model, validation, pad, config.batch_size)
             history.append(sum(right) / len(right))
@@ -480,6 +556,35 @@ def train_lora(
                 stopped = f"time budget {config.time_budget_s:g} s"
                 break
             stopped = f"all {epochs} epochs"
+    refit: dict = {}
+    if validation and config.refit and best is not None:
+        # the split chose `best + 1` epochs; every row (held-out groups included) now teaches, from the same start,
+        # on the same schedule shape (the learning rate decays over the selection schedule's `epochs`)
+        chosen = best + 1
+        del model, optimiser, scheduler
+        model = start_model()
+        refit_total = math.ceil(len(every_row) / config.batch_size) * epochs
+        params, optimiser, scheduler = optimiser_for(model, refit_total)
+        refit_rng = random.Random(config.seed)
+        refit_losses: list[float] = []
+        selection_steps = step
+
+        def refit_step(loss_value: float) -> None:
+            refit_losses.append(loss_value)
+            if on_progress is not None:
+                on_progress(selection_steps + len(refit_losses), selection_steps + refit_total, loss_value)
+
+        for _ in range(chosen):
+            run_epoch(model, params, optimiser, scheduler, every_row, refit_rng, refit_step)
+        best_state = trained_state()
+        refit = {
+            "rows": len(every_row),
+            "epochs": chosen,
+            "steps": len(refit_losses),
+            "selection_steps": selection_steps,
+        }
+        losses = refit_losses
+        step = len(refit_losses)
     # the last batch's loss; with no step (a parent no epoch can beat), the kept weights' validation loss
     final_loss = losses[-1] if losses else (initial[1] if initial is not None else 0.0)
     report: dict = {}
@@ -505,6 +610,9 @@ def train_lora(
         if initial is not None:
             report["initial_accuracy"] = round(initial[0], 6)
             report["initial_loss"] = round(initial[1], 6)
+            report["initial_train_accuracy"] = round(initial_train, 6)
+        if refit:
+            report["refit"] = refit  # the adapter saved: every row, the chosen epochs
 
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
@@ -522,7 +630,7 @@ def train_lora(
         "torch_threads": torch.get_num_threads(),
         "max_len": max_len,
         "rows_left_out": {"longer_than_max_len": fits.count(False)},
-        "examples": len(examples),
+        "examples": len(every_row) if refit else len(examples),
         "steps": step,
         "epochs_run": epochs_run,
         "final_loss": final_loss,
@@ -537,7 +645,7 @@ def train_lora(
         final_loss=final_loss,
         seconds=time.perf_counter() - started,
         files=files,
-        examples=len(examples),
+        examples=len(every_row) if refit else len(examples),
         target_tokens=sum(len(t) for _, t in encoded),
         max_len=max_len,
         rows_left_out=fits.count(False),

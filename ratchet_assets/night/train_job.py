@@ -63,6 +63,8 @@ def run_training(extras: dict[str, Any], log: Callable[[str], None]) -> tuple[di
     cpu_before = _cpu_seconds()
     tasks_path = extras.get("row_tasks_path")
     tasks = json.loads(Path(tasks_path).read_text()) if tasks_path and Path(tasks_path).exists() else None
+    held_path = extras.get("held_out_path")
+    held = json.loads(Path(held_path).read_text()) if held_path and Path(held_path).exists() else None
     result = train_lora(
         extras["base_path"],
         extras["train_jsonl"],
@@ -71,6 +73,7 @@ def run_training(extras: dict[str, Any], log: Callable[[str], None]) -> tuple[di
         on_progress,
         row_tasks=tasks,
         init_adapter=extras.get("init_adapter"),
+        held_out=held,
     )
     data = result.to_dict()
     data.pop("losses", None)

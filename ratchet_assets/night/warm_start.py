@@ -17,8 +17,8 @@ Warm only when all of these hold, else cold, with the reason recorded:
 - the base is the same bytes (the identity's sha256 covers weights, config and tokenizer files, so the chat
   template too);
 - the LoRA's shape is the same (rank, alpha, target modules, modules to save), so the weights load;
-- the validation split is drawn alike (``validation_share``, ``validation_groups``): a row's side is a function of
-  the row alone, so no adapter of the line trained on a row held out tonight;
+- the validation split is drawn alike (``validation_share``, ``validation_groups``, ``validation_min_rows``), so
+  the night's choice is made on the same terms as the parent's;
 - the signed policies of the set's tasks are the ones the parent was trained under (``policies_sha256``);
 - neither the parent nor any adapter it descends from trained on a row that is golden on this night's day (their
   ``train/day=P/keys.txt`` against ``golden/day=D/keys.txt``; the golden registry never turns a trained key golden,
@@ -28,8 +28,10 @@ Rows of a warm night (``select_rows``): the training set of the day (its 7-day w
 day each example first appeared: every row after the parent's day is new and trained on; a row of the parent's day
 or before is replayed iff ``sha256("replay:" + example key)`` read as a fraction falls below ``replay_share``, at
 most ``replay_cap`` of them, lowest hashes first. The replay rows come from the day's own training set, so none is
-golden on the day being certified. Every row the validation split holds out is kept too, for validation: the whole
-window's held-out rows, which no adapter of the line trained on. A cold night reads every row.
+golden on the day being certified. The validation split is the held-out groups of the NEW rows only (sized by
+``validation_min_rows`` from the new rows' count): a parent trained with ``refit`` has trained on its own days'
+held-out rows, so only rows after its day are as new to it as tomorrow's requests. Old held-out rows are neither
+validated on nor replayed. A cold night reads every row.
 """
 
 from __future__ import annotations
@@ -46,7 +48,7 @@ from ratchet_core.layout import ArtifactLayout
 # the fields that fix the shape of the LoRA weights: a parent with other values cannot be loaded
 SHAPE_FIELDS = ("rank", "alpha", "target_modules", "modules_to_save")
 # the fields that choose the validation split: with other values the parent may have trained on today's held-out rows
-SPLIT_FIELDS = ("validation_share", "validation_groups")
+SPLIT_FIELDS = ("validation_share", "validation_groups", "validation_min_rows")
 
 
 @dataclass(frozen=True)
@@ -70,6 +72,8 @@ class StartPlan:
     rows: tuple[int, ...] | None = None  # indices into train.jsonl; None = every row
     new_rows: int = 0
     replay_rows: int = 0
+    # which of ``rows`` (same order) the validation split holds out: new rows' held-out groups only
+    held: tuple[bool, ...] | None = None
 
     def to_record(self, replay_share: float, replay_cap: int) -> dict[str, Any]:
         """The adapter record's ``start`` (and so the BOM's ``ratchet:start:*`` properties)."""
@@ -239,8 +243,8 @@ def select_rows(
 ) -> tuple[tuple[int, ...], int, int]:
     """(indices of the rows a warm night reads, in file order; new rows trained on; replayed rows): the rule of
     the module docstring. ``first_days``: the day each row's example first appeared (same order as ``keys``).
-    ``held``: the rows the validation split holds out; all of them are kept, for validation (never trained on),
-    and neither counted nor sampled as new or replayed rows."""
+    ``held``: the rows the validation split holds out; the new ones are kept, for validation, and neither counted
+    nor sampled as new or replayed rows; old ones are left out (a refit parent trained on them)."""
     held = held if held is not None else [False] * len(keys)
     new = [i for i, d in enumerate(first_days) if d > parent_day and not held[i]]
     old = [
@@ -249,7 +253,7 @@ def select_rows(
         if d <= parent_day and not held[i]
     ]
     replay = sorted(i for s, i in sorted(x for x in old if x[0] < share)[: max(0, cap)])
-    validation = [i for i, h in enumerate(held) if h]
+    validation = [i for i, h in enumerate(held) if h and first_days[i] > parent_day]
     return tuple(sorted(new + replay + validation)), len(new), len(replay)
 
 
@@ -313,31 +317,48 @@ def plan_start(
         return cold(why_not)
     assert parent is not None
     keys = layout.train_keys(day).read_text(encoding="ascii").split()
+    first_days = row_first_days(artifacts, day)
+    held = held_out(
+        layout.train_jsonl(day), train_config, base, sized_for=sum(d > parent.train_day for d in first_days)
+    )
     rows, new, replay = select_rows(
         keys,
-        row_first_days(artifacts, day),
+        first_days,
         parent.train_day,
         float(train_config.get("replay_share", 0.25)),
         int(train_config.get("replay_cap", 1000)),
-        held_out(layout.train_jsonl(day), train_config, base),
+        held,
     )
     if not new:
         return cold(f"no row is newer than the parent {parent.version}'s day {parent.train_day}")
-    return StartPlan("warm", f"from {parent.chosen_as} {parent.version}", parent, rows, new, replay)
+    return StartPlan(
+        "warm",
+        f"from {parent.chosen_as} {parent.version}",
+        parent,
+        rows,
+        new,
+        replay,
+        tuple(held[i] and first_days[i] > parent.train_day for i in rows),
+    )
 
 
-def held_out(train_jsonl: Path, train_config: dict[str, Any], base: str | Path) -> list[bool]:
+def held_out(
+    train_jsonl: Path, train_config: dict[str, Any], base: str | Path, sized_for: int | None = None
+) -> list[bool]:
     """The rows of ``train_jsonl`` the trainer's validation split holds out under ``train_config`` (prompts
-    rendered by the chat template of ``base``): a function of each row alone, so the same rows every night (and so
-    never trained on by a parent with the same split)."""
+    rendered by the chat template of ``base``): a function of each row and the share, the share sized by
+    ``validation_min_rows`` for ``sized_for`` rows (default: every row of the file; a warm night: its new rows)."""
     from transformers import AutoTokenizer
 
-    from ratchet_assets.night.lora_trainer import read_train_rows, validation_mask
+    from ratchet_assets.night.lora_trainer import read_train_rows, sized_share, validation_mask
 
     rows = read_train_rows(train_jsonl, AutoTokenizer.from_pretrained(base))
     share = float(train_config.get("validation_share", 0.0))
     if share <= 0:
         return [False] * len(rows)
+    share = sized_share(
+        len(rows) if sized_for is None else sized_for, share, int(train_config.get("validation_min_rows", 0))
+    )
     groups = str(train_config.get("validation_groups", "near_duplicate"))
     return validation_mask([r for _, r in rows], [p for (p, _), _ in rows], share, groups)
 

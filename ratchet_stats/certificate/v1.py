@@ -38,6 +38,13 @@ def summary_lines(predicate: Mapping[str, Any]) -> list[str]:
     lines = [
         f"version {predicate.get('version')}  target {predicate.get('target')}  delta {predicate.get('delta')}"
     ]
+    certified = list(predicate.get("certified_tasks") or [])
+    # "not certified" is an outcome the certificate signs, not a failed verification: said first, in words
+    lines.append(
+        f"outcome: certified for {', '.join(certified)}"
+        if certified
+        else "outcome: NOT CERTIFIED for any task (no lower bound reaches its target; nothing is released)"
+    )
     for name, s in sorted((predicate.get("tasks") or {}).items()):
         thr = (s.get("ltt") or {}).get("threshold")
         mc = s.get("mcnemar")

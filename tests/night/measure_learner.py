@@ -50,6 +50,47 @@ def golden_exact(base: Path, adapter: Path, golden) -> list[bool]:
     return _exact_rows(model, rows, tok.pad_token_id, 32)
 
 
+def field_exact(base: Path, adapter: Path, golden) -> dict[str, str]:
+    """Per JSON key of the answers (an ``extract`` field, a tool argument): how many golden rows have that value's
+    every character right (teacher-forced argmax over the value's tokens), as "right/n". Where a copied span
+    (order id, amount) fails while a label (intent, currency) is right, the base does not copy."""
+    import re
+
+    import torch
+    from peft import PeftModel
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from ratchet_core.chat_encoding import encode, encode_answer
+    from ratchet_core.chat_format import render_answer, render_prompt, structured_answer
+
+    value = re.compile(r'\\?"(\w+)\\?":\s*(\\?"[^"\\]*\\?"|-?[0-9][0-9.]*)')
+    tok = AutoTokenizer.from_pretrained(base)
+    model = PeftModel.from_pretrained(
+        AutoModelForCausalLM.from_pretrained(base, dtype=torch.float32), adapter
+    )
+    model.eval()
+    counts: dict[str, list[int]] = {}
+    for g in golden:
+        p = encode(tok, render_prompt(tok, g.messages, g.tools))
+        text = render_answer(tok, g.messages, g.tools, structured_answer(g.expected, g.response_format))
+        t = encode_answer(tok, text)
+        pieces = [tok.decode([i]) for i in t]
+        starts, at = [], 0
+        for piece in pieces:
+            starts.append(at)
+            at += len(piece)
+        with torch.no_grad():
+            pred = model(input_ids=torch.tensor([p + t])).logits[0].argmax(-1)
+        right = [int(pred[len(p) + j - 1]) == t[j] for j in range(len(t))]
+        for m in value.finditer(text):
+            lo, hi = m.span(2)
+            ok = all(r for r, s in zip(right, starts, strict=True) if lo <= s < hi)
+            c = counts.setdefault(m.group(1), [0, 0])
+            c[0] += int(ok)
+            c[1] += 1
+    return {k: f"{r}/{n}" for k, (r, n) in sorted(counts.items())}
+
+
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--requests", type=int, default=700)
@@ -60,6 +101,7 @@ def main() -> int:
         "--workload", default="moods", help="moods, or a built-in workload of the fixtures (mixed)"
     )
     ap.add_argument("--config", default="{}", help="JSON overrides of NIGHT_TRAINING's fields")
+    ap.add_argument("--fields", action="store_true", help="per JSON key: golden rows with that value right")
     args = ap.parse_args()
 
     from ratchet_assets.night.adapter import NIGHT_TRAINING, row_tasks
@@ -113,6 +155,8 @@ def main() -> int:
             },
             "adapter_sha256": res.adapter_sha256,
         }
+        if args.fields:
+            out["fields"] = field_exact(base, tmp / f"adapter-{night}", golden)
         results.append(out)
         print(json.dumps(out), flush=True)
     if args.out:

@@ -5,6 +5,7 @@ budget; its choices are in the result and the adapter's metadata. Real training 
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 
@@ -107,3 +108,119 @@ def test_a_parent_no_epoch_can_beat_is_kept_without_training():
         1.0, 0.0, 1.0, 0.006, delta
     )  # the loss can still fall
     assert not unbeatable(1.0, 0.0001, 0.0)  # min_loss_delta 0: any lower loss beats it
+
+
+def test_the_split_chooses_the_epochs_then_every_row_teaches(tmp_path, monkeypatch):
+    """``refit``: the validation split picks the epochs; the adapter saved is trained again from the same start on
+    every row (held-out groups included) for that many epochs; the selection's numbers stay in the report."""
+    from ratchet_assets.night.examples import build_examples
+    from ratchet_assets.night.fixtures import write_day
+    from ratchet_assets.night.lora_trainer import TRAIN_META_FILE, LoraTrainConfig, train_lora
+    from ratchet_assets.night.split import split_golden
+    from ratchet_assets.night.traffic import consolidate_traffic
+    from ratchet_assets.night.training_set import build_training_set
+    from ratchet_core import workloads
+    from ratchet_core.student_model import ensure_demo_base
+
+    monkeypatch.setitem(workloads.WORKLOADS, "moods", MOODS_WORKLOAD)
+    write_day(tmp_path / "lake", DAY, 160, seed=9, workload="moods", student_share=0.0)
+    art = tmp_path / "art"
+    consolidate_traffic(tmp_path / "lake", art, DAY)
+    build_examples(art, DAY)
+    split_golden(art, DAY, share=0.2)
+    train = build_training_set(art, DAY)
+    base = ensure_demo_base(tmp_path / "models" / "demo-base")
+    kw = dict(
+        rank=4, alpha=8, epochs=1, min_steps=0, num_threads=1, validation_share=0.2, patience=1, max_epochs=2
+    )
+    chosen = train_lora(base, train.path, tmp_path / "chosen", LoraTrainConfig(**kw))
+    refit = train_lora(base, train.path, tmp_path / "refit", LoraTrainConfig(**kw, refit=True))
+    v, r = chosen.validation, refit.validation
+    # the same selection run (same split, same epochs), then every row teaches
+    assert {k: r[k] for k in v} == v and v["best_epoch"] >= 1
+    assert r["refit"]["rows"] == train.rows == refit.examples > chosen.examples == train.rows - v["rows"]
+    batches = -(-train.rows // 16)
+    assert r["refit"]["epochs"] == v["best_epoch"] and refit.steps == v["best_epoch"] * batches
+    assert r["refit"]["selection_steps"] == chosen.steps
+    assert refit.adapter_sha256 != chosen.adapter_sha256
+    meta = json.loads((tmp_path / "refit" / TRAIN_META_FILE).read_text())
+    assert meta["validation"]["refit"] == r["refit"] and meta["examples"] == train.rows
+
+
+def test_the_validation_split_is_sized_from_the_rows_with_a_floor():
+    from ratchet_assets.night.lora_trainer import sized_share
+
+    assert sized_share(1000, 0.2, 100) == 0.2  # a large night: the share holds out enough rows
+    assert sized_share(400, 0.2, 100) == 0.25  # a small one: raised to the floor
+    assert sized_share(120, 0.2, 100) == 0.3  # never more than 0.3 of the rows: the selection keeps most
+    assert sized_share(120, 0.2, 0) == 0.2 and sized_share(120, 0.0, 100) == 0.0  # off
+
+
+def test_the_nights_config_refits_and_refuses_a_negative_validation_floor():
+    """The lora_adapter asset's config carries refit and the floor (else a Dagster night would silently not
+    refit), and a floor below 0 is refused with a message, not trained with."""
+    from ratchet_assets.defs.lora_adapter import LoraAdapterConfig
+    from ratchet_assets.night.adapter import NIGHT_TRAINING
+    from ratchet_assets.night.lora_trainer import LoraTrainConfig
+
+    train = LoraAdapterConfig().train_config()
+    assert train["refit"] is True and train["validation_min_rows"] == NIGHT_TRAINING.validation_min_rows > 0
+    with pytest.raises(ValueError, match="validation_min_rows must be 0"):
+        LoraTrainConfig(validation_min_rows=-5)
+
+
+def test_a_warm_night_trains_when_the_parent_gets_training_rows_wrong(tmp_path):
+    """A parent all right on the split (its loss under min_loss_delta) was kept untrained even when the night's new
+    rows disagreed with its answers; rows the parent gets wrong are worth steps, so now it trains."""
+    import random
+
+    from ratchet_assets.night.examples import build_examples
+    from ratchet_assets.night.fixtures import write_day
+    from ratchet_assets.night.lora_trainer import LoraTrainConfig, train_lora
+    from ratchet_assets.night.split import split_golden
+    from ratchet_assets.night.traffic import consolidate_traffic
+    from ratchet_assets.night.training_set import build_training_set
+    from ratchet_core.student_model import ensure_demo_base
+
+    write_day(tmp_path / "lake", DAY, 60, seed=3, workload="tickets", student_share=0.0)
+    art = tmp_path / "art"
+    consolidate_traffic(tmp_path / "lake", art, DAY)
+    build_examples(art, DAY)
+    split_golden(art, DAY, share=0.2)
+    lines = Path(build_training_set(art, DAY).path).read_text().splitlines()[:24]
+    seen = tmp_path / "seen.jsonl"
+    seen.write_text("".join(line + "\n" for line in lines))
+    base = ensure_demo_base(tmp_path / "models" / "demo-base")
+    tiny = dict(rank=4, alpha=8, epochs=1, num_threads=1, min_loss_delta=5.0)
+    parent = train_lora(base, seen, tmp_path / "parent", LoraTrainConfig(**tiny, min_steps=120))
+    # the night: the parent's own rows as the split (all right), and new rows whose labels it has never seen
+    rows = [json.loads(line) for line in lines]
+    labels = [r["messages"][-1]["content"] for r in rows]
+    random.Random(1).shuffle(labels)
+    new = [
+        {**r, "messages": [*r["messages"][:-1], {"role": "assistant", "content": label + " (new)"}]}
+        for r, label in zip(rows[:12], labels, strict=False)
+    ]
+    night = tmp_path / "night.jsonl"
+    night.write_text("".join(json.dumps(r) + "\n" for r in rows + new))
+    held = [True] * len(rows) + [False] * len(new)
+    config = LoraTrainConfig(**tiny, validation_share=0.5, patience=1, max_epochs=2, warm_lr=1e-3)
+    warm = train_lora(base, night, tmp_path / "warm", config, init_adapter=parent.adapter_dir, held_out=held)
+    v = warm.validation
+    assert v["rows"] == len(rows) and v["initial_accuracy"] == 1.0, v  # the parent is all right on the split
+    assert v["initial_train_accuracy"] == 0.0 and warm.steps > 0 and v["epochs_run"] >= 1, v
+
+
+def test_the_bom_says_the_adapter_was_refit_on_every_row():
+    from ratchet_assets.night.adapter import learner_numbers
+    from ratchet_assets.night.bom_document import learner_properties
+
+    v = {
+        "rows": 100, "final_accuracy": 0.9, "accuracy_per_epoch": [0.9], "best_epoch": 1, "stopped": "all 1 epochs",
+        "epochs_run": 1, "refit": {"rows": 400, "epochs": 1, "steps": 25, "selection_steps": 19},
+    }  # fmt: skip
+    numbers = learner_numbers({"validation": v})
+    assert (numbers["refit_rows"], numbers["refit_epochs"], numbers["selection_steps"]) == (400, 1, 19)
+    props = learner_properties(numbers)
+    assert props["ratchet:learner:refit_rows"] == "400" and props["ratchet:learner:selection_steps"] == "19"
+    assert "refit_rows" not in learner_numbers({"validation": {k: x for k, x in v.items() if k != "refit"}})

@@ -15,6 +15,7 @@ from types import SimpleNamespace
 
 import dagster as dg
 import pytest
+import sqlalchemy as sa
 from click.testing import CliRunner
 from scipy import stats
 
@@ -23,8 +24,12 @@ from ratchet_assets.defs.evaluation_certificate import CHECK, evaluation_certifi
 from ratchet_assets.defs.examples import examples
 from ratchet_assets.defs.golden_split import golden_split
 from ratchet_assets.defs.lora_adapter import lora_adapter
+from ratchet_assets.defs.release_sensors import failed_night_sensor, release_promotion_sensor
+from ratchet_assets.defs.resources import night_resources
 from ratchet_assets.defs.traffic import traffic
 from ratchet_assets.defs.training_set import training_set
+from ratchet_assets.release import registry
+from ratchet_core import manifest as mf
 from ratchet_stats import certificate as CERT
 from ratchet_stats.dsse import verify_statement
 from tests.evidence.auditor import run_cli
@@ -213,8 +218,10 @@ def test_rerun_reuses_the_adapter_and_the_certificate_is_byte_identical(env, fir
     assert after == before  # Ed25519 is deterministic: the whole envelope is identical
 
 
-def test_shuffled_labels_fail_certification_and_no_bom(env, tmp_path):
-    """A separate, small home (its own ledger and golden set): one short training run on shuffled labels."""
+def test_shuffled_labels_are_a_successful_not_certified_night(env, tmp_path):
+    """A separate, small home (its own ledger and golden set): one short training run on shuffled labels. "Not
+    certified" is an outcome: the run succeeds with a signed not-certified certificate, no BOM, nothing released,
+    and the failed-night sensor records nothing; a night that broke is a failed run it records."""
     from ratchet_assets.night.fixtures import write_day
     from ratchet_stats import merkle
     from ratchet_stats.canonical import canonical_json
@@ -237,10 +244,17 @@ def test_shuffled_labels_fail_certification_and_no_bom(env, tmp_path):
     commitment["rows"]["root"] = merkle.root(lines).hex()
     (folder / "commitment.json").write_text(json.dumps(commitment))
 
+    resources = night_resources(home)
+    sensor_defs = dg.Definitions(sensors=[failed_night_sensor], resources=resources)
+    first_tick = failed_night_sensor.evaluate_tick(
+        dg.build_sensor_context(instance=env.instance, definitions=sensor_defs, resources=resources)
+    )  # a run-status sensor's first tick only sets its cursor
+
     result = _run(small, DAY2, NIGHT2, lora=ONE_EPOCH, max_tokens=32)
-    assert not result.success
-    checks = {e.check_name: e.passed for e in result.get_asset_check_evaluations()}
-    assert checks[CHECK] is False
+    assert result.success, [e.message for e in result.all_events if e.is_failure]
+    checks = {e.check_name: e for e in result.get_asset_check_evaluations()}
+    assert checks[CHECK].passed is False and checks[CHECK].severity == dg.AssetCheckSeverity.WARN
+    assert _meta(result, "evaluation_certificate")["outcome"] == "not certified"
     record = json.loads((small.artifacts / "adapters" / f"day={DAY2}" / "adapter.json").read_text())
     cert_file = small.artifacts / "certificates" / f"{record['version']}.dsse.json"
     predicate = verify_statement(cert_file.read_bytes(), env.public_key, CERT.PREDICATE_TYPE)["predicate"]
@@ -248,6 +262,34 @@ def test_shuffled_labels_fail_certification_and_no_bom(env, tmp_path):
     assert predicate["tasks"]["tickets"]["lower_bound"] < TARGET
     assert not (small.artifacts / "boms").exists()
     assert "bom" not in {e.asset_key.to_user_string() for e in result.get_asset_materialization_events()}
+    # the verifier verifies the signed outcome and says it is not certified
+    res = run_cli("verify", "certificate", str(cert_file), "--key", env.pub)
+    assert res.returncode == 0 and "NOT CERTIFIED for any task" in res.stdout, res.stdout + res.stderr
+
+    # the release sensor registers the version as rejected and publishes nothing that serves it
+    engine = resources["control_db"].engine()
+    tick = release_promotion_sensor(
+        dg.build_sensor_context(instance=env.instance, definitions=sensor_defs, resources=resources)
+    )
+    manifest, _ = mf.latest_verified(engine, env.public_key)
+    served = set() if manifest is None else {t.version for t in manifest.tasks.values()}
+    assert record["version"] not in served, tick
+    with engine.connect() as conn:
+        statuses = {r["status"] for r in conn.execute(sa.select(registry.versions)).mappings()}
+    assert statuses == {"rejected"}
+
+    # a night that broke (no adapter for its day) is a failed run, and only it is recorded
+    broken = _run(small, "2026-01-03", [evaluation_certificate])
+    assert not broken.success
+    second_tick = failed_night_sensor.evaluate_tick(
+        dg.build_sensor_context(
+            instance=env.instance, cursor=first_tick.cursor, definitions=sensor_defs, resources=resources
+        )
+    )
+    assert second_tick.cursor != first_tick.cursor
+    with engine.connect() as conn:
+        failed = conn.execute(sa.select(registry.failed_nights)).mappings().all()
+    assert [(r["run_id"], r["partition"]) for r in failed] == [(broken.run_id, "2026-01-03")]
 
 
 def test_export_adapter_copies_verified_files(env, first_night, tmp_path):

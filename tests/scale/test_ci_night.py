@@ -1,7 +1,8 @@
 """The CI workflow example (infra/ci/github-night.yaml) against a deployment: Dagster storage and the control DB in
 PostgreSQL, a lake of fixture traffic, a loopback student server. Its script materialises a night (exit 0, the run
-recorded in the deployment's instance) and goes red when a blocking check fails (an adapter trained for a few
-steps cannot reach the certification target: at_least_one_task_certified fails, no BOM)."""
+recorded in the deployment's instance) and stays green for a night that ran and did not certify (an adapter trained
+for a few steps cannot reach the certification target: a signed not-certified certificate, no BOM, a successful
+run): "not certified" is an outcome, a red job means the night broke."""
 
 from __future__ import annotations
 
@@ -60,7 +61,9 @@ def _runs(server, db: str) -> list[tuple[str, str]]:
         return [tuple(r) for r in conn.execute("SELECT status, run_body FROM runs ORDER BY id").fetchall()]
 
 
-def test_script_materialises_a_night_and_fails_on_a_blocking_check(postgres_server, tmp_path: Path) -> None:
+def test_script_materialises_a_night_and_a_not_certified_night_stays_green(
+    postgres_server, tmp_path: Path
+) -> None:
     from ratchet_core.student_model import ensure_demo_base
     from ratchet_gateway.student_server.app import create_app
     from tests.serve import serve_in_thread
@@ -101,12 +104,9 @@ def test_script_materialises_a_night_and_fails_on_a_blocking_check(postgres_serv
     assert trained.success
     with serve_in_thread(create_app(base)) as url:
         env["RATCHET_STUDENT_BASE_URL"] = url + "/v1"
-        blocked = _script(env, "evaluation_certificate,bom")
-    output = blocked.stdout + blocked.stderr
-    assert blocked.returncode != 0, output[-3000:]
-    assert "at_least_one_task_certified" in output
-    assert [status for status, _ in _runs(postgres_server, dagster_db)] == ["SUCCESS", "FAILURE"]
-    assert list(
-        (home / "artifacts" / "certificates").glob("*.dsse.json")
-    )  # the evidence of the failure stays
+        not_certified = _script(env, "evaluation_certificate,bom")
+    output = not_certified.stdout + not_certified.stderr
+    assert not_certified.returncode == 0, output[-3000:]
+    assert [status for status, _ in _runs(postgres_server, dagster_db)] == ["SUCCESS", "SUCCESS"]
+    assert list((home / "artifacts" / "certificates").glob("*.dsse.json"))  # the signed not-certified outcome
     assert not (home / "artifacts" / "boms").exists() or not any((home / "artifacts" / "boms").iterdir())

@@ -1,0 +1,101 @@
+"""Hard tasks get more: a night after nights that did not certify one of its tasks trains with a larger step budget.
+
+Plain functions (no Dagster), called by ``night.adapter.train_adapter`` before a launch. The evidence is the
+nights' own signed certificates: walking back from the day before ``day`` (at most ``LOOKBACK_DAYS``), each
+earlier night's adapter record (``adapters/day=P/adapter.json``) names its version, whose certificate
+(``certificates/<version>.dsse.json``, verified with the home's keys before it is read) says per task whether it
+certified. Every consecutive night, newest first, on which some task of tonight's training set was evaluated and
+not certified doubles the budget; the walk stops at the first night that certified every such task it evaluated,
+or that has no record or no certificate. The factor is at most ``MAX_FACTOR``.
+
+The budget scales ``min_steps`` (a cold night's floor) and ``max_epochs`` (how long early stopping may run; a warm
+night's floor is half of it); ``time_budget_s``, the night's time budget, still ends a run that would pass it, so
+"larger" is never "longer than the night may take". The scaled values are the training config the launch is keyed
+by, so a rerun of the same night (same certificates) reuses its adapter; the record's ``step_budget`` says why.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import date, timedelta
+from pathlib import Path
+from typing import Any
+
+from ratchet_core.layout import ArtifactLayout
+
+MAX_FACTOR = 4
+LOOKBACK_DAYS = 7
+SCALED_FIELDS = ("min_steps", "max_epochs")
+
+
+@dataclass(frozen=True)
+class StepBudget:
+    """The factor tonight's step budget is multiplied by, and the nights (day, version, tasks) that earned it."""
+
+    factor: int = 1
+    nights: list[dict[str, Any]] = field(default_factory=list)
+
+    def apply(self, train_config: dict[str, Any]) -> dict[str, Any]:
+        """``train_config`` with ``min_steps`` and ``max_epochs`` scaled (unchanged at factor 1)."""
+        if self.factor == 1:
+            return dict(train_config)
+        from ratchet_assets.night.lora_trainer import LoraTrainConfig
+
+        defaults = LoraTrainConfig()
+        out = dict(train_config)
+        for name in SCALED_FIELDS:
+            out[name] = int(out.get(name, getattr(defaults, name))) * self.factor
+        return out
+
+    def to_record(self) -> dict[str, Any]:
+        return {"factor": self.factor, "not_certified": self.nights}
+
+    def describe(self) -> str:
+        if self.factor == 1:
+            return "step budget x1"
+        said = "; ".join(f"{n['day']} {n['version']}: {', '.join(n['tasks'])}" for n in self.nights)
+        return f"step budget x{self.factor} (min_steps, max_epochs): not certified on {said}"
+
+
+def _not_certified(layout: ArtifactLayout, day: str, tasks: set[str], public_keys: Any) -> dict | None:
+    """The night ``day``'s version and the tasks of ``tasks`` it evaluated and did not certify; None when the walk
+    stops there (no record, no verifiable certificate, or every such task certified)."""
+    import json
+
+    from ratchet_stats.certificate import check_certificate, verify_certificate
+
+    pointer = layout.adapter_pointer(day)
+    if not pointer.exists():
+        return None
+    version = json.loads(pointer.read_text(encoding="utf-8")).get("version")
+    cert = layout.certificate(str(version)) if version else None
+    if cert is None or not cert.exists():
+        return None
+    try:
+        statement = verify_certificate(cert.read_bytes(), public_keys)
+    except Exception:  # an unverifiable certificate is no evidence: the budget does not grow on it
+        return None
+    predicate = statement.get("predicate") or {}
+    if check_certificate(predicate, statement.get("predicateType")):
+        return None
+    sections = predicate.get("tasks") or {}
+    failed = sorted(t for t in tasks if t in sections and sections[t].get("certified") is not True)
+    return {"day": day, "version": version, "tasks": failed} if failed else None
+
+
+def step_budget(artifacts: str | Path, day: str, tasks: list[str], public_keys: Any) -> StepBudget:
+    """The budget of night ``day`` for a training set of ``tasks`` (module docstring); factor 1 without keys."""
+    if not public_keys or not tasks:
+        return StepBudget()
+    layout = ArtifactLayout(artifacts)
+    wanted = {t for t in tasks if t != "?"}
+    nights: list[dict[str, Any]] = []
+    current = date.fromisoformat(day)
+    for back in range(1, LOOKBACK_DAYS + 1):
+        found = _not_certified(layout, (current - timedelta(days=back)).isoformat(), wanted, public_keys)
+        if found is None:
+            break
+        nights.append(found)
+        if 2 ** len(nights) >= MAX_FACTOR:
+            break
+    return StepBudget(min(MAX_FACTOR, 2 ** len(nights)), nights)

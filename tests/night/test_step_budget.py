@@ -1,0 +1,55 @@
+"""Hard tasks get more (``night.step_budget``): each consecutive earlier night whose signed certificate did not
+certify a task of tonight's training set doubles the step budget (min_steps, max_epochs), up to 4x; a certified
+night, a gap or an unverifiable certificate stops the walk."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from ratchet_assets.night.step_budget import MAX_FACTOR, step_budget
+from ratchet_core.layout import ArtifactLayout
+from ratchet_stats.keys import generate_private_key
+from tests.evidence.certificates import sign_certificate
+
+
+def _night(art: Path, key, day: str, version: str, task: str, correct: int, n: int = 100) -> None:
+    pointer = ArtifactLayout(art).adapter_pointer(day)
+    pointer.parent.mkdir(parents=True, exist_ok=True)
+    pointer.write_text(json.dumps({"version": version}))
+    sign_certificate(art, key, version, task, correct, n, day)
+
+
+def test_each_night_that_did_not_certify_doubles_the_budget_up_to_the_cap(tmp_path):
+    key = generate_private_key()
+    art = tmp_path / "art"
+    keys = [key.public_key()]
+    assert step_budget(art, "2026-01-02", ["tickets"], keys).factor == 1  # no earlier night
+    _night(art, key, "2026-01-01", "v1-aa", "tickets", correct=80)  # not certified at 0.9
+    one = step_budget(art, "2026-01-02", ["tickets"], keys)
+    assert one.factor == 2 and one.nights == [{"day": "2026-01-01", "version": "v1-aa", "tasks": ["tickets"]}]
+    config = one.apply({"min_steps": 150, "max_epochs": 8, "lr": 4e-3})
+    assert config == {"min_steps": 300, "max_epochs": 16, "lr": 4e-3}
+    assert one.apply({}) == {"min_steps": 300, "max_epochs": 24}  # the trainer's defaults, scaled
+    _night(art, key, "2026-01-02", "v2-bb", "tickets", correct=85)
+    _night(art, key, "2026-01-03", "v3-cc", "tickets", correct=86)
+    assert step_budget(art, "2026-01-04", ["tickets"], keys).factor == MAX_FACTOR == 4
+    # another task's misses are not this set's; a certified night ends the walk
+    assert step_budget(art, "2026-01-04", ["extract"], keys).factor == 1
+    _night(art, key, "2026-01-04", "v4-dd", "tickets", correct=100)
+    assert step_budget(art, "2026-01-05", ["tickets"], keys).factor == 1
+
+
+def test_a_certificate_the_home_cannot_verify_grows_nothing(tmp_path):
+    art = tmp_path / "art"
+    stranger = generate_private_key()
+    _night(art, stranger, "2026-01-01", "v1-aa", "tickets", correct=10)
+    mine = [generate_private_key().public_key()]
+    assert step_budget(art, "2026-01-02", ["tickets"], mine).factor == 1
+    assert step_budget(art, "2026-01-02", ["tickets"], None).factor == 1  # no keys: the config's budget
+    # a forged outcome: the signed bytes changed after signing
+    cert = ArtifactLayout(art).certificate("v1-aa")
+    envelope = json.loads(cert.read_text())
+    envelope["payload"] = envelope["payload"][:-8] + "AAAAAAA="
+    cert.write_text(json.dumps(envelope))
+    assert step_budget(art, "2026-01-02", ["tickets"], [stranger.public_key()]).factor == 1
