@@ -43,8 +43,9 @@ from ratchet_assets.night import warm_start
 from ratchet_assets.night.commitments import training_commitment
 from ratchet_assets.night.lora_trainer import LoraTrainConfig
 from ratchet_assets.release.content import content_digest, existing_version, record_content
+from ratchet_core.chat_encoding import TRAIN_META_FILE
 from ratchet_core.layout import ArtifactLayout
-from ratchet_stats.certificate import BASE_KEYS
+from ratchet_stats.certificate import BASE_KEYS, adapter_digest, adapter_file_hashes
 
 EFFECT = "training.launch"
 LEASE_SECONDS = 6 * 3600
@@ -334,6 +335,13 @@ def _start_plan(
     return plan, digest
 
 
+def weights_digest(files: dict[str, str]) -> str:
+    """The adapter digest of its weights and adapter config: every file but the night's training record
+    (``ratchet_train.json`` names the night's rows, steps and validation, so it differs between two nights that keep
+    the same weights). What ``release.content`` calls the adapter's part of a version's content."""
+    return adapter_digest({name: sha for name, sha in files.items() if name != TRAIN_META_FILE})
+
+
 def known_contents(artifacts: str | Path | ArtifactLayout, day: str) -> list[tuple[str, str]]:
     """(version, content digest) of every other night's adapter record, oldest night first
     (``release.content.existing_version`` reads it)."""
@@ -414,7 +422,10 @@ def train_adapter(
         try:
             trained, reported = launch(extras)
             content = content_digest(
-                trained["adapter_sha256"], identity["sha256"], identity.get("chat_template_sha256", ""), chash
+                weights_digest(trained["files"]),
+                identity["sha256"],
+                identity.get("chat_template_sha256", ""),
+                chash,
             )
             # A version is its content (release.content): the same weights, base, template and config as an
             # earlier night's are that night's version, re-certified on this night's golden set, not a new one.
@@ -423,6 +434,10 @@ def train_adapter(
             target = layout.adapter_dir(version)
             if same and target.is_dir():
                 log(f"{version} again: the adapter equals {version}'s (same weights, base, template, config)")
+                # the version's folder is kept as it is (its training record names the night that made it): the
+                # record, the certificate and the BOM name the files that are there
+                trained = {**trained, "files": adapter_file_hashes(target)}
+                trained["adapter_sha256"] = adapter_digest(trained["files"])
             else:
                 shutil.rmtree(target, ignore_errors=True)
                 (staging / "adapter").replace(target)

@@ -233,3 +233,47 @@ def test_a_later_night_whose_adapter_equals_an_earlier_ones_is_that_version_not_
     assert ArtifactLayout(art).adapter_versions() == [
         first["version"]
     ]  # no second folder of the same weights
+
+
+def test_a_night_that_keeps_its_parents_weights_re_certifies_it_though_its_training_record_differs(tmp_path):
+    """The trainer writes each night's own training record (``ratchet_train.json``: its rows, steps, validation)
+    beside the weights, so a warm night that keeps its parent's weights hands back a folder whose files differ in
+    that one file (``make demo``'s night 4 minted v4 of v3's weights that way). The version is the weights: night 2
+    is v1 again, its folder untouched, and the record names the files that are in it."""
+    import shutil
+
+    from ratchet_assets.night.examples import build_examples
+    from ratchet_assets.night.fixtures import write_day
+    from ratchet_assets.night.split import split_golden
+    from ratchet_assets.night.traffic import consolidate_traffic
+    from ratchet_assets.night.training_set import build_training_set
+    from ratchet_core.chat_encoding import TRAIN_META_FILE
+    from ratchet_stats.certificate import adapter_dir_digest, adapter_file_hashes
+
+    night = build_night(tmp_path)
+    art, home = night["art"], night["home"]
+    effects = _effects(home)
+    first = step.train_adapter(art, DAY, night["base"], dict(TINY), effects, step.train_in_process).record
+    day2 = "2026-01-06"
+    write_day(home / "lake", day2, 40, seed=5, workload="tickets", student_share=0.0)
+    consolidate_traffic(home / "lake", art, day2)
+    build_examples(art, day2)
+    split_golden(art, day2, share=0.2)
+    build_training_set(art, day2)
+
+    def kept_parent(extras):  # the parent's weights, tonight's own training record
+        out = Path(extras["out_dir"])
+        shutil.copytree(step.adapter_path(art, first), out)
+        meta = json.loads((out / TRAIN_META_FILE).read_text())
+        (out / TRAIN_META_FILE).write_text(json.dumps({**meta, "steps": 0, "examples": 40}, sort_keys=True))
+        files = adapter_file_hashes(out)
+        from ratchet_stats.certificate import adapter_digest
+
+        return {**first, "files": files, "adapter_sha256": adapter_digest(files), "steps": 0}, {}
+
+    second = step.train_adapter(art, day2, night["base"], dict(TINY), effects, kept_parent).record
+    assert second["version"] == first["version"] and second["recertifies"] == first["version"]
+    assert ArtifactLayout(art).adapter_versions() == [first["version"]]
+    folder = step.adapter_path(art, second)
+    assert second["adapter_sha256"] == adapter_dir_digest(folder) == first["adapter_sha256"]
+    assert second["files"] == first["files"]
