@@ -1,9 +1,10 @@
 """A version is its content: one pure rule for when a night's adapter is an existing version.
 
-The content of an adapter is (its weights' SHA-256, the base's identity SHA-256, the base's chat template SHA-256,
-the training config hash). Two nights whose adapters have the same content are one version: the later night does
-not mint a new name, it re-certifies the existing version on its own golden set (a new certificate naming the same
-version, chained to the earlier one in the versions registry, ``ratchet_core.control_db.version_certificates``)
+The content of an adapter is (the digest of its weights and adapter config: every file of its folder but the night's
+own training record, ``night.adapter.weights_digest``; the base's identity SHA-256, the base's chat template
+SHA-256, the training config hash). Two nights whose adapters have the same content are one version: the later night
+does not mint a new name, it re-certifies the existing version on its own golden set (a new certificate naming the
+same version, chained to the earlier one in the versions registry, ``ratchet_core.control_db.version_certificates``)
 and starts no rollout (``ARCHITECTURE.md``, "Releases"). The nightly asset (``ratchet_assets.night.adapter``) and
 ``ratchet sim`` (``ratchet_assets.sim.engine``) both call :func:`content_digest` and :func:`existing_version`.
 """
