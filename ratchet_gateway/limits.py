@@ -220,11 +220,7 @@ class ClientLimiter(RequestHook):
         limits = self.limits.get(client)
         if limits is None:
             return
-        refusal = self.check(client, day, limits, self.clock(), need, request_id)
-        if refusal is not None:
-            self.refused[(client, refusal.kind)] += 1
-            self.gw.metrics.client_limited.labels(client, refusal.kind).inc()
-            raise refusal.error
+        self._raise(client, self.check(client, day, limits, self.clock(), need, request_id))
 
     def admit_request(self, client: str) -> None:
         """Count one request of `client` that calls no model (feedback) against its requests per minute only, or
@@ -232,14 +228,23 @@ class ClientLimiter(RequestHook):
         limits = self.limits.get(client)
         if limits is None or limits.rpm is None:
             return
-        now = self.clock()
-        bucket = self._bucket(client, "rpm", limits.rpm, now)
+        self._raise(client, self._count_request(client, limits.rpm, self.clock()))
+
+    def _raise(self, client: str, refusal: Refusal | None) -> None:
+        """Count `refusal` (if any) in the refusals and their metric, and raise its error."""
+        if refusal is not None:
+            self.refused[(client, refusal.kind)] += 1
+            self.gw.metrics.client_limited.labels(client, refusal.kind).inc()
+            raise refusal.error
+
+    def _count_request(self, client: str, rpm: int, now: float) -> Refusal | None:
+        """Take one request from `client`'s requests/min bucket, or the 429 that says how long to wait."""
+        bucket = self._bucket(client, "rpm", rpm, now)
         wait = bucket.wait(1, now)
         if wait > 0:
-            self.refused[(client, "rpm")] += 1
-            self.gw.metrics.client_limited.labels(client, "rpm").inc()
-            raise self._rate_refusal(client, "rpm", limits.rpm, wait).error
+            return self._rate_refusal(client, "rpm", rpm, wait)
         bucket.tokens -= 1
+        return None
 
     def check(
         self,
@@ -282,12 +287,8 @@ class ClientLimiter(RequestHook):
                 else:
                     wait = tpm.wait(min(need.tokens, tpm.capacity), now)
                     return self._rate_refusal(client, "tpm", limits.tpm, wait, need)
-        if limits.rpm is not None:
-            bucket = self._bucket(client, "rpm", limits.rpm, now)
-            wait = bucket.wait(1, now)
-            if wait > 0:
-                return self._rate_refusal(client, "rpm", limits.rpm, wait)
-            bucket.tokens -= 1
+        if limits.rpm is not None and (refusal := self._count_request(client, limits.rpm, now)) is not None:
+            return refusal
         if need is not None and (take or usd):
             if tpm is not None:
                 tpm.tokens -= take
