@@ -93,6 +93,17 @@ from ratchet_core.control_db import effect_approvals, effect_policies, effect_sp
 effects_table = effects
 
 
+def _checked_text(text: str, field: str) -> str:
+    """A summary or error by the free-text rule (``ratchet_core.reasons.check_text``), or :class:`EffectError`
+    naming the field."""
+    from ratchet_core.reasons import TextError, check_text
+
+    try:
+        return check_text(text, field)
+    except TextError as exc:
+        raise EffectError(str(exc), field) from None
+
+
 def _checked_reason(reason: str) -> str:
     """An operator's reason by the one rule (``ratchet_core.reasons``), or :class:`EffectError` saying what it needs."""
     from ratchet_core.reasons import ReasonError, check_reason
@@ -153,6 +164,7 @@ class EffectLedger:
         check_key(key)
         check_fingerprint(fingerprint)
         check_cost(cost_usd, self.max_cost_usd)
+        _checked_text(summary, "summary")
         gate = Gate(cost_usd, summary, requested_by, self.max_cost_usd)
         if self.rules(effect_type).policy == "probe" and probe is None:
             raise EffectError(f"effect type {effect_type!r} has policy 'probe': pass probe=... to begin()")
@@ -304,7 +316,7 @@ class EffectLedger:
         Its spend reservation stays unless ``cost_usd`` says what was actually spent (0 when nothing was).
         ``namespace`` as for :meth:`report`.
         """
-        self._finish(token, "failed", None, error, cost_usd, namespace)
+        self._finish(token, "failed", None, _checked_text(error, "error"), cost_usd, namespace)
 
     def _finish(
         self,

@@ -33,6 +33,19 @@ def _fingerprint(value: str) -> str:
 
 
 Fingerprint = Annotated[str, AfterValidator(_fingerprint)]
+
+
+def _text(value: str) -> str:
+    from ratchet_core.reasons import check_text
+
+    return check_text(
+        value, "the text"
+    )  # a ValueError: pydantic reports it as the field's error (a 400 naming it)
+
+
+# Free text shown to a person (a summary, an error, a reason): no control character but tab and newline, no bidi
+# mark or override (``ratchet_core.reasons``: nothing a terminal or page would act on rather than show).
+Text = Annotated[str, AfterValidator(_text)]
 # A dollar amount: a JSON number (``strict``: not a string such as "5", not a boolean), finite, >= 0; the ledger
 # then holds an effect's cost to the maximum per effect (RATCHET_EFFECTS_MAX_COST_USD).
 Dollars = Annotated[float, Field(ge=0, strict=True, allow_inf_nan=False)]
@@ -60,7 +73,7 @@ class BeginBody(_Body):
     )
     lease_seconds: float = Field(600.0, gt=0, le=86400, strict=True)
     cost_usd: Dollars | None = Field(None, description="Estimated cost; required where a spend cap is set.")
-    summary: str = Field("", max_length=2000, description="Shown to the operator who approves.")
+    summary: Text = Field("", max_length=2000, description="Shown to the operator who approves.")
 
 
 class ReportBody(_Body):
@@ -71,7 +84,7 @@ class ReportBody(_Body):
 
 class FailBody(_Body):
     token: str = Field(min_length=1, max_length=64)
-    error: str = Field(min_length=1, max_length=2000)
+    error: Text = Field(min_length=1, max_length=2000)
     cost_usd: Dollars | None = Field(None, description="What was spent anyway (0 releases the reservation).")
 
 
@@ -79,14 +92,14 @@ class ResolveBody(_Body):
     effect_type: str = Field(min_length=1, max_length=MAX_TYPE_LENGTH)
     key: Key = Field(min_length=1, max_length=512)
     resolution: Literal["done", "failed", "forget"]
-    reason: str
+    reason: Text = Field(max_length=2000)
     force: bool = False
 
 
 class DecisionBody(_Body):
     effect_type: str = Field(min_length=1, max_length=MAX_TYPE_LENGTH)
     key: Key = Field(min_length=1, max_length=512)
-    reason: str
+    reason: Text = Field(max_length=2000)
 
 
 class ListQuery(_Body):
@@ -131,7 +144,7 @@ class UsageQuery(_Body):
 
 
 class RulesBody(_Body):
-    reason: str
+    reason: Text = Field(max_length=2000)
     policy: Literal["block", "retry", "probe"] | None = None
     approval_required: bool = False
     max_attempts: int | None = Field(None, ge=1)

@@ -195,6 +195,35 @@ def test_the_python_door_refuses_control_characters_in_keys_types_and_fingerprin
     assert gate.ledger.list_effects() == []
 
 
+@pytest.mark.parametrize(
+    "text",
+    ["\x1b[2J\x1b[32mapproved by security", "invoice\u202etxt.exe", "ok\rforged line", "a\x85b", "x\u2028y"],
+)
+def test_free_text_a_person_reads_holds_no_control_or_bidi_character(gate: Gate, text: str) -> None:
+    """A summary the operator approves from, an error a client reports, the reason an operator writes: an ANSI
+    escape, a bidi override, a carriage return, a C1 control or a line separator is a 400 naming the field (the
+    character named by code point, never echoed), on every door; tab and newline stay allowed."""
+    error = _error(gate.scout.post("/effects/begin", json={**MAIL, "summary": text}))
+    assert error["param"] == "summary" and error["message"].isprintable()
+    assert gate.ledger.list_effects() == []
+    with pytest.raises(EffectError, match="summary"):
+        gate.ledger.begin("webhook", "hook", "fp", summary=text)
+    token = gate.scout.post("/effects/begin", json={**MAIL, "summary": "line one\n\tline two"}).json()[
+        "token"
+    ]
+    assert _error(gate.scout.post("/effects/fail", json={"token": token, "error": text}))["param"] == "error"
+    (effect,) = gate.ledger.list_effects()
+    assert effect.status == "in_flight" and effect.error is None  # nothing of it stored
+    resolve = {"effect_type": "scout/mail.send", "key": MAIL["key"], "resolution": "forget", "reason": text}
+    assert _error(gate.admin.post("/effects/resolve", json=resolve))["param"] == "reason"
+    with pytest.raises(EffectError, match="reason"):
+        gate.ledger.resolve("scout/mail.send", MAIL["key"], "forget", text)
+    assert (
+        gate.scout.post("/effects/fail", json={"token": token, "error": "smtp said\n\t550"}).status_code
+        == 200
+    )
+
+
 def test_lookups_with_control_characters_are_a_400_not_an_echo(gate: Gate) -> None:
     got = gate.scout.get("/effects/mail.send/k%E2%80%AEx")
     assert _error(got)["param"] == "key"
