@@ -168,6 +168,7 @@ def _apply(
     result: TickResult,
     state_after: dict[str, Any],
     tracks: dict[tuple[str, str], Track],
+    watch_rate: float | None = None,
 ) -> None:
     key = f"{decision.version}/{decision.task}/{decision.target_label}/{decision.evidence['evidence_digest']}"
     fingerprint = decision.evidence["evidence_digest"]
@@ -200,7 +201,12 @@ def _apply(
                 conn,
                 private_key,
                 lambda m: apply_decision(
-                    m, decision, history, healthy, supported_versions(tracks, decision.task)
+                    m,
+                    decision,
+                    history,
+                    healthy,
+                    supported_versions(tracks, decision.task),
+                    watch_rate,  # the live version serving alone afterwards is watched (budget.watch_rate)
                 ),
                 _reason(decision.message, key),
                 SENSOR_ACTOR,
@@ -380,7 +386,16 @@ def release_tick(
         if decision is not None:
             after = {f"{v}|{t}": tr.to_dict() for (v, t), tr in plan.tracks_after(rule).items()}
             state_after = {"tracks": after, "watermark": wm.to_dict(), "generation": generation + 1}
-            _apply(engine, private_key, decision, keys, result, state_after, plan.tracks)
+            _apply(
+                engine,
+                private_key,
+                decision,
+                keys,
+                result,
+                state_after,
+                plan.tracks,
+                plan.watch_rates.get(decision.task),
+            )
             if result.published:
                 generation += 1
         result.holds.extend(plan.holds)
