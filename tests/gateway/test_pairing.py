@@ -15,7 +15,7 @@ from ratchet_assets.release.evidence import Watermark, pending_segments, read_pa
 from ratchet_core.manifest import Manifest, TaskRelease
 from ratchet_core.routing import SafetyState, pairs, route
 
-from .conftest import API_KEY, STUDENT_VERSION, running_gateway, sealed_rows, two_version_student
+from .conftest import API_KEY, OTHER_KEY, STUDENT_VERSION, running_gateway, sealed_rows, two_version_student
 
 OLD, NEW = "v1-old0001", "v2-new0002"  # previous live (wrong on every request), candidate (right)
 
@@ -243,3 +243,50 @@ def httpx_get(url: str) -> str:
     import httpx
 
     return httpx.get(url, timeout=10).text
+
+
+def test_a_client_can_neither_see_nor_steer_the_mirror_and_its_rows_are_its_own(tmp_path, teacher_url):
+    """Hostile: headers and metadata that name the candidate, a pair role or "no shadow" change nothing; the
+    client gets live's answer and nothing in the response names the candidate or its answer; the mirror row is
+    written anyway, under the requesting client's id (per-client views, such as the receipt's own pair lines, show
+    a client only its own), and another tenant's request is mirrored under its own id."""
+    from ratchet_core.workloads import get_workload
+
+    release = {
+        "stage": "shadow",
+        "version": NEW,
+        "threshold": 0.3,
+        "previous_live": OLD,
+        "previous_threshold": 0.0,
+    }
+    with (
+        two_version_student(good=NEW, bad=OLD) as student,
+        running_gateway(tmp_path, teacher_url, student) as g,
+    ):
+        g.publish(tickets=release, _flags={"audit_rate": 0.0})
+        seen = {}
+        for key, client in ((API_KEY, "app1"), (OTHER_KEY, "app2")):
+            c = openai.OpenAI(base_url=g.url + "/v1", api_key=key, max_retries=0, timeout=20)
+            ex = get_workload("tickets").generate(1, seed=11)[0]
+            raw = c.chat.completions.with_raw_response.create(
+                model="ratchet",
+                messages=ex.messages,
+                extra_headers={
+                    "X-Ratchet-Task": "tickets",
+                    "X-Ratchet-Version": NEW,
+                    "X-Ratchet-Pair-Role": "none",
+                    "X-Ratchet-Shadow": "off",
+                    "X-Ratchet-Mirror": "off",
+                },
+                metadata={"ratchet_version": NEW, "pair_role": "mirror"},
+            )
+            assert raw.status_code == 200
+            body = raw.parse()
+            assert raw.headers["x-ratchet-version"] == OLD  # live served, whatever the client named
+            assert all(NEW not in v for v in raw.headers.values()) and NEW not in raw.text
+            rows = _rows(g, raw.headers["x-ratchet-request-id"])
+            (mirror,) = rows["mirror"]  # written anyway: a client cannot turn it off
+            assert (mirror["version"], mirror["client"]) == (NEW, client)
+            assert mirror["answer"] != body.choices[0].message.content  # the candidate's answer stayed inside
+            seen[client] = mirror["request_id"]
+        assert seen["app1"] != seen["app2"]
