@@ -58,6 +58,7 @@ from ratchet_assets.release.tick import (
     admission_statuses,
     admit,
     apply_decision,
+    beside_live,
     decide_tick,
     decision_statuses,
     healthy_versions,
@@ -410,7 +411,9 @@ def release_tick(
     for (version, task), t in tracks.items():
         step = dict(serving_tracks(latest.task(task))).get(version)
         if step is not None:
-            new_tracks[f"{version}|{task}"] = t.at_step(step, rule).to_dict()
+            new_tracks[f"{version}|{task}"] = t.at_step(
+                step, rule.for_task(task, latest), beside_live(latest.task(task), version)
+            ).to_dict()
     result.state = {"tracks": new_tracks, "watermark": wm.to_dict(), "generation": generation}
     with engine.connect() as conn:
         day_of = {

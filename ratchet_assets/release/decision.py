@@ -76,8 +76,8 @@ candidate's precision exceeds the target and it is promoted one step, as its own
 budget of a step's promotion (alpha, what the release rule promises) is split: its own promote process alpha/2,
 live's carried processes alpha/4 (alpha/12 per level), the disagreement processes alpha/4 (alpha/12 per level); a
 wrongful promotion needs one of them to reject wrongly, so P(promoting a step whose precision <= target) <= alpha
-(Ville, union bound). Without carrying (``carry`` off, the ``bound`` rule, a custom comparator) the own process has
-all of alpha. The carried processes bet with ``CARRY_MAX_FRACTION`` 0.9 (near-clean streams are the expected case;
+(Ville, union bound). Without carrying (``carry`` off, the ``bound`` rule, a custom comparator, or no live version behind the
+candidate when its step starts: nothing to carry from) the own process has all of alpha. The carried processes bet with ``CARRY_MAX_FRACTION`` 0.9 (near-clean streams are the expected case;
 the bet shrinks after each error). Limits, stated: live's side is its precision averaged over its whole life and
 the disagreement is over the candidate's step, so the bound is exact when live's precision is stationary (the live
 watch's drift restarts are what notice it is not, and a rolled-back live version carries nothing); it speaks of the
@@ -284,8 +284,10 @@ class ReleaseRule:
             changes.update(target=policy.target, floor=max(floor, policy.target / 2))
         return dataclasses.replace(self, **changes) if changes else self
 
-    def new_promote(self) -> BettingEProcess:
-        return BettingEProcess.promote(1.0 - self.target, self.promote_alpha)
+    def new_promote(self, beside_live: bool = True) -> BettingEProcess:
+        """A step's own promote process: at ``promote_alpha`` when the step may carry (a live version behind
+        it), else at alpha (nothing to carry from: the step's whole budget is its own)."""
+        return BettingEProcess.promote(1.0 - self.target, self.promote_alpha if beside_live else self.alpha)
 
     def new_carry_live(self) -> list[BettingEProcess]:
         """A version's carried processes (read while it is live): per level u_k, reject "precision <= target +
@@ -357,15 +359,19 @@ class Track:
     carry_with: str = ""  # the live version carry_disagree is about (VOID: it changed this step)
 
     @classmethod
-    def start(cls, version: str, task: str, step: int, rule: ReleaseRule) -> Track:
-        t = cls(version, task, step, rule.new_promote(), rule.new_rollback(), support=rule.new_support())
+    def start(cls, version: str, task: str, step: int, rule: ReleaseRule, beside_live: bool = True) -> Track:
+        """A new track at `step`; `beside_live`: a live version serves the rest of the task (the step may carry,
+        so its own promote process has alpha/2; decided at the step's start, so the split stays valid)."""
+        carry = rule.carries and beside_live and step < LIVE
+        t = cls(version, task, step, rule.new_promote(carry), rule.new_rollback(), support=rule.new_support())
         t.carry_live = rule.new_carry_live() if rule.carries else []
-        return t._carry_at(step, rule)
+        return t._carry_at(step, rule, beside_live)
 
-    def _carry_at(self, step: int, rule: ReleaseRule) -> Track:
-        """Fresh disagreement processes for `step` (below live), in place; the carried processes of its own
-        precision (``carry_live``) run for the version's whole life."""
-        self.carry_disagree = rule.new_carry_disagree() if rule.carries and step < LIVE else []
+    def _carry_at(self, step: int, rule: ReleaseRule, beside_live: bool = True) -> Track:
+        """Fresh disagreement processes for `step` (below live, beside a live version), in place; the carried
+        processes of its own precision (``carry_live``) run for the version's whole life."""
+        carry = rule.carries and beside_live and step < LIVE
+        self.carry_disagree = rule.new_carry_disagree() if carry else []
         self.carry_with = ""
         return self
 
@@ -429,11 +435,15 @@ class Track:
         has rejected: the version may take over when the live version is rolled back (``tick.rollback_release``)."""
         return self.support is not None and self.support.rejected and not self.rolled_back
 
-    def at_step(self, step: int, rule: ReleaseRule) -> Track:
-        """The track after the manifest moved it to `step` (by us or an operator): fresh promote evidence."""
+    def at_step(self, step: int, rule: ReleaseRule, beside_live: bool = True) -> Track:
+        """The track after the manifest moved it to `step` (by us or an operator): fresh promote evidence (at
+        alpha/2 when `beside_live` and the rule carries, :meth:`start`)."""
         if step == self.step:
             return self
-        return dataclasses.replace(self, step=step, promote=rule.new_promote())._carry_at(step, rule)
+        carry = rule.carries and beside_live and step < LIVE
+        return dataclasses.replace(self, step=step, promote=rule.new_promote(carry))._carry_at(
+            step, rule, beside_live
+        )
 
     def accepts(self, role: str) -> bool:
         """Whether a pair row of this version with `role` is evidence here: a live version only learns from

@@ -120,7 +120,10 @@ class TickPlan:
             if d is None or key != (d.version, d.task):
                 out[key] = t
             elif d.to_step is not None:
-                out[key] = t.at_step(d.to_step, rule.for_task(t.task, self.manifest))
+                rel = self.manifest.task(t.task)
+                out[key] = t.at_step(
+                    d.to_step, rule.for_task(t.task, self.manifest), beside_live(rel, t.version)
+                )
         return out
 
 
@@ -135,13 +138,19 @@ def tracks_for(
         for version, step in serving_tracks(rel):
             prev = previous.get((version, task))
             task_rule = rule.for_task(task, manifest)
+            beside = beside_live(rel, version)
             if prev:
-                tracks[(version, task)] = prev.at_step(step, task_rule).on_day(today, task_rule)
+                tracks[(version, task)] = prev.at_step(step, task_rule, beside).on_day(today, task_rule)
             else:
-                t = Track.start(version, task, step, task_rule)
+                t = Track.start(version, task, step, task_rule, beside)
                 t.since = t.support_day = today
                 tracks[(version, task)] = t
     return tracks
+
+
+def beside_live(rel: mf.TaskRelease, version: str) -> bool:
+    """Whether `version` is the candidate of `rel` with a live version serving the rest (its steps may carry)."""
+    return rel.stage in ("shadow", "canary") and rel.version == version and bool(rel.previous_live)
 
 
 def days_between(first: str, last: str) -> int | None:

@@ -114,7 +114,10 @@ class Deployment:
     corrupted: bool
     max_percent: float = 0.0
     stage: str = "shadow"
-    pair_rows: int = 0  # pair rows about this version from its deployment until it left (rollback, supersede)
+    pair_rows: int = (
+        0  # audit and shadow rows about it from its deployment until it left (rollback, supersede)
+    )
+    mirror_rows: int = 0  # its mirror rows (compared with live's answer, not the teacher's) in that time
     rolled_back_day: int | None = None
     audits_to_rollback: int | None = None  # evidence rows its rollback e-process had seen when it fired
     live_day: int | None = None
@@ -294,7 +297,10 @@ class Simulation:
         for row in rows[1:]:
             dep = self._deployment(row["version"], task)
             if dep is not None and not dep.gone:
-                dep.pair_rows += 1
+                if row["pair_role"] == "mirror":
+                    dep.mirror_rows += 1
+                else:
+                    dep.pair_rows += 1
         correct = compare(task, ex.expected, answer)
         stats = {
             "served_by": served_by,

@@ -110,6 +110,17 @@ def test_the_error_budget_split_is_what_the_docs_say():
     assert sum(1 / p.threshold for p in lives) == pytest.approx(RULE.alpha / 4)
     assert [p.eps for p in dis] == list(RULE.levels) == [0.01, 0.02, 0.04]
     assert [round(p.eps, 6) for p in lives] == [0.04, 0.03, 0.01]  # precision > 0.96, 0.97, 0.99
+    # nothing live behind the candidate when its step starts: nothing to carry from, its own process has alpha
+    alone = decide_tick(
+        mf.Manifest(tasks={"t": mf.TaskRelease(stage="shadow", version="v2", threshold=0.4)}),
+        [],
+        {},
+        [],
+        RULE,
+    )
+    t = alone.tracks[("v2", "t")]
+    assert 1 / t.promote.threshold == pytest.approx(RULE.alpha) and not t.carry_disagree
+    assert 1 / _tick(_live(10), []).tracks[("v2", "t")].promote.threshold == pytest.approx(RULE.alpha / 2)
     m = _slot()
     m.policies = {"t": TaskPolicy(comparator="custom:loose")}
     custom = RULE.for_task("t", m)

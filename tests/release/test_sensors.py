@@ -43,7 +43,7 @@ def test_promotion_sensor_holds_then_promotes_with_deterministic_cursor(tmp_path
         write_pairs(tmp_path / "lake", "2026-01-02", 1, "v1-aaa", "tickets", [False] * 25)
         hold, _ = _tick(defs, instance, first.cursor)
         assert hold.skip_reason and "25 audits" in hold.skip_reason.skip_message
-        assert "of 40 needed" in hold.skip_reason.skip_message  # alpha/2: the carried bound has the rest
+        assert "of 20 needed" in hold.skip_reason.skip_message
         assert json.loads(hold.cursor)["tracks"]["v1-aaa|tickets"]["step"] == 0
 
         write_pairs(tmp_path / "lake", "2026-01-02", 2, "v1-aaa", "tickets", [False] * 150)

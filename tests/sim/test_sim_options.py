@@ -77,8 +77,8 @@ def test_compare_release_runs_each_rule_on_one_seed_side_by_side(tmp_path):
 def test_promote_evidence_bound_promotes_on_fewer_audits_than_the_e_value(tmp_path):
     e_value = _moves(_run(tmp_path, "e"), "v2")
     bound = _moves(_run(tmp_path, "b", promote_evidence="bound"), "v2")
-    # the e-value at alpha/2 beside the carried bound (release.decision): 144 agreeing audits
-    assert e_value[:2] == [(3, 0, "admit", "shadow"), (3, 160, "promote", "canary-5")]
+    # nothing live behind the first version: its own e-value keeps all of alpha (117 agreeing audits)
+    assert e_value[:2] == [(3, 0, "admit", "shadow"), (3, 120, "promote", "canary-5")]
     assert bound[:2] == [(3, 0, "admit", "shadow"), (3, 60, "promote", "canary-5")]
     assert len(bound) > len(e_value)
 
@@ -115,14 +115,13 @@ def test_paired_gate_refuses_a_candidate_the_plain_gate_admits(tmp_path):
                for w in _waits(gated))  # fmt: skip
 
 
-def test_the_evidence_budget_rolls_a_bad_deploy_back_within_a_day_at_the_default_rates(tmp_path):
+def test_the_evidence_budget_rolls_a_bad_deploy_back_on_its_first_day_at_the_default_rates(tmp_path):
     """Before the evidence budget (``release.budget``), at the default 5% a bad deploy beside a live version met
     20 audits a day and was superseded by the next night's version before its evidence said anything. It differs
     from live on 30% of the requests live serves, so its mirrored answers carry nothing either."""
     run = _run(tmp_path, "budget", days=4, requests=400, bad_deploy_version=2)
     bad = next(d for d in run["summary"]["deployments"] if d["corrupted"])
-    # admitted late on day 3 (v1 reached live at request 340), rolled back early on day 4: it never served
-    assert bad["day"] == 3 and bad["rolled_back_day"] == 4 and bad["max_percent"] == 0.0
+    assert bad["rolled_back_day"] == bad["day"] == 3 and bad["max_percent"] == 0.0
     assert bad["audits_to_rollback"] <= 200
     assert run["days"][3]["audits"]["audit_pairs"] > 3 * 20  # the budget's rate, not 5%
     # the good version after it agrees with live v1 (well audited) on its mirrored answers: carried past shadow
