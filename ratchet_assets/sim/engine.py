@@ -51,7 +51,10 @@ manifest as ``superseded``, not rolled back.
 
 Who answers off the request path is the gateway's own decision too (``ratchet_core.routing.pairs``): the canary's
 rest is shadowed by the canary version, and a request served by the previous live version that is audited is also
-answered by the candidate and compared with the teacher's audit answer, so evidence is always against the teacher.
+answered by the candidate and compared with the teacher's audit answer, so evidence is always against the teacher;
+every request the previous live version served is also mirrored (the candidate's answer compared with live's: a
+``mirror`` pair row, free evidence for the carried bound of ``ratchet_assets.release.decision``; one answer of the
+candidate serves an audited request's shadow and mirror rows and is paid once).
 A shadow pair records the shadowed version's own threshold (``Route.shadow_threshold``), so ``PairRow.error``
 ignores answers the cascade would have sent to the teacher. Everything is deterministic in the arguments: the same seed gives byte-identical output.
 """
