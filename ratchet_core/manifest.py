@@ -72,7 +72,8 @@ class TaskRelease(BaseModel):
     # release sensor never promotes a forced release further.
     forced: bool = False
     # The candidate's audit rate while in shadow or canary, chosen at admission by the evidence budget
-    # (ratchet_assets.release.budget); None: the policy's rates. Written only when set (older bytes unchanged).
+    # (ratchet_assets.release.budget); at live, the watch rate of a live version serving alone (budget.watch_rate);
+    # None: the policy's rates. Written only when set (older bytes unchanged).
     audit_rate: float | None = Field(None, ge=0.0, le=1.0)
 
     @property
@@ -132,15 +133,18 @@ class Manifest(BaseModel):
     def audit_rate(self, name: str) -> float:
         """The audit rate of task `name`: while a candidate is in shadow or canary its policy's
         ``canary_audit_rate`` (an operator's choice wins), else the release's ``audit_rate`` (the evidence budget's);
-        else its policy's ``audit_rate`` when set, else ``flags.audit_rate``."""
+        a live release's ``audit_rate`` (the watch rate of a live version serving alone,
+        ``ratchet_assets.release.budget.watch_rate``); else its policy's ``audit_rate`` when set, else
+        ``flags.audit_rate``."""
         policy = self.policies.get(name)
         rel = self.task(name)
         rollout = rel.stage in ("shadow", "canary")
+        signed = rel.stage in ("shadow", "canary", "live") and rel.audit_rate is not None
         if policy is None:
-            return rel.audit_rate if rollout and rel.audit_rate is not None else self.flags.audit_rate
+            return rel.audit_rate if signed and rel.audit_rate is not None else self.flags.audit_rate
         if policy.canary_audit_rate is not None and rollout:
             return policy.canary_audit_rate
-        if rollout and rel.audit_rate is not None:
+        if signed and rel.audit_rate is not None:
             return rel.audit_rate
         return self.flags.audit_rate if policy.audit_rate is None else policy.audit_rate
 

@@ -21,8 +21,10 @@ request is audited (the teacher answers it too, off the request path) when
 Evidence is always against the teacher (:func:`pairs`): a shadowed candidate is compared with the teacher's
 answer, so it answers off the path when the teacher served the request (``previous_live`` absent, cascaded or
 down) or when the request served by ``previous_live`` is audited (then it is compared with the teacher's audit
-answer); a request served by ``previous_live`` and not audited gives the candidate no pair (there is no teacher
-answer to compare with). A shadow pair records the candidate's own ``threshold`` (``Route.shadow_threshold``), so
+answer). Every request ``previous_live`` served (audited or not) is also *mirrored* (``Pairs.mirror``): the
+candidate answers it off the path and is compared with the answer live served -> a ``pair`` row with
+``pair_role='mirror'`` (free evidence: student compute only; ``ratchet_assets.release.decision``, "carried bound").
+So the disagreement between the candidate and live is measured on all of live's traffic. A shadow pair records the candidate's own ``threshold`` (``Route.shadow_threshold``), so
 ``ratchet_assets.release.evidence.PairRow.error`` ignores answers its cascade would have sent to the teacher.
 
 Local safety switches (:class:`SafetyState`, set by a gateway's admin routes and recorded by
@@ -76,6 +78,7 @@ class Pairs:
 
     audit: bool  # the teacher is re-asked (the student served)
     shadow_version: str | None  # this candidate answers and is compared with the teacher's answer
+    mirror: str | None = None  # this candidate answers and is compared with the answer live served
 
     @property
     def role(self) -> str:
@@ -114,4 +117,9 @@ def pairs(r: Route, served_by: str) -> Pairs:
     shadow = r.shadow_version if served_by == "teacher" or audit else None
     if served_by == "student" and shadow == r.student_version:
         shadow = None  # the served version is not its own candidate
-    return Pairs(audit, shadow)
+    mirror = (
+        r.shadow_version
+        if served_by == "student" and r.shadow_version and r.shadow_version != r.student_version
+        else None
+    )
+    return Pairs(audit, shadow, mirror)

@@ -9,8 +9,10 @@ The ledger holds one row per event, append-only. ``kind`` says which event:
 - ``request``: a client request and the answer it got. Receipts count these rows, and only these.
 - ``pair``: the other model's answer to an earlier request, produced off the request path — the teacher's
   answer to an audited student-served request (``pair_role='audit'``) or the student's answer to a
-  shadowed teacher-served request (``pair_role='shadow'``). ``request_id`` is the request it pairs with;
-  ``pair_outcome`` is ``agree`` | ``disagree`` | ``error`` by the task's comparator.
+  shadowed teacher-served request (``pair_role='shadow'``), or the candidate's answer to a request the live
+  version served, compared with live's answer (``pair_role='mirror'``: free evidence, issue 35; read only by the
+  release sensor). ``request_id`` is the request it pairs with; ``pair_outcome`` is ``agree`` | ``disagree`` |
+  ``error`` by the task's comparator.
 
 Sealed segments live at ``<lake>/traffic/day=YYYY-MM-DD/<replica>-<seq>.parquet`` with exactly this schema (the
 names are built and parsed by ``ratchet_core.lake``, which also reads and publishes them).
@@ -181,7 +183,7 @@ def duckdb_ddl(table: str = "ledger") -> str:
     return f"CREATE TABLE IF NOT EXISTS {table} (\n  {cols}\n){added}"
 
 
-PAIR_ROLES = ("audit", "shadow")
+PAIR_ROLES = ("audit", "shadow", "mirror")
 PAIR_OUTCOMES = ("agree", "disagree", "error")
 
 _COLUMN_SET = frozenset(COLUMN_NAMES)
@@ -231,7 +233,7 @@ def request_row(**values: Any) -> dict[str, Any]:
 def pair_row(*, pair_role: str, pair_outcome: str, **values: Any) -> dict[str, Any]:
     """A ``pair`` ledger row: the other model's answer to request ``request_id`` (module docstring).
 
-    ``pair_role`` is audit | shadow and ``pair_outcome`` agree | disagree | error (ValueError otherwise); the
+    ``pair_role`` is audit | shadow | mirror and ``pair_outcome`` agree | disagree | error (ValueError otherwise); the
     other columns as :func:`request_row`.
     """
     if pair_role not in PAIR_ROLES:

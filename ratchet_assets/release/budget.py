@@ -22,14 +22,29 @@ evidence is free and the rate stays the base rate.
 The budget spends no error: it changes how many audited answers arrive a day, not the tests that read them (an
 e-process is valid at any sampling rate fixed before the answers it samples; the rate is fixed at admission).
 
-Not built yet (issue 35, point 3, "free evidence first"): beside a live version the candidate does not answer
-every request live answers, so their disagreement is not measured on all traffic and every step is paid for with
-audits (this budget). What is missing: a routing pair role in which the candidate answers each live-served request
-off the path (``ratchet_core.routing.pairs``; student cost only) with a ``disagree`` outcome against live's answer;
-a promote rule using the carried bound, precision(candidate) >= LB_live - UB_disagree, with alpha split between
-live's audited lower bound and the disagreement's upper bound (e.g. alpha/2 each, stated in ``ReleaseRule``); and
-audits drawn with a logged inclusion probability (higher where the two disagree), each pair row carrying it, and
-the e-processes updated with inverse-probability-weighted increments so they stay test supermartingales.
+Free evidence (``decision``, "carried bound"): beside a live version the candidate answers every request live
+serves (``mirror`` pair rows, student cost only). When live's own carried process has already shown its precision
+above target + u at some level (``carry_level``: the largest such u), the candidate's steps can be earned by
+mirrored answers alone: each step needs ``n_mirror`` of them (agreeing ones, what the disagreement process at u
+needs), so live is expected in ``MARGIN * 4 * n_mirror / requests_per_day`` days (the slot is held that long plus
+a day). The audit rate stays what it would be without carrying: the live version behind the candidate serves most
+of the traffic, and those audits are what watches it for drift (``ratchet sim`` with the candidate at the watch rate
+instead: a third less evidence spend over ten good days, but drift on day 4 served at 0.67-0.71 instead of
+0.80-0.88, and one seed two days below 0.90); the candidate's own audits go on watching it for rollback and can
+still promote it. A candidate that disagrees with
+live more than u needs its own audits, or is preempted once it has held the slot past
+``slot_days``. With a carried bound the own promote process has alpha/2 (``ReleaseRule.promote_alpha``), so
+``audits_per_stage`` is 144 rather than 117 at target 0.95 and alpha 0.05.
+
+The watch rate (:func:`watch_rate`): a live version serving a task alone (no candidate in the slot) is audited at
+the rate that gives its drift watch, within a day of the task's traffic (as the candidate's budget aims at live
+within a day), the audits it needs to catch a version that turns ``WATCH_ERROR`` (30%) wrong after a clean history
+as long as its drift restarts remember (``drift_keep * drift_block`` answers; ``watch_audits``: the restarted
+rollback processes of ``decision`` on such a stream, 77 at the defaults), capped as the candidate's rate is and
+never below the base rate; those audits are also what live's carried processes learn from. ``tick.apply_decision`` signs it into the release (``TaskRelease.audit_rate`` of a
+live release; ``Manifest.audit_rate``). Not built: audits spent preferentially where the candidate and live
+disagree (logged inclusion probabilities, inverse-probability-weighted e-processes): every request of a task is
+audited at the same rate.
 
 One pure function, :func:`evidence_budget`, called by the release sensor (``release.control``) and ``ratchet sim``
 (``sim.engine``) at admission; the manifest carries its rate (``TaskRelease.audit_rate``), which the gateway's
@@ -42,7 +57,16 @@ import math
 from dataclasses import dataclass
 from functools import lru_cache
 
-from ratchet_assets.release.decision import LIVE, ReleaseRule, Track, _needed_agreements, _needed_for_bound
+from ratchet_assets.release.decision import (
+    CARRY_MAX_FRACTION,
+    LIVE,
+    ReleaseRule,
+    Track,
+    _needed_agreements,
+    _needed_for_bound,
+    simulate,
+)
+from ratchet_stats.eprocess import BettingEProcess
 
 MARGIN = 1.25  # room for disagreeing and ignored answers
 # Without a spend cap in the policy, at most this share of a task's traffic is audited for a candidate: auditing
@@ -53,9 +77,16 @@ DEFAULT_SLOT_DAYS = 2  # how long a candidate holds the slot when the traffic is
 STEPS_TO_LIVE = LIVE  # shadow, canary 5%, 25%, 50%: each earns its own promotion
 
 
+WATCH_ERROR = 0.30  # the share of wrong answers the watch rate is sized to catch within a day
+
+
 @lru_cache(maxsize=64)
-def _per_stage(target: float, alpha: float, promotes_on: str, min_stage_audits: int) -> int:
-    rule = ReleaseRule(target=target, floor=target / 2, alpha=alpha, min_stage_audits=min_stage_audits)
+def _per_stage(
+    target: float, alpha: float, promotes_on: str, min_stage_audits: int, carry: bool = False
+) -> int:
+    rule = ReleaseRule(
+        target=target, floor=target / 2, alpha=alpha, min_stage_audits=min_stage_audits, carry=carry
+    )
     track = Track.start("budget", "budget", 0, rule)
     need = (
         _needed_for_bound(track, rule)
@@ -67,7 +98,54 @@ def _per_stage(target: float, alpha: float, promotes_on: str, min_stage_audits: 
 
 def audits_per_stage(rule: ReleaseRule) -> int:
     """Audited answers one step needs under `rule` when none disagrees."""
-    return _per_stage(rule.target, rule.alpha, rule.promotes_on, rule.min_stage_audits)
+    return _per_stage(rule.target, rule.alpha, rule.promotes_on, rule.min_stage_audits, rule.carries)
+
+
+@lru_cache(maxsize=64)
+def _mirror_per_stage(u: float, alpha: float, levels: int) -> int:
+    rule = ReleaseRule(alpha=alpha)
+    proc = BettingEProcess.promote(u, rule.carry_alpha / levels, CARRY_MAX_FRACTION)
+    return _needed_agreements(proc, cap=50_000) or 50_000
+
+
+def mirror_per_stage(rule: ReleaseRule, u: float) -> int:
+    """Mirrored answers one step needs, none differing, for the disagreement process at level `u`."""
+    return _mirror_per_stage(u, rule.alpha, len(rule.levels))
+
+
+@lru_cache(maxsize=64)
+def _watch_audits(floor: float, drift_alpha: float, drift_block: int, drift_keep: int) -> int:
+    rule = ReleaseRule(
+        target=min(0.99, floor + 0.05),
+        floor=floor,
+        drift_alpha=drift_alpha,
+        drift_block=drift_block,
+        drift_keep=drift_keep,
+    )
+    clean = drift_block * drift_keep
+    stream = [math.floor((i + 1) * WATCH_ERROR) > math.floor(i * WATCH_ERROR) for i in range(5000)]
+    events = simulate([False] * clean + stream, rule, start_step=LIVE)
+    return events[0][0] - clean if events else 5000
+
+
+def watch_audits(rule: ReleaseRule) -> int:
+    """Audits a live version's drift watch needs to roll it back once it turns ``WATCH_ERROR`` wrong after a clean
+    history of ``drift_keep * drift_block`` answers."""
+    return _watch_audits(rule.floor, rule.drift_alpha, rule.drift_block, rule.drift_keep)
+
+
+def watch_rate(
+    rule: ReleaseRule, requests_per_day: float, cost_per_audit_usd: float, base_rate: float
+) -> float:
+    """The audit rate of a live version serving `rule`'s task alone (module docstring): ``watch_audits`` within
+    a day of `requests_per_day`, capped like a candidate's rate (``evidence_spend_usd``, else
+    ``DEFAULT_MAX_RATE``), never below `base_rate`."""
+    if requests_per_day <= 0:
+        return base_rate
+    cap = DEFAULT_MAX_RATE
+    if rule.evidence_spend_usd is not None:
+        cap = rule.evidence_spend_usd / (requests_per_day * max(cost_per_audit_usd, 1e-12))
+    return round(min(1.0, max(base_rate, min(watch_audits(rule) / requests_per_day, cap))), 4)
 
 
 @dataclass(frozen=True)
@@ -79,6 +157,7 @@ class EvidenceBudget:
     expected_spend_usd: float  # rate * requests_per_day * cost_per_audit_usd
     free: bool  # nothing live: shadowed requests are paired with the teacher's answer already
     expected_days: float | None = None  # audits_needed / (rate * requests_per_day); None: unknown traffic
+    carried: float | None = None  # the carry level the budget counts on (module docstring); None: audits only
 
     @property
     def slot_days(self) -> int:
@@ -91,6 +170,12 @@ class EvidenceBudget:
     def explain(self) -> str:
         if self.free:
             return f"audit rate {self.rate:g}: nothing live, every shadowed request is compared with the teacher's"
+        if self.carried is not None:
+            days = "" if self.expected_days is None else f", live expected in {self.expected_days:.1f} days"
+            return (
+                f"audit rate {self.rate:g} (it also watches live): live's precision is known above the target by "
+                f"more than {self.carried:g}; {self.audits_needed} mirrored answers (free) carry it to live{days}"
+            )
         cap = f", capped at {self.rate_cap:.3f}" if self.rate_needed > self.rate_cap else ""
         days = "" if self.expected_days is None else f", live expected in {self.expected_days:.1f} days"
         return (
@@ -105,14 +190,34 @@ def evidence_budget(
     cost_per_audit_usd: float,
     base_rate: float,
     live: bool = True,
+    carry_level: float | None = None,
 ) -> EvidenceBudget:
     """The candidate's audit rate (module docstring); `requests_per_day`: the task's traffic (the last day's),
     `cost_per_audit_usd`: the teacher's mean price of one answer on the task, `base_rate`: its ordinary audit rate,
-    `live`: whether a live version serves the rest of the task (else the evidence is free)."""
+    `live`: whether a live version serves the rest of the task (else the evidence is free), `carry_level`: the
+    largest u at which live's carried process has rejected (its precision is above target + u), else None."""
     needed = math.ceil(MARGIN * STEPS_TO_LIVE * audits_per_stage(rule))
     if not live or requests_per_day <= 0:
         days = 1.0 if requests_per_day > 0 else None  # every request a candidate shadows is evidence
         return EvidenceBudget(base_rate, needed, 0.0, 1.0, 0.0, True, days)
+    if carry_level is not None and rule.carries:
+        mirrored = math.ceil(MARGIN * STEPS_TO_LIVE * mirror_per_stage(rule, carry_level))
+        cap = DEFAULT_MAX_RATE
+        if rule.evidence_spend_usd is not None:
+            cap = rule.evidence_spend_usd / (requests_per_day * max(cost_per_audit_usd, 1e-12))
+        # the same rate as without carrying: while the candidate rolls out, those audits are also what watches the
+        # live version behind it for drift (module docstring)
+        rate = round(min(1.0, max(base_rate, min(needed / requests_per_day, cap))), 4)
+        return EvidenceBudget(
+            rate,
+            mirrored,
+            0.0,
+            1.0,
+            round(rate * requests_per_day * cost_per_audit_usd, 6),
+            False,
+            mirrored / requests_per_day,
+            carry_level,
+        )
     rate_needed = needed / requests_per_day
     cap = DEFAULT_MAX_RATE
     if rule.evidence_spend_usd is not None:

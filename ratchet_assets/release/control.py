@@ -58,6 +58,7 @@ from ratchet_assets.release.tick import (
     admission_statuses,
     admit,
     apply_decision,
+    beside_live,
     decide_tick,
     decision_statuses,
     healthy_versions,
@@ -168,6 +169,7 @@ def _apply(
     result: TickResult,
     state_after: dict[str, Any],
     tracks: dict[tuple[str, str], Track],
+    watch_rate: float | None = None,
 ) -> None:
     key = f"{decision.version}/{decision.task}/{decision.target_label}/{decision.evidence['evidence_digest']}"
     fingerprint = decision.evidence["evidence_digest"]
@@ -200,7 +202,12 @@ def _apply(
                 conn,
                 private_key,
                 lambda m: apply_decision(
-                    m, decision, history, healthy, supported_versions(tracks, decision.task)
+                    m,
+                    decision,
+                    history,
+                    healthy,
+                    supported_versions(tracks, decision.task),
+                    watch_rate,  # the live version serving alone afterwards is watched (budget.watch_rate)
                 ),
                 _reason(decision.message, key),
                 SENSOR_ACTOR,
@@ -380,7 +387,16 @@ def release_tick(
         if decision is not None:
             after = {f"{v}|{t}": tr.to_dict() for (v, t), tr in plan.tracks_after(rule).items()}
             state_after = {"tracks": after, "watermark": wm.to_dict(), "generation": generation + 1}
-            _apply(engine, private_key, decision, keys, result, state_after, plan.tracks)
+            _apply(
+                engine,
+                private_key,
+                decision,
+                keys,
+                result,
+                state_after,
+                plan.tracks,
+                plan.watch_rates.get(decision.task),
+            )
             if result.published:
                 generation += 1
         result.holds.extend(plan.holds)
@@ -395,7 +411,9 @@ def release_tick(
     for (version, task), t in tracks.items():
         step = dict(serving_tracks(latest.task(task))).get(version)
         if step is not None:
-            new_tracks[f"{version}|{task}"] = t.at_step(step, rule).to_dict()
+            new_tracks[f"{version}|{task}"] = t.at_step(
+                step, rule.for_task(task, latest), beside_live(latest.task(task), version)
+            ).to_dict()
     result.state = {"tracks": new_tracks, "watermark": wm.to_dict(), "generation": generation}
     with engine.connect() as conn:
         day_of = {

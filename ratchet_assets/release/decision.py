@@ -57,6 +57,36 @@ pure function of the track and the rule, looked up in ``ROLLBACK_RULES`` and ``P
   answers (at least ``min_stage_audits``) exceeds the target, with the same caveat. Default: ``e-value`` under the
   sequential rule, ``bound`` under the Wilson rule.
 
+Free evidence, the carried bound (issue 35, "free evidence first"; ``e-value`` promotion only): while a candidate
+is in shadow or canary beside a live version, it also answers every request live serves and is compared with
+live's answer (``mirror`` pair rows, ``ratchet_core.routing``; ``evidence.PairRow.disagrees``). On the requests
+live serves, let L = live's answer is right, C = the candidate's answer is kept and right, D = the candidate's
+answer is not kept or differs from live's. When the task's comparator is transitive (``label``, ``json``,
+``tool_call``: equality of stripped text, of canonical JSON, of calls; a custom comparator is not assumed to be, and
+turns the carried bound off), "right" means equal to the teacher's answer, so D = 0 and L = 1 imply C = 1:
+C >= L - D pointwise and
+
+    precision(candidate) >= precision(live) - P(candidate != live).
+
+Both sides are anytime-valid tests on a grid of levels u_k (``carry_levels``, 0.01, 0.02, 0.04): on live's audited
+answers over its whole life (like its whole-life rollback process: from shadow on, so a version is carry-ready as
+soon as it goes live), ``carry_live[k]`` rejects "precision(live) <= target + u_k"; on the candidate's mirror rows at
+its current step, ``carry_disagree[k]`` rejects "P(disagree) >= u_k". When both of one level have rejected, the
+candidate's precision exceeds the target and it is promoted one step, as its own promote process would. The error
+budget of a step's promotion (alpha, what the release rule promises) is split: its own promote process alpha/2,
+live's carried processes alpha/4 (alpha/12 per level), the disagreement processes alpha/4 (alpha/12 per level); a
+wrongful promotion needs one of them to reject wrongly, so P(promoting a step whose precision <= target) <= alpha
+(Ville, union bound). Without carrying (``carry`` off, the ``bound`` rule, a custom comparator, or no live version behind the
+candidate when its step starts: nothing to carry from) the own process has all of alpha. The carried processes bet with ``CARRY_MAX_FRACTION`` 0.9 (near-clean streams are the expected case;
+the bet shrinks after each error). Limits, stated: live's side is its precision averaged over its whole life and
+the disagreement is over the candidate's step, so the bound is exact when live's precision is stationary (the live
+watch's drift restarts are what notice it is not, and a rolled-back live version carries nothing); it speaks of the
+requests live serves (the rest go to the teacher, where the candidate's shadow pairs are its own evidence); a
+candidate whose live version changes mid-step carries nothing for the rest of that step (``carry_with``), and a
+live version whose drift restarts are halfway to an alarm (e-value >= 1/sqrt(drift_alpha)) carries nothing.
+Not built: audits spent preferentially where the two disagree, with logged inclusion probabilities and
+inverse-probability-weighted e-processes (the audit rate is the same for every request of a task).
+
 Feedback (``ratchet_core.feedback``) is evidence too: :func:`feedback_evidence` asks whether the student's answers of
 a task draw worse feedback than the teacher's at the same time. Student and teacher observations (bad or not, by
 the task's ``bad_when``, or a demonstration the served answer disagrees with) are paired in the order they arrive;
@@ -87,6 +117,15 @@ from ratchet_core.task_policy import default_promote_evidence
 from ratchet_stats.bounds import wilson_lower, wilson_upper
 from ratchet_stats.canonical import digest
 from ratchet_stats.eprocess import BettingEProcess
+
+# The carried processes' largest bet (module docstring, "carried bound"): BettingEProcess's default is 0.5.
+CARRY_MAX_FRACTION = 0.9
+# A live version whose drift restarts' e-value has reached DRIFT_QUIET / sqrt(drift_alpha) (about 4.5: halfway to
+# an alarm, on the log scale) carries nothing: a guard against a bound that averages over its whole life (module
+# docstring); an extra condition, so it spends no error.
+DRIFT_QUIET = 1.0
+# Comparators known to be transitive (equality of a canonical form: ratchet_core.workloads.comparators).
+TRANSITIVE_COMPARATORS = ("label", "json", "tool_call")
 
 
 @dataclass(frozen=True)
@@ -160,6 +199,8 @@ class ReleaseRule:
     evidence_spend_usd: float | None = (
         None  # per-day cap on the teacher's pay for a candidate's audits (budget)
     )
+    carry: bool = True  # the carried bound may promote (module docstring); off for a custom comparator
+    carry_levels: tuple[float, ...] = (0.01, 0.02, 0.04)  # the u_k of the carried bound
 
     def __post_init__(self) -> None:
         if not 0.0 < self.floor < self.target < 1.0:
@@ -179,6 +220,10 @@ class ReleaseRule:
                 f"release rule {self.release_rule!r} / promote evidence {self.promote_evidence!r}: choose one of "
                 f"{', '.join(ROLLBACK_RULES)} / {', '.join(PROMOTE_RULES)}"
             )
+        if not all(0.0 < u < 1.0 for u in self.carry_levels):
+            raise ValueError(
+                f"need every carry level in (0, 1) (got {self.carry_levels}); e.g. 0.01, 0.02, 0.04"
+            )
         if self.min_stage_audits < 1 or self.wilson_window < self.min_stage_audits:
             raise ValueError(
                 f"need 1 <= min_stage_audits <= wilson_window (got {self.min_stage_audits}, {self.wilson_window})"
@@ -188,6 +233,26 @@ class ReleaseRule:
     def promotes_on(self) -> str:
         """The evidence that promotes: ``promote_evidence``, else the release rule's own."""
         return self.promote_evidence or default_promote_evidence(self.release_rule)
+
+    @property
+    def levels(self) -> tuple[float, ...]:
+        """The carry levels u_k this target can use (live must be able to beat target + u_k < 1)."""
+        return tuple(u for u in self.carry_levels if self.target + u < 1.0 - 1e-9)
+
+    @property
+    def carries(self) -> bool:
+        """Whether the carried bound may promote: ``carry`` on, ``e-value`` promotion, a usable level."""
+        return self.carry and self.promotes_on == "e-value" and bool(self.levels)
+
+    @property
+    def promote_alpha(self) -> float:
+        """The own promote process's share of alpha: alpha/2 when carrying (module docstring), else alpha."""
+        return self.alpha / 2 if self.carries else self.alpha
+
+    @property
+    def carry_alpha(self) -> float:
+        """Each side's share of alpha when carrying (live's processes; the disagreement's): alpha/4."""
+        return self.alpha / 4
 
     def for_task(self, task: str, manifest: Any) -> ReleaseRule:
         """This rule as `task`'s signed policy sets it (ratchet_core.task_policy): its own target (the floor keeps
@@ -211,13 +276,29 @@ class ReleaseRule:
             )
             if (value := getattr(policy, name)) is not None and value != getattr(self, name)
         }
+        comparator = getattr(policy, "comparator", None)
+        if comparator is not None and comparator not in TRANSITIVE_COMPARATORS and self.carry:
+            changes["carry"] = False  # a custom comparator is not known to be transitive: nothing carries
         if policy.target is not None and policy.target != self.target:
             floor = self.floor if self.floor < policy.target else policy.target - (self.target - self.floor)
             changes.update(target=policy.target, floor=max(floor, policy.target / 2))
         return dataclasses.replace(self, **changes) if changes else self
 
-    def new_promote(self) -> BettingEProcess:
-        return BettingEProcess.promote(1.0 - self.target, self.alpha)
+    def new_promote(self, beside_live: bool = True) -> BettingEProcess:
+        """A step's own promote process: at ``promote_alpha`` when the step may carry (a live version behind
+        it), else at alpha (nothing to carry from: the step's whole budget is its own)."""
+        return BettingEProcess.promote(1.0 - self.target, self.promote_alpha if beside_live else self.alpha)
+
+    def new_carry_live(self) -> list[BettingEProcess]:
+        """A version's carried processes (read while it is live): per level u_k, reject "precision <= target +
+        u_k" at carry_alpha / K."""
+        a = self.carry_alpha / len(self.levels)
+        return [BettingEProcess.promote(1.0 - self.target - u, a, CARRY_MAX_FRACTION) for u in self.levels]
+
+    def new_carry_disagree(self) -> list[BettingEProcess]:
+        """A candidate's disagreement processes: per level u_k, reject "P(differs from live) >= u_k"."""
+        a = self.carry_alpha / len(self.levels)
+        return [BettingEProcess.promote(u, a, CARRY_MAX_FRACTION) for u in self.levels]
 
     def new_rollback(self) -> BettingEProcess:
         return BettingEProcess.rollback(1.0 - self.floor, self.rollback_alpha)
@@ -273,10 +354,26 @@ class Track:
     )
     support: BettingEProcess | None = None  # today's support process (module docstring); None: none yet
     support_day: str = ""  # the day `support` started ('' : the track's start)
+    carry_live: list[BettingEProcess] = field(default_factory=list)  # the carried processes, whole life
+    carry_disagree: list[BettingEProcess] = field(default_factory=list)  # shadow/canary: vs live, per step
+    carry_with: str = ""  # the live version carry_disagree is about (VOID: it changed this step)
 
     @classmethod
-    def start(cls, version: str, task: str, step: int, rule: ReleaseRule) -> Track:
-        return cls(version, task, step, rule.new_promote(), rule.new_rollback(), support=rule.new_support())
+    def start(cls, version: str, task: str, step: int, rule: ReleaseRule, beside_live: bool = True) -> Track:
+        """A new track at `step`; `beside_live`: a live version serves the rest of the task (the step may carry,
+        so its own promote process has alpha/2; decided at the step's start, so the split stays valid)."""
+        carry = rule.carries and beside_live and step < LIVE
+        t = cls(version, task, step, rule.new_promote(carry), rule.new_rollback(), support=rule.new_support())
+        t.carry_live = rule.new_carry_live() if rule.carries else []
+        return t._carry_at(step, rule, beside_live)
+
+    def _carry_at(self, step: int, rule: ReleaseRule, beside_live: bool = True) -> Track:
+        """Fresh disagreement processes for `step` (below live, beside a live version), in place; the carried
+        processes of its own precision (``carry_live``) run for the version's whole life."""
+        carry = rule.carries and beside_live and step < LIVE
+        self.carry_disagree = rule.new_carry_disagree() if carry else []
+        self.carry_with = ""
+        return self
 
     def to_dict(self) -> dict[str, Any]:
         out = {
@@ -297,6 +394,12 @@ class Track:
         if self.support is not None:
             out["support"] = self.support.to_json()
             out["support_day"] = self.support_day
+        if self.carry_live:
+            out["carry_live"] = [p.to_json() for p in self.carry_live]
+        if self.carry_disagree:
+            out["carry_disagree"] = [p.to_json() for p in self.carry_disagree]
+        if self.carry_with:
+            out["carry_with"] = self.carry_with
         return out
 
     @classmethod
@@ -315,6 +418,9 @@ class Track:
             str(d.get("since", "")),
             BettingEProcess.from_json(d["support"]) if d.get("support") else None,
             str(d.get("support_day", "")),
+            [BettingEProcess.from_json(p) for p in d.get("carry_live", [])],
+            [BettingEProcess.from_json(p) for p in d.get("carry_disagree", [])],
+            str(d.get("carry_with", "")),
         )
 
     def on_day(self, today: str, rule: ReleaseRule) -> Track:
@@ -329,11 +435,15 @@ class Track:
         has rejected: the version may take over when the live version is rolled back (``tick.rollback_release``)."""
         return self.support is not None and self.support.rejected and not self.rolled_back
 
-    def at_step(self, step: int, rule: ReleaseRule) -> Track:
-        """The track after the manifest moved it to `step` (by us or an operator): fresh promote evidence."""
+    def at_step(self, step: int, rule: ReleaseRule, beside_live: bool = True) -> Track:
+        """The track after the manifest moved it to `step` (by us or an operator): fresh promote evidence (at
+        alpha/2 when `beside_live` and the rule carries, :meth:`start`)."""
         if step == self.step:
             return self
-        return dataclasses.replace(self, step=step, promote=rule.new_promote())
+        carry = rule.carries and beside_live and step < LIVE
+        return dataclasses.replace(self, step=step, promote=rule.new_promote(carry))._carry_at(
+            step, rule, beside_live
+        )
 
     def accepts(self, role: str) -> bool:
         """Whether a pair row of this version with `role` is evidence here: a live version only learns from
@@ -353,10 +463,24 @@ class Track:
         self.rollback.update(error)
         if self.support is not None:
             self.support.update(error)
+        for p in self.carry_live:
+            p.update(error)
         for _, proc in self.restarts:
             proc.update(error)
         if self.drift_rejected_at is None and self.drift_e_value >= 1.0 / rule.drift_alpha:
             self.drift_rejected_at = self.rollback.n
+
+    def observe_mirror(self, disagrees: bool, live_version: str) -> None:
+        """One mirror row (the candidate against the answer `live_version` served): feeds the disagreement
+        processes, which are about one live version per step (another one voids them for the step)."""
+        if not self.carry_disagree or self.carry_with == VOID:
+            return
+        if self.carry_with and self.carry_with != live_version:
+            self.carry_with = VOID
+            return
+        self.carry_with = live_version
+        for p in self.carry_disagree:
+            p.update(disagrees)
 
     @property
     def drift_e_value(self) -> float:
@@ -380,6 +504,8 @@ class Track:
         """SHA-256 of the e-process states a decision rests on (part of the effect key)."""
         return digest(self.to_dict())
 
+
+VOID = "-"  # Track.carry_with when the live version changed during the step
 
 Action = Literal["promote", "rollback", "hold"]
 
@@ -443,6 +569,26 @@ def bound_promotes(track: Track, rule: ReleaseRule) -> bool:
     return n >= rule.min_stage_audits and wilson_lower(n - e, n, rule.alpha) > rule.target
 
 
+def carried(track: Track, live: Track | None, rule: ReleaseRule) -> int | None:
+    """The first level k at which the carried bound shows `track`'s precision above the target (module docstring):
+    `live` (the live version serving the rest, at live, not rolled back) rejected "precision <= target + u_k" and
+    `track`'s mirror rows against that same version rejected "disagree >= u_k"; None when no level has."""
+    if (
+        live is None
+        or not rule.carries
+        or track.step >= LIVE
+        or live.step != LIVE
+        or live.rolled_back
+        or live.drift_e_value >= DRIFT_QUIET / rule.drift_alpha**0.5
+        or track.carry_with != live.version
+    ):
+        return None
+    for k, (lp, dp) in enumerate(zip(live.carry_live, track.carry_disagree, strict=False)):
+        if lp.rejected and dp.rejected:
+            return k
+    return None
+
+
 ROLLBACK_RULES: dict[str, Callable[[Track, ReleaseRule], str | None]] = {
     "sequential": sequential_rollback,
     "wilson": wilson_rollback,
@@ -482,8 +628,37 @@ def _needed_for_bound(track: Track, rule: ReleaseRule, cap: int = 5000) -> int |
     return lo
 
 
-def evidence_of(track: Track, rule: ReleaseRule) -> dict[str, Any]:
-    """The evidence a decision about `track` rests on (a decision's ``evidence``; the audit log keeps it)."""
+def carried_evidence(track: Track, live: Track | None, rule: ReleaseRule) -> dict[str, Any] | None:
+    """The carried bound's state (levels, live's processes, the disagreement's), or None when it has none."""
+    if not track.carry_disagree and not track.carry_live:
+        return None
+
+    def procs(ps: list[BettingEProcess]) -> list[dict[str, Any]]:
+        return [
+            {"n": p.n, "errors": p.errors, "e_value": _finite(p.e_value), "e_threshold": p.threshold}
+            for p in ps
+        ]
+
+    out: dict[str, Any] = {
+        "levels": list(rule.levels),
+        "alpha_own": rule.promote_alpha,
+        "alpha_live": rule.carry_alpha,
+        "alpha_disagree": rule.carry_alpha,
+    }
+    if track.carry_live:
+        out["own"] = procs(track.carry_live)
+    if track.carry_disagree:
+        out.update(against=track.carry_with, disagree=procs(track.carry_disagree))
+        if live is not None and live.carry_live:
+            out["live"] = procs(live.carry_live)
+        k = carried(track, live, rule)
+        out["carried_level"] = None if k is None else rule.levels[k]
+    return out
+
+
+def evidence_of(track: Track, rule: ReleaseRule, live: Track | None = None) -> dict[str, Any]:
+    """The evidence a decision about `track` rests on (a decision's ``evidence``; the audit log keeps it);
+    `live`: the live version serving the rest, for the carried bound."""
     p, r = track.promote, track.rollback
     out = {
         "step": LADDER[track.step].label,
@@ -520,6 +695,9 @@ def evidence_of(track: Track, rule: ReleaseRule) -> dict[str, Any]:
         "release_rule": rule.release_rule,
         "promote_evidence": rule.promotes_on,
     }
+    carry = carried_evidence(track, live, rule)
+    if carry is not None:
+        out["carried"] = carry
     if rule.release_rule == "wilson" or rule.promotes_on == "bound":
         n, errors, where = track.wilson_sample()
         out["wilson"] = {
@@ -537,9 +715,18 @@ def _finite(x: float) -> float | None:
     return x if math.isfinite(x) else None
 
 
-def _promote_text(track: Track, rule: ReleaseRule) -> str:
+def _promote_text(track: Track, rule: ReleaseRule, live: Track | None = None) -> str:
     """The evidence that promotes, as a message fragment."""
     p = track.promote
+    k = None if PROMOTE_RULES[rule.promotes_on](track, rule) else carried(track, live, rule)
+    if k is not None and live is not None:
+        u, lp, dp = rule.levels[k], live.carry_live[k], track.carry_disagree[k]
+        return (
+            f"carried bound: {live.version}'s precision > {rule.target + u:g} ({lp.n} audits, {lp.errors} "
+            f"disagree, e-value {lp.e_value:.3g} >= {lp.threshold:g}) and P(differs from it) < {u:g} ({dp.n} "
+            f"mirrored answers, {dp.errors} differ, e-value {dp.e_value:.3g} >= {dp.threshold:g}), so "
+            f"precision > {rule.target:g}"
+        )
     if rule.promotes_on == "bound":
         return (
             f"Wilson lower bound {wilson_lower(p.n - p.errors, p.n, rule.alpha) if p.n else 0.0:.4f} > "
@@ -548,15 +735,23 @@ def _promote_text(track: Track, rule: ReleaseRule) -> str:
     return f"promote e-value {p.e_value:.3g} >= {p.threshold:g} (evidence precision > {rule.target:g})"
 
 
-def decide(track: Track, rule: ReleaseRule, frozen: bool = False, held: str = "") -> Decision:
+def promotes(track: Track, rule: ReleaseRule, live: Track | None = None) -> bool:
+    """Whether `track`'s evidence supports its next step: its own promote rule, or the carried bound."""
+    return PROMOTE_RULES[rule.promotes_on](track, rule) or carried(track, live, rule) is not None
+
+
+def decide(
+    track: Track, rule: ReleaseRule, frozen: bool = False, held: str = "", live: Track | None = None
+) -> Decision:
     """What the current evidence says for `track` under `rule` (rollback first, then promotion, else hold): the
     one release decision, used by the sensor and the simulator alike. The rule's release rule picks the rollback
     evidence (``ROLLBACK_RULES``) and its promote evidence what promotes (``PROMOTE_RULES``).
 
     ``frozen`` (releases frozen) or ``held`` (why promotions of this release wait, e.g. an operator forced it)
-    turn a promotion into a hold; rollbacks still happen."""
+    turn a promotion into a hold; rollbacks still happen. `live`: the live version serving the rest of the task
+    while `track` is in shadow or canary (its carried bound, module docstring)."""
     name = f"{track.version} on {track.task} at {LADDER[track.step].describe()}"
-    ev = evidence_of(track, rule)
+    ev = evidence_of(track, rule, live)
     why = ROLLBACK_RULES[rule.release_rule](track, rule)
     if why:
         # What the alarm is about (tick.rollback_release): the version's whole life, or its recent answers (drift
@@ -572,7 +767,7 @@ def decide(track: Track, rule: ReleaseRule, frozen: bool = False, held: str = ""
             f"rolling back {name}: {why} (evidence precision < {rule.floor:g})",
             ev,
         )
-    if track.step < LIVE and PROMOTE_RULES[rule.promotes_on](track, rule):
+    if track.step < LIVE and promotes(track, rule, live):
         nxt = LADDER[track.step + 1]
         if frozen or held:
             why = held or (
@@ -584,7 +779,7 @@ def decide(track: Track, rule: ReleaseRule, frozen: bool = False, held: str = ""
                 track.task,
                 track.step,
                 track.step,
-                f"holding {name}: evidence supports {nxt.describe()} ({_promote_text(track, rule)}) but {why}",
+                f"holding {name}: evidence supports {nxt.describe()} ({_promote_text(track, rule, live)}) but {why}",
                 ev,
             )
         return Decision(
@@ -594,7 +789,7 @@ def decide(track: Track, rule: ReleaseRule, frozen: bool = False, held: str = ""
             track.step,
             track.step + 1,
             f"promoting {name} to {nxt.describe()}: {track.promote.n} audits at this step, "
-            f"{track.promote.errors} disagree; {_promote_text(track, rule)}",
+            f"{track.promote.errors} disagree; {_promote_text(track, rule, live)}",
             ev,
         )
     if track.step == LIVE:
@@ -618,7 +813,12 @@ def decide(track: Track, rule: ReleaseRule, frozen: bool = False, held: str = ""
 
 
 def feed(
-    track: Track, errors: Iterable[bool | None], rule: ReleaseRule, frozen: bool = False, held: str = ""
+    track: Track,
+    errors: Iterable[bool | None],
+    rule: ReleaseRule,
+    frozen: bool = False,
+    held: str = "",
+    live: Track | None = None,
 ) -> tuple[Decision, int]:
     """Feed answers one by one until a decision; return it and how many answers were consumed.
 
@@ -626,10 +826,10 @@ def feed(
     promote or rollback decision are NOT consumed: the caller keeps them for the next evaluation.
     """
     consumed = 0
-    decision = decide(track, rule, frozen, held)
+    decision = decide(track, rule, frozen, held, live)
     if decision.action != "hold":
         return decision, 0
-    rollback, promotes = ROLLBACK_RULES[rule.release_rule], PROMOTE_RULES[rule.promotes_on]
+    rollback = ROLLBACK_RULES[rule.release_rule]
     for err in errors:
         consumed += 1
         if err is None:
@@ -637,9 +837,11 @@ def feed(
             continue
         track.observe(bool(err), rule)
         # Cheap test first: decide() also works out the hold message, which simulates further audits.
-        if rollback(track, rule) or (track.step < LIVE and not (frozen or held) and promotes(track, rule)):
-            return decide(track, rule, frozen, held), consumed
-    return decide(track, rule, frozen, held), consumed
+        if rollback(track, rule) or (
+            track.step < LIVE and not (frozen or held) and promotes(track, rule, live)
+        ):
+            return decide(track, rule, frozen, held, live), consumed
+    return decide(track, rule, frozen, held, live), consumed
 
 
 @dataclass(frozen=True)

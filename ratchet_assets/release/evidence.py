@@ -11,6 +11,13 @@ student answered off the path); ``pair_outcome`` agree | disagree | error. As ev
   broke its request's contract (``contract_violation``, ``ratchet_core.contract``) -> no evidence either (the
   gateway would have sent that request to the teacher).
 
+A ``mirror`` pair row (the candidate's answer to a request the live version served, compared with the answer live
+served) says nothing about precision on its own (``error`` is None); :attr:`PairRow.disagrees` is what it says
+about the candidate against live, for the carried bound (``decision``): ``agree`` with the candidate's answer kept
+(confidence at or above its threshold, no contract violation) -> False; anything else -> True (a disagreement,
+an answer its cascade would not keep, or a failed call: all counted against the candidate, which keeps the bound
+a lower bound).
+
 Segments are immutable once sealed (written under a temp name, then renamed), so a watermark over segment names is
 exact: :class:`Watermark` holds, per day, the segments fully read, plus the position inside the segment where the
 last evaluation stopped. Days more than ``SETTLE_DAYS`` before the newest day seen are considered settled and
@@ -47,9 +54,20 @@ class PairRow:
     contract_violation: str = ""  # schema version 3; '' in older segments
 
     @property
+    def disagrees(self) -> bool | None:
+        """A mirror row: whether the candidate's answer is not one its cascade keeps and equal to live's (module
+        docstring); None for the other roles."""
+        if self.role != "mirror":
+            return None
+        kept = not self.contract_violation and (
+            self.confidence is None or self.threshold is None or self.confidence >= self.threshold
+        )
+        return not (self.outcome == "agree" and kept)
+
+    @property
     def error(self) -> bool | None:
         """True = the student was wrong, False = right, None = this row says nothing about precision."""
-        if self.outcome not in ("agree", "disagree"):
+        if self.role == "mirror" or self.outcome not in ("agree", "disagree"):
             return None
         if self.role == "shadow" and (
             self.contract_violation

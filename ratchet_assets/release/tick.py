@@ -44,13 +44,15 @@ from datetime import date
 from typing import Any
 
 from ratchet_assets.release.admission import Candidate, admission_problem, calibrated_threshold
-from ratchet_assets.release.budget import DEFAULT_SLOT_DAYS, evidence_budget
+from ratchet_assets.release.budget import DEFAULT_SLOT_DAYS, evidence_budget, watch_rate
 from ratchet_assets.release.decision import (
     LADDER,
+    LIVE,
     ROLLBACK_RULES,
     Decision,
     ReleaseRule,
     Track,
+    carried,
     decide,
     evidence_of,
     feed,
@@ -107,6 +109,8 @@ class TickPlan:
     read: list[str] = field(default_factory=list)  # evidence batches read to the end
     stop: PairRow | None = None  # the row the decision was made on (read up to and including it)
     holds: list[str] = field(default_factory=list)  # hold lines of the tracks the decision is not about
+    # task -> the audit rate of a live version serving alone (budget.watch_rate); set by apply_decision
+    watch_rates: dict[str, float] = field(default_factory=dict)
 
     def tracks_after(self, rule: ReleaseRule) -> dict[tuple[str, str], Track]:
         """The tracks once the decision applies: the decided track moves (promote) or leaves (rollback)."""
@@ -116,7 +120,10 @@ class TickPlan:
             if d is None or key != (d.version, d.task):
                 out[key] = t
             elif d.to_step is not None:
-                out[key] = t.at_step(d.to_step, rule.for_task(t.task, self.manifest))
+                rel = self.manifest.task(t.task)
+                out[key] = t.at_step(
+                    d.to_step, rule.for_task(t.task, self.manifest), beside_live(rel, t.version)
+                )
         return out
 
 
@@ -131,13 +138,19 @@ def tracks_for(
         for version, step in serving_tracks(rel):
             prev = previous.get((version, task))
             task_rule = rule.for_task(task, manifest)
+            beside = beside_live(rel, version)
             if prev:
-                tracks[(version, task)] = prev.at_step(step, task_rule).on_day(today, task_rule)
+                tracks[(version, task)] = prev.at_step(step, task_rule, beside).on_day(today, task_rule)
             else:
-                t = Track.start(version, task, step, task_rule)
+                t = Track.start(version, task, step, task_rule, beside)
                 t.since = t.support_day = today
                 tracks[(version, task)] = t
     return tracks
+
+
+def beside_live(rel: mf.TaskRelease, version: str) -> bool:
+    """Whether `version` is the candidate of `rel` with a live version serving the rest (its steps may carry)."""
+    return rel.stage in ("shadow", "canary") and rel.version == version and bool(rel.previous_live)
 
 
 def days_between(first: str, last: str) -> int | None:
@@ -232,8 +245,13 @@ def decide_tick(
             continue
         live = cur.live_version
         known = (traffic or {}).get(task)
+        live_track = previous.get((live, task)) if live else None
         budget = evidence_budget(
-            task_rule, *(known or (0.0, 0.0)), base_rate=_base_rate(current, task), live=bool(live)
+            task_rule,
+            *(known or (0.0, 0.0)),
+            base_rate=_base_rate(current, task),
+            live=bool(live),
+            carry_level=_carry_ready(live_track, task_rule),
         )
         slot_track = previous.get((replaces, task)) if replaces else None
         preempt_evidence: dict[str, Any] = {}
@@ -296,8 +314,24 @@ def decide_tick(
         )
         admit(current, adm)
         plan.admissions.append(adm)
+    for task, known in sorted((traffic or {}).items()):
+        plan.watch_rates[task] = watch_rate(
+            rule.for_task(task, current), *known, base_rate=_base_rate(current, task)
+        )
     frozen = current.flags.releases_frozen
     plan.tracks = tracks = tracks_for(current, previous, rule, today)
+
+    def live_of(t: Track) -> Track | None:
+        """The live version serving the rest of `t`'s task while `t` is in shadow or canary."""
+        prev = current.task(t.task).previous_live
+        return tracks.get((prev, t.task)) if t.step < LIVE and prev else None
+
+    def candidate_of(t: Track) -> Track | None:
+        """The candidate in the slot beside `t`, when `t` is the live version serving the rest."""
+        rel = current.task(t.task)
+        if t.step != LIVE or rel.stage not in ("shadow", "canary") or rel.previous_live != t.version:
+            return None
+        return tracks.get((rel.version, t.task))
 
     def held(t: Track) -> str:
         rel = current.task(t.task)
@@ -307,7 +341,7 @@ def decide_tick(
 
     decision: Decision | None = None
     for t in tracks.values():  # evidence already in hand (e.g. a promotion held while frozen)
-        d = decide(t, rule.for_task(t.task, current), frozen, held(t))
+        d = decide(t, rule.for_task(t.task, current), frozen, held(t), live_of(t))
         if d.action != "hold":
             decision = d
             break
@@ -315,9 +349,30 @@ def decide_tick(
         for name, rows in evidence:
             for row in rows:
                 t = tracks.get((row.version, row.task))
-                if t is None or not t.accepts(row.role):
+                if t is None:
                     continue
-                d, _ = feed(t, [row.error], rule.for_task(t.task, current), frozen, held(t))
+                task_rule = rule.for_task(t.task, current)
+                if (
+                    row.role == "mirror"
+                ):  # free evidence: the candidate against live (decision, carried bound)
+                    if t.step >= LIVE:
+                        continue
+                    live = live_of(t)
+                    t.observe_mirror(bool(row.disagrees), current.task(t.task).previous_live or "")
+                    if not (frozen or held(t)) and carried(t, live, task_rule) is not None:
+                        decision, plan.stop = decide(t, task_rule, frozen, held(t), live), row
+                        break
+                    continue
+                if not t.accepts(row.role):
+                    continue
+                d, _ = feed(t, [row.error], task_rule, frozen, held(t), live_of(t))
+                cand = candidate_of(t) if d.action == "hold" else None
+                if (
+                    cand is not None
+                    and not (frozen or held(cand))
+                    and carried(cand, t, task_rule) is not None
+                ):
+                    d = decide(cand, task_rule, frozen, held(cand), t)  # live's audit completed the bound
                 if d.action != "hold":
                     decision, plan.stop = d, row
                     break
@@ -326,7 +381,7 @@ def decide_tick(
             plan.read.append(name)
     plan.decision = decision
     for t in tracks.values():
-        d = decide(t, rule.for_task(t.task, current), frozen, held(t))
+        d = decide(t, rule.for_task(t.task, current), frozen, held(t), live_of(t))
         if d.action == "hold" and not (decision and (t.version, t.task) == (decision.version, decision.task)):
             plan.holds.append(d.message)
     return plan
@@ -377,6 +432,15 @@ def incumbent(rel: mf.TaskRelease) -> str | None:
     if rel.stage in ("shadow", "canary") and rel.version:
         return rel.version
     return rel.live_version
+
+
+def _carry_ready(live: Track | None, rule: ReleaseRule) -> float | None:
+    """The largest carry level at which `live`'s carried process has rejected (its precision is known above
+    target + u), or None: the evidence budget then counts on mirrored answers (``release.budget``)."""
+    if live is None or not rule.carries or live.rolled_back:
+        return None
+    ready = [u for u, p in zip(rule.levels, live.carry_live, strict=False) if p.rejected]
+    return max(ready) if ready else None
 
 
 def _base_rate(m: mf.Manifest, task: str) -> float:
@@ -536,17 +600,20 @@ def apply_decision(
     history: Sequence[mf.Manifest] = (),
     healthy: Callable[[str], bool] = lambda v: True,
     supported: Callable[[str], bool] = lambda v: False,
+    watch_rate: float | None = None,
 ) -> None:
     """Apply a promote/rollback to draft `m` (a rollback's target: :func:`rollback_release`, told by the decision's
     ``rollback_cause`` whether the alarm was about recent answers); raises ManifestMoved (the version left that
-    step) or Frozen."""
+    step) or Frozen. `watch_rate` (``TickPlan.watch_rates``, ``budget.watch_rate``): the audit rate of a live
+    version that now serves the task alone (no candidate in the slot)."""
     cur = m.task(decision.task)
     if (decision.version, decision.from_step) not in serving_tracks(cur):
         raise ManifestMoved(f"{decision.task} is now {cur.stage} {cur.version or '(teacher)'}")
     if decision.action == "rollback":
         recent = decision.evidence.get("rollback_cause") == "recent"
-        m.tasks[decision.task] = rollback_release(
-            cur, decision.task, decision.version, history, healthy, supported, recent
+        m.tasks[decision.task] = _watched(
+            rollback_release(cur, decision.task, decision.version, history, healthy, supported, recent),
+            watch_rate,
         )
         return
     if m.flags.releases_frozen:
@@ -554,7 +621,16 @@ def apply_decision(
     if cur.forced:
         raise ManifestMoved(f"an operator forced {cur.version} on {decision.task}")
     assert decision.to_step is not None
-    m.tasks[decision.task] = release_for(decision.to_step, decision.version, cur.threshold, cur)
+    m.tasks[decision.task] = _watched(
+        release_for(decision.to_step, decision.version, cur.threshold, cur), watch_rate
+    )
+
+
+def _watched(rel: mf.TaskRelease, rate: float | None) -> mf.TaskRelease:
+    """`rel` with the watch rate when it is a live version serving alone (``Manifest.audit_rate`` reads it)."""
+    if rel.stage != "live" or rate is None:
+        return rel
+    return rel.model_copy(update={"audit_rate": rate})
 
 
 def admission_statuses(adm: Admission) -> list[StatusChange]:

@@ -51,7 +51,10 @@ manifest as ``superseded``, not rolled back.
 
 Who answers off the request path is the gateway's own decision too (``ratchet_core.routing.pairs``): the canary's
 rest is shadowed by the canary version, and a request served by the previous live version that is audited is also
-answered by the candidate and compared with the teacher's audit answer, so evidence is always against the teacher.
+answered by the candidate and compared with the teacher's audit answer, so evidence is always against the teacher;
+every request the previous live version served is also mirrored (the candidate's answer compared with live's: a
+``mirror`` pair row, free evidence for the carried bound of ``ratchet_assets.release.decision``; one answer of the
+candidate serves an audited request's shadow and mirror rows and is paid once).
 A shadow pair records the shadowed version's own threshold (``Route.shadow_threshold``), so ``PairRow.error``
 ignores answers the cascade would have sent to the teacher. Everything is deterministic in the arguments: the same seed gives byte-identical output.
 """
@@ -114,7 +117,10 @@ class Deployment:
     corrupted: bool
     max_percent: float = 0.0
     stage: str = "shadow"
-    pair_rows: int = 0  # pair rows about this version from its deployment until it left (rollback, supersede)
+    pair_rows: int = (
+        0  # audit and shadow rows about it from its deployment until it left (rollback, supersede)
+    )
+    mirror_rows: int = 0  # its mirror rows (compared with live's answer, not the teacher's) in that time
     rolled_back_day: int | None = None
     audits_to_rollback: int | None = None  # evidence rows its rollback e-process had seen when it fired
     live_day: int | None = None
@@ -234,6 +240,7 @@ class Simulation:
         )
         off_path = pairs(r, served_by)
         audit, shadow_version, role = off_path.audit, off_path.shadow_version, off_path.role
+        mirror = off_path.mirror
         seq[0] += 1
         rows = [
             request_row(
@@ -267,8 +274,10 @@ class Simulation:
             s.pending.append(PairRow("", 0, version, task, "audit", outcome, None, None))
             pair_costs += row["actual_cost_usd"]
             audit_cost = row["actual_cost_usd"]
+        candidate = None  # the candidate's answer, asked once for its shadow and mirror pairs
         if shadow_version:
-            msg, conf = self._ask_student(shadow_version, rid, ex)
+            candidate = self._ask_student(shadow_version, rid, ex)
+            msg, conf = candidate
             outcome = "agree" if compare(task, teacher_msg, msg) else "disagree"
             thr = r.shadow_threshold
             seq[0] += 1
@@ -276,10 +285,25 @@ class Simulation:
             rows.append(row)
             s.pending.append(PairRow("", 0, shadow_version, task, "shadow", outcome, conf, thr))
             pair_costs += row["actual_cost_usd"]
+        if mirror:  # free evidence: the candidate against the answer live served (routing.pairs)
+            msg, conf = candidate or self._ask_student(mirror, rid, ex)
+            outcome = "agree" if compare(task, answer, msg) else "disagree"
+            thr = r.shadow_threshold
+            seq[0] += 1
+            row = self._pair_row(base, seq[0], "mirror", mirror, msg, outcome, conf, thr, 0)
+            if candidate is not None:
+                row["actual_cost_usd"] = 0.0  # the shadow row already bills this one answer of the candidate
+            rows.append(row)
+            s.pending.append(PairRow("", 0, mirror, task, "mirror", outcome, conf, thr))
+            if candidate is None:  # one answer of the candidate serves both pairs: the student is paid once
+                pair_costs += row["actual_cost_usd"]
         for row in rows[1:]:
             dep = self._deployment(row["version"], task)
             if dep is not None and not dep.gone:
-                dep.pair_rows += 1
+                if row["pair_role"] == "mirror":
+                    dep.mirror_rows += 1
+                else:
+                    dep.pair_rows += 1
         correct = compare(task, ex.expected, answer)
         stats = {
             "served_by": served_by,
@@ -312,7 +336,7 @@ class Simulation:
             **base,
             seq=seq,
             version=version,
-            served_by="student" if role == "shadow" else "teacher",
+            served_by="teacher" if role == "audit" else "student",
             answer=redact_text(msg["content"]) if msg.get("content") else "",
             tool_calls=_cj(msg["tool_calls"]) if msg.get("tool_calls") else "",
             finish_reason="tool_calls" if msg.get("tool_calls") else "stop",
@@ -320,7 +344,7 @@ class Simulation:
             reasoning_tokens=reasoning,
             total_tokens=p + c,
             teacher_cost_usd=teacher_cost,
-            actual_cost_usd=student_cost if role == "shadow" else teacher_cost,
+            actual_cost_usd=teacher_cost if role == "audit" else student_cost,
             confidence=confidence,
             threshold=threshold,
             pair_role=role,
@@ -410,6 +434,7 @@ class Simulation:
             s.history,
             healthy_versions(statuses, plan.tracks, d.task),
             supported_versions(plan.tracks, d.task),
+            plan.watch_rates.get(d.task),
         )
         self._publish(decision_statuses(d, s.manifest.task(d.task)))
         s.tracks = plan.tracks_after(s.rule)

@@ -5,7 +5,11 @@ written as ``pair`` rows (the release evidence).
 is asked again (``audit`` row: does the served answer agree with the teacher's?); when a candidate version is
 shadowed, it answers too and is compared with the teacher's answer (``shadow`` row, with the candidate's own
 threshold and what the contract guard would have said). An audited request may also shadow a candidate, compared
-with the teacher's audit answer. Nothing here delays or fails the client's answer: the calls run as background
+with the teacher's audit answer. A request the live version served while a candidate is in the slot is also
+*mirrored* (``Pairs.mirror``): the candidate answers and is compared with the answer live served (``mirror`` row,
+the candidate's confidence, threshold and contract verdict; free evidence for the carried bound,
+``ratchet_assets.release.decision``); when the request is also audited, the candidate's one answer makes both its
+shadow and its mirror row. Mirror calls share the shadow cap below. Nothing here delays or fails the client's answer: the calls run as background
 tasks (``Gateway.spawn``) and a failed call is a pair with outcome ``error``.
 
 Shadows are capped (``RATCHET_SHADOW_MAX_IN_FLIGHT`` calls at once per gateway worker): the others wait their
@@ -55,9 +59,11 @@ class Pairs:
         """Start what runs off the path now that `served` answered `call` (nothing when nothing is due)."""
         p = pairs(call.decision.route, call.outcome.served_by)
         if p.audit:
-            self.gw.spawn(self._audit(call, served, p.shadow_version))
+            self.gw.spawn(self._audit(call, served, p.shadow_version, p.mirror))
         elif p.shadow_version and self._take_shadow():
             self.gw.spawn(self._shadow(call, served, p.shadow_version))
+        elif p.mirror and self._take_shadow():
+            self.gw.spawn(self._shadow(call, None, p.mirror, served))
 
     def _take_shadow(self) -> bool:
         """A shadow's place in the cap's queue (given back when its row is written), or False: skipped."""
@@ -70,9 +76,12 @@ class Pairs:
         self.shadows_in_flight += 1
         return True
 
-    async def _audit(self, call: ChatCall, served: dict, candidate: str | None) -> None:
+    async def _audit(
+        self, call: ChatCall, served: dict, candidate: str | None, mirror: str | None = None
+    ) -> None:
         """Re-ask the teacher about a student-served request -> ``audit`` pair row; then, when a candidate is
-        shadowed, have it answer too and compare it with the teacher's audit answer -> ``shadow`` pair row."""
+        shadowed, have it answer too and compare it with the teacher's audit answer -> ``shadow`` pair row, and
+        with the answer live served -> ``mirror`` pair row."""
         gw = self.gw
         t = time.perf_counter()
         try:
@@ -92,22 +101,28 @@ class Pairs:
             call, "audit", call.student.version, teacher, error, outcome, None, call.student.threshold, _ms(t)
         )
         await self._write(call, row)
-        # no teacher answer: nothing to compare the candidate with
-        if candidate and teacher is not None and self._take_shadow():
-            await self._shadow(call, teacher, candidate)
+        # no teacher answer: the candidate is compared with live's answer only
+        version = candidate or mirror
+        if version and (teacher is not None or mirror) and self._take_shadow():
+            await self._shadow(call, teacher if candidate else None, version, served if mirror else None)
 
-    async def _shadow(self, call: ChatCall, teacher: dict, version: str) -> None:
-        """Have candidate `version` answer off the path; compare it with the teacher's answer -> ``shadow`` row
-        with the candidate's own threshold (``Route.shadow_threshold``). Holds a place under the cap
-        (:meth:`_take_shadow`), waits for its turn under the cap, and gives the place back."""
+    async def _shadow(
+        self, call: ChatCall, teacher: dict | None, version: str, live: dict | None = None
+    ) -> None:
+        """Have candidate `version` answer off the path; compare it with the teacher's answer (when given) ->
+        ``shadow`` row, and with the answer live served (when given) -> ``mirror`` row, each with the candidate's
+        own threshold (``Route.shadow_threshold``). Holds a place under the cap (:meth:`_take_shadow`), waits for
+        its turn under the cap, and gives the place back."""
         try:
             assert self._places is not None
             async with self._places:
-                await self._shadow_row(call, teacher, version)
+                await self._shadow_row(call, teacher, version, live)
         finally:
             self.shadows_in_flight -= 1
 
-    async def _shadow_row(self, call: ChatCall, teacher: dict, version: str) -> None:
+    async def _shadow_row(
+        self, call: ChatCall, teacher: dict | None, version: str, live: dict | None = None
+    ) -> None:
         gw = self.gw
         t = time.perf_counter()
         conf = None
@@ -119,26 +134,34 @@ class Pairs:
             error = None
         except GatewayError as err:
             student, error = None, err
-        outcome, violation = "error", None
+        violation = None
+        student_msg = None
         if student is not None:
-            teacher_msg, _, _ = message_of(teacher)
             student_msg, student_finish, _ = message_of(student)
-            outcome = "agree" if gw.compare(call.received.task, teacher_msg, student_msg) else "disagree"
             # what the guard would have done had this candidate served: the release evidence reads it
             violation = await answer_guard.check(call.received.body, student_msg, student_finish)
-        row = self.recorder.pair_row(
-            call,
-            "shadow",
-            version,
-            student,
-            error,
-            outcome,
-            conf,
-            call.decision.route.shadow_threshold,
-            _ms(t),
-            contract_violation=violation.kind if violation else "",
-        )
-        await self._write(call, row)
+        for role, other in (("shadow", teacher), ("mirror", live)):
+            if other is None:
+                continue
+            outcome = "error"
+            if student_msg is not None:
+                other_msg, _, _ = message_of(other)
+                outcome = "agree" if gw.compare(call.received.task, other_msg, student_msg) else "disagree"
+            row = self.recorder.pair_row(
+                call,
+                role,
+                version,
+                student,
+                error,
+                outcome,
+                conf,
+                call.decision.route.shadow_threshold,
+                _ms(t),
+                contract_violation=violation.kind if violation else "",
+            )
+            if role == "mirror" and teacher is not None:
+                row["actual_cost_usd"] = 0.0  # the shadow row already bills this one answer of the candidate
+            await self._write(call, row)
 
     async def _write(self, call: ChatCall, row: dict) -> None:
         self.gw.metrics.pairs.labels(row["pair_role"], row["pair_outcome"]).inc()

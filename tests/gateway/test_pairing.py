@@ -1,6 +1,8 @@
 """Evidence for a candidate in shadow/canary, as ledger rows and as release evidence reads them:
 the canary's rest is shadowed by the canary version, and a request served by the previous live version and
-audited is also answered by the candidate, compared with the TEACHER's audit answer."""
+audited is also answered by the candidate, compared with the TEACHER's audit answer; and every request the previous
+live version served is mirrored: the candidate answers it and is compared with LIVE's served answer (free evidence
+for the carried bound, ``ratchet_assets.release.decision``)."""
 
 from __future__ import annotations
 
@@ -13,7 +15,7 @@ from ratchet_assets.release.evidence import Watermark, pending_segments, read_pa
 from ratchet_core.manifest import Manifest, TaskRelease
 from ratchet_core.routing import SafetyState, pairs, route
 
-from .conftest import API_KEY, STUDENT_VERSION, running_gateway, sealed_rows, two_version_student
+from .conftest import API_KEY, OTHER_KEY, STUDENT_VERSION, running_gateway, sealed_rows, two_version_student
 
 OLD, NEW = "v1-old0001", "v2-new0002"  # previous live (wrong on every request), candidate (right)
 
@@ -36,7 +38,7 @@ def _ask(client, seed: int):
 
 def _rows(g, rid: str) -> dict[str, list[dict]]:
     g.drain()
-    out: dict[str, list[dict]] = {"request": [], "audit": [], "shadow": []}
+    out: dict[str, list[dict]] = {"request": [], "audit": [], "shadow": [], "mirror": []}
     for r in sealed_rows(g.settings.lake_root):
         if r["request_id"] == rid:
             out["request" if r["kind"] == "request" else r["pair_role"]].append(r)
@@ -44,9 +46,14 @@ def _rows(g, rid: str) -> dict[str, list[dict]]:
 
 
 def _evidence(lake) -> list[tuple[str, str, bool | None]]:
-    """(version, role, error) of every sealed pair row, as the release sensor reads them."""
+    """(version, role, error) of every sealed pair row, as the release sensor reads them (a mirror row's third
+    value is whether the candidate differs from live, ``PairRow.disagrees``)."""
     segs, _ = pending_segments(lake, Watermark())
-    return [(p.version, p.role, p.error) for _, rows in read_pairs(lake, segs, Watermark()) for p in rows]
+    return [
+        (p.version, p.role, p.disagrees if p.role == "mirror" else p.error)
+        for _, rows in read_pairs(lake, segs, Watermark())
+        for p in rows
+    ]
 
 
 def test_route_and_pairs_decide_who_answers_off_the_path():
@@ -65,13 +72,17 @@ def test_route_and_pairs_decide_who_answers_off_the_path():
     inside = next(r for r in rids if _in_canary(r, 50))
     r = route(m, SafetyState(), "t", out)
     assert (r.student_version, r.threshold, r.shadow_version, r.shadow_threshold) == (OLD, 0.1, NEW, 0.3)
-    assert pairs(r, "student") == pairs(r, "student").__class__(True, NEW)  # audited: candidate answers too
+    # audited: the candidate answers too, compared with the teacher (shadow) and with live's answer (mirror)
+    assert pairs(r, "student") == pairs(r, "student").__class__(True, NEW, NEW)
     assert pairs(r, "teacher").shadow_version == NEW and not pairs(r, "teacher").audit  # cascaded: shadow
+    assert pairs(r, "teacher").mirror is None  # live did not serve it: nothing to mirror
     r_in = route(m, SafetyState(), "t", inside)
     assert (r_in.student_version, r_in.shadow_version) == (NEW, None)
+    assert pairs(r_in, "student").mirror is None  # the candidate served it itself
     m.flags.audit_rate = 0.0
     r = route(m, SafetyState(), "t", out)
     assert pairs(r, "student").role == "" and pairs(r, "student").shadow_version is None  # no teacher answer
+    assert pairs(r, "student").mirror == NEW  # ... but live's answer: the candidate is compared with it
 
 
 def test_canary_rest_is_shadowed_by_the_canary_version(tmp_path, teacher_url, student_url):
@@ -121,7 +132,12 @@ def test_audited_previous_live_request_is_evidence_for_the_candidate(tmp_path, t
         h = _ask(client, 7)
         assert h["x-ratchet-served-by"] == "student" and h["x-ratchet-version"] == OLD
         rows = _rows(g, h["x-ratchet-request-id"])
-        (req,), (audit,), (shadow,) = rows["request"], rows["audit"], rows["shadow"]
+        (req,), (audit,), (shadow,), (mirror,) = (
+            rows["request"],
+            rows["audit"],
+            rows["shadow"],
+            rows["mirror"],
+        )
         assert req["version"] == OLD and req["pair_role"] == "audit"
         assert (
             audit["version"] == OLD
@@ -135,14 +151,30 @@ def test_audited_previous_live_request_is_evidence_for_the_candidate(tmp_path, t
             and shadow["pair_outcome"] == "agree"
         )
         assert shadow["threshold"] == 0.3 and shadow["confidence"] > 0.3 and shadow["stage"] == stage
-        assert sorted(_evidence(g.settings.lake_root)) == [(OLD, "audit", True), (NEW, "shadow", False)]
+        # the same answer of the candidate, compared with the answer OLD served: they differ; billed once
+        assert (mirror["version"], mirror["served_by"], mirror["pair_outcome"]) == (
+            NEW,
+            "student",
+            "disagree",
+        )
+        assert mirror["answer"] == shadow["answer"] and mirror["threshold"] == 0.3
+        assert mirror["actual_cost_usd"] == 0.0 and shadow["actual_cost_usd"] > 0.0
+        assert sorted(_evidence(g.settings.lake_root)) == [
+            (OLD, "audit", True),
+            (NEW, "mirror", True),
+            (NEW, "shadow", False),
+        ]
 
-        g.publish(tickets=release, _flags={"audit_rate": 0.0})  # not audited: no teacher answer, no pair
+        g.publish(tickets=release, _flags={"audit_rate": 0.0})  # not audited: no teacher answer ...
         h = _ask(client, 8)
         assert h["x-ratchet-version"] == OLD
         rows = _rows(g, h["x-ratchet-request-id"])
         assert len(rows["request"]) == 1 and not rows["audit"] and not rows["shadow"]
         assert rows["request"][0]["pair_role"] == ""
+        # ... but live's answer: the candidate answers at student cost only and is compared with it
+        (mirror,) = rows["mirror"]
+        assert (mirror["version"], mirror["pair_outcome"]) == (NEW, "disagree")
+        assert mirror["actual_cost_usd"] > 0.0 and mirror["teacher_cost_usd"] >= 0.0
 
 
 def test_shadow_calls_are_capped_queued_and_beyond_the_backlog_skipped(tmp_path, teacher_url):
@@ -211,3 +243,50 @@ def httpx_get(url: str) -> str:
     import httpx
 
     return httpx.get(url, timeout=10).text
+
+
+def test_a_client_can_neither_see_nor_steer_the_mirror_and_its_rows_are_its_own(tmp_path, teacher_url):
+    """Hostile: headers and metadata that name the candidate, a pair role or "no shadow" change nothing; the
+    client gets live's answer and nothing in the response names the candidate or its answer; the mirror row is
+    written anyway, under the requesting client's id (per-client views, such as the receipt's own pair lines, show
+    a client only its own), and another tenant's request is mirrored under its own id."""
+    from ratchet_core.workloads import get_workload
+
+    release = {
+        "stage": "shadow",
+        "version": NEW,
+        "threshold": 0.3,
+        "previous_live": OLD,
+        "previous_threshold": 0.0,
+    }
+    with (
+        two_version_student(good=NEW, bad=OLD) as student,
+        running_gateway(tmp_path, teacher_url, student) as g,
+    ):
+        g.publish(tickets=release, _flags={"audit_rate": 0.0})
+        seen = {}
+        for key, client in ((API_KEY, "app1"), (OTHER_KEY, "app2")):
+            c = openai.OpenAI(base_url=g.url + "/v1", api_key=key, max_retries=0, timeout=20)
+            ex = get_workload("tickets").generate(1, seed=11)[0]
+            raw = c.chat.completions.with_raw_response.create(
+                model="ratchet",
+                messages=ex.messages,
+                extra_headers={
+                    "X-Ratchet-Task": "tickets",
+                    "X-Ratchet-Version": NEW,
+                    "X-Ratchet-Pair-Role": "none",
+                    "X-Ratchet-Shadow": "off",
+                    "X-Ratchet-Mirror": "off",
+                },
+                metadata={"ratchet_version": NEW, "pair_role": "mirror"},
+            )
+            assert raw.status_code == 200
+            body = raw.parse()
+            assert raw.headers["x-ratchet-version"] == OLD  # live served, whatever the client named
+            assert all(NEW not in v for v in raw.headers.values()) and NEW not in raw.text
+            rows = _rows(g, raw.headers["x-ratchet-request-id"])
+            (mirror,) = rows["mirror"]  # written anyway: a client cannot turn it off
+            assert (mirror["version"], mirror["client"]) == (NEW, client)
+            assert mirror["answer"] != body.choices[0].message.content  # the candidate's answer stayed inside
+            seen[client] = mirror["request_id"]
+        assert seen["app1"] != seen["app2"]

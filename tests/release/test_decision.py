@@ -41,7 +41,7 @@ def test_too_few_audits_hold_and_say_what_is_needed():
     track = Track.start("v3-abc", "tickets", 1, POLICY)
     decision, used = feed(track, [False] * 20, POLICY)
     assert decision.action == "hold" and used == 20
-    assert "20 audits" in decision.message and "of 20 needed" in decision.message
+    assert "20 audits" in decision.message and "of 40 needed" in decision.message
     assert "more agreeing audits" in decision.message
     # Those further agreeing audits are indeed enough (the stated need is right, not a guess).
     need = int(decision.message.split("at least ")[1].split()[0])

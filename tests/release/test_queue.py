@@ -42,8 +42,8 @@ def test_a_newcomer_waits_behind_a_candidate_within_reach(stage):
     assert not plan.admissions
     assert plan.manifest.task("t").version == "v2"  # the candidate keeps its slot and its evidence
     assert "v3 on t waits behind v2" in plan.waiting[0] and "1 of 2 days in the slot" in plan.waiting[0]
-    # With the task's traffic known, the slot is held as long as the evidence budget expects: 585 audits at the
-    # capped rate 0.25 of 600 requests a day take 3.9 days, so 5 days.
+    # With the task's traffic known, the slot is held as long as the evidence budget expects: 720 audits at the
+    # capped rate 0.25 of 600 requests a day take 4.8 days, so 6 days.
     plan = decide_tick(
         _slot(stage),
         [_candidate()],
@@ -53,7 +53,7 @@ def test_a_newcomer_waits_behind_a_candidate_within_reach(stage):
         today="2026-01-07",
         traffic={"t": (600.0, 0.002)},
     )
-    assert not plan.admissions and "4 of 5 days in the slot" in plan.waiting[0]
+    assert not plan.admissions and "4 of 6 days in the slot" in plan.waiting[0]
     # Not significantly better on the same golden rows (McNemar p > delta): still waits.
     close = _candidate(paired=Paired("v2", 6, 3))
     plan = decide_tick(_slot(stage), [close], {("v2", "t"): slot}, [], RULE, today="2026-01-04")
@@ -107,21 +107,30 @@ def test_a_recertified_version_in_the_slot_or_live_starts_no_rollout():
 
 
 def test_the_evidence_budget_chooses_a_rate_that_reaches_live_in_a_day_within_the_spend_cap():
-    assert audits_per_stage(RULE) == 117  # the e-value with no disagreement at target 0.95, alpha 0.05
-    b = evidence_budget(RULE, requests_per_day=600, cost_per_audit_usd=0.002, base_rate=0.05)
+    # the e-value with no disagreement at target 0.95: 117 at alpha 0.05, 144 at alpha/2 beside the carried bound
+    assert audits_per_stage(ReleaseRule(carry=False)) == 117 and audits_per_stage(RULE) == 144
+    assert evidence_budget(RULE, 600, 0.002, 0.05).audits_needed == 720  # ceil(1.25 * 4 * 144)
+    rule = ReleaseRule(carry=False)
+    b = evidence_budget(rule, requests_per_day=600, cost_per_audit_usd=0.002, base_rate=0.05)
     assert b.audits_needed == 585 and b.rate_needed == 0.975  # ceil(1.25 * 4 * 117) / 600
     assert b.rate == 0.25 and b.slot_days == 5  # capped at DEFAULT_MAX_RATE: 585 / 150 = 3.9 days, + 1
     assert b.expected_spend_usd == pytest.approx(0.25 * 600 * 0.002)
     paid = evidence_budget(
-        ReleaseRule(evidence_spend_usd=1.2), requests_per_day=600, cost_per_audit_usd=0.002, base_rate=0.05
+        ReleaseRule(evidence_spend_usd=1.2, carry=False),
+        requests_per_day=600,
+        cost_per_audit_usd=0.002,
+        base_rate=0.05,
     )
     assert paid.rate == 0.975 and paid.expected_spend_usd <= 1.2 and paid.slot_days == 2  # within a day
     capped = evidence_budget(
-        ReleaseRule(evidence_spend_usd=0.12), requests_per_day=600, cost_per_audit_usd=0.002, base_rate=0.05
+        ReleaseRule(evidence_spend_usd=0.12, carry=False),
+        requests_per_day=600,
+        cost_per_audit_usd=0.002,
+        base_rate=0.05,
     )
     assert capped.rate == 0.1 and capped.expected_spend_usd <= 0.12  # 0.12 / (600 * 0.002)
-    assert evidence_budget(RULE, 20_000, 0.002, 0.05).rate == 0.05  # plenty of traffic: the ordinary rate
-    free = evidence_budget(RULE, 600, 0.002, 0.05, live=False)
+    assert evidence_budget(rule, 20_000, 0.002, 0.05).rate == 0.05  # plenty of traffic: the ordinary rate
+    free = evidence_budget(rule, 600, 0.002, 0.05, live=False)
     assert free.free and free.rate == 0.05  # nothing live: every shadowed request is paired with the teacher
 
 
@@ -132,7 +141,7 @@ def test_the_budget_rate_is_signed_into_the_release_and_read_by_routing():
     plan = decide_tick(live, [_candidate()], {}, [], RULE, today="2026-01-05", traffic={"t": (600.0, 0.002)})
     rel = plan.manifest.task("t")
     assert rel.stage == "shadow" and rel.audit_rate == 0.25 and plan.manifest.audit_rate("t") == 0.25
-    assert "585 audited answers to reach live" in plan.admissions[0].message
+    assert "720 audited answers to reach live" in plan.admissions[0].message
     assert plan.manifest.to_predicate()["tasks"]["t"]["audit_rate"] == 0.25
     assert "audit_rate" not in live.to_predicate()["tasks"]["t"]  # releases without a budget keep their bytes
     # An operator's canary audit rate wins; live drops the budget rate.
@@ -187,6 +196,6 @@ def test_the_sensor_signs_the_budget_rate_from_yesterdays_traffic_in_the_lake(en
     release_tick(engine, key, lake, art, None, today="2026-01-05")
     m, _ = mf.latest_verified(engine, key.public_key())
     rel = m.task("t")
-    # 585 audits / 1000 requests = 0.585 needed, capped at 0.25 (no spend cap in the policy)
+    # 720 audits / 1000 requests = 0.72 needed, capped at 0.25 (no spend cap in the policy)
     assert (rel.stage, rel.version, rel.audit_rate, m.audit_rate("t")) == ("shadow", "v2", 0.25, 0.25)
-    assert "585 audited answers to reach live" in m.reason
+    assert "720 audited answers to reach live" in m.reason

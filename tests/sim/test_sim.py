@@ -104,7 +104,19 @@ def test_pairs_follow_the_gateway_rules_in_the_sealed_lake(tickets_run, tickets_
             else:  # served by the canary version itself
                 assert req["stage"] == "canary"
     assert canary_rest > 0 and behind_live > 0
-    assert all(r["kind"] == "request" or r["pair_role"] in ("audit", "shadow") for r in rows)
+    # every request the previous live version served (audited or not) is mirrored: the candidate answered it too
+    # and was compared with live's answer (routing.pairs; free evidence for the carried bound)
+    mirrored = 0
+    for group in by_rid.values():
+        req = next(r for r in group if r["kind"] == "request")
+        mirrors = [r for r in group if r["kind"] == "pair" and r["pair_role"] == "mirror"]
+        if mirrors:
+            (m,) = mirrors
+            assert req["stage"] in ("shadow", "canary") and req["served_by"] == "student"
+            assert m["version"] != req["version"] and m["served_by"] == "student"
+            mirrored += 1
+    assert mirrored > 0
+    assert all(r["kind"] == "request" or r["pair_role"] in ("audit", "shadow", "mirror") for r in rows)
     with pytest.raises(TypeError):
         SimConfig(strict_gateway=True)  # the simulator has no pairing rules of its own any more
 

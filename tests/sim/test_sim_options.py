@@ -77,6 +77,7 @@ def test_compare_release_runs_each_rule_on_one_seed_side_by_side(tmp_path):
 def test_promote_evidence_bound_promotes_on_fewer_audits_than_the_e_value(tmp_path):
     e_value = _moves(_run(tmp_path, "e"), "v2")
     bound = _moves(_run(tmp_path, "b", promote_evidence="bound"), "v2")
+    # nothing live behind the first version: its own e-value keeps all of alpha (117 agreeing audits)
     assert e_value[:2] == [(3, 0, "admit", "shadow"), (3, 120, "promote", "canary-5")]
     assert bound[:2] == [(3, 0, "admit", "shadow"), (3, 60, "promote", "canary-5")]
     assert len(bound) > len(e_value)
@@ -116,19 +117,24 @@ def test_paired_gate_refuses_a_candidate_the_plain_gate_admits(tmp_path):
 
 def test_the_evidence_budget_rolls_a_bad_deploy_back_on_its_first_day_at_the_default_rates(tmp_path):
     """Before the evidence budget (``release.budget``), at the default 5% a bad deploy beside a live version met
-    20 audits a day and was superseded by the next night's version before its evidence said anything."""
+    20 audits a day and was superseded by the next night's version before its evidence said anything. It differs
+    from live on 30% of the requests live serves, so its mirrored answers carry nothing either."""
     run = _run(tmp_path, "budget", days=4, requests=400, bad_deploy_version=2)
     bad = next(d for d in run["summary"]["deployments"] if d["corrupted"])
     assert bad["rolled_back_day"] == bad["day"] == 3 and bad["max_percent"] == 0.0
     assert bad["audits_to_rollback"] <= 200
     assert run["days"][3]["audits"]["audit_pairs"] > 3 * 20  # the budget's rate, not 5%
+    # the good version after it agrees with live v1 (well audited) on its mirrored answers: carried past shadow
+    carried = [e for d in run["days"] for e in d["events"] if "carried bound" in e.get("message", "")]
+    assert carried and carried[0]["action"] == "promote" and carried[0]["version"] != bad["version"]
 
 
 def test_a_newer_certified_version_waits_behind_the_candidate_then_the_stale_one_is_preempted(tmp_path):
     run = _run(tmp_path, "s", days=4, requests=400)
     deps = {d["number"]: d for d in run["summary"]["deployments"]}
     assert deps[1]["live_day"] == 3 and deps[2]["day"] == 3  # v1 went live, then v2 entered shadow behind it
-    assert deps[2]["stage"] == "canary-5" and deps[2]["superseded_day"] is None  # it kept the slot on day 4
+    # it kept the slot on day 4 (its mirrored answers carried it past canary 5%: live v1 is well audited)
+    assert deps[2]["stage"].startswith("canary") and deps[2]["superseded_day"] is None
     waits = [e for e in run["days"][3]["events"] if e["action"] == "wait"]
     assert waits and f"waits behind {deps[2]['version']}" in waits[0]["message"]
     assert run["days"][3]["stages"]["tickets"]["previous_live"] == deps[1]["version"]
@@ -229,7 +235,7 @@ def test_the_summary_measures_the_flywheel_per_task_and_the_spend_cap_holds(tmp_
     free = _run(tmp_path, "free", days=6, requests=600, seed=5)["summary"]["flywheel"]["tickets"]
     assert free["versions_minted"] == 6 and free["versions_reached_live"] >= 2
     assert all(1 <= d <= 4 for d in free["days_certificate_to_live"]) and free["days_below_target"] == []
-    capped = _run(tmp_path, "cap", days=6, requests=600, seed=5, evidence_spend_usd=0.03)["summary"][
+    capped = _run(tmp_path, "cap", days=6, requests=600, seed=5, evidence_spend_usd=0.015)["summary"][
         "flywheel"
     ]
-    assert 0 < capped["tickets"]["evidence_spend_usd"] <= 0.03 * 6 < free["evidence_spend_usd"]
+    assert 0 < capped["tickets"]["evidence_spend_usd"] <= 0.015 * 6 < free["evidence_spend_usd"]
