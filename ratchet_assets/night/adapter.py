@@ -75,9 +75,10 @@ LEASE_SECONDS = 6 * 3600
 # task, why it stopped) are in the adapter's ``ratchet_train.json``, its record, the asset's metadata and the BOM.
 #
 # The split chooses, then every row teaches (``refit``, ARCHITECTURE.md, the night): once the validation split has
-# chosen the epochs (and whether a warm night beats its parent), the adapter is trained again from the same start
-# on every training row, held-out groups included, for that many epochs. Golden rows are never in the training set,
-# so the certificate is as honest as before; the split only picks a number. With every row teaching in the end,
+# chosen the steps, a cold night's adapter is trained again from the same seed on every training row, held-out
+# groups included, for that many steps. Golden rows are never in the training set, so the certificate is as honest
+# as before; the split only picks a number. A warm night is never refit: it saves the epoch that beat its parent on
+# the new rows' held-out groups, or keeps the parent (``lora_trainer``, "Refit"). With every row teaching in the end,
 # the split can be larger: a fifth of the rows, at least 100 (``validation_min_rows``; at most 0.3), so a good
 # parent no longer scores 1.0 on a split of a dozen rows and warm nights can tell better from equal.
 #

@@ -29,9 +29,9 @@ day each example first appeared: every row after the parent's day is new and tra
 or before is replayed iff ``sha256("replay:" + example key)`` read as a fraction falls below ``replay_share``, at
 most ``replay_cap`` of them, lowest hashes first. The replay rows come from the day's own training set, so none is
 golden on the day being certified. The validation split is the held-out groups of the NEW rows only (sized by
-``validation_min_rows`` from the new rows' count): a parent trained with ``refit`` has trained on its own days'
+``validation_min_rows`` from the new rows' count): a cold parent (``refit``) has trained on its own days'
 held-out rows, so only rows after its day are as new to it as tomorrow's requests. Old held-out rows are neither
-validated on nor replayed. A cold night reads every row.
+validated on nor replayed (a warm parent, never refit, chose its epoch on them). A cold night reads every row.
 """
 
 from __future__ import annotations
