@@ -51,7 +51,7 @@ share) times longer, so the same epochs cost a cold night that much more (``make
 where the selection's 9 epochs took 162). ``validation.refit`` reports rows, passes over every row begun, steps
 and the selection's steps.
 A WARM night is never refit: the weights saved are the selection's best epoch, the one that beat the parent on the
-new rows' held-out groups (or the parent's own, kept). A refit of a warm night trains on those rows too, so nothing
+held-out groups ``night.warm_start`` passes (the new rows' and the old ones'), or the parent's own, kept. A refit of a warm night trains on those rows too, so nothing
 is left to show that what it saves beats the parent (``make demo`` saved such refit adapters that scored 167/182,
 200/211 and 188/215 golden rows against their parent's 100 %).
 A warm night's parent that answers some training row differently from its label is trained even when it is all
