@@ -75,9 +75,10 @@ LEASE_SECONDS = 6 * 3600
 # task, why it stopped) are in the adapter's ``ratchet_train.json``, its record, the asset's metadata and the BOM.
 #
 # The split chooses, then every row teaches (``refit``, ARCHITECTURE.md, the night): once the validation split has
-# chosen the epochs (and whether a warm night beats its parent), the adapter is trained again from the same start
-# on every training row, held-out groups included, for that many epochs. Golden rows are never in the training set,
-# so the certificate is as honest as before; the split only picks a number. With every row teaching in the end,
+# chosen the steps, a cold night's adapter is trained again from the same seed on every training row, held-out
+# groups included, for that many steps. Golden rows are never in the training set, so the certificate is as honest
+# as before; the split only picks a number. A warm night is never refit: it saves the epoch that beat its parent on
+# the held-out groups (the new rows' and the old ones'), or keeps the parent (``lora_trainer``, "Refit"). With every row teaching in the end,
 # the split can be larger: a fifth of the rows, at least 100 (``validation_min_rows``; at most 0.3), so a good
 # parent no longer scores 1.0 on a split of a dozen rows and warm nights can tell better from equal.
 #
@@ -415,7 +416,7 @@ def train_adapter(
             extras["train_jsonl"] = str(staging / "train.jsonl")
             warm_start.write_subset(train_jsonl, plan.rows, staging / "train.jsonl")
             tasks = [tasks[i] for i in plan.rows]
-            if plan.held is not None:  # the new rows' held-out groups (night.warm_start): the trainer's split
+            if plan.held is not None:  # the window's held-out groups (night.warm_start): the trainer's split
                 extras["held_out_path"] = str(staging / "held_out.json")
                 (staging / "held_out.json").write_text(json.dumps(list(plan.held)), encoding="utf-8")
         (staging / "row_tasks.json").write_text(json.dumps(tasks), encoding="utf-8")
