@@ -118,10 +118,10 @@ class NightRun:
 
 @pytest.fixture
 def moods_night(tmp_path: Path) -> Callable[..., NightRun]:
-    """``run(day, policy=[...admin task set options], before=callable(home))``: a signed home at
+    """``run(day, policy=[...admin task set options], before=callable(home), training=None)``: a signed home at
     ``tmp_path/home`` (``run.home``); ``before(home)`` writes the day's data; the policy is set with ``ratchet admin
     task set moods``; then the night runs with the ``lora_adapter`` defaults (one torch thread;
-    ``tests.night.nights``)."""
+    ``tests.night.nights``), ``training`` (``lora_adapter`` config) over them."""
     from ratchet_stats.keys import generate_private_key, public_key_pem, save_private_key
 
     home = tmp_path / "home"
@@ -129,12 +129,14 @@ def moods_night(tmp_path: Path) -> Callable[..., NightRun]:
     save_private_key(key, home / "keys" / "signing.key")
     (home / "keys" / "signing.pub").write_text(public_key_pem(key.public_key()))
 
-    def run(day: str, policy: list[str], before: Callable[[Path], None]) -> NightRun:
+    def run(
+        day: str, policy: list[str], before: Callable[[Path], None], training: dict[str, Any] | None = None
+    ) -> NightRun:
         from tests.night.nights import demo_base_of, run_night, set_task_policy
 
         before(home)
         set_task_policy(home, "moods", policy)
-        result = run_night(home, day, base=demo_base_of(home))
+        result = run_night(home, day, base=demo_base_of(home), training=training)
         done = {e.asset_key.to_user_string() for e in result.get_asset_materialization_events()}
         assert {"golden_split", "training_set", "lora_adapter", "evaluation_certificate"} <= done, done
         [cert_file] = (home / "artifacts" / "certificates").glob("*.dsse.json")

@@ -17,6 +17,11 @@ from typing import Any
 # a night on S3): a few optimiser steps, enough for some golden answers to be right, and a target they reach.
 TINY_TRAINING: dict[str, Any] = {"epochs": 1, "min_steps": 30, "validation_share": 0.0, "num_threads": 1}
 LOW_TARGET: dict[str, Any] = {"target": 0.01, "delta": 0.5, "max_tokens": 16}
+# The night's own learner (epochs chosen by early stopping on its validation split) without refit's second training
+# on every row: for tests that certify at a task's own target and test what the night does around the adapter
+# (a new task's policy, imported rows, people's labels, the Responses API), not how good the learner is. Refit is
+# tested in test_adaptive_learner.py, and the product's defaults certify in test_night_e2e.py's good adapter.
+ONE_TRAINING: dict[str, Any] = {"refit": False}
 
 
 def set_task_policy(home: Path, task: str, options: list[str]) -> None:

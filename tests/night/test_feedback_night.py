@@ -4,9 +4,10 @@ Real components: a teacher on loopback that is wrong on one kind of request (the
 ticket answered `account`), the gateway with the real openai client, the application's feedback through
 ``POST /ratchet/feedback:batch`` (a demonstration of the right label for three in four of the teacher's wrong
 answers, thumbs down for the rest), the sealed lake, then the night's Dagster assets with a real (tiny) LoRA
-training on the demo base and the real student server. The next night's adapter answers held-out billing tickets
-with the people's label, not the teacher's; the certificate (v2) states both bounds, teacher agreement and people's
-labels; the training set's commitment and the BOM record every row's label source.
+training on the demo base (the night's learner without refit: ``ONE_TRAINING``) and the real student server. The
+next night's adapter answers held-out billing tickets with the people's label, not the teacher's; the certificate
+(v2) states both bounds, teacher agreement and people's labels; the training set's commitment and the BOM record
+every row's label source.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ import httpx
 import openai
 import pytest
 
-from tests.night.nights import materialize_night, set_task_policy
+from tests.night.nights import ONE_TRAINING, materialize_night, set_task_policy
 
 pytestmark = (
     pytest.mark.slow
@@ -127,7 +128,9 @@ def _night(home: Path):
     # the prompt-hash validation split: this night has ~200 training rows, and holding a tenth of them out by
     # near-duplicate group (the default) left the adapter at 72/96 golden rows, short of certifying, which is the
     # learner's business (tests/night/test_validation_split.py), not feedback's
-    result = materialize_night(home, DAY, base, url, training={"validation_groups": "prompt"}, bom=True)
+    # and one training (ONE_TRAINING: refit's second run is the learner's, certified in test_night_e2e.py)
+    training = {**ONE_TRAINING, "validation_groups": "prompt"}
+    result = materialize_night(home, DAY, base, url, training=training, bom=True)
     assert result.success, [e.message for e in result.all_events if e.is_failure]
     return student, url
 

@@ -1,8 +1,9 @@
 """A task defined only by its name and `ratchet admin task set` goes through a night with its own target.
 
 Real components (``moods_night``, tests/night/moods.py): the night's Dagster assets on a test home, a real (tiny)
-LoRA training on the demo base with the night's default learner, the real student server on loopback, the admin
-CLI publishing a signed manifest. The task ``moods`` is not a built-in workload: the only thing Ratchet learns about
+LoRA training on the demo base with the night's default learner less refit's second training (``ONE_TRAINING``:
+this test is about the task's policy, not the learner), the real student server on loopback, the admin CLI
+publishing a signed manifest. The task ``moods`` is not a built-in workload: the only thing Ratchet learns about
 it is its policy.
 """
 
@@ -11,6 +12,8 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+
+from tests.night.nights import ONE_TRAINING
 
 from .moods import MOODS, MOODS_WORKLOAD
 from .moods import moods_night as _shared_night
@@ -42,6 +45,7 @@ def test_a_new_task_goes_through_a_night_with_its_own_target(moods_night, monkey
         DAY,
         ["--target", "0.6", "--delta", "0.1", "--golden-share", "0.35", "--reason", "a new task: moods"],
         traffic,
+        training=ONE_TRAINING,
     )
     predicate, section = night.predicate, night.section
     # the task's own level, signed in its section and recomputed by the verifier's code
