@@ -6,12 +6,16 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import sys
 from pathlib import Path
 
 import pytest
 
-from benchmarks import learner_sweep
-from benchmarks.learner_sweep import BASES, TASK_SHAPES, grid, job, train
+# benchmarks/ is a folder of the checkout, not an installed package: import it from the repository root
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+
+from benchmarks import learner_sweep  # noqa: E402
+from benchmarks.learner_sweep import BASES, TASK_SHAPES, grid, job, train  # noqa: E402
 
 
 def test_the_tiny_sweep_builds_each_night_trains_and_scores_golden_rows_and_a_failed_job_is_a_result(
