@@ -134,6 +134,19 @@ def watch_audits(rule: ReleaseRule) -> int:
     return _watch_audits(rule.floor, rule.drift_alpha, rule.drift_block, rule.drift_keep)
 
 
+def _rate_cap(rule: ReleaseRule, requests_per_day: float, cost_per_audit_usd: float) -> float:
+    """The most of a task's traffic audited for evidence: what ``evidence_spend_usd`` pays for a day, else
+    ``DEFAULT_MAX_RATE``."""
+    if rule.evidence_spend_usd is None:
+        return DEFAULT_MAX_RATE
+    return rule.evidence_spend_usd / (requests_per_day * max(cost_per_audit_usd, 1e-12))
+
+
+def _capped_rate(rate_needed: float, cap: float, base_rate: float) -> float:
+    """`rate_needed` held to `cap`, never below `base_rate` nor above 1 (4 decimals, as the manifest signs it)."""
+    return round(min(1.0, max(base_rate, min(rate_needed, cap))), 4)
+
+
 def watch_rate(
     rule: ReleaseRule, requests_per_day: float, cost_per_audit_usd: float, base_rate: float
 ) -> float:
@@ -142,10 +155,8 @@ def watch_rate(
     ``DEFAULT_MAX_RATE``), never below `base_rate`."""
     if requests_per_day <= 0:
         return base_rate
-    cap = DEFAULT_MAX_RATE
-    if rule.evidence_spend_usd is not None:
-        cap = rule.evidence_spend_usd / (requests_per_day * max(cost_per_audit_usd, 1e-12))
-    return round(min(1.0, max(base_rate, min(watch_audits(rule) / requests_per_day, cap))), 4)
+    cap = _rate_cap(rule, requests_per_day, cost_per_audit_usd)
+    return _capped_rate(watch_audits(rule) / requests_per_day, cap, base_rate)
 
 
 @dataclass(frozen=True)
@@ -202,12 +213,10 @@ def evidence_budget(
         return EvidenceBudget(base_rate, needed, 0.0, 1.0, 0.0, True, days)
     if carry_level is not None and rule.carries:
         mirrored = math.ceil(MARGIN * STEPS_TO_LIVE * mirror_per_stage(rule, carry_level))
-        cap = DEFAULT_MAX_RATE
-        if rule.evidence_spend_usd is not None:
-            cap = rule.evidence_spend_usd / (requests_per_day * max(cost_per_audit_usd, 1e-12))
         # the same rate as without carrying: while the candidate rolls out, those audits are also what watches the
         # live version behind it for drift (module docstring)
-        rate = round(min(1.0, max(base_rate, min(needed / requests_per_day, cap))), 4)
+        cap = _rate_cap(rule, requests_per_day, cost_per_audit_usd)
+        rate = _capped_rate(needed / requests_per_day, cap, base_rate)
         return EvidenceBudget(
             rate,
             mirrored,
@@ -219,10 +228,8 @@ def evidence_budget(
             carry_level,
         )
     rate_needed = needed / requests_per_day
-    cap = DEFAULT_MAX_RATE
-    if rule.evidence_spend_usd is not None:
-        cap = rule.evidence_spend_usd / (requests_per_day * max(cost_per_audit_usd, 1e-12))
-    rate = round(min(1.0, max(base_rate, min(rate_needed, cap))), 4)
+    cap = _rate_cap(rule, requests_per_day, cost_per_audit_usd)
+    rate = _capped_rate(rate_needed, cap, base_rate)
     return EvidenceBudget(
         rate,
         needed,

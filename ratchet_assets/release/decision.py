@@ -284,6 +284,10 @@ class ReleaseRule:
             changes.update(target=policy.target, floor=max(floor, policy.target / 2))
         return dataclasses.replace(self, **changes) if changes else self
 
+    def carries_at(self, step: int, beside_live: bool) -> bool:
+        """Whether a step may carry: the rule carries, the step is below live, a live version is behind it."""
+        return self.carries and beside_live and step < LIVE
+
     def new_promote(self, beside_live: bool = True) -> BettingEProcess:
         """A step's own promote process: at ``promote_alpha`` when the step may carry (a live version behind
         it), else at alpha (nothing to carry from: the step's whole budget is its own)."""
@@ -362,7 +366,7 @@ class Track:
     def start(cls, version: str, task: str, step: int, rule: ReleaseRule, beside_live: bool = True) -> Track:
         """A new track at `step`; `beside_live`: a live version serves the rest of the task (the step may carry,
         so its own promote process has alpha/2; decided at the step's start, so the split stays valid)."""
-        carry = rule.carries and beside_live and step < LIVE
+        carry = rule.carries_at(step, beside_live)
         t = cls(version, task, step, rule.new_promote(carry), rule.new_rollback(), support=rule.new_support())
         t.carry_live = rule.new_carry_live() if rule.carries else []
         return t._carry_at(step, rule, beside_live)
@@ -370,8 +374,7 @@ class Track:
     def _carry_at(self, step: int, rule: ReleaseRule, beside_live: bool = True) -> Track:
         """Fresh disagreement processes for `step` (below live, beside a live version), in place; the carried
         processes of its own precision (``carry_live``) run for the version's whole life."""
-        carry = rule.carries and beside_live and step < LIVE
-        self.carry_disagree = rule.new_carry_disagree() if carry else []
+        self.carry_disagree = rule.new_carry_disagree() if rule.carries_at(step, beside_live) else []
         self.carry_with = ""
         return self
 
@@ -440,7 +443,7 @@ class Track:
         alpha/2 when `beside_live` and the rule carries, :meth:`start`)."""
         if step == self.step:
             return self
-        carry = rule.carries and beside_live and step < LIVE
+        carry = rule.carries_at(step, beside_live)
         return dataclasses.replace(self, step=step, promote=rule.new_promote(carry))._carry_at(
             step, rule, beside_live
         )
