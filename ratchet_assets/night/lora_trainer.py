@@ -69,6 +69,16 @@ golden set is evaluated in that form).
 Optimiser: AdamW, linear warm-up over the first 5 % of steps then linear decay to 0; seeds fixed (torch, data
 order), so the same data and config give the same adapter on the same machine.
 
+Shared prompt prefix (``_forward``): the rows of a batch usually begin with the same tokens (the template's system
+turn and the application's system prompt: 148 of a `tickets` row's ~230 tokens on the demo base). That prefix is
+run once, its keys and values repeated for every row, and only each row's own tokens after it are run; the loss,
+its gradients and the validation scores are those of running every row whole (a test checks both against the plain
+batch: the same to float rounding, ``tests/night/test_shared_prefix.py``), at about half the compute per step
+(measured 0.36-0.39 s -> 0.16-0.17 s a `tickets` step of 16 rows on one thread). The prefix stops before any row's
+first answer token, so every predicted token is predicted by the per-row pass; it is used only when it is at least
+``SHARED_PREFIX_MIN`` tokens long and never with LoRA dropout (one dropout mask for the shared tokens would not be
+the plain batch's). Like the thread count it changes the last bits of the weights, not the config hash.
+
 Files saved: the standard PEFT pair ``adapter_config.json`` + ``adapter_model.safetensors`` (plus
 ``ratchet_train.json``), loadable with ``PeftModel.from_pretrained`` and by vLLM's ``/v1/load_lora_adapter``.
 
@@ -468,15 +478,7 @@ def train_lora(
                 break
             taken += 1
             batch = [data[i] for i in order[begin : begin + config.batch_size]]
-            width = max(len(ids) for ids, _ in batch)
-            input_ids = torch.full((len(batch), width), pad, dtype=torch.long)
-            labels = torch.full((len(batch), width), -100, dtype=torch.long)
-            mask = torch.zeros((len(batch), width), dtype=torch.long)
-            for row, (ids, lab) in enumerate(batch):
-                input_ids[row, : len(ids)] = torch.tensor(ids)
-                labels[row, : len(lab)] = torch.tensor(lab)
-                mask[row, : len(ids)] = 1
-            batch_loss = m(input_ids=input_ids, attention_mask=mask, labels=labels).loss
+            batch_loss = _forward(m, batch, pad, share=config.dropout == 0, with_labels=True)[0].loss
             opt.zero_grad(set_to_none=True)
             batch_loss.backward()
             torch.nn.utils.clip_grad_norm_(trainable, 1.0)
@@ -769,19 +771,65 @@ def _validate(
     with torch.no_grad():
         for start in range(0, len(rows), batch_size):
             batch = rows[start : start + batch_size]
-            width = max(len(ids) for ids, _ in batch)
-            input_ids = torch.full((len(batch), width), pad, dtype=torch.long)
-            mask = torch.zeros((len(batch), width), dtype=torch.long)
-            for row, (ids, _) in enumerate(batch):
-                input_ids[row, : len(ids)] = torch.tensor(ids)
-                mask[row, : len(ids)] = 1
-            logits = model(input_ids=input_ids, attention_mask=mask).logits
-            pred = logits.argmax(-1)
-            logp = torch.log_softmax(logits.float(), dim=-1)
+            out, skip = _forward(model, batch, pad, share=True, with_labels=False)
+            pred = out.logits.argmax(-1)
+            logp = torch.log_softmax(out.logits.float(), dim=-1)
             for row, (_ids, lab) in enumerate(batch):
+                # the logits at (full-row) position i - 1 predict token i; the batch's run began at `skip`
                 positions = [i for i, t in enumerate(lab) if t != -100 and i > 0]
-                right.append(all(int(pred[row, i - 1]) == lab[i] for i in positions))
-                loss_sum -= sum(float(logp[row, i - 1, lab[i]]) for i in positions)
+                right.append(all(int(pred[row, i - 1 - skip]) == lab[i] for i in positions))
+                loss_sum -= sum(float(logp[row, i - 1 - skip, lab[i]]) for i in positions)
                 tokens += len(positions)
     model.train()
     return right, loss_sum / max(1, tokens)
+
+
+# The shortest shared prefix worth its own pass (module docstring, "Shared prompt prefix"): below it the two passes
+# cost more than they save.
+SHARED_PREFIX_MIN = 16
+
+
+def shared_prefix(batch: Sequence[tuple[list[int], list[int]]]) -> int:
+    """The tokens every row of ``batch`` begins with, cut so that each row's first answer token (its first label
+    other than -100) and the token before it stay in the row's own part; 0 for a single row."""
+    if len(batch) < 2:
+        return 0
+    first = batch[0][0]
+    n = min(len(ids) for ids, _ in batch)
+    for ids, _ in batch[1:]:
+        k = 0
+        while k < n and ids[k] == first[k]:
+            k += 1
+        n = k
+    answers = min(next((i for i, t in enumerate(lab) if t != -100), len(lab)) for _, lab in batch)
+    return max(0, min(n, answers - 1))
+
+
+def _forward(
+    model, batch: Sequence[tuple[list[int], list[int]]], pad: int, *, share: bool, with_labels: bool
+):
+    """(the model's output for ``batch``, the position its logits begin at): the rows right-padded, with the
+    labels' mean token loss when ``with_labels``. With ``share`` and a :func:`shared_prefix` of at least
+    ``SHARED_PREFIX_MIN`` tokens, the prefix runs once and each row runs only from there (module docstring,
+    "Shared prompt prefix"): its logits begin at the prefix's length."""
+    import torch
+
+    skip = shared_prefix(batch) if share else 0
+    if skip < SHARED_PREFIX_MIN:
+        skip = 0
+    cache = None
+    if skip:
+        cache = model(input_ids=torch.tensor([batch[0][0][:skip]]), use_cache=True).cache
+        cache.batch_repeat_interleave(len(batch))
+    width = max(len(ids) for ids, _ in batch) - skip
+    input_ids = torch.full((len(batch), width), pad, dtype=torch.long)
+    labels = torch.full((len(batch), width), -100, dtype=torch.long)
+    mask = torch.zeros((len(batch), skip + width), dtype=torch.long)
+    for row, (ids, lab) in enumerate(batch):
+        input_ids[row, : len(ids) - skip] = torch.tensor(ids[skip:])
+        labels[row, : len(lab) - skip] = torch.tensor(lab[skip:])
+        mask[row, : len(ids)] = 1
+    kwargs = {"labels": labels} if with_labels else {}
+    if cache is not None:
+        kwargs.update(cache=cache, use_cache=False)
+    return model(input_ids=input_ids, attention_mask=mask, **kwargs), skip
