@@ -299,10 +299,11 @@ class ReleaseRule:
         a = self.carry_alpha / len(self.levels)
         return [BettingEProcess.promote(1.0 - self.target - u, a, CARRY_MAX_FRACTION) for u in self.levels]
 
-    def new_carry_disagree(self) -> list[BettingEProcess]:
-        """A candidate's disagreement processes: per level u_k, reject "P(differs from live) >= u_k"."""
+    def new_carry_disagree(self, target_rate: float = 1.0) -> list[BettingEProcess]:
+        """A candidate's processes on X = 1{differs from live, in the targeted stream, not kept-and-right} (module
+        docstring): per level u_k, reject "E[X] >= target_rate * u_k", i.e. "P(differs and wrong) >= u_k"."""
         a = self.carry_alpha / len(self.levels)
-        return [BettingEProcess.promote(u, a, CARRY_MAX_FRACTION) for u in self.levels]
+        return [BettingEProcess.promote(target_rate * u, a, CARRY_MAX_FRACTION) for u in self.levels]
 
     def new_rollback(self) -> BettingEProcess:
         return BettingEProcess.rollback(1.0 - self.floor, self.rollback_alpha)
@@ -361,21 +362,46 @@ class Track:
     carry_live: list[BettingEProcess] = field(default_factory=list)  # the carried processes, whole life
     carry_disagree: list[BettingEProcess] = field(default_factory=list)  # shadow/canary: vs live, per step
     carry_with: str = ""  # the live version carry_disagree is about (VOID: it changed this step)
+    target_rate: float | None = None  # the targeted stream's inclusion probability carry_disagree is about
 
     @classmethod
-    def start(cls, version: str, task: str, step: int, rule: ReleaseRule, beside_live: bool = True) -> Track:
-        """A new track at `step`; `beside_live`: a live version serves the rest of the task (the step may carry,
-        so its own promote process has alpha/2; decided at the step's start, so the split stays valid)."""
+    def start(
+        cls,
+        version: str,
+        task: str,
+        step: int,
+        rule: ReleaseRule,
+        beside_live: bool = True,
+        target_rate: float | None = 1.0,
+    ) -> Track:
+        """A new track at `step`; `beside_live`: a live version serves the rest of the task and a targeted audit
+        stream (inclusion probability `target_rate`, the release's ``target_audit_rate``) judges where the two
+        differ (the step may carry, so its own promote process has alpha/2; decided at the step's start, so the
+        split stays valid)."""
+        beside_live = beside_live and target_rate is not None
         carry = rule.carries_at(step, beside_live)
         t = cls(version, task, step, rule.new_promote(carry), rule.new_rollback(), support=rule.new_support())
         t.carry_live = rule.new_carry_live() if rule.carries else []
-        return t._carry_at(step, rule, beside_live)
+        return t._carry_at(step, rule, beside_live, target_rate)
 
-    def _carry_at(self, step: int, rule: ReleaseRule, beside_live: bool = True) -> Track:
-        """Fresh disagreement processes for `step` (below live, beside a live version), in place; the carried
-        processes of its own precision (``carry_live``) run for the version's whole life."""
-        self.carry_disagree = rule.new_carry_disagree() if rule.carries_at(step, beside_live) else []
+    def _carry_at(
+        self, step: int, rule: ReleaseRule, beside_live: bool = True, target_rate: float | None = 1.0
+    ) -> Track:
+        """Fresh processes on X for `step` (below live, beside a live version, with a targeted stream at
+        `target_rate`), in place; the carried processes of its own precision (``carry_live``) run for the version's
+        whole life."""
+        carry = rule.carries_at(step, beside_live) and target_rate is not None
+        self.carry_disagree = rule.new_carry_disagree(target_rate or 1.0) if carry else []
+        self.target_rate = target_rate if carry else None
         self.carry_with = ""
+        return self
+
+    def with_target_rate(self, target_rate: float | None) -> Track:
+        """The track read under a manifest whose targeted stream has inclusion probability `target_rate`: a step
+        whose processes are about another rate carries nothing for the rest of the step (VOID), as when the live
+        version changes: each row's X is only exact at the rate the processes assume."""
+        if self.carry_disagree and target_rate != self.target_rate:
+            return dataclasses.replace(self, carry_with=VOID)
         return self
 
     def to_dict(self) -> dict[str, Any]:
@@ -403,6 +429,8 @@ class Track:
             out["carry_disagree"] = [p.to_json() for p in self.carry_disagree]
         if self.carry_with:
             out["carry_with"] = self.carry_with
+        if self.target_rate is not None:
+            out["target_rate"] = self.target_rate
         return out
 
     @classmethod
@@ -424,6 +452,7 @@ class Track:
             [BettingEProcess.from_json(p) for p in d.get("carry_live", [])],
             [BettingEProcess.from_json(p) for p in d.get("carry_disagree", [])],
             str(d.get("carry_with", "")),
+            None if d.get("target_rate") is None else float(d["target_rate"]),
         )
 
     def on_day(self, today: str, rule: ReleaseRule) -> Track:
@@ -438,14 +467,17 @@ class Track:
         has rejected: the version may take over when the live version is rolled back (``tick.rollback_release``)."""
         return self.support is not None and self.support.rejected and not self.rolled_back
 
-    def at_step(self, step: int, rule: ReleaseRule, beside_live: bool = True) -> Track:
+    def at_step(
+        self, step: int, rule: ReleaseRule, beside_live: bool = True, target_rate: float | None = 1.0
+    ) -> Track:
         """The track after the manifest moved it to `step` (by us or an operator): fresh promote evidence (at
-        alpha/2 when `beside_live` and the rule carries, :meth:`start`)."""
+        alpha/2 when `beside_live` with a targeted stream and the rule carries, :meth:`start`)."""
         if step == self.step:
-            return self
+            return self.with_target_rate(target_rate) if step < LIVE else self
+        beside_live = beside_live and target_rate is not None
         carry = rule.carries_at(step, beside_live)
         return dataclasses.replace(self, step=step, promote=rule.new_promote(carry))._carry_at(
-            step, rule, beside_live
+            step, rule, beside_live, target_rate
         )
 
     def accepts(self, role: str) -> bool:
@@ -473,9 +505,10 @@ class Track:
         if self.drift_rejected_at is None and self.drift_e_value >= 1.0 / rule.drift_alpha:
             self.drift_rejected_at = self.rollback.n
 
-    def observe_mirror(self, disagrees: bool, live_version: str) -> None:
-        """One mirror row (the candidate against the answer `live_version` served): feeds the disagreement
-        processes, which are about one live version per step (another one voids them for the step)."""
+    def observe_mirror(self, differs_wrong: bool, live_version: str) -> None:
+        """One mirror or targeted row (the candidate against the answer `live_version` served;
+        ``PairRow.differs_wrong``): feeds the processes on X, which are about one live version per step (another
+        one voids them for the step)."""
         if not self.carry_disagree or self.carry_with == VOID:
             return
         if self.carry_with and self.carry_with != live_version:
@@ -483,7 +516,7 @@ class Track:
             return
         self.carry_with = live_version
         for p in self.carry_disagree:
-            p.update(disagrees)
+            p.update(differs_wrong)
 
     @property
     def drift_e_value(self) -> float:
@@ -575,7 +608,8 @@ def bound_promotes(track: Track, rule: ReleaseRule) -> bool:
 def carried(track: Track, live: Track | None, rule: ReleaseRule) -> int | None:
     """The first level k at which the carried bound shows `track`'s precision above the target (module docstring):
     `live` (the live version serving the rest, at live, not rolled back) rejected "precision <= target + u_k" and
-    `track`'s mirror rows against that same version rejected "disagree >= u_k"; None when no level has."""
+    `track`'s mirror and targeted rows against that same version rejected "P(differs and wrong) >= u_k"; None
+    when no level has."""
     if (
         live is None
         or not rule.carries
@@ -644,6 +678,7 @@ def carried_evidence(track: Track, live: Track | None, rule: ReleaseRule) -> dic
 
     out: dict[str, Any] = {
         "levels": list(rule.levels),
+        "target_rate": track.target_rate,
         "alpha_own": rule.promote_alpha,
         "alpha_live": rule.carry_alpha,
         "alpha_disagree": rule.carry_alpha,
@@ -726,9 +761,9 @@ def _promote_text(track: Track, rule: ReleaseRule, live: Track | None = None) ->
         u, lp, dp = rule.levels[k], live.carry_live[k], track.carry_disagree[k]
         return (
             f"carried bound: {live.version}'s precision > {rule.target + u:g} ({lp.n} audits, {lp.errors} "
-            f"disagree, e-value {lp.e_value:.3g} >= {lp.threshold:g}) and P(differs from it) < {u:g} ({dp.n} "
-            f"mirrored answers, {dp.errors} differ, e-value {dp.e_value:.3g} >= {dp.threshold:g}), so "
-            f"precision > {rule.target:g}"
+            f"disagree, e-value {lp.e_value:.3g} >= {lp.threshold:g}) and P(differs from it and wrong) < {u:g} "
+            f"({dp.n} mirrored answers, {dp.errors} differ and were judged wrong at inclusion probability "
+            f"{track.target_rate:g}, e-value {dp.e_value:.3g} >= {dp.threshold:g}), so precision > {rule.target:g}"
         )
     if rule.promotes_on == "bound":
         return (

@@ -18,6 +18,14 @@ about the candidate against live, for the carried bound (``decision``): ``agree`
 an answer its cascade would not keep, or a failed call: all counted against the candidate, which keeps the bound
 a lower bound).
 
+A ``targeted`` pair row is written in place of a mirror row where the candidate's answer differed from live's (as
+:attr:`PairRow.disagrees` says) and the request fell in the targeted audit stream (``ratchet_core.routing``:
+``unit_hash("audit", request_id) < target_audit_rate``, the release's signed inclusion probability): the teacher's
+answer compared with the candidate's. :attr:`PairRow.differs_wrong` is the carried bound's observation
+X = 1{differs, included, candidate not kept-and-right}: 0 on every mirror row, on a targeted row 1 unless the
+candidate's answer is kept and agrees with the teacher (a failed teacher call: 1). It is never an audit of the
+candidate's precision (``error`` is None): the stream is not a uniform sample.
+
 Segments are immutable once sealed (written under a temp name, then renamed), so a watermark over segment names is
 exact: :class:`Watermark` holds, per day, the segments fully read, plus the position inside the segment where the
 last evaluation stopped. Days more than ``SETTLE_DAYS`` before the newest day seen are considered settled and
@@ -37,6 +45,7 @@ from pathlib import Path
 from typing import Any
 
 from ratchet_core.lake import Lake, day_of
+from ratchet_core.routing import differs
 
 SETTLE_DAYS = 2
 
@@ -56,18 +65,28 @@ class PairRow:
     @property
     def disagrees(self) -> bool | None:
         """A mirror row: whether the candidate's answer is not one its cascade keeps and equal to live's (module
-        docstring); None for the other roles."""
+        docstring); a targeted row: True (it is written only where it is not); None for the other roles."""
+        if self.role == "targeted":
+            return True
         if self.role != "mirror":
             return None
-        kept = not self.contract_violation and (
-            self.confidence is None or self.threshold is None or self.confidence >= self.threshold
-        )
-        return not (self.outcome == "agree" and kept)
+        return differs(self.outcome, self.confidence, self.threshold, self.contract_violation)
+
+    @property
+    def differs_wrong(self) -> bool | None:
+        """The carried bound's observation X (module docstring): a mirror row 0 (the candidate's answer is live's,
+        or it differs outside the targeted stream); a targeted row 1 unless the candidate's answer is kept and
+        the teacher agrees with it (a failed teacher call counts as 1); None for the other roles."""
+        if self.role == "mirror":
+            return False
+        if self.role == "targeted":  # outcome: against the teacher's answer
+            return differs(self.outcome, self.confidence, self.threshold, self.contract_violation)
+        return None
 
     @property
     def error(self) -> bool | None:
         """True = the student was wrong, False = right, None = this row says nothing about precision."""
-        if self.role == "mirror" or self.outcome not in ("agree", "disagree"):
+        if self.role in ("mirror", "targeted") or self.outcome not in ("agree", "disagree"):
             return None
         if self.role == "shadow" and (
             self.contract_violation

@@ -92,7 +92,7 @@ from ratchet_core import manifest as mf
 from ratchet_core.lake import segment_relpath
 from ratchet_core.layout import ArtifactLayout
 from ratchet_core.redact import redact_messages, redact_text
-from ratchet_core.routing import SafetyState, pairs, route
+from ratchet_core.routing import SafetyState, differs, pairs, route
 from ratchet_core.schema import pair_row, request_row
 from ratchet_core.workloads import compare, get_workload, solve
 from ratchet_stats.canonical import canonical_json, sha256_hex
@@ -285,22 +285,53 @@ class Simulation:
             rows.append(row)
             s.pending.append(PairRow("", 0, shadow_version, task, "shadow", outcome, conf, thr))
             pair_costs += row["actual_cost_usd"]
+        targeted = 0  # a new teacher call for the targeted stream (evidence spend)
         if mirror:  # free evidence: the candidate against the answer live served (routing.pairs)
             msg, conf = candidate or self._ask_student(mirror, rid, ex)
             outcome = "agree" if compare(task, answer, msg) else "disagree"
             thr = r.shadow_threshold
+            mirrored = PairRow("", 0, mirror, task, "mirror", outcome, conf, thr)
             seq[0] += 1
             row = self._pair_row(base, seq[0], "mirror", mirror, msg, outcome, conf, thr, 0)
             if candidate is not None:
                 row["actual_cost_usd"] = 0.0  # the shadow row already bills this one answer of the candidate
-            rows.append(row)
-            s.pending.append(PairRow("", 0, mirror, task, "mirror", outcome, conf, thr))
             if candidate is None:  # one answer of the candidate serves both pairs: the student is paid once
                 pair_costs += row["actual_cost_usd"]
+            if off_path.targeted and mirrored.disagrees:
+                # the targeted stream: the teacher judges the candidate's answer where it differs from live's (its
+                # audit answer when the request is audited, else a new call), in place of the mirror row
+                # an answer its cascade would not keep is wrong for the bound whatever the teacher says: no call
+                asked = audit or not differs("agree", conf, thr, "")
+                outcome = (
+                    "agree" if asked and compare(task, teacher_msg, msg) else "disagree" if asked else "error"
+                )
+                reasoning = 0 if audit or not asked else cfg.reasoning_tokens(rid, "targeted")
+                row = self._pair_row(
+                    base,
+                    seq[0],
+                    "targeted",
+                    mirror,
+                    teacher_msg if asked else {},
+                    outcome,
+                    conf,
+                    thr,
+                    reasoning,
+                )
+                if audit or not asked:
+                    row["actual_cost_usd"] = (
+                        0.0  # the audit row already bills this answer of the teacher / none
+                    )
+                else:
+                    targeted = 1
+                    pair_costs += row["actual_cost_usd"]
+                    audit_cost += row["actual_cost_usd"]
+                mirrored = dataclasses.replace(mirrored, role="targeted", outcome=outcome)
+            rows.append(row)
+            s.pending.append(mirrored)
         for row in rows[1:]:
             dep = self._deployment(row["version"], task)
             if dep is not None and not dep.gone:
-                if row["pair_role"] == "mirror":
+                if row["pair_role"] in ("mirror", "targeted"):
                     dep.mirror_rows += 1
                 else:
                     dep.pair_rows += 1
@@ -312,6 +343,7 @@ class Simulation:
             "actual": actual + pair_costs,
             "audit": int(audit),
             "audit_cost": audit_cost,
+            "targeted": targeted,
             "shadow": int(bool(shadow_version)),
         }
         return rows, stats
@@ -332,11 +364,12 @@ class Simulation:
         p = base["prompt_tokens"]
         teacher_cost = self._cost(self.prices, p, c)
         student_cost = self._cost((STUDENT_PRICE_IN, STUDENT_PRICE_OUT), p, c)
+        teacher = role in ("audit", "targeted")  # the row holds the teacher's answer
         return pair_row(
             **base,
             seq=seq,
             version=version,
-            served_by="teacher" if role == "audit" else "student",
+            served_by="teacher" if teacher else "student",
             answer=redact_text(msg["content"]) if msg.get("content") else "",
             tool_calls=_cj(msg["tool_calls"]) if msg.get("tool_calls") else "",
             finish_reason="tool_calls" if msg.get("tool_calls") else "stop",
@@ -344,7 +377,7 @@ class Simulation:
             reasoning_tokens=reasoning,
             total_tokens=p + c,
             teacher_cost_usd=teacher_cost,
-            actual_cost_usd=teacher_cost if role == "audit" else student_cost,
+            actual_cost_usd=teacher_cost if teacher else student_cost,
             confidence=confidence,
             threshold=threshold,
             pair_role=role,
@@ -648,6 +681,7 @@ class Simulation:
                 "actual": 0.0,
                 "audit": 0,
                 "shadow": 0,
+                "targeted": 0,
             }
             by_task: dict[str, list[int]] = {}  # task -> [requests, served by the student]
             task_cost: dict[str, float] = {}  # task -> the all-teacher cost of its requests
@@ -672,6 +706,7 @@ class Simulation:
                 agg["actual"] += st["actual"]
                 agg["audit"] += st["audit"]
                 agg["shadow"] += st["shadow"]
+                agg["targeted"] += st["targeted"]
             self._tick(day, cfg.requests)
             self.traffic = {t: (float(c[0]), task_cost[t] / c[0]) for t, c in sorted(by_task.items())}
             write_segment(self.lake / segment_relpath(date_s, REPLICA, 1), rows)
@@ -711,6 +746,7 @@ class Simulation:
                 "audits": {
                     "audit_pairs": agg["audit"],
                     "shadow_pairs": agg["shadow"],
+                    "targeted_pairs": agg["targeted"],
                     "cumulative": cum_audits,
                 },
                 "events": s.events[first_event:],
