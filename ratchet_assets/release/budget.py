@@ -25,9 +25,10 @@ e-process is valid at any sampling rate fixed before the answers it samples; the
 Free evidence (``decision``, "carried bound"): beside a live version the candidate answers every request live
 serves (``mirror`` pair rows, student cost only). When live's own carried process has already shown its precision
 above target + u at some level (``carry_level``: the largest such u), the candidate's steps can be earned by
-mirrored answers alone: each step needs ``n_mirror`` of them (agreeing ones, what the disagreement process at u
-needs), so live is expected in ``MARGIN * 4 * n_mirror / requests_per_day`` days (the slot is held that long plus
-a day). The audit rate stays what it would be without carrying: the live version behind the candidate serves most
+mirrored answers alone: each step needs ``n_mirror`` of them (none differing and wrong, what the carried process
+at u and p_hi needs; ``mirrored_needed``), so live is expected in ``MARGIN * 4 * n_mirror / requests_per_day`` days
+(the slot is held that long plus a day; ``rate_needed`` and ``rate_cap`` still report what the uniform rate asks
+and may use). The audit rate stays what it would be without carrying: the live version behind the candidate serves most
 of the traffic, and those audits are what watches it for drift (``ratchet sim`` with the candidate at the watch rate
 instead: a third less evidence spend over ten good days, but drift on day 4 served at 0.67-0.71 instead of
 0.80-0.88, and one seed two days below 0.90); the candidate's own audits go on watching it for rollback and can
@@ -42,9 +43,18 @@ within a day), the audits it needs to catch a version that turns ``WATCH_ERROR``
 as long as its drift restarts remember (``drift_keep * drift_block`` answers; ``watch_audits``: the restarted
 rollback processes of ``decision`` on such a stream, 77 at the defaults), capped as the candidate's rate is and
 never below the base rate; those audits are also what live's carried processes learn from. ``tick.apply_decision`` signs it into the release (``TaskRelease.audit_rate`` of a
-live release; ``Manifest.audit_rate``). Not built: audits spent preferentially where the candidate and live
-disagree (logged inclusion probabilities, inverse-probability-weighted e-processes): every request of a task is
-audited at the same rate.
+live release; ``Manifest.audit_rate``).
+
+The targeted stream (:func:`target_rate`, ``decision``: "carried bound"): beside a live version, a request live
+served whose candidate answer differs from live's is judged by the teacher with probability p_hi (signed into the
+release as ``target_audit_rate``). Without a spend cap p_hi = 1: every differing answer is judged (the spend is the
+candidate's disagreement share of the traffic, e.g. 5% of 600 requests a day: 30 teacher calls). With one, p_hi
+is what the cap leaves after the uniform rate, sized for a candidate that differs on ``TARGET_DIFFER_SHARE`` (10%)
+of the requests: ``p_hi = min(1, max(rate, (rate_cap - rate) / 0.10))``, so such a candidate's expected evidence
+spend stays within the cap (one that differs more is judged more often and is usually rolled back by its own
+audits first). A lower p_hi makes each carried step need more mirrored answers (:func:`mirror_per_stage`: the
+null is p_hi * u; 150 at p_hi 1 and u 0.04, 607 at 0.25). Like the rates, p_hi spends no error: the processes'
+null is scaled to it.
 
 One pure function, :func:`evidence_budget`, called by the release sensor (``release.control``) and ``ratchet sim``
 (``sim.engine``) at admission; the manifest carries its rate (``TaskRelease.audit_rate``), which the gateway's

@@ -61,31 +61,50 @@ Free evidence, the carried bound (issue 35, "free evidence first"; ``e-value`` p
 is in shadow or canary beside a live version, it also answers every request live serves and is compared with
 live's answer (``mirror`` pair rows, ``ratchet_core.routing``; ``evidence.PairRow.disagrees``). On the requests
 live serves, let L = live's answer is right, C = the candidate's answer is kept and right, D = the candidate's
-answer is not kept or differs from live's. When the task's comparator is transitive (``label``, ``json``,
-``tool_call``: equality of stripped text, of canonical JSON, of calls; a custom comparator is not assumed to be, and
-turns the carried bound off), "right" means equal to the teacher's answer, so D = 0 and L = 1 imply C = 1:
-C >= L - D pointwise and
+answer is not kept or differs from live's, W = not C. When the task's comparator is transitive (``label``,
+``json``, ``tool_call``: equality of stripped text, of canonical JSON, of calls; a custom comparator is not assumed
+to be, and turns the carried bound off), "right" means equal to the teacher's answer, so where D = 0 the candidate
+is right exactly when live is: C >= L - 1{D and W} pointwise and
 
-    precision(candidate) >= precision(live) - P(candidate != live).
+    precision(candidate) >= precision(live) - P(differs from live and wrong).
+
+Who is right where the two differ is what the teacher is asked (targeted audits): a request live served whose
+candidate answer differs is judged by the teacher when ``unit_hash("audit", request_id) < p_hi``, the release's
+signed ``target_audit_rate`` (the evidence budget's, ``release.budget``; the same draw as the uniform audit, which
+audits u < p_lo, so the two streams nest when p_lo <= p_hi), and its row is a ``targeted`` pair row in place of the
+mirror row. Each mirror or targeted row gives X = 1{D, u < p_hi, W} (``PairRow.differs_wrong``: 0 on a mirror
+row, on a targeted row 1 unless the candidate's answer is kept and the teacher agrees with it; a failed teacher call
+is 1). As u is uniform and drawn independently of the answers, E[X] = p_hi P(D and W): the inverse-probability-
+weighted estimate X / p_hi of P(D and W) is unbiased, and testing "P(D and W) >= u_k" is testing "E[X] >= p_hi
+u_k" on a Bernoulli stream, which the same betting e-process does exactly (its wealth stays nonnegative: the bet
+is at most ``CARRY_MAX_FRACTION`` of it). With p_hi = 1 (the default without a spend cap) X is 1{D and W} itself.
 
 Both sides are anytime-valid tests on a grid of levels u_k (``carry_levels``, 0.01, 0.02, 0.04): on live's audited
 answers over its whole life (like its whole-life rollback process: from shadow on, so a version is carry-ready as
-soon as it goes live), ``carry_live[k]`` rejects "precision(live) <= target + u_k"; on the candidate's mirror rows at
-its current step, ``carry_disagree[k]`` rejects "P(disagree) >= u_k". When both of one level have rejected, the
-candidate's precision exceeds the target and it is promoted one step, as its own promote process would. The error
-budget of a step's promotion (alpha, what the release rule promises) is split: its own promote process alpha/2,
-live's carried processes alpha/4 (alpha/12 per level), the disagreement processes alpha/4 (alpha/12 per level); a
-wrongful promotion needs one of them to reject wrongly, so P(promoting a step whose precision <= target) <= alpha
-(Ville, union bound). Without carrying (``carry`` off, the ``bound`` rule, a custom comparator, or no live version behind the
-candidate when its step starts: nothing to carry from) the own process has all of alpha. The carried processes bet with ``CARRY_MAX_FRACTION`` 0.9 (near-clean streams are the expected case;
-the bet shrinks after each error). Limits, stated: live's side is its precision averaged over its whole life and
-the disagreement is over the candidate's step, so the bound is exact when live's precision is stationary (the live
-watch's drift restarts are what notice it is not, and a rolled-back live version carries nothing); it speaks of the
-requests live serves (the rest go to the teacher, where the candidate's shadow pairs are its own evidence); a
-candidate whose live version changes mid-step carries nothing for the rest of that step (``carry_with``), and a
-live version whose drift restarts are halfway to an alarm (e-value >= 1/sqrt(drift_alpha)) carries nothing.
-Not built: audits spent preferentially where the two disagree, with logged inclusion probabilities and
-inverse-probability-weighted e-processes (the audit rate is the same for every request of a task).
+soon as it goes live), ``carry_live[k]`` rejects "precision(live) <= target + u_k"; on the candidate's mirror and
+targeted rows at its current step, ``carry_disagree[k]`` rejects "P(differs and wrong) >= u_k" (null p_hi u_k on
+X). When both of one level have rejected, the candidate's precision exceeds the target and it is promoted one step,
+as its own promote process would. The error budget of a step's promotion (alpha, what the release rule promises)
+is split: alpha/2 on the candidate's own promote process, alpha/4 on live's carried processes (alpha/12 per level),
+alpha/4 on the disagreement's processes (alpha/12 per level); a wrongful promotion needs one of them to reject
+wrongly, so P(promoting a step whose precision <= target) <= alpha (Ville, union bound). The targeted stream spends
+no further error: it changes which rows the disagreement's processes see, and their null is scaled to match.
+Without carrying (``carry`` off, the ``bound`` rule, a custom comparator, no live version behind the candidate when
+its step starts, or a release signed without ``target_audit_rate``: a mirror row that differs says nothing about
+who was right) the own process has all of alpha. The carried processes bet with ``CARRY_MAX_FRACTION`` 0.9
+(near-clean streams are the expected case; the bet shrinks after each error). Limits, stated: live's side is its
+precision averaged over its whole life and the disagreement is over the candidate's step, so the bound is exact
+when live's precision is stationary (the live watch's drift restarts are what notice it is not, and a rolled-back
+live version carries nothing); it speaks of the requests live serves (the rest go to the teacher, where the
+candidate's shadow pairs are its own evidence); a candidate whose live version changes mid-step carries nothing
+for the rest of that step (``carry_with``), nor does one whose step's rows were read at one p_hi and then at another
+(``Track.with_target_rate``: each row's X is exact only at its own rate; p_hi is signed once per rollout, so this
+is an operator re-signing the release), and a live version whose drift restarts are halfway to an alarm
+(e-value >= 1/sqrt(drift_alpha)) carries nothing. Targeted rows are never audits of the candidate's precision (not
+a uniform sample: its own promote and rollback processes never see them) nor training labels (the night reads
+``audit`` rows). Not built: the inclusion probability on the row itself (a ledger column): the sensor takes it from
+the manifest, where the release signs it, and a reader of the ledger recomputes each row's inclusion from
+``request_id`` and the signed manifest in force.
 
 Feedback (``ratchet_core.feedback``) is evidence too: :func:`feedback_evidence` asks whether the student's answers of
 a task draw worse feedback than the teacher's at the same time. Student and teacher observations (bad or not, by
