@@ -29,8 +29,8 @@ Where the candidate's mirror answer is not one its cascade keeps equal to live's
 ``u(request_id) < target_audit_rate`` (``Manifest.target_audit_rate``: the targeted audit stream, signed into the
 release at admission by the evidence budget, ``Route.targeted``; the same u as the uniform audit, so the streams are
 nested when the uniform rate is the smaller), the teacher judges the candidate's answer (its audit answer when the
-request is audited, else a new call) -> a ``pair`` row with ``pair_role='targeted'`` in place of the mirror row:
-the carried bound's evidence, each row included with the logged probability ``target_audit_rate``. A shadow pair records the candidate's own ``threshold`` (``Route.shadow_threshold``), so
+request is audited, else a new call) -> a ``pair`` row with ``pair_role='targeted'`` after the mirror row: the
+carried bound's evidence, each differing answer judged with the signed probability ``target_audit_rate``. A shadow pair records the candidate's own ``threshold`` (``Route.shadow_threshold``), so
 ``ratchet_assets.release.evidence.PairRow.error`` ignores answers its cascade would have sent to the teacher.
 
 Local safety switches (:class:`SafetyState`, set by a gateway's admin routes and recorded by

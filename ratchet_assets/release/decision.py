@@ -71,13 +71,20 @@ is right exactly when live is: C >= L - 1{D and W} pointwise and
 Who is right where the two differ is what the teacher is asked (targeted audits): a request live served whose
 candidate answer differs is judged by the teacher when ``unit_hash("audit", request_id) < p_hi``, the release's
 signed ``target_audit_rate`` (the evidence budget's, ``release.budget``; the same draw as the uniform audit, which
-audits u < p_lo, so the two streams nest when p_lo <= p_hi), and its row is a ``targeted`` pair row in place of the
-mirror row. Each mirror or targeted row gives X = 1{D, u < p_hi, W} (``PairRow.differs_wrong``: 0 on a mirror
-row, on a targeted row 1 unless the candidate's answer is kept and the teacher agrees with it; a failed teacher call
-is 1). As u is uniform and drawn independently of the answers, E[X] = p_hi P(D and W): the inverse-probability-
-weighted estimate X / p_hi of P(D and W) is unbiased, and testing "P(D and W) >= u_k" is testing "E[X] >= p_hi
-u_k" on a Bernoulli stream, which the same betting e-process does exactly (its wealth stays nonnegative: the bet
-is at most ``CARRY_MAX_FRACTION`` of it). With p_hi = 1 (the default without a spend cap) X is 1{D and W} itself.
+audits u < p_lo, so the two streams nest when p_lo <= p_hi): a ``targeted`` pair row for the same request, written
+after its mirror row. Each mirror row gives X = 1{D, u < p_hi, W}: 0 where the answers agree or u >= p_hi (the
+sensor recomputes u from the row's request id), else the teacher's verdict from the targeted row
+(``PairRow.differs_wrong``: 1 unless the candidate's answer is kept and the teacher agrees with it; a failed
+teacher call is 1). As u is uniform (the request id is the gateway's own CSPRNG draw,
+``ratchet_gateway.responses.new_request_id``) and independent of the answers, E[X] = p_hi P(D and W): the
+inverse-probability-weighted estimate X / p_hi of P(D and W) is unbiased, and testing "P(D and W) >= u_k" is testing
+"E[X] >= p_hi u_k" on a Bernoulli stream, which the same betting e-process does exactly (its wealth stays
+nonnegative: the bet is at most ``CARRY_MAX_FRACTION`` of it). With p_hi = 1 (the default without a spend cap) X is
+1{D and W} itself. The order matters too: a verdict lands a teacher call after its mirror row, so feeding verdicts
+as they land would let the agreeing rows behind a late wrong verdict bet first (a supermartingale only in an order
+fixed before the outcomes). So X is fed in mirror order (``Track.observe_mirror``): a row that waits for its verdict
+holds the rows after it (``carry_pending``); a verdict still missing after ``CARRY_PENDING_MAX`` later rows counts
+as X = 1 (only ever against the candidate).
 
 Both sides are anytime-valid tests on a grid of levels u_k (``carry_levels``, 0.01, 0.02, 0.04): on live's audited
 answers over its whole life (like its whole-life rollback process: from shadow on, so a version is carry-ready as
@@ -132,6 +139,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from ratchet_core.manifest import TaskRelease
+from ratchet_core.routing import unit_hash
 from ratchet_core.task_policy import default_promote_evidence
 from ratchet_stats.bounds import wilson_lower, wilson_upper
 from ratchet_stats.canonical import digest
@@ -143,6 +151,9 @@ CARRY_MAX_FRACTION = 0.9
 # an alarm, on the log scale) carries nothing: a guard against a bound that averages over its whole life (module
 # docstring); an extra condition, so it spends no error.
 DRIFT_QUIET = 1.0
+# Mirror rows that may wait behind one whose targeted verdict has not come (module docstring): beyond this, the
+# oldest counts as wrong (X = 1: a lost teacher call never helps the candidate).
+CARRY_PENDING_MAX = 1000
 # Comparators known to be transitive (equality of a canonical form: ratchet_core.workloads.comparators).
 TRANSITIVE_COMPARATORS = ("label", "json", "tool_call")
 
@@ -382,6 +393,8 @@ class Track:
     carry_disagree: list[BettingEProcess] = field(default_factory=list)  # shadow/canary: vs live, per step
     carry_with: str = ""  # the live version carry_disagree is about (VOID: it changed this step)
     target_rate: float | None = None  # the targeted stream's inclusion probability carry_disagree is about
+    # mirror rows whose X waits for its targeted row, and those after them, in mirror order: [request_id, X | None]
+    carry_pending: list[list] = field(default_factory=list)
 
     @classmethod
     def start(
@@ -413,6 +426,7 @@ class Track:
         self.carry_disagree = rule.new_carry_disagree(target_rate or 1.0) if carry else []
         self.target_rate = target_rate if carry else None
         self.carry_with = ""
+        self.carry_pending = []
         return self
 
     def with_target_rate(self, target_rate: float | None) -> Track:
@@ -420,7 +434,7 @@ class Track:
         whose processes are about another rate carries nothing for the rest of the step (VOID), as when the live
         version changes: each row's X is only exact at the rate the processes assume."""
         if self.carry_disagree and target_rate != self.target_rate:
-            return dataclasses.replace(self, carry_with=VOID)
+            return dataclasses.replace(self, carry_with=VOID, carry_pending=[])
         return self
 
     def to_dict(self) -> dict[str, Any]:
@@ -450,6 +464,8 @@ class Track:
             out["carry_with"] = self.carry_with
         if self.target_rate is not None:
             out["target_rate"] = self.target_rate
+        if self.carry_pending:
+            out["carry_pending"] = [list(p) for p in self.carry_pending]
         return out
 
     @classmethod
@@ -472,6 +488,7 @@ class Track:
             [BettingEProcess.from_json(p) for p in d.get("carry_disagree", [])],
             str(d.get("carry_with", "")),
             None if d.get("target_rate") is None else float(d["target_rate"]),
+            [[str(rid), None if x is None else bool(x)] for rid, x in d.get("carry_pending", [])],
         )
 
     def on_day(self, today: str, rule: ReleaseRule) -> Track:
@@ -524,18 +541,44 @@ class Track:
         if self.drift_rejected_at is None and self.drift_e_value >= 1.0 / rule.drift_alpha:
             self.drift_rejected_at = self.rollback.n
 
-    def observe_mirror(self, differs_wrong: bool, live_version: str) -> None:
-        """One mirror or targeted row (the candidate against the answer `live_version` served;
-        ``PairRow.differs_wrong``): feeds the processes on X, which are about one live version per step (another
-        one voids them for the step)."""
+    def observe_mirror(self, differs: bool, request_id: str, live_version: str) -> None:
+        """One mirror row (the candidate against the answer `live_version` served; ``PairRow.disagrees``): its X is
+        0 where the answers agree or the request is outside the targeted stream (u >= p_hi, recomputed here from
+        `request_id` as the gateway drew it), else the teacher's verdict, which its targeted row brings
+        (:meth:`observe_targeted`). X is fed in mirror order: rows after one that waits for its verdict wait too,
+        so the order the processes see never depends on a verdict (module docstring). The processes are about one
+        live version per step (another one voids them for the step)."""
         if not self.carry_disagree or self.carry_with == VOID:
             return
         if self.carry_with and self.carry_with != live_version:
             self.carry_with = VOID
+            self.carry_pending = []
             return
         self.carry_with = live_version
-        for p in self.carry_disagree:
-            p.update(differs_wrong)
+        judged = differs and unit_hash("audit", request_id) < (self.target_rate or 0.0)
+        self.carry_pending.append([request_id, None if judged else False])
+        self._feed_carry()
+
+    def observe_targeted(self, differs_wrong: bool, request_id: str) -> None:
+        """One targeted row: the teacher's verdict X on a waiting mirror row of the same request (``True``: the
+        candidate's differing answer is wrong); a verdict nothing waits for is ignored."""
+        if not self.carry_disagree or self.carry_with == VOID:
+            return
+        for entry in self.carry_pending:
+            if entry[0] == request_id and entry[1] is None:
+                entry[1] = bool(differs_wrong)
+                break
+        self._feed_carry()
+
+    def _feed_carry(self) -> None:
+        """Feed the processes on X the waiting rows whose X is known, in mirror order; a verdict still missing after
+        ``CARRY_PENDING_MAX`` later rows (a lost teacher call) counts as X = 1, which only slows the bound."""
+        while self.carry_pending and (
+            self.carry_pending[0][1] is not None or len(self.carry_pending) > CARRY_PENDING_MAX
+        ):
+            _, x = self.carry_pending.pop(0)
+            for p in self.carry_disagree:
+                p.update(True if x is None else x)
 
     @property
     def drift_e_value(self) -> float:

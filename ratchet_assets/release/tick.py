@@ -362,7 +362,11 @@ def decide_tick(
                     if t.step >= LIVE:
                         continue
                     live = live_of(t)
-                    t.observe_mirror(bool(row.differs_wrong), current.task(t.task).previous_live or "")
+                    if row.role == "mirror":
+                        prev_live = current.task(t.task).previous_live or ""
+                        t.observe_mirror(bool(row.disagrees), row.request_id, prev_live)
+                    else:
+                        t.observe_targeted(bool(row.differs_wrong), row.request_id)
                     if not (frozen or held(t)) and carried(t, live, task_rule) is not None:
                         decision, plan.stop = decide(t, task_rule, frozen, held(t), live), row
                         break

@@ -54,7 +54,9 @@ rest is shadowed by the canary version, and a request served by the previous liv
 answered by the candidate and compared with the teacher's audit answer, so evidence is always against the teacher;
 every request the previous live version served is also mirrored (the candidate's answer compared with live's: a
 ``mirror`` pair row, free evidence for the carried bound of ``ratchet_assets.release.decision``; one answer of the
-candidate serves an audited request's shadow and mirror rows and is paid once).
+candidate serves an audited request's shadow and mirror rows and is paid once); where the candidate's answer differs
+from live's and the request is in the targeted audit stream, the teacher judges it (a ``targeted`` row after the
+mirror row, its price counted as evidence spend; each day's ``audits.targeted_pairs`` counts those calls).
 A shadow pair records the shadowed version's own threshold (``Route.shadow_threshold``), so ``PairRow.error``
 ignores answers the cascade would have sent to the teacher. Everything is deterministic in the arguments: the same seed gives byte-identical output.
 """
@@ -121,6 +123,7 @@ class Deployment:
         0  # audit and shadow rows about it from its deployment until it left (rollback, supersede)
     )
     mirror_rows: int = 0  # its mirror rows (compared with live's answer, not the teacher's) in that time
+    targeted_rows: int = 0  # its targeted rows (the teacher judging where it differed from live) in that time
     rolled_back_day: int | None = None
     audits_to_rollback: int | None = None  # evidence rows its rollback e-process had seen when it fired
     live_day: int | None = None
@@ -290,33 +293,26 @@ class Simulation:
             msg, conf = candidate or self._ask_student(mirror, rid, ex)
             outcome = "agree" if compare(task, answer, msg) else "disagree"
             thr = r.shadow_threshold
-            mirrored = PairRow("", 0, mirror, task, "mirror", outcome, conf, thr)
+            mirrored = PairRow("", 0, mirror, task, "mirror", outcome, conf, thr, request_id=rid)
             seq[0] += 1
             row = self._pair_row(base, seq[0], "mirror", mirror, msg, outcome, conf, thr, 0)
             if candidate is not None:
                 row["actual_cost_usd"] = 0.0  # the shadow row already bills this one answer of the candidate
             if candidate is None:  # one answer of the candidate serves both pairs: the student is paid once
                 pair_costs += row["actual_cost_usd"]
+            rows.append(row)
+            s.pending.append(mirrored)
             if off_path.targeted and mirrored.disagrees:
                 # the targeted stream: the teacher judges the candidate's answer where it differs from live's (its
-                # audit answer when the request is audited, else a new call), in place of the mirror row
+                # audit answer when the request is audited, else a new call), a targeted row after the mirror row;
                 # an answer its cascade would not keep is wrong for the bound whatever the teacher says: no call
                 asked = audit or not differs("agree", conf, thr, "")
-                outcome = (
-                    "agree" if asked and compare(task, teacher_msg, msg) else "disagree" if asked else "error"
-                )
+                judged = "agree" if compare(task, teacher_msg, msg) else "disagree"
+                outcome = judged if asked else "error"
                 reasoning = 0 if audit or not asked else cfg.reasoning_tokens(rid, "targeted")
-                row = self._pair_row(
-                    base,
-                    seq[0],
-                    "targeted",
-                    mirror,
-                    teacher_msg if asked else {},
-                    outcome,
-                    conf,
-                    thr,
-                    reasoning,
-                )
+                seq[0] += 1
+                said = teacher_msg if asked else {}
+                row = self._pair_row(base, seq[0], "targeted", mirror, said, outcome, conf, thr, reasoning)
                 if audit or not asked:
                     row["actual_cost_usd"] = (
                         0.0  # the audit row already bills this answer of the teacher / none
@@ -325,14 +321,15 @@ class Simulation:
                     targeted = 1
                     pair_costs += row["actual_cost_usd"]
                     audit_cost += row["actual_cost_usd"]
-                mirrored = dataclasses.replace(mirrored, role="targeted", outcome=outcome)
-            rows.append(row)
-            s.pending.append(mirrored)
+                rows.append(row)
+                s.pending.append(dataclasses.replace(mirrored, role="targeted", outcome=outcome))
         for row in rows[1:]:
             dep = self._deployment(row["version"], task)
             if dep is not None and not dep.gone:
-                if row["pair_role"] in ("mirror", "targeted"):
+                if row["pair_role"] == "mirror":
                     dep.mirror_rows += 1
+                elif row["pair_role"] == "targeted":
+                    dep.targeted_rows += 1
                 else:
                     dep.pair_rows += 1
         correct = compare(task, ex.expected, answer)

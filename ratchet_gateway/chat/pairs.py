@@ -9,7 +9,10 @@ with the teacher's audit answer. A request the live version served while a candi
 *mirrored* (``Pairs.mirror``): the candidate answers and is compared with the answer live served (``mirror`` row,
 the candidate's confidence, threshold and contract verdict; free evidence for the carried bound,
 ``ratchet_assets.release.decision``); when the request is also audited, the candidate's one answer makes both its
-shadow and its mirror row. Mirror calls share the shadow cap below. Nothing here delays or fails the client's answer: the calls run as background
+shadow and its mirror row. Where the candidate's mirror answer differs from live's and the request is in the
+targeted audit stream (``Pairs.targeted``), the teacher judges it after the mirror row is written: a ``targeted``
+row (the teacher's answer against the candidate's; its audit answer when the request was audited, else a new call,
+none when the candidate's answer is one its cascade would not keep). Mirror calls share the shadow cap below. Nothing here delays or fails the client's answer: the calls run as background
 tasks (``Gateway.spawn``) and a failed call is a pair with outcome ``error``.
 
 Shadows are capped (``RATCHET_SHADOW_MAX_IN_FLIGHT`` calls at once per gateway worker): the others wait their
@@ -178,15 +181,15 @@ class Pairs:
                 outcome = "agree" if gw.compare(call.received.task, other_msg, student_msg) else "disagree"
             threshold = call.decision.route.shadow_threshold
             kind = violation.kind if violation else ""
-            if role == "mirror" and targeted and differs(outcome, conf, threshold, kind):
-                await self._targeted_row(call, version, student_msg, conf, kind, audit_answer, t)
-                continue
             row = self.recorder.pair_row(
                 call, role, version, student, error, outcome, conf, threshold, _ms(t), contract_violation=kind
             )
             if role == "mirror" and teacher is not None:
                 row["actual_cost_usd"] = 0.0  # the shadow row already bills this one answer of the candidate
             await self._write(call, row)
+            if role == "mirror" and targeted and differs(outcome, conf, threshold, kind):
+                # written after its mirror row, whose place in the stream it fills (release.decision)
+                await self._targeted_row(call, version, student_msg, conf, kind, audit_answer, t)
 
     async def _targeted_row(
         self,
@@ -200,7 +203,7 @@ class Pairs:
     ) -> None:
         """The targeted stream (``ratchet_core.routing``): the candidate's answer differs from live's and the
         request is in it, so the teacher judges it (its audit answer when the request was audited, else a new
-        call) -> ``targeted`` row in place of the mirror row: the teacher's answer, the candidate's confidence,
+        call) -> ``targeted`` row after the mirror row: the teacher's answer, the candidate's confidence,
         threshold and contract verdict, ``agree`` when the teacher's answer equals the candidate's."""
         gw = self.gw
         threshold = call.decision.route.shadow_threshold

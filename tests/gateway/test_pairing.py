@@ -301,9 +301,9 @@ def test_where_the_candidate_differs_from_live_the_targeted_stream_has_the_teach
     tmp_path, teacher_url
 ):
     """The previous live version is wrong on every request and the candidate right: their answers differ, so with a
-    targeted stream at 1.0 each such request is judged by the teacher (a targeted row in place of the mirror row:
-    the teacher's answer, the candidate's confidence and threshold): a new call when the request was not audited,
-    the audit's answer (billed once) when it was."""
+    targeted stream at 1.0 each such request is judged by the teacher (a targeted row after its mirror row: the
+    teacher's answer, the candidate's confidence and threshold): a new call when the request was not audited, the
+    audit's answer (billed once) when it was."""
     release = {
         "stage": "shadow",
         "version": NEW,
@@ -321,8 +321,11 @@ def test_where_the_candidate_differs_from_live_the_targeted_stream_has_the_teach
         h = _ask(client, 7)
         assert h["x-ratchet-version"] == OLD
         rows = _rows(g, h["x-ratchet-request-id"])
-        assert not rows["audit"] and not rows["shadow"] and not rows["mirror"]
-        (targeted,) = rows["targeted"]
+        assert not rows["audit"] and not rows["shadow"]
+        (mirror,), (targeted,) = rows["mirror"], rows["targeted"]
+        assert (
+            mirror["pair_outcome"] == "disagree" and mirror["seq"] < targeted["seq"]
+        )  # the mirror row first
         assert (targeted["version"], targeted["served_by"], targeted["pair_outcome"]) == (
             NEW,
             "teacher",
@@ -330,15 +333,14 @@ def test_where_the_candidate_differs_from_live_the_targeted_stream_has_the_teach
         )
         assert targeted["threshold"] == 0.3 and targeted["confidence"] > 0.3
         assert targeted["actual_cost_usd"] > 0.0  # a teacher call the evidence paid for
-        assert _evidence(g.settings.lake_root) == [(NEW, "targeted", False)]  # differs, and right
+        # differs from live, and the teacher says it is right
+        assert _evidence(g.settings.lake_root) == [(NEW, "mirror", True), (NEW, "targeted", False)]
 
         g.publish(tickets=release, _flags={"audit_rate": 1.0})  # audited: the audit's answer judges it
         h = _ask(client, 8)
         rows = _rows(g, h["x-ratchet-request-id"])
         (audit,), (shadow,), (targeted,) = rows["audit"], rows["shadow"], rows["targeted"]
-        assert (
-            not rows["mirror"] and targeted["pair_outcome"] == "agree" and shadow["pair_outcome"] == "agree"
-        )
+        assert len(rows["mirror"]) == 1 and targeted["pair_outcome"] == shadow["pair_outcome"] == "agree"
         assert targeted["answer"] == audit["answer"] and targeted["actual_cost_usd"] == 0.0
 
         g.publish(tickets={**release, "target_audit_rate": None}, _flags={"audit_rate": 0.0})
@@ -390,6 +392,6 @@ def test_a_client_can_neither_steer_nor_read_the_targeted_stream(tmp_path, teach
                 continue  # outside the stream by its id (one in a thousand)
             rows = _rows(g, rid)
             (targeted,) = rows["targeted"]  # written anyway: a client cannot turn it off
-            assert (targeted["version"], targeted["client"]) == (NEW, client) and not rows["mirror"]
+            assert (targeted["version"], targeted["client"]) == (NEW, client) and len(rows["mirror"]) == 1
             seen[client] = targeted["request_id"]
         assert len(seen) == 2 and seen["app1"] != seen["app2"]

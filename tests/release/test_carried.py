@@ -4,15 +4,17 @@ its error budget, and the watch rate of a live version serving alone (``ratchet_
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 import pytest
 
 from ratchet_assets.release.budget import audits_per_stage, evidence_budget, watch_rate
-from ratchet_assets.release.decision import LIVE, ReleaseRule, Track, feed
+from ratchet_assets.release.decision import CARRY_PENDING_MAX, LIVE, ReleaseRule, Track, feed
 from ratchet_assets.release.evidence import PairRow
 from ratchet_assets.release.tick import apply_decision, decide_tick
 from ratchet_core import manifest as mf
+from ratchet_core.routing import unit_hash
 from ratchet_core.task_policy import TaskPolicy
 
 RULE = ReleaseRule()
@@ -35,7 +37,9 @@ def _live(audits: int, errors_every: int = 0) -> Track:
 
 
 def _rows(role: str, outcomes: list[str], version: str = "v2") -> list[PairRow]:
-    return [PairRow("seg", i, version, "t", role, o, 0.9, 0.4) for i, o in enumerate(outcomes)]
+    return [
+        PairRow("seg", i, version, "t", role, o, 0.9, 0.4, request_id=f"r{i}") for i, o in enumerate(outcomes)
+    ]
 
 
 def _tick(live: Track, rows: list[PairRow], stage: str = "shadow", own: int = 0):
@@ -72,15 +76,26 @@ def test_mirrored_answers_alone_promote_nothing_while_live_is_barely_audited():
     )
 
 
-def _differing(n: int, every: int, outcome: str, confidence: float = 0.9) -> list[PairRow]:
-    """`n` rows of the candidate against live: every `every`-th differs from live's answer and is in the targeted
-    stream (a ``targeted`` row, `outcome` against the teacher's answer), the others agree with live (mirror)."""
-    return [
-        PairRow("seg", i, "v2", "t", "targeted", outcome, confidence, 0.4)
-        if (i + 1) % every == 0
-        else PairRow("seg", i, "v2", "t", "mirror", "agree", 0.9, 0.4)
+def _differing(n: int, every: int, outcome: str, confidence: float = 0.9, late: int = 0) -> list[PairRow]:
+    """The candidate against live on `n` requests: every `every`-th answer differs from live's (a mirror row that
+    disagrees; the targeted stream at 1 judges it: a targeted row with `outcome` against the teacher's answer,
+    `late` rows after its mirror row, as a slow teacher call lands), the others agree (a mirror row)."""
+    mirrors = [
+        PairRow("seg", 0, "v2", "t", "mirror", "disagree" if (i + 1) % every == 0 else "agree", confidence, 0.4,
+                request_id=f"r{i}")
         for i in range(n)
-    ]
+    ]  # fmt: skip
+    rows: list[PairRow] = []
+    verdicts: list[tuple[int, PairRow]] = []
+    for i, m in enumerate(mirrors):
+        rows.append(m)
+        if m.outcome == "disagree":
+            verdicts.append((i + late, PairRow("seg", 0, "v2", "t", "targeted", outcome, confidence, 0.4,
+                                               request_id=m.request_id)))  # fmt: skip
+        while verdicts and verdicts[0][0] <= i:
+            rows.append(verdicts.pop(0)[1])
+    rows += [v for _, v in verdicts]
+    return [dataclasses.replace(r, index=k) for k, r in enumerate(rows)]
 
 
 def test_a_candidate_that_differs_from_live_where_it_is_right_is_promoted_on_a_few_targeted_audits():
@@ -115,6 +130,41 @@ def test_a_candidate_that_is_wrong_where_it_differs_from_live_is_not_promoted_by
     assert all(r.differs_wrong for r in low if r.role == "targeted") and low[19].error is None
     # a failed teacher call counts against the candidate too
     assert _tick(_live(1000), _differing(3000, 20, "error")).decision is None
+
+
+def _fed(rows: list[PairRow]) -> Track:
+    t = Track.start("v2", "t", 0, RULE)
+    for r in rows:
+        if r.role == "mirror":
+            t.observe_mirror(bool(r.disagrees), r.request_id, "v1")
+        else:
+            t.observe_targeted(bool(r.differs_wrong), r.request_id)
+    return t
+
+
+def test_the_processes_see_mirror_order_whenever_the_teacher_answers():
+    """A differing answer's verdict comes after its mirror row, later the slower the teacher; the processes take
+    X in mirror order (rows after a waiting one wait with it), so what they see never depends on when, or whether,
+    a verdict arrived: a wrong verdict that lands late cannot let the agreeing rows after it bet first."""
+    on_time, late = _fed(_differing(600, 20, "disagree")), _fed(_differing(600, 20, "disagree", late=37))
+    assert [p.log_wealth for p in late.carry_disagree] == [p.log_wealth for p in on_time.carry_disagree]
+    assert late.carry_disagree[0].n == 600 and late.carry_disagree[0].errors == 30 and not late.carry_pending
+    waiting = _fed([r for r in _differing(600, 20, "disagree") if r.role == "mirror"])  # no verdict came yet
+    assert (
+        waiting.carry_disagree[0].n == 19 and len(waiting.carry_pending) == 581
+    )  # all wait behind the first
+    lost = Track.start("v2", "t", 0, RULE)
+    lost.observe_mirror(
+        True, "r0", "v1"
+    )  # its verdict never comes (a lost call): after 1000 rows it counts as wrong
+    for i in range(1, CARRY_PENDING_MAX + 2):
+        lost.observe_mirror(False, f"r{i}", "v1")
+    assert lost.carry_disagree[0].errors == 1 and lost.carry_disagree[0].n > 1
+    # outside the targeted stream (u >= p_hi, recomputed from the request id) a differing answer is X = 0 at once
+    outside = Track.start("v2", "t", 0, RULE, target_rate=0.5)
+    rid = next(f"q{i}" for i in range(100) if unit_hash("audit", f"q{i}") >= 0.5)
+    outside.observe_mirror(True, rid, "v1")
+    assert outside.carry_disagree[0].n == 1 and outside.carry_disagree[0].errors == 0
 
 
 def test_without_a_targeted_stream_or_when_its_rate_changes_nothing_carries():
