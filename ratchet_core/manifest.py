@@ -75,6 +75,11 @@ class TaskRelease(BaseModel):
     # (ratchet_assets.release.budget); at live, the watch rate of a live version serving alone (budget.watch_rate);
     # None: the policy's rates. Written only when set (older bytes unchanged).
     audit_rate: float | None = Field(None, ge=0.0, le=1.0)
+    # The targeted audit stream while in shadow or canary beside a live version (ratchet_core.routing): a request
+    # live served whose candidate answer differs from live's is audited when unit_hash("audit", request_id) < this
+    # rate (its inclusion probability, which the carried bound's processes are about: release.decision); chosen
+    # at admission by the evidence budget. None: no targeted stream (and nothing carries). Written only when set.
+    target_audit_rate: float | None = Field(None, gt=0.0, le=1.0)
 
     @property
     def live_version(self) -> str | None:
@@ -148,6 +153,14 @@ class Manifest(BaseModel):
             return rel.audit_rate
         return self.flags.audit_rate if policy.audit_rate is None else policy.audit_rate
 
+    def target_audit_rate(self, name: str) -> float | None:
+        """The inclusion probability of the targeted audit stream of task `name` (``TaskRelease.target_audit_rate``)
+        while a candidate is in shadow or canary beside a live version; None otherwise (no targeted audits)."""
+        rel = self.task(name)
+        if rel.stage not in ("shadow", "canary") or not rel.previous_live:
+            return None
+        return rel.target_audit_rate
+
     def to_predicate(self) -> dict[str, Any]:
         data = self.model_dump(mode="json")
         if not data["policies"]:
@@ -155,6 +168,8 @@ class Manifest(BaseModel):
         for rel in data["tasks"].values():
             if rel.get("audit_rate") is None:
                 rel.pop("audit_rate", None)  # likewise releases without an evidence budget
+            if rel.get("target_audit_rate") is None:
+                rel.pop("target_audit_rate", None)  # and without a targeted audit stream
         return data
 
     @classmethod

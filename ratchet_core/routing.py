@@ -24,7 +24,13 @@ down) or when the request served by ``previous_live`` is audited (then it is com
 answer). Every request ``previous_live`` served (audited or not) is also *mirrored* (``Pairs.mirror``): the
 candidate answers it off the path and is compared with the answer live served -> a ``pair`` row with
 ``pair_role='mirror'`` (free evidence: student compute only; ``ratchet_assets.release.decision``, "carried bound").
-So the disagreement between the candidate and live is measured on all of live's traffic. A shadow pair records the candidate's own ``threshold`` (``Route.shadow_threshold``), so
+So the disagreement between the candidate and live is measured on all of live's traffic.
+Where the candidate's mirror answer is not one its cascade keeps equal to live's (``PairRow.disagrees``) and
+``u(request_id) < target_audit_rate`` (``Manifest.target_audit_rate``: the targeted audit stream, signed into the
+release at admission by the evidence budget, ``Route.targeted``; the same u as the uniform audit, so the streams are
+nested when the uniform rate is the smaller), the teacher judges the candidate's answer (its audit answer when the
+request is audited, else a new call) -> a ``pair`` row with ``pair_role='targeted'`` after the mirror row: the
+carried bound's evidence, each differing answer judged with the signed probability ``target_audit_rate``. A shadow pair records the candidate's own ``threshold`` (``Route.shadow_threshold``), so
 ``ratchet_assets.release.evidence.PairRow.error`` ignores answers its cascade would have sent to the teacher.
 
 Local safety switches (:class:`SafetyState`, set by a gateway's admin routes and recorded by
@@ -70,6 +76,9 @@ class Route:
     shadow_version: str | None  # candidate that answers off the path when a teacher answer exists (see pairs)
     audit: bool  # if the student serves, also ask the teacher off the path
     shadow_threshold: float | None = None  # threshold of shadow_version (recorded on its pair rows)
+    # u(request_id) < the targeted stream's rate (Manifest.target_audit_rate): if the candidate's mirror answer
+    # differs from live's, the teacher judges it (a ``targeted`` row); the rate itself is never on the route
+    targeted: bool = False
 
 
 @dataclass(frozen=True)
@@ -79,6 +88,9 @@ class Pairs:
     audit: bool  # the teacher is re-asked (the student served)
     shadow_version: str | None  # this candidate answers and is compared with the teacher's answer
     mirror: str | None = None  # this candidate answers and is compared with the answer live served
+    targeted: bool = (
+        False  # where the mirror answer differs from live's, the teacher judges it (targeted row)
+    )
 
     @property
     def role(self) -> str:
@@ -91,7 +103,8 @@ def route(manifest: Manifest, safety: SafetyState, task: str, request_id: str) -
     rel = manifest.serving(task)
     if safety.student_disabled or task in safety.pins:
         return Route("teacher", rel.version, None, None, None, False)
-    audit = unit_hash("audit", request_id) < manifest.audit_rate(task)
+    u = unit_hash("audit", request_id)  # one draw for both audit streams: they are nested when p_lo <= p_hi
+    audit = u < manifest.audit_rate(task)
     stage = rel.stage
     if stage == "live" and rel.version:
         return Route(stage, rel.version, rel.version, rel.threshold, None, audit)
@@ -99,6 +112,7 @@ def route(manifest: Manifest, safety: SafetyState, task: str, request_id: str) -
         if stage == "canary" and unit_hash("canary", request_id) * 100.0 < rel.canary_percent:
             return Route(stage, rel.version, rel.version, rel.threshold, None, audit)
         fallback = rel.previous_live or None
+        target = manifest.target_audit_rate(task)
         return Route(
             stage,
             rel.version,
@@ -107,8 +121,18 @@ def route(manifest: Manifest, safety: SafetyState, task: str, request_id: str) -
             rel.version,
             audit and fallback is not None,
             rel.threshold,
+            fallback is not None and target is not None and u < target,
         )
     return Route("teacher", rel.version, None, None, None, False)
+
+
+def differs(outcome: str, confidence: float | None, threshold: float | None, contract_violation: str) -> bool:
+    """Whether a candidate's mirror answer is not one its cascade keeps and equal to live's: `outcome` of the
+    comparison with live's answer, the candidate's confidence and threshold, its contract verdict. Where it differs
+    and the request is in the targeted stream, the teacher judges it (module docstring;
+    ``ratchet_assets.release.evidence.PairRow.disagrees`` reads the same on the row)."""
+    kept = not contract_violation and (confidence is None or threshold is None or confidence >= threshold)
+    return not (outcome == "agree" and kept)
 
 
 def pairs(r: Route, served_by: str) -> Pairs:
@@ -122,4 +146,4 @@ def pairs(r: Route, served_by: str) -> Pairs:
         if served_by == "student" and r.shadow_version and r.shadow_version != r.student_version
         else None
     )
-    return Pairs(audit, shadow, mirror)
+    return Pairs(audit, shadow, mirror, bool(mirror) and r.targeted)

@@ -11,7 +11,9 @@ The ledger holds one row per event, append-only. ``kind`` says which event:
   answer to an audited student-served request (``pair_role='audit'``) or the student's answer to a
   shadowed teacher-served request (``pair_role='shadow'``), or the candidate's answer to a request the live
   version served, compared with live's answer (``pair_role='mirror'``: free evidence, issue 35; read only by the
-  release sensor). ``request_id`` is the request it pairs with; ``pair_outcome`` is ``agree`` | ``disagree`` |
+  release sensor), or, where that candidate answer differed from live's and the request fell in the targeted
+  audit stream, the teacher's answer compared with the candidate's (``pair_role='targeted'``, after the mirror
+  row; read only by the release sensor). ``request_id`` is the request it pairs with; ``pair_outcome`` is ``agree`` | ``disagree`` |
   ``error`` by the task's comparator.
 
 Sealed segments live at ``<lake>/traffic/day=YYYY-MM-DD/<replica>-<seq>.parquet`` with exactly this schema (the
@@ -183,7 +185,7 @@ def duckdb_ddl(table: str = "ledger") -> str:
     return f"CREATE TABLE IF NOT EXISTS {table} (\n  {cols}\n){added}"
 
 
-PAIR_ROLES = ("audit", "shadow", "mirror")
+PAIR_ROLES = ("audit", "shadow", "mirror", "targeted")
 PAIR_OUTCOMES = ("agree", "disagree", "error")
 
 _COLUMN_SET = frozenset(COLUMN_NAMES)

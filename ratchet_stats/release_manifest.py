@@ -1,7 +1,9 @@
 """The release manifest's signed format (``ratchet_core.manifest`` signs it): its predicate type and its checks.
 
 ``ratchet verify manifest FILE --key PUB`` (``ratchet_stats.cli_verify``) checks the DSSE signature first, then
-``FORMAT.check``: the predicate's structure (``check_manifest``: sequence, stages, canary share, audit rate, pins)
+``FORMAT.check``: the predicate's structure (``check_manifest``: sequence, stages, canary share, audit rates (the
+flag's, and a release's ``audit_rate`` and ``target_audit_rate``, the inclusion probabilities of its audit streams),
+pins)
 and the subject ``release-manifest/<sequence>`` carrying the predicate's digest (``subject_problems``). One
 version today; a second is one more ``DocumentFormat`` beside ``FORMAT`` and one entry in the CLI's documents.
 """
@@ -39,6 +41,18 @@ def check_manifest(predicate: Mapping[str, Any]) -> list[str]:
         pct = release.get("canary_percent", 0.0)
         if not isinstance(pct, int | float) or isinstance(pct, bool) or not 0 <= pct <= 100:
             problems.append(f"tasks.{name}.canary_percent is {pct!r}, expected a number in [0, 100]")
+        # the audit streams' inclusion probabilities (ratchet_core.routing): absent, or in range
+        for key, low_open in (("audit_rate", False), ("target_audit_rate", True)):
+            rate = release.get(key)
+            if rate is None:
+                continue
+            if (
+                not isinstance(rate, int | float)
+                or isinstance(rate, bool)
+                or not (0 < rate <= 1 if low_open else 0 <= rate <= 1)
+            ):
+                span = "(0, 1]" if low_open else "[0, 1]"
+                problems.append(f"tasks.{name}.{key} is {rate!r}, expected a number in {span}")
     flags = predicate.get("flags", {})
     if not isinstance(flags, dict):
         problems.append("flags is not an object")
@@ -59,6 +73,14 @@ def summarize_manifest(predicate: Mapping[str, Any]) -> list[str]:
     for name, release in sorted((predicate.get("tasks") or {}).items()):
         if isinstance(release, dict):
             extra = f" {release.get('canary_percent')}%" if release.get("stage") == "canary" else ""
+            # what a reader of the ledger needs to recompute each pair row's inclusion probability
+            # (ratchet_core.routing: unit_hash("audit", request_id) < the rate)
+            if release.get("audit_rate") is not None:
+                extra += f"  audit rate {release['audit_rate']:g}"
+            if release.get("target_audit_rate") is not None:
+                extra += (
+                    f"  targeted audit rate {release['target_audit_rate']:g} (where it differs from live)"
+                )
             lines.append(f"{name}: {release.get('stage')} {release.get('version') or ''}{extra}".rstrip())
     return lines
 

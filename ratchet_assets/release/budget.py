@@ -25,9 +25,10 @@ e-process is valid at any sampling rate fixed before the answers it samples; the
 Free evidence (``decision``, "carried bound"): beside a live version the candidate answers every request live
 serves (``mirror`` pair rows, student cost only). When live's own carried process has already shown its precision
 above target + u at some level (``carry_level``: the largest such u), the candidate's steps can be earned by
-mirrored answers alone: each step needs ``n_mirror`` of them (agreeing ones, what the disagreement process at u
-needs), so live is expected in ``MARGIN * 4 * n_mirror / requests_per_day`` days (the slot is held that long plus
-a day). The audit rate stays what it would be without carrying: the live version behind the candidate serves most
+mirrored answers alone: each step needs ``n_mirror`` of them (none differing and wrong, what the carried process
+at u and p_hi needs; ``mirrored_needed``), so live is expected in ``MARGIN * 4 * n_mirror / requests_per_day`` days
+(the slot is held that long plus a day; ``rate_needed`` and ``rate_cap`` still report what the uniform rate asks
+and may use). The audit rate stays what it would be without carrying: the live version behind the candidate serves most
 of the traffic, and those audits are what watches it for drift (``ratchet sim`` with the candidate at the watch rate
 instead: a third less evidence spend over ten good days, but drift on day 4 served at 0.67-0.71 instead of
 0.80-0.88, and one seed two days below 0.90); the candidate's own audits go on watching it for rollback and can
@@ -42,9 +43,18 @@ within a day), the audits it needs to catch a version that turns ``WATCH_ERROR``
 as long as its drift restarts remember (``drift_keep * drift_block`` answers; ``watch_audits``: the restarted
 rollback processes of ``decision`` on such a stream, 77 at the defaults), capped as the candidate's rate is and
 never below the base rate; those audits are also what live's carried processes learn from. ``tick.apply_decision`` signs it into the release (``TaskRelease.audit_rate`` of a
-live release; ``Manifest.audit_rate``). Not built: audits spent preferentially where the candidate and live
-disagree (logged inclusion probabilities, inverse-probability-weighted e-processes): every request of a task is
-audited at the same rate.
+live release; ``Manifest.audit_rate``).
+
+The targeted stream (:func:`target_rate`, ``decision``: "carried bound"): beside a live version, a request live
+served whose candidate answer differs from live's is judged by the teacher with probability p_hi (signed into the
+release as ``target_audit_rate``). Without a spend cap p_hi = 1: every differing answer is judged (the spend is the
+candidate's disagreement share of the traffic, e.g. 5% of 600 requests a day: 30 teacher calls). With one, p_hi
+is what the cap leaves after the uniform rate, sized for a candidate that differs on ``TARGET_DIFFER_SHARE`` (10%)
+of the requests: ``p_hi = min(1, max(rate, (rate_cap - rate) / 0.10))``, so such a candidate's expected evidence
+spend stays within the cap (one that differs more is judged more often and is usually rolled back by its own
+audits first). A lower p_hi makes each carried step need more mirrored answers (:func:`mirror_per_stage`: the
+null is p_hi * u; 150 at p_hi 1 and u 0.04, 607 at 0.25). Like the rates, p_hi spends no error: the processes'
+null is scaled to it.
 
 One pure function, :func:`evidence_budget`, called by the release sensor (``release.control``) and ``ratchet sim``
 (``sim.engine``) at admission; the manifest carries its rate (``TaskRelease.audit_rate``), which the gateway's
@@ -78,6 +88,8 @@ STEPS_TO_LIVE = LIVE  # shadow, canary 5%, 25%, 50%: each earns its own promotio
 
 
 WATCH_ERROR = 0.30  # the share of wrong answers the watch rate is sized to catch within a day
+# Under a spend cap, the targeted stream is sized for a candidate that differs from live on this share of requests.
+TARGET_DIFFER_SHARE = 0.10
 
 
 @lru_cache(maxsize=64)
@@ -102,15 +114,31 @@ def audits_per_stage(rule: ReleaseRule) -> int:
 
 
 @lru_cache(maxsize=64)
-def _mirror_per_stage(u: float, alpha: float, levels: int) -> int:
+def _mirror_per_stage(u: float, alpha: float, levels: int, target_rate: float = 1.0) -> int:
     rule = ReleaseRule(alpha=alpha)
-    proc = BettingEProcess.promote(u, rule.carry_alpha / levels, CARRY_MAX_FRACTION)
-    return _needed_agreements(proc, cap=50_000) or 50_000
+    proc = BettingEProcess.promote(target_rate * u, rule.carry_alpha / levels, CARRY_MAX_FRACTION)
+    return _needed_agreements(proc, cap=200_000) or 200_000
 
 
-def mirror_per_stage(rule: ReleaseRule, u: float) -> int:
-    """Mirrored answers one step needs, none differing, for the disagreement process at level `u`."""
-    return _mirror_per_stage(u, rule.alpha, len(rule.levels))
+def mirror_per_stage(rule: ReleaseRule, u: float, target_rate: float = 1.0) -> int:
+    """Mirrored answers one step needs, none differing and wrong, for the carried process at level `u` with a
+    targeted stream at inclusion probability `target_rate` (its null is target_rate * u: ``decision``)."""
+    return _mirror_per_stage(u, rule.alpha, len(rule.levels), target_rate)
+
+
+def target_rate(
+    rule: ReleaseRule, requests_per_day: float, cost_per_audit_usd: float, rate: float
+) -> float | None:
+    """The targeted stream's inclusion probability p_hi beside a live version (module docstring): 1 without a spend
+    cap in the policy; with one, what the cap leaves after the uniform rate `rate`, spread over a candidate that
+    differs from live on ``TARGET_DIFFER_SHARE`` of the requests, never below `rate` nor above 1 (4 decimals, as
+    the manifest signs it); None when that is 0 (no targeted stream: nothing carries)."""
+    if rule.evidence_spend_usd is None:
+        return 1.0
+    if requests_per_day <= 0:
+        return round(min(1.0, rate), 4) or None
+    headroom = _rate_cap(rule, requests_per_day, cost_per_audit_usd) - rate
+    return round(min(1.0, max(rate, headroom / TARGET_DIFFER_SHARE)), 4) or None
 
 
 @lru_cache(maxsize=64)
@@ -163,12 +191,18 @@ def watch_rate(
 class EvidenceBudget:
     rate: float
     audits_needed: int  # MARGIN * 4 * audits_per_stage
-    rate_needed: float
-    rate_cap: float  # evidence_spend_usd / (requests_per_day * cost_per_audit_usd), else DEFAULT_MAX_RATE
-    expected_spend_usd: float  # rate * requests_per_day * cost_per_audit_usd
+    rate_needed: float  # audits_needed / requests_per_day; 0.0 when the evidence is free (nothing live)
+    rate_cap: (
+        float | None
+    )  # evidence_spend_usd / (requests_per_day * cost), else DEFAULT_MAX_RATE; None: unknown
+    expected_spend_usd: float  # rate * requests_per_day * cost_per_audit_usd (the uniform stream)
     free: bool  # nothing live: shadowed requests are paired with the teacher's answer already
-    expected_days: float | None = None  # audits_needed / (rate * requests_per_day); None: unknown traffic
+    expected_days: float | None = (
+        None  # to live: audits_needed / (rate * requests_per_day), or mirrored_needed's
+    )
     carried: float | None = None  # the carry level the budget counts on (module docstring); None: audits only
+    target_rate: float | None = None  # the targeted stream's inclusion probability (beside a live version)
+    mirrored_needed: int | None = None  # carried: MARGIN * 4 * mirror_per_stage (mirrored answers, free)
 
     @property
     def slot_days(self) -> int:
@@ -181,17 +215,25 @@ class EvidenceBudget:
     def explain(self) -> str:
         if self.free:
             return f"audit rate {self.rate:g}: nothing live, every shadowed request is compared with the teacher's"
+        target = (
+            ""
+            if self.target_rate is None
+            else f"; where it differs from live, audited at {self.target_rate:g} (targeted stream)"
+        )
         if self.carried is not None:
             days = "" if self.expected_days is None else f", live expected in {self.expected_days:.1f} days"
             return (
                 f"audit rate {self.rate:g} (it also watches live): live's precision is known above the target by "
-                f"more than {self.carried:g}; {self.audits_needed} mirrored answers (free) carry it to live{days}"
+                f"more than {self.carried:g}; {self.mirrored_needed} mirrored answers (free) carry it to "
+                f"live{days}{target}"
             )
-        cap = f", capped at {self.rate_cap:.3f}" if self.rate_needed > self.rate_cap else ""
+        capped = self.rate_cap is not None and self.rate_needed > self.rate_cap
+        cap = f", capped at {self.rate_cap:.3f}" if capped else ""
         days = "" if self.expected_days is None else f", live expected in {self.expected_days:.1f} days"
         return (
             f"audit rate {self.rate:.3f}: {self.audits_needed} audited answers to reach live within a day "
-            f"needs {self.rate_needed:.3f}{cap}{days}; about ${self.expected_spend_usd:.4f} a day of teacher audits"
+            f"needs {self.rate_needed:.3f}{cap}{days}; about ${self.expected_spend_usd:.4f} a day of teacher "
+            f"audits{target}"
         )
 
 
@@ -208,34 +250,41 @@ def evidence_budget(
     `live`: whether a live version serves the rest of the task (else the evidence is free), `carry_level`: the
     largest u at which live's carried process has rejected (its precision is above target + u), else None."""
     needed = math.ceil(MARGIN * STEPS_TO_LIVE * audits_per_stage(rule))
-    if not live or requests_per_day <= 0:
-        days = 1.0 if requests_per_day > 0 else None  # every request a candidate shadows is evidence
-        return EvidenceBudget(base_rate, needed, 0.0, 1.0, 0.0, True, days)
-    if carry_level is not None and rule.carries:
-        mirrored = math.ceil(MARGIN * STEPS_TO_LIVE * mirror_per_stage(rule, carry_level))
-        # the same rate as without carrying: while the candidate rolls out, those audits are also what watches the
-        # live version behind it for drift (module docstring)
-        cap = _rate_cap(rule, requests_per_day, cost_per_audit_usd)
-        rate = _capped_rate(needed / requests_per_day, cap, base_rate)
+    if not live:  # every request a candidate shadows is evidence: nothing to pay for, nothing to mirror
+        days = 1.0 if requests_per_day > 0 else None
+        cap = _rate_cap(rule, requests_per_day, cost_per_audit_usd) if requests_per_day > 0 else None
+        return EvidenceBudget(base_rate, needed, 0.0, cap, 0.0, True, days)
+    if requests_per_day <= 0:  # traffic unknown: the base rate, and the targeted stream the policy allows
+        targeted = target_rate(rule, 0.0, cost_per_audit_usd, base_rate) if rule.carries else None
+        return EvidenceBudget(base_rate, needed, 0.0, None, 0.0, False, None, target_rate=targeted)
+    rate_needed = needed / requests_per_day
+    cap = _rate_cap(rule, requests_per_day, cost_per_audit_usd)
+    # beside a live version, carrying or not, the uniform rate is the same: while the candidate rolls out those
+    # audits are also what watches the live version behind it for drift (module docstring)
+    rate = _capped_rate(rate_needed, cap, base_rate)
+    targeted = target_rate(rule, requests_per_day, cost_per_audit_usd, rate) if rule.carries else None
+    spend = round(rate * requests_per_day * cost_per_audit_usd, 6)
+    if carry_level is not None and rule.carries and targeted is not None:
+        mirrored = math.ceil(MARGIN * STEPS_TO_LIVE * mirror_per_stage(rule, carry_level, targeted))
         return EvidenceBudget(
             rate,
-            mirrored,
-            0.0,
-            1.0,
-            round(rate * requests_per_day * cost_per_audit_usd, 6),
+            needed,
+            rate_needed,
+            cap,
+            spend,
             False,
             mirrored / requests_per_day,
             carry_level,
+            targeted,
+            mirrored,
         )
-    rate_needed = needed / requests_per_day
-    cap = _rate_cap(rule, requests_per_day, cost_per_audit_usd)
-    rate = _capped_rate(rate_needed, cap, base_rate)
     return EvidenceBudget(
         rate,
         needed,
         rate_needed,
         cap,
-        round(rate * requests_per_day * cost_per_audit_usd, 6),
+        spend,
         False,
         needed / (rate * requests_per_day) if rate > 0 else None,
+        target_rate=targeted,
     )

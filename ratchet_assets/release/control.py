@@ -256,6 +256,8 @@ def _admit(engine: Engine, private_key: Any, adm: Admission, public_keys: Any, r
                 details["skipped"] = list(adm.retire)
             if adm.audit_rate is not None:
                 details["audit_rate"] = adm.audit_rate
+            if adm.target_audit_rate is not None:  # the targeted stream's inclusion probability (budget)
+                details["target_audit_rate"] = adm.target_audit_rate
             registry.append_audit(
                 conn, SENSOR_ACTOR, "admit", f"{adm.version}/{adm.task}", adm.message, details, new.sequence
             )

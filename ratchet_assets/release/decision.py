@@ -61,31 +61,57 @@ Free evidence, the carried bound (issue 35, "free evidence first"; ``e-value`` p
 is in shadow or canary beside a live version, it also answers every request live serves and is compared with
 live's answer (``mirror`` pair rows, ``ratchet_core.routing``; ``evidence.PairRow.disagrees``). On the requests
 live serves, let L = live's answer is right, C = the candidate's answer is kept and right, D = the candidate's
-answer is not kept or differs from live's. When the task's comparator is transitive (``label``, ``json``,
-``tool_call``: equality of stripped text, of canonical JSON, of calls; a custom comparator is not assumed to be, and
-turns the carried bound off), "right" means equal to the teacher's answer, so D = 0 and L = 1 imply C = 1:
-C >= L - D pointwise and
+answer is not kept or differs from live's, W = not C. When the task's comparator is transitive (``label``,
+``json``, ``tool_call``: equality of stripped text, of canonical JSON, of calls; a custom comparator is not assumed
+to be, and turns the carried bound off), "right" means equal to the teacher's answer, so where D = 0 the candidate
+is right exactly when live is: C >= L - 1{D and W} pointwise and
 
-    precision(candidate) >= precision(live) - P(candidate != live).
+    precision(candidate) >= precision(live) - P(differs from live and wrong).
+
+Who is right where the two differ is what the teacher is asked (targeted audits): a request live served whose
+candidate answer differs is judged by the teacher when ``unit_hash("audit", request_id) < p_hi``, the release's
+signed ``target_audit_rate`` (the evidence budget's, ``release.budget``; the same draw as the uniform audit, which
+audits u < p_lo, so the two streams nest when p_lo <= p_hi): a ``targeted`` pair row for the same request, written
+after its mirror row. Each mirror row gives X = 1{D, u < p_hi, W}: 0 where the answers agree or u >= p_hi (the
+sensor recomputes u from the row's request id), else the teacher's verdict from the targeted row
+(``PairRow.differs_wrong``: 1 unless the candidate's answer is kept and the teacher agrees with it; a failed
+teacher call is 1). As u is uniform (the request id is the gateway's own CSPRNG draw,
+``ratchet_gateway.responses.new_request_id``) and independent of the answers, E[X] = p_hi P(D and W): the
+inverse-probability-weighted estimate X / p_hi of P(D and W) is unbiased, and testing "P(D and W) >= u_k" is testing
+"E[X] >= p_hi u_k" on a Bernoulli stream, which the same betting e-process does exactly (its wealth stays
+nonnegative: the bet is at most ``CARRY_MAX_FRACTION`` of it). With p_hi = 1 (the default without a spend cap) X is
+1{D and W} itself. The order matters too: a verdict lands a teacher call after its mirror row, so feeding verdicts
+as they land would let the agreeing rows behind a late wrong verdict bet first (a supermartingale only in an order
+fixed before the outcomes). So X is fed in mirror order (``Track.observe_mirror``): a row that waits for its verdict
+holds the rows after it (``carry_pending``); a verdict still missing after ``CARRY_PENDING_MAX`` later rows counts
+as X = 1 (only ever against the candidate).
 
 Both sides are anytime-valid tests on a grid of levels u_k (``carry_levels``, 0.01, 0.02, 0.04): on live's audited
 answers over its whole life (like its whole-life rollback process: from shadow on, so a version is carry-ready as
-soon as it goes live), ``carry_live[k]`` rejects "precision(live) <= target + u_k"; on the candidate's mirror rows at
-its current step, ``carry_disagree[k]`` rejects "P(disagree) >= u_k". When both of one level have rejected, the
-candidate's precision exceeds the target and it is promoted one step, as its own promote process would. The error
-budget of a step's promotion (alpha, what the release rule promises) is split: its own promote process alpha/2,
-live's carried processes alpha/4 (alpha/12 per level), the disagreement processes alpha/4 (alpha/12 per level); a
-wrongful promotion needs one of them to reject wrongly, so P(promoting a step whose precision <= target) <= alpha
-(Ville, union bound). Without carrying (``carry`` off, the ``bound`` rule, a custom comparator, or no live version behind the
-candidate when its step starts: nothing to carry from) the own process has all of alpha. The carried processes bet with ``CARRY_MAX_FRACTION`` 0.9 (near-clean streams are the expected case;
-the bet shrinks after each error). Limits, stated: live's side is its precision averaged over its whole life and
-the disagreement is over the candidate's step, so the bound is exact when live's precision is stationary (the live
-watch's drift restarts are what notice it is not, and a rolled-back live version carries nothing); it speaks of the
-requests live serves (the rest go to the teacher, where the candidate's shadow pairs are its own evidence); a
-candidate whose live version changes mid-step carries nothing for the rest of that step (``carry_with``), and a
-live version whose drift restarts are halfway to an alarm (e-value >= 1/sqrt(drift_alpha)) carries nothing.
-Not built: audits spent preferentially where the two disagree, with logged inclusion probabilities and
-inverse-probability-weighted e-processes (the audit rate is the same for every request of a task).
+soon as it goes live), ``carry_live[k]`` rejects "precision(live) <= target + u_k"; on the candidate's mirror and
+targeted rows at its current step, ``carry_disagree[k]`` rejects "P(differs and wrong) >= u_k" (null p_hi u_k on
+X). When both of one level have rejected, the candidate's precision exceeds the target and it is promoted one step,
+as its own promote process would. The error budget of a step's promotion (alpha, what the release rule promises)
+is split: alpha/2 on the candidate's own promote process, alpha/4 on live's carried processes (alpha/12 per level),
+alpha/4 on the disagreement's processes (alpha/12 per level); a wrongful promotion needs one of them to reject
+wrongly, so P(promoting a step whose precision <= target) <= alpha (Ville, union bound). The targeted stream spends
+no further error: it changes which rows the disagreement's processes see, and their null is scaled to match.
+Without carrying (``carry`` off, the ``bound`` rule, a custom comparator, no live version behind the candidate when
+its step starts, or a release signed without ``target_audit_rate``: a mirror row that differs says nothing about
+who was right) the own process has all of alpha. The carried processes bet with ``CARRY_MAX_FRACTION`` 0.9
+(near-clean streams are the expected case; the bet shrinks after each error). Limits, stated: live's side is its
+precision averaged over its whole life and the disagreement is over the candidate's step, so the bound is exact
+when live's precision is stationary (the live watch's drift restarts are what notice it is not, and a rolled-back
+live version carries nothing); it speaks of the requests live serves (the rest go to the teacher, where the
+candidate's shadow pairs are its own evidence); a candidate whose live version changes mid-step carries nothing
+for the rest of that step (``carry_with``), nor does one whose step's rows were read at one p_hi and then at another
+(``Track.with_target_rate``: each row's X is exact only at its own rate; p_hi is signed once per rollout, so this
+is an operator re-signing the release), and a live version whose drift restarts are halfway to an alarm
+(e-value >= 1/sqrt(drift_alpha)) carries nothing. Targeted rows are never audits of the candidate's precision (not
+a uniform sample: its own promote and rollback processes never see them) nor training labels (the night reads
+``audit`` rows). Not built: the inclusion probability on the row itself (a ledger column): the sensor takes it from
+the manifest, where the release signs it, and a reader of the ledger recomputes each row's inclusion from
+``request_id`` and the signed manifest in force.
 
 Feedback (``ratchet_core.feedback``) is evidence too: :func:`feedback_evidence` asks whether the student's answers of
 a task draw worse feedback than the teacher's at the same time. Student and teacher observations (bad or not, by
@@ -113,6 +139,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from ratchet_core.manifest import TaskRelease
+from ratchet_core.routing import unit_hash
 from ratchet_core.task_policy import default_promote_evidence
 from ratchet_stats.bounds import wilson_lower, wilson_upper
 from ratchet_stats.canonical import digest
@@ -124,6 +151,9 @@ CARRY_MAX_FRACTION = 0.9
 # an alarm, on the log scale) carries nothing: a guard against a bound that averages over its whole life (module
 # docstring); an extra condition, so it spends no error.
 DRIFT_QUIET = 1.0
+# Mirror rows that may wait behind one whose targeted verdict has not come (module docstring): beyond this, the
+# oldest counts as wrong (X = 1: a lost teacher call never helps the candidate).
+CARRY_PENDING_MAX = 1000
 # Comparators known to be transitive (equality of a canonical form: ratchet_core.workloads.comparators).
 TRANSITIVE_COMPARATORS = ("label", "json", "tool_call")
 
@@ -299,10 +329,11 @@ class ReleaseRule:
         a = self.carry_alpha / len(self.levels)
         return [BettingEProcess.promote(1.0 - self.target - u, a, CARRY_MAX_FRACTION) for u in self.levels]
 
-    def new_carry_disagree(self) -> list[BettingEProcess]:
-        """A candidate's disagreement processes: per level u_k, reject "P(differs from live) >= u_k"."""
+    def new_carry_disagree(self, target_rate: float = 1.0) -> list[BettingEProcess]:
+        """A candidate's processes on X = 1{differs from live, in the targeted stream, not kept-and-right} (module
+        docstring): per level u_k, reject "E[X] >= target_rate * u_k", i.e. "P(differs and wrong) >= u_k"."""
         a = self.carry_alpha / len(self.levels)
-        return [BettingEProcess.promote(u, a, CARRY_MAX_FRACTION) for u in self.levels]
+        return [BettingEProcess.promote(target_rate * u, a, CARRY_MAX_FRACTION) for u in self.levels]
 
     def new_rollback(self) -> BettingEProcess:
         return BettingEProcess.rollback(1.0 - self.floor, self.rollback_alpha)
@@ -361,21 +392,49 @@ class Track:
     carry_live: list[BettingEProcess] = field(default_factory=list)  # the carried processes, whole life
     carry_disagree: list[BettingEProcess] = field(default_factory=list)  # shadow/canary: vs live, per step
     carry_with: str = ""  # the live version carry_disagree is about (VOID: it changed this step)
+    target_rate: float | None = None  # the targeted stream's inclusion probability carry_disagree is about
+    # mirror rows whose X waits for its targeted row, and those after them, in mirror order: [request_id, X | None]
+    carry_pending: list[list] = field(default_factory=list)
 
     @classmethod
-    def start(cls, version: str, task: str, step: int, rule: ReleaseRule, beside_live: bool = True) -> Track:
-        """A new track at `step`; `beside_live`: a live version serves the rest of the task (the step may carry,
-        so its own promote process has alpha/2; decided at the step's start, so the split stays valid)."""
+    def start(
+        cls,
+        version: str,
+        task: str,
+        step: int,
+        rule: ReleaseRule,
+        beside_live: bool = True,
+        target_rate: float | None = 1.0,
+    ) -> Track:
+        """A new track at `step`; `beside_live`: a live version serves the rest of the task and a targeted audit
+        stream (inclusion probability `target_rate`, the release's ``target_audit_rate``) judges where the two
+        differ (the step may carry, so its own promote process has alpha/2; decided at the step's start, so the
+        split stays valid)."""
+        beside_live = beside_live and target_rate is not None
         carry = rule.carries_at(step, beside_live)
         t = cls(version, task, step, rule.new_promote(carry), rule.new_rollback(), support=rule.new_support())
         t.carry_live = rule.new_carry_live() if rule.carries else []
-        return t._carry_at(step, rule, beside_live)
+        return t._carry_at(step, rule, beside_live, target_rate)
 
-    def _carry_at(self, step: int, rule: ReleaseRule, beside_live: bool = True) -> Track:
-        """Fresh disagreement processes for `step` (below live, beside a live version), in place; the carried
-        processes of its own precision (``carry_live``) run for the version's whole life."""
-        self.carry_disagree = rule.new_carry_disagree() if rule.carries_at(step, beside_live) else []
+    def _carry_at(
+        self, step: int, rule: ReleaseRule, beside_live: bool = True, target_rate: float | None = 1.0
+    ) -> Track:
+        """Fresh processes on X for `step` (below live, beside a live version, with a targeted stream at
+        `target_rate`), in place; the carried processes of its own precision (``carry_live``) run for the version's
+        whole life."""
+        carry = rule.carries_at(step, beside_live) and target_rate is not None
+        self.carry_disagree = rule.new_carry_disagree(target_rate or 1.0) if carry else []
+        self.target_rate = target_rate if carry else None
         self.carry_with = ""
+        self.carry_pending = []
+        return self
+
+    def with_target_rate(self, target_rate: float | None) -> Track:
+        """The track read under a manifest whose targeted stream has inclusion probability `target_rate`: a step
+        whose processes are about another rate carries nothing for the rest of the step (VOID), as when the live
+        version changes: each row's X is only exact at the rate the processes assume."""
+        if self.carry_disagree and target_rate != self.target_rate:
+            return dataclasses.replace(self, carry_with=VOID, carry_pending=[])
         return self
 
     def to_dict(self) -> dict[str, Any]:
@@ -403,6 +462,10 @@ class Track:
             out["carry_disagree"] = [p.to_json() for p in self.carry_disagree]
         if self.carry_with:
             out["carry_with"] = self.carry_with
+        if self.target_rate is not None:
+            out["target_rate"] = self.target_rate
+        if self.carry_pending:
+            out["carry_pending"] = [list(p) for p in self.carry_pending]
         return out
 
     @classmethod
@@ -424,6 +487,8 @@ class Track:
             [BettingEProcess.from_json(p) for p in d.get("carry_live", [])],
             [BettingEProcess.from_json(p) for p in d.get("carry_disagree", [])],
             str(d.get("carry_with", "")),
+            None if d.get("target_rate") is None else float(d["target_rate"]),
+            [[str(rid), None if x is None else bool(x)] for rid, x in d.get("carry_pending", [])],
         )
 
     def on_day(self, today: str, rule: ReleaseRule) -> Track:
@@ -438,14 +503,17 @@ class Track:
         has rejected: the version may take over when the live version is rolled back (``tick.rollback_release``)."""
         return self.support is not None and self.support.rejected and not self.rolled_back
 
-    def at_step(self, step: int, rule: ReleaseRule, beside_live: bool = True) -> Track:
+    def at_step(
+        self, step: int, rule: ReleaseRule, beside_live: bool = True, target_rate: float | None = 1.0
+    ) -> Track:
         """The track after the manifest moved it to `step` (by us or an operator): fresh promote evidence (at
-        alpha/2 when `beside_live` and the rule carries, :meth:`start`)."""
+        alpha/2 when `beside_live` with a targeted stream and the rule carries, :meth:`start`)."""
         if step == self.step:
-            return self
+            return self.with_target_rate(target_rate) if step < LIVE else self
+        beside_live = beside_live and target_rate is not None
         carry = rule.carries_at(step, beside_live)
         return dataclasses.replace(self, step=step, promote=rule.new_promote(carry))._carry_at(
-            step, rule, beside_live
+            step, rule, beside_live, target_rate
         )
 
     def accepts(self, role: str) -> bool:
@@ -473,17 +541,44 @@ class Track:
         if self.drift_rejected_at is None and self.drift_e_value >= 1.0 / rule.drift_alpha:
             self.drift_rejected_at = self.rollback.n
 
-    def observe_mirror(self, disagrees: bool, live_version: str) -> None:
-        """One mirror row (the candidate against the answer `live_version` served): feeds the disagreement
-        processes, which are about one live version per step (another one voids them for the step)."""
+    def observe_mirror(self, differs: bool, request_id: str, live_version: str) -> None:
+        """One mirror row (the candidate against the answer `live_version` served; ``PairRow.disagrees``): its X is
+        0 where the answers agree or the request is outside the targeted stream (u >= p_hi, recomputed here from
+        `request_id` as the gateway drew it), else the teacher's verdict, which its targeted row brings
+        (:meth:`observe_targeted`). X is fed in mirror order: rows after one that waits for its verdict wait too,
+        so the order the processes see never depends on a verdict (module docstring). The processes are about one
+        live version per step (another one voids them for the step)."""
         if not self.carry_disagree or self.carry_with == VOID:
             return
         if self.carry_with and self.carry_with != live_version:
             self.carry_with = VOID
+            self.carry_pending = []
             return
         self.carry_with = live_version
-        for p in self.carry_disagree:
-            p.update(disagrees)
+        judged = differs and unit_hash("audit", request_id) < (self.target_rate or 0.0)
+        self.carry_pending.append([request_id, None if judged else False])
+        self._feed_carry()
+
+    def observe_targeted(self, differs_wrong: bool, request_id: str) -> None:
+        """One targeted row: the teacher's verdict X on a waiting mirror row of the same request (``True``: the
+        candidate's differing answer is wrong); a verdict nothing waits for is ignored."""
+        if not self.carry_disagree or self.carry_with == VOID:
+            return
+        for entry in self.carry_pending:
+            if entry[0] == request_id and entry[1] is None:
+                entry[1] = bool(differs_wrong)
+                break
+        self._feed_carry()
+
+    def _feed_carry(self) -> None:
+        """Feed the processes on X the waiting rows whose X is known, in mirror order; a verdict still missing after
+        ``CARRY_PENDING_MAX`` later rows (a lost teacher call) counts as X = 1, which only slows the bound."""
+        while self.carry_pending and (
+            self.carry_pending[0][1] is not None or len(self.carry_pending) > CARRY_PENDING_MAX
+        ):
+            _, x = self.carry_pending.pop(0)
+            for p in self.carry_disagree:
+                p.update(True if x is None else x)
 
     @property
     def drift_e_value(self) -> float:
@@ -575,7 +670,8 @@ def bound_promotes(track: Track, rule: ReleaseRule) -> bool:
 def carried(track: Track, live: Track | None, rule: ReleaseRule) -> int | None:
     """The first level k at which the carried bound shows `track`'s precision above the target (module docstring):
     `live` (the live version serving the rest, at live, not rolled back) rejected "precision <= target + u_k" and
-    `track`'s mirror rows against that same version rejected "disagree >= u_k"; None when no level has."""
+    `track`'s mirror and targeted rows against that same version rejected "P(differs and wrong) >= u_k"; None
+    when no level has."""
     if (
         live is None
         or not rule.carries
@@ -644,6 +740,7 @@ def carried_evidence(track: Track, live: Track | None, rule: ReleaseRule) -> dic
 
     out: dict[str, Any] = {
         "levels": list(rule.levels),
+        "target_rate": track.target_rate,
         "alpha_own": rule.promote_alpha,
         "alpha_live": rule.carry_alpha,
         "alpha_disagree": rule.carry_alpha,
@@ -726,9 +823,9 @@ def _promote_text(track: Track, rule: ReleaseRule, live: Track | None = None) ->
         u, lp, dp = rule.levels[k], live.carry_live[k], track.carry_disagree[k]
         return (
             f"carried bound: {live.version}'s precision > {rule.target + u:g} ({lp.n} audits, {lp.errors} "
-            f"disagree, e-value {lp.e_value:.3g} >= {lp.threshold:g}) and P(differs from it) < {u:g} ({dp.n} "
-            f"mirrored answers, {dp.errors} differ, e-value {dp.e_value:.3g} >= {dp.threshold:g}), so "
-            f"precision > {rule.target:g}"
+            f"disagree, e-value {lp.e_value:.3g} >= {lp.threshold:g}) and P(differs from it and wrong) < {u:g} "
+            f"({dp.n} mirrored answers, {dp.errors} differ and were judged wrong at inclusion probability "
+            f"{track.target_rate:g}, e-value {dp.e_value:.3g} >= {dp.threshold:g}), so precision > {rule.target:g}"
         )
     if rule.promotes_on == "bound":
         return (

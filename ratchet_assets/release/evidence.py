@@ -18,6 +18,14 @@ about the candidate against live, for the carried bound (``decision``): ``agree`
 an answer its cascade would not keep, or a failed call: all counted against the candidate, which keeps the bound
 a lower bound).
 
+A ``targeted`` pair row follows a mirror row where the candidate's answer differed from live's (as
+:attr:`PairRow.disagrees` says) and the request fell in the targeted audit stream (``ratchet_core.routing``:
+``unit_hash("audit", request_id) < target_audit_rate``, the release's signed inclusion probability): the teacher's
+answer compared with the candidate's, for the same ``request_id``. :attr:`PairRow.differs_wrong` is the teacher's
+verdict, the carried bound's X for that request (``decision``): 1 unless the candidate's answer is kept and agrees
+with the teacher (a failed teacher call: 1). It is never an audit of the candidate's precision (``error`` is None):
+the stream is not a uniform sample.
+
 Segments are immutable once sealed (written under a temp name, then renamed), so a watermark over segment names is
 exact: :class:`Watermark` holds, per day, the segments fully read, plus the position inside the segment where the
 last evaluation stopped. Days more than ``SETTLE_DAYS`` before the newest day seen are considered settled and
@@ -37,6 +45,7 @@ from pathlib import Path
 from typing import Any
 
 from ratchet_core.lake import Lake, day_of
+from ratchet_core.routing import differs
 
 SETTLE_DAYS = 2
 
@@ -52,6 +61,7 @@ class PairRow:
     confidence: float | None
     threshold: float | None
     contract_violation: str = ""  # schema version 3; '' in older segments
+    request_id: str = ""  # the request it pairs with (a targeted row resolves its request's mirror row)
 
     @property
     def disagrees(self) -> bool | None:
@@ -59,15 +69,21 @@ class PairRow:
         docstring); None for the other roles."""
         if self.role != "mirror":
             return None
-        kept = not self.contract_violation and (
-            self.confidence is None or self.threshold is None or self.confidence >= self.threshold
-        )
-        return not (self.outcome == "agree" and kept)
+        return differs(self.outcome, self.confidence, self.threshold, self.contract_violation)
+
+    @property
+    def differs_wrong(self) -> bool | None:
+        """A targeted row: the teacher's verdict on the differing answer of its request, the carried bound's X
+        (module docstring): True unless the candidate's answer is kept and the teacher agrees with it (a failed
+        or skipped teacher call counts as True); None for the other roles."""
+        if self.role == "targeted":  # outcome: against the teacher's answer
+            return differs(self.outcome, self.confidence, self.threshold, self.contract_violation)
+        return None
 
     @property
     def error(self) -> bool | None:
         """True = the student was wrong, False = right, None = this row says nothing about precision."""
-        if self.role == "mirror" or self.outcome not in ("agree", "disagree"):
+        if self.role in ("mirror", "targeted") or self.outcome not in ("agree", "disagree"):
             return None
         if self.role == "shadow" and (
             self.contract_violation
@@ -184,7 +200,8 @@ def read_pairs(lake: str | Path, segments: list[str], wm: Watermark) -> Iterator
             # contract_violation was added in ledger schema version 3: older segments lack it
             cv = "contract_violation" if "contract_violation" in store.read_schema(rel).names else "''"
             rows = con.execute(
-                f"SELECT version, task, pair_role, pair_outcome, confidence, threshold, {cv} FROM read_parquet(?) "
+                f"SELECT version, task, pair_role, pair_outcome, confidence, threshold, {cv}, request_id "
+                "FROM read_parquet(?) "
                 "WHERE kind = 'pair' ORDER BY seq, request_id",
                 [store.duckdb_path(rel)],
             ).fetchall()
@@ -192,7 +209,18 @@ def read_pairs(lake: str | Path, segments: list[str], wm: Watermark) -> Iterator
             yield (
                 rel,
                 [
-                    PairRow(rel, i, r[0] or "", r[1] or "", r[2] or "", r[3] or "", r[4], r[5], r[6] or "")
+                    PairRow(
+                        rel,
+                        i,
+                        r[0] or "",
+                        r[1] or "",
+                        r[2] or "",
+                        r[3] or "",
+                        r[4],
+                        r[5],
+                        r[6] or "",
+                        r[7] or "",
+                    )
                     for i, r in enumerate(rows)
                     if i >= start
                 ],

@@ -86,6 +86,9 @@ class Admission:
     audit_rate: float | None = (
         None  # the evidence budget's rate while it is in shadow or canary (release.budget)
     )
+    target_audit_rate: float | None = (
+        None  # the budget's targeted stream beside a live version (release.budget)
+    )
 
 
 @dataclass(frozen=True)
@@ -139,10 +142,11 @@ def tracks_for(
             prev = previous.get((version, task))
             task_rule = rule.for_task(task, manifest)
             beside = beside_live(rel, version)
+            rate = manifest.target_audit_rate(task) if beside else None
             if prev:
-                tracks[(version, task)] = prev.at_step(step, task_rule, beside).on_day(today, task_rule)
+                tracks[(version, task)] = prev.at_step(step, task_rule, beside, rate).on_day(today, task_rule)
             else:
-                t = Track.start(version, task, step, task_rule, beside)
+                t = Track.start(version, task, step, task_rule, beside, rate)
                 t.since = t.support_day = today
                 tracks[(version, task)] = t
     return tracks
@@ -281,6 +285,7 @@ def decide_tick(
             plan.waiting.append(f"{c.version} on {task} is not admitted: {why_not}")
             continue
         rate = None if budget.free or known is None else budget.rate
+        target_rate = None if budget.free else budget.target_rate
         message = f"admitting {c.version} on {task} to shadow: certified by {c.source}"
         if rate is not None:
             message += f"; {budget.explain()}"
@@ -311,6 +316,7 @@ def decide_tick(
             replaces,
             replaced_evidence,
             rate,
+            target_rate,
         )
         admit(current, adm)
         plan.admissions.append(adm)
@@ -352,13 +358,15 @@ def decide_tick(
                 if t is None:
                     continue
                 task_rule = rule.for_task(t.task, current)
-                if (
-                    row.role == "mirror"
-                ):  # free evidence: the candidate against live (decision, carried bound)
+                if row.role in ("mirror", "targeted"):  # the candidate against live (decision, carried bound)
                     if t.step >= LIVE:
                         continue
                     live = live_of(t)
-                    t.observe_mirror(bool(row.disagrees), current.task(t.task).previous_live or "")
+                    if row.role == "mirror":
+                        prev_live = current.task(t.task).previous_live or ""
+                        t.observe_mirror(bool(row.disagrees), row.request_id, prev_live)
+                    else:
+                        t.observe_targeted(bool(row.differs_wrong), row.request_id)
                     if not (frozen or held(t)) and carried(t, live, task_rule) is not None:
                         decision, plan.stop = decide(t, task_rule, frozen, held(t), live), row
                         break
@@ -395,10 +403,13 @@ def release_for(
     current: mf.TaskRelease,
     forced: bool = False,
     audit_rate: float | None = None,
+    target_audit_rate: float | None = None,
 ) -> mf.TaskRelease:
     """The task's release at ladder `step` of `version`, keeping the previous live version to fall back to;
     `forced`: an operator's ``--force`` put it there (``TaskRelease.forced``); `audit_rate`: the evidence budget's
-    rate while in shadow or canary (default: the current release's, when it is the same version's)."""
+    rate while in shadow or canary (default: the current release's, when it is the same version's);
+    `target_audit_rate`: the budget's targeted stream while in shadow or canary beside a live version (the same
+    default)."""
     s = LADDER[step]
     if current.stage == "live" and current.version != version:
         prev, prev_thr = current.version, current.threshold
@@ -418,6 +429,15 @@ def release_for(
             audit_rate
             if audit_rate is not None
             else current.audit_rate
+            if current.version == version
+            else None
+        ),
+        target_audit_rate=None
+        if s.stage == "live"
+        else (
+            target_audit_rate
+            if target_audit_rate is not None
+            else current.target_audit_rate
             if current.version == version
             else None
         ),
@@ -541,6 +561,8 @@ def rollback_release(
             update={
                 "previous_live": fallback[0] if fallback else None,
                 "previous_threshold": fallback[1] if fallback else None,
+                # nothing live behind the candidate: nothing to mirror, no targeted stream
+                "target_audit_rate": current.target_audit_rate if fallback else None,
             }
         )
     raise ValueError(f"{version} is not serving {task} ({current.stage} {current.version or '(teacher)'})")
@@ -583,7 +605,9 @@ def admit(m: mf.Manifest, adm: Admission) -> None:
         raise ManifestMoved(f"{adm.task} is now {cur.stage}")
     if adm.replaces and not supersedable(cur):
         raise ManifestMoved(f"{adm.task} is now canary {cur.version} with nothing live behind it")
-    m.tasks[adm.task] = release_for(0, adm.version, adm.threshold, cur, audit_rate=adm.audit_rate)
+    m.tasks[adm.task] = release_for(
+        0, adm.version, adm.threshold, cur, audit_rate=adm.audit_rate, target_audit_rate=adm.target_audit_rate
+    )
 
 
 def supersedable(rel: mf.TaskRelease) -> bool:

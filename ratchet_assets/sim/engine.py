@@ -54,7 +54,9 @@ rest is shadowed by the canary version, and a request served by the previous liv
 answered by the candidate and compared with the teacher's audit answer, so evidence is always against the teacher;
 every request the previous live version served is also mirrored (the candidate's answer compared with live's: a
 ``mirror`` pair row, free evidence for the carried bound of ``ratchet_assets.release.decision``; one answer of the
-candidate serves an audited request's shadow and mirror rows and is paid once).
+candidate serves an audited request's shadow and mirror rows and is paid once); where the candidate's answer differs
+from live's and the request is in the targeted audit stream, the teacher judges it (a ``targeted`` row after the
+mirror row, its price counted as evidence spend; each day's ``audits.targeted_pairs`` counts those calls).
 A shadow pair records the shadowed version's own threshold (``Route.shadow_threshold``), so ``PairRow.error``
 ignores answers the cascade would have sent to the teacher. Everything is deterministic in the arguments: the same seed gives byte-identical output.
 """
@@ -92,7 +94,7 @@ from ratchet_core import manifest as mf
 from ratchet_core.lake import segment_relpath
 from ratchet_core.layout import ArtifactLayout
 from ratchet_core.redact import redact_messages, redact_text
-from ratchet_core.routing import SafetyState, pairs, route
+from ratchet_core.routing import SafetyState, differs, pairs, route
 from ratchet_core.schema import pair_row, request_row
 from ratchet_core.workloads import compare, get_workload, solve
 from ratchet_stats.canonical import canonical_json, sha256_hex
@@ -121,6 +123,7 @@ class Deployment:
         0  # audit and shadow rows about it from its deployment until it left (rollback, supersede)
     )
     mirror_rows: int = 0  # its mirror rows (compared with live's answer, not the teacher's) in that time
+    targeted_rows: int = 0  # its targeted rows (the teacher judging where it differed from live) in that time
     rolled_back_day: int | None = None
     audits_to_rollback: int | None = None  # evidence rows its rollback e-process had seen when it fired
     live_day: int | None = None
@@ -285,23 +288,48 @@ class Simulation:
             rows.append(row)
             s.pending.append(PairRow("", 0, shadow_version, task, "shadow", outcome, conf, thr))
             pair_costs += row["actual_cost_usd"]
+        targeted = 0  # a new teacher call for the targeted stream (evidence spend)
         if mirror:  # free evidence: the candidate against the answer live served (routing.pairs)
             msg, conf = candidate or self._ask_student(mirror, rid, ex)
             outcome = "agree" if compare(task, answer, msg) else "disagree"
             thr = r.shadow_threshold
+            mirrored = PairRow("", 0, mirror, task, "mirror", outcome, conf, thr, request_id=rid)
             seq[0] += 1
             row = self._pair_row(base, seq[0], "mirror", mirror, msg, outcome, conf, thr, 0)
             if candidate is not None:
                 row["actual_cost_usd"] = 0.0  # the shadow row already bills this one answer of the candidate
-            rows.append(row)
-            s.pending.append(PairRow("", 0, mirror, task, "mirror", outcome, conf, thr))
             if candidate is None:  # one answer of the candidate serves both pairs: the student is paid once
                 pair_costs += row["actual_cost_usd"]
+            rows.append(row)
+            s.pending.append(mirrored)
+            if off_path.targeted and mirrored.disagrees:
+                # the targeted stream: the teacher judges the candidate's answer where it differs from live's (its
+                # audit answer when the request is audited, else a new call), a targeted row after the mirror row;
+                # an answer its cascade would not keep is wrong for the bound whatever the teacher says: no call
+                asked = audit or not differs("agree", conf, thr, "")
+                judged = "agree" if compare(task, teacher_msg, msg) else "disagree"
+                outcome = judged if asked else "error"
+                reasoning = 0 if audit or not asked else cfg.reasoning_tokens(rid, "targeted")
+                seq[0] += 1
+                said = teacher_msg if asked else {}
+                row = self._pair_row(base, seq[0], "targeted", mirror, said, outcome, conf, thr, reasoning)
+                if audit or not asked:
+                    row["actual_cost_usd"] = (
+                        0.0  # the audit row already bills this answer of the teacher / none
+                    )
+                else:
+                    targeted = 1
+                    pair_costs += row["actual_cost_usd"]
+                    audit_cost += row["actual_cost_usd"]
+                rows.append(row)
+                s.pending.append(dataclasses.replace(mirrored, role="targeted", outcome=outcome))
         for row in rows[1:]:
             dep = self._deployment(row["version"], task)
             if dep is not None and not dep.gone:
                 if row["pair_role"] == "mirror":
                     dep.mirror_rows += 1
+                elif row["pair_role"] == "targeted":
+                    dep.targeted_rows += 1
                 else:
                     dep.pair_rows += 1
         correct = compare(task, ex.expected, answer)
@@ -312,6 +340,7 @@ class Simulation:
             "actual": actual + pair_costs,
             "audit": int(audit),
             "audit_cost": audit_cost,
+            "targeted": targeted,
             "shadow": int(bool(shadow_version)),
         }
         return rows, stats
@@ -332,11 +361,12 @@ class Simulation:
         p = base["prompt_tokens"]
         teacher_cost = self._cost(self.prices, p, c)
         student_cost = self._cost((STUDENT_PRICE_IN, STUDENT_PRICE_OUT), p, c)
+        teacher = role in ("audit", "targeted")  # the row holds the teacher's answer
         return pair_row(
             **base,
             seq=seq,
             version=version,
-            served_by="teacher" if role == "audit" else "student",
+            served_by="teacher" if teacher else "student",
             answer=redact_text(msg["content"]) if msg.get("content") else "",
             tool_calls=_cj(msg["tool_calls"]) if msg.get("tool_calls") else "",
             finish_reason="tool_calls" if msg.get("tool_calls") else "stop",
@@ -344,7 +374,7 @@ class Simulation:
             reasoning_tokens=reasoning,
             total_tokens=p + c,
             teacher_cost_usd=teacher_cost,
-            actual_cost_usd=teacher_cost if role == "audit" else student_cost,
+            actual_cost_usd=teacher_cost if teacher else student_cost,
             confidence=confidence,
             threshold=threshold,
             pair_role=role,
@@ -648,6 +678,7 @@ class Simulation:
                 "actual": 0.0,
                 "audit": 0,
                 "shadow": 0,
+                "targeted": 0,
             }
             by_task: dict[str, list[int]] = {}  # task -> [requests, served by the student]
             task_cost: dict[str, float] = {}  # task -> the all-teacher cost of its requests
@@ -672,6 +703,7 @@ class Simulation:
                 agg["actual"] += st["actual"]
                 agg["audit"] += st["audit"]
                 agg["shadow"] += st["shadow"]
+                agg["targeted"] += st["targeted"]
             self._tick(day, cfg.requests)
             self.traffic = {t: (float(c[0]), task_cost[t] / c[0]) for t, c in sorted(by_task.items())}
             write_segment(self.lake / segment_relpath(date_s, REPLICA, 1), rows)
@@ -711,6 +743,7 @@ class Simulation:
                 "audits": {
                     "audit_pairs": agg["audit"],
                     "shadow_pairs": agg["shadow"],
+                    "targeted_pairs": agg["targeted"],
                     "cumulative": cum_audits,
                 },
                 "events": s.events[first_event:],

@@ -9,7 +9,10 @@ with the teacher's audit answer. A request the live version served while a candi
 *mirrored* (``Pairs.mirror``): the candidate answers and is compared with the answer live served (``mirror`` row,
 the candidate's confidence, threshold and contract verdict; free evidence for the carried bound,
 ``ratchet_assets.release.decision``); when the request is also audited, the candidate's one answer makes both its
-shadow and its mirror row. Mirror calls share the shadow cap below. Nothing here delays or fails the client's answer: the calls run as background
+shadow and its mirror row. Where the candidate's mirror answer differs from live's and the request is in the
+targeted audit stream (``Pairs.targeted``), the teacher judges it after the mirror row is written: a ``targeted``
+row (the teacher's answer against the candidate's; its audit answer when the request was audited, else a new call,
+none when the candidate's answer is one its cascade would not keep). Mirror calls share the shadow cap below. Nothing here delays or fails the client's answer: the calls run as background
 tasks (``Gateway.spawn``) and a failed call is a pair with outcome ``error``.
 
 Shadows are capped (``RATCHET_SHADOW_MAX_IN_FLIGHT`` calls at once per gateway worker): the others wait their
@@ -25,7 +28,7 @@ import asyncio
 import time
 from typing import TYPE_CHECKING
 
-from ratchet_core.routing import pairs
+from ratchet_core.routing import differs, pairs
 from ratchet_gateway import answer_guard
 from ratchet_gateway.chat.completion import confidence, message_of
 from ratchet_gateway.chat.context import ChatCall
@@ -59,11 +62,11 @@ class Pairs:
         """Start what runs off the path now that `served` answered `call` (nothing when nothing is due)."""
         p = pairs(call.decision.route, call.outcome.served_by)
         if p.audit:
-            self.gw.spawn(self._audit(call, served, p.shadow_version, p.mirror))
+            self.gw.spawn(self._audit(call, served, p.shadow_version, p.mirror, p.targeted))
         elif p.shadow_version and self._take_shadow():
             self.gw.spawn(self._shadow(call, served, p.shadow_version))
         elif p.mirror and self._take_shadow():
-            self.gw.spawn(self._shadow(call, None, p.mirror, served))
+            self.gw.spawn(self._shadow(call, None, p.mirror, served, p.targeted))
 
     def _take_shadow(self) -> bool:
         """A shadow's place in the cap's queue (given back when its row is written), or False: skipped."""
@@ -77,21 +80,19 @@ class Pairs:
         return True
 
     async def _audit(
-        self, call: ChatCall, served: dict, candidate: str | None, mirror: str | None = None
+        self,
+        call: ChatCall,
+        served: dict,
+        candidate: str | None,
+        mirror: str | None = None,
+        targeted: bool = False,
     ) -> None:
         """Re-ask the teacher about a student-served request -> ``audit`` pair row; then, when a candidate is
         shadowed, have it answer too and compare it with the teacher's audit answer -> ``shadow`` pair row, and
         with the answer live served -> ``mirror`` pair row."""
         gw = self.gw
         t = time.perf_counter()
-        try:
-            body, _ = for_teacher(call.received.body, gw.settings.teacher_json_schema)
-            teacher = await gw.teacher.complete(
-                body, task=call.received.task, timeouts=self.teacher_timeouts, large=call.received.large
-            )
-            error = None
-        except GatewayError as err:
-            teacher, error = None, err
+        teacher, error = await self._ask_teacher(call)
         served_msg, _, _ = message_of(served)
         outcome = "error"
         if teacher is not None:
@@ -104,10 +105,35 @@ class Pairs:
         # no teacher answer: the candidate is compared with live's answer only
         version = candidate or mirror
         if version and (teacher is not None or mirror) and self._take_shadow():
-            await self._shadow(call, teacher if candidate else None, version, served if mirror else None)
+            await self._shadow(
+                call,
+                teacher if candidate else None,
+                version,
+                served if mirror else None,
+                targeted,
+                audit_answer=teacher,
+            )
+
+    async def _ask_teacher(self, call: ChatCall) -> tuple[dict | None, GatewayError | None]:
+        """The teacher's answer to `call`'s request off the path (an audit), or the error that stopped it."""
+        gw = self.gw
+        try:
+            body, _ = for_teacher(call.received.body, gw.settings.teacher_json_schema)
+            teacher = await gw.teacher.complete(
+                body, task=call.received.task, timeouts=self.teacher_timeouts, large=call.received.large
+            )
+        except GatewayError as err:
+            return None, err
+        return teacher, None
 
     async def _shadow(
-        self, call: ChatCall, teacher: dict | None, version: str, live: dict | None = None
+        self,
+        call: ChatCall,
+        teacher: dict | None,
+        version: str,
+        live: dict | None = None,
+        targeted: bool = False,
+        audit_answer: dict | None = None,
     ) -> None:
         """Have candidate `version` answer off the path; compare it with the teacher's answer (when given) ->
         ``shadow`` row, and with the answer live served (when given) -> ``mirror`` row, each with the candidate's
@@ -116,12 +142,18 @@ class Pairs:
         try:
             assert self._places is not None
             async with self._places:
-                await self._shadow_row(call, teacher, version, live)
+                await self._shadow_row(call, teacher, version, live, targeted, audit_answer)
         finally:
             self.shadows_in_flight -= 1
 
     async def _shadow_row(
-        self, call: ChatCall, teacher: dict | None, version: str, live: dict | None = None
+        self,
+        call: ChatCall,
+        teacher: dict | None,
+        version: str,
+        live: dict | None = None,
+        targeted: bool = False,
+        audit_answer: dict | None = None,
     ) -> None:
         gw = self.gw
         t = time.perf_counter()
@@ -147,21 +179,58 @@ class Pairs:
             if student_msg is not None:
                 other_msg, _, _ = message_of(other)
                 outcome = "agree" if gw.compare(call.received.task, other_msg, student_msg) else "disagree"
+            threshold = call.decision.route.shadow_threshold
+            kind = violation.kind if violation else ""
             row = self.recorder.pair_row(
-                call,
-                role,
-                version,
-                student,
-                error,
-                outcome,
-                conf,
-                call.decision.route.shadow_threshold,
-                _ms(t),
-                contract_violation=violation.kind if violation else "",
+                call, role, version, student, error, outcome, conf, threshold, _ms(t), contract_violation=kind
             )
             if role == "mirror" and teacher is not None:
                 row["actual_cost_usd"] = 0.0  # the shadow row already bills this one answer of the candidate
             await self._write(call, row)
+            if role == "mirror" and targeted and differs(outcome, conf, threshold, kind):
+                # written after its mirror row, whose place in the stream it fills (release.decision)
+                await self._targeted_row(call, version, student_msg, conf, kind, audit_answer, t)
+
+    async def _targeted_row(
+        self,
+        call: ChatCall,
+        version: str,
+        student_msg: dict | None,
+        conf: float | None,
+        violation: str,
+        audit_answer: dict | None,
+        t: float,
+    ) -> None:
+        """The targeted stream (``ratchet_core.routing``): the candidate's answer differs from live's and the
+        request is in it, so the teacher judges it (its audit answer when the request was audited, else a new
+        call) -> ``targeted`` row after the mirror row: the teacher's answer, the candidate's confidence,
+        threshold and contract verdict, ``agree`` when the teacher's answer equals the candidate's."""
+        gw = self.gw
+        threshold = call.decision.route.shadow_threshold
+        teacher, error = audit_answer, None
+        # an answer its cascade would not keep is wrong for the bound whatever the teacher says: no call for it
+        kept = student_msg is not None and not differs("agree", conf, threshold, violation)
+        if teacher is None and kept:
+            teacher, error = await self._ask_teacher(call)
+        outcome = "error"
+        if teacher is not None and student_msg is not None:
+            teacher_msg, _, _ = message_of(teacher)
+            outcome = "agree" if gw.compare(call.received.task, teacher_msg, student_msg) else "disagree"
+        row = self.recorder.pair_row(
+            call,
+            "targeted",
+            version,
+            teacher,
+            error,
+            outcome,
+            conf,
+            threshold,
+            _ms(t),
+            contract_violation=violation,
+        )
+        if audit_answer is not None:
+            row["actual_cost_usd"] = 0.0  # the audit row already bills this one answer of the teacher
+        await self._write(call, row)
 
     async def _write(self, call: ChatCall, row: dict) -> None:
         self.gw.metrics.pairs.labels(row["pair_role"], row["pair_outcome"]).inc()

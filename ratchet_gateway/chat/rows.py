@@ -138,10 +138,10 @@ class Recorder:
         return pair_row(
             **cols,
             version=version,
-            served_by="teacher" if role == "audit" else "student",
+            served_by="teacher" if role in ("audit", "targeted") else "student",
             response_format=body_columns(call, gw.settings.redact_pii).response_format,
             teacher_cost_usd=teacher_cost,
-            actual_cost_usd=teacher_cost if role == "audit" else gw.student_prices.cost(p, c),
+            actual_cost_usd=teacher_cost if role in ("audit", "targeted") else gw.student_prices.cost(p, c),
             latency_ms=elapsed_ms,
             upstream_ms=elapsed_ms,
             overhead_ms=0.0,

@@ -200,3 +200,33 @@ def test_console_scripts_help():
         [str(ratchet), "verify", "manifest", "--help"], capture_output=True, text=True, cwd=ROOT, env=env
     )
     assert verify.returncode == 0 and "--key-file" in verify.stdout and "release-manifest/v1" in verify.stdout
+
+
+def test_verify_manifest_shows_and_checks_the_audit_streams_inclusion_probabilities(
+    tmp_path, capsys, signing_key
+):
+    """A release's audit rate and targeted audit rate are what a reader of the ledger needs to recompute each pair
+    row's inclusion probability: `verify manifest` prints them and refuses one out of range."""
+    predicate = _manifest()
+    predicate["tasks"]["tickets"].update(previous_live="v2-old", audit_rate=0.25, target_audit_rate=1.0)
+    pub = public_key_b64(signing_key)
+    assert (
+        main(
+            [
+                "verify",
+                "manifest",
+                str(_write_signed(tmp_path / "m.json", signing_key, predicate)),
+                "--key",
+                pub,
+            ]
+        )
+        == 0
+    )
+    out = capsys.readouterr().out
+    assert "audit rate 0.25" in out and "targeted audit rate 1 (where it differs from live)" in out
+    for bad in (0.0, 1.5, "1", True):
+        predicate["tasks"]["tickets"]["target_audit_rate"] = bad
+        doc = _write_signed(tmp_path / "bad.json", signing_key, predicate)
+        assert main(["verify", "manifest", str(doc), "--key", pub, "--json"]) == 1
+        data = json.loads(capsys.readouterr().out)
+        assert data["check"] == "predicate" and "target_audit_rate" in data["error"]

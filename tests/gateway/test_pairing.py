@@ -13,7 +13,7 @@ import pytest
 
 from ratchet_assets.release.evidence import Watermark, pending_segments, read_pairs
 from ratchet_core.manifest import Manifest, TaskRelease
-from ratchet_core.routing import SafetyState, pairs, route
+from ratchet_core.routing import SafetyState, pairs, route, unit_hash
 
 from .conftest import API_KEY, OTHER_KEY, STUDENT_VERSION, running_gateway, sealed_rows, two_version_student
 
@@ -38,7 +38,7 @@ def _ask(client, seed: int):
 
 def _rows(g, rid: str) -> dict[str, list[dict]]:
     g.drain()
-    out: dict[str, list[dict]] = {"request": [], "audit": [], "shadow": [], "mirror": []}
+    out: dict[str, list[dict]] = {"request": [], "audit": [], "shadow": [], "mirror": [], "targeted": []}
     for r in sealed_rows(g.settings.lake_root):
         if r["request_id"] == rid:
             out["request" if r["kind"] == "request" else r["pair_role"]].append(r)
@@ -47,10 +47,15 @@ def _rows(g, rid: str) -> dict[str, list[dict]]:
 
 def _evidence(lake) -> list[tuple[str, str, bool | None]]:
     """(version, role, error) of every sealed pair row, as the release sensor reads them (a mirror row's third
-    value is whether the candidate differs from live, ``PairRow.disagrees``)."""
+    value is whether the candidate differs from live, ``PairRow.disagrees``; a targeted row's whether it differs
+    and is wrong, ``PairRow.differs_wrong``)."""
     segs, _ = pending_segments(lake, Watermark())
     return [
-        (p.version, p.role, p.disagrees if p.role == "mirror" else p.error)
+        (
+            p.version,
+            p.role,
+            p.disagrees if p.role == "mirror" else p.differs_wrong if p.role == "targeted" else p.error,
+        )
         for _, rows in read_pairs(lake, segs, Watermark())
         for p in rows
     ]
@@ -290,3 +295,103 @@ def test_a_client_can_neither_see_nor_steer_the_mirror_and_its_rows_are_its_own(
             assert mirror["answer"] != body.choices[0].message.content  # the candidate's answer stayed inside
             seen[client] = mirror["request_id"]
         assert seen["app1"] != seen["app2"]
+
+
+def test_where_the_candidate_differs_from_live_the_targeted_stream_has_the_teacher_judge_it(
+    tmp_path, teacher_url
+):
+    """The previous live version is wrong on every request and the candidate right: their answers differ, so with a
+    targeted stream at 1.0 each such request is judged by the teacher (a targeted row after its mirror row: the
+    teacher's answer, the candidate's confidence and threshold): a new call when the request was not audited, the
+    audit's answer (billed once) when it was."""
+    release = {
+        "stage": "shadow",
+        "version": NEW,
+        "threshold": 0.3,
+        "previous_live": OLD,
+        "previous_threshold": 0.0,
+        "target_audit_rate": 1.0,
+    }
+    with (
+        two_version_student(good=NEW, bad=OLD) as student,
+        running_gateway(tmp_path, teacher_url, student) as g,
+    ):
+        client = openai.OpenAI(base_url=g.url + "/v1", api_key=API_KEY, max_retries=0, timeout=20)
+        g.publish(tickets=release, _flags={"audit_rate": 0.0})
+        h = _ask(client, 7)
+        assert h["x-ratchet-version"] == OLD
+        rows = _rows(g, h["x-ratchet-request-id"])
+        assert not rows["audit"] and not rows["shadow"]
+        (mirror,), (targeted,) = rows["mirror"], rows["targeted"]
+        assert (
+            mirror["pair_outcome"] == "disagree" and mirror["seq"] < targeted["seq"]
+        )  # the mirror row first
+        assert (targeted["version"], targeted["served_by"], targeted["pair_outcome"]) == (
+            NEW,
+            "teacher",
+            "agree",
+        )
+        assert targeted["threshold"] == 0.3 and targeted["confidence"] > 0.3
+        assert targeted["actual_cost_usd"] > 0.0  # a teacher call the evidence paid for
+        # differs from live, and the teacher says it is right
+        assert _evidence(g.settings.lake_root) == [(NEW, "mirror", True), (NEW, "targeted", False)]
+
+        g.publish(tickets=release, _flags={"audit_rate": 1.0})  # audited: the audit's answer judges it
+        h = _ask(client, 8)
+        rows = _rows(g, h["x-ratchet-request-id"])
+        (audit,), (shadow,), (targeted,) = rows["audit"], rows["shadow"], rows["targeted"]
+        assert len(rows["mirror"]) == 1 and targeted["pair_outcome"] == shadow["pair_outcome"] == "agree"
+        assert targeted["answer"] == audit["answer"] and targeted["actual_cost_usd"] == 0.0
+
+        g.publish(tickets={**release, "target_audit_rate": None}, _flags={"audit_rate": 0.0})
+        h = _ask(client, 9)  # no targeted stream signed: the mirror row, no teacher call
+        rows = _rows(g, h["x-ratchet-request-id"])
+        assert not rows["targeted"] and rows["mirror"][0]["pair_outcome"] == "disagree"
+
+
+def test_a_client_can_neither_steer_nor_read_the_targeted_stream(tmp_path, teacher_url):
+    """Hostile: a client with a valid key names a targeted rate of 0, "no audit" or another pair role in headers
+    and metadata; the targeted row is written anyway under its own client id, nothing in the response carries the
+    inclusion probability or the candidate, and another tenant's request is judged under that tenant's id."""
+    from ratchet_core.workloads import get_workload
+
+    release = {
+        "stage": "shadow",
+        "version": NEW,
+        "threshold": 0.3,
+        "previous_live": OLD,
+        "previous_threshold": 0.0,
+        "target_audit_rate": 0.999,
+    }
+    with (
+        two_version_student(good=NEW, bad=OLD) as student,
+        running_gateway(tmp_path, teacher_url, student) as g,
+    ):
+        g.publish(tickets=release, _flags={"audit_rate": 0.0})
+        seen = {}
+        for key, client in ((API_KEY, "app1"), (OTHER_KEY, "app2")):
+            c = openai.OpenAI(base_url=g.url + "/v1", api_key=key, max_retries=0, timeout=20)
+            ex = get_workload("tickets").generate(1, seed=12)[0]
+            raw = c.chat.completions.with_raw_response.create(
+                model="ratchet",
+                messages=ex.messages,
+                extra_headers={
+                    "X-Ratchet-Task": "tickets",
+                    "X-Ratchet-Target-Audit-Rate": "0",
+                    "X-Ratchet-Audit": "off",
+                    "X-Ratchet-Pair-Role": "mirror",
+                },
+                metadata={"target_audit_rate": "0", "pair_role": "mirror", "ratchet_audit": "off"},
+            )
+            assert raw.status_code == 200
+            assert raw.headers["x-ratchet-version"] == OLD
+            text = raw.text + " ".join(f"{k}: {v}" for k, v in raw.headers.items())
+            assert "0.999" not in text and "target" not in text.lower() and NEW not in text
+            rid = raw.headers["x-ratchet-request-id"]
+            if unit_hash("audit", rid) >= 0.999:
+                continue  # outside the stream by its id (one in a thousand)
+            rows = _rows(g, rid)
+            (targeted,) = rows["targeted"]  # written anyway: a client cannot turn it off
+            assert (targeted["version"], targeted["client"]) == (NEW, client) and len(rows["mirror"]) == 1
+            seen[client] = targeted["request_id"]
+        assert len(seen) == 2 and seen["app1"] != seen["app2"]

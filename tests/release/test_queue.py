@@ -144,9 +144,14 @@ def test_the_budget_rate_is_signed_into_the_release_and_read_by_routing():
     assert "720 audited answers to reach live" in plan.admissions[0].message
     assert plan.manifest.to_predicate()["tasks"]["t"]["audit_rate"] == 0.25
     assert "audit_rate" not in live.to_predicate()["tasks"]["t"]  # releases without a budget keep their bytes
+    # beside a live version, the targeted stream's inclusion probability is signed too (no spend cap: 1)
+    assert rel.target_audit_rate == 1.0 and plan.manifest.target_audit_rate("t") == 1.0
+    assert "where it differs from live, audited at 1 (targeted stream)" in plan.admissions[0].message
+    assert plan.admissions[0].target_audit_rate == 1.0
     # An operator's canary audit rate wins; live drops the budget rate.
     plan.manifest.policies = {"t": TaskPolicy(canary_audit_rate=0.3)}
     assert plan.manifest.audit_rate("t") == 0.3
+    assert plan.manifest.target_audit_rate("t") == 1.0  # p_hi is the release's, whatever p_lo is
 
 
 @pytest.mark.parametrize(

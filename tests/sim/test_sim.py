@@ -115,8 +115,15 @@ def test_pairs_follow_the_gateway_rules_in_the_sealed_lake(tickets_run, tickets_
             assert req["stage"] in ("shadow", "canary") and req["served_by"] == "student"
             assert m["version"] != req["version"] and m["served_by"] == "student"
             mirrored += 1
+        # where the candidate's answer differs from live's, the targeted stream (1.0 without a spend cap) has the
+        # teacher judge it: a targeted row after the mirror row
+        for t in (r for r in group if r["kind"] == "pair" and r["pair_role"] == "targeted"):
+            (m,) = mirrors
+            assert t["version"] == m["version"] and t["served_by"] == "teacher" and t["seq"] > m["seq"]
+            assert m["pair_outcome"] == "disagree" or m["confidence"] < m["threshold"]
     assert mirrored > 0
-    assert all(r["kind"] == "request" or r["pair_role"] in ("audit", "shadow", "mirror") for r in rows)
+    roles = ("audit", "shadow", "mirror", "targeted")
+    assert all(r["kind"] == "request" or r["pair_role"] in roles for r in rows)
     with pytest.raises(TypeError):
         SimConfig(strict_gateway=True)  # the simulator has no pairing rules of its own any more
 
