@@ -422,7 +422,8 @@ def audit_log_cmd(limit: int, control_db: str, as_json: bool) -> None:
 @control_db_option
 def export_cmd(out: str, signing_key_file: str, control_db: str) -> None:
     """Export manifests (with verification status), versions, the audit log and the signed key history as NDJSON,
-    one object a line."""
+    one object a line. Each manifest and key change carries its signed DSSE envelope (``envelope``), the file
+    ``ratchet verify manifest`` checks offline."""
     from ratchet_assets.release import registry
     from ratchet_core import manifest as mf
     from ratchet_core.key_history import signed_history
@@ -430,7 +431,10 @@ def export_cmd(out: str, signing_key_file: str, control_db: str) -> None:
     engine = engine_for(control_db)
     ensure_schema(engine)
     pub = _private_key(signing_key_file).public_key()
-    lines = [{"type": "manifest", **h} for h in mf.history(engine, pub)]
+    lines = [
+        {"type": "manifest", **h, "envelope": mf.envelope_of(engine, h["sequence"])}
+        for h in mf.history(engine, pub)
+    ]
     lines += [{"type": "version", **v} for v in registry.list_versions(engine)]
     lines += [{"type": "audit", **a} for a in reversed(registry.read_audit_log(engine, limit=10**9))]
     lines += [{"type": "key_change", **c} for c in signed_history(engine)]
