@@ -74,6 +74,32 @@ def test_compare_release_runs_each_rule_on_one_seed_side_by_side(tmp_path):
     assert clash.exit_code != 0 and "leave --release out" in clash.output
 
 
+def test_compare_table_columns_stay_under_their_headers_with_long_rollback_lists():
+    """A drift run rolls back three versions: their list is longer than the column, and the numbers after it must
+    still sit under "superseded" and "reached live" (before, they slid right by the overflow)."""
+    from ratchet_assets.sim.compare import comparison_lines
+
+    def row(back: list[str]) -> dict:
+        return {
+            "rolled_back": back,
+            "audits_to_rollback": [616, 180, 49][: len(back)],
+            "superseded": ["x"] * 3,
+            "reached_live": ["a", "b"],
+            "student_share": 0.417,
+            "served_precision": 0.9712,
+            "flywheel": {},
+        }
+
+    lines = comparison_lines(
+        {"sequential": row(["v1-fcd05f4a", "v2-f89e5db4", "v3-6641fe0c"]), "wilson": row([])}
+    )
+    header, *rows = lines
+    at = header.index("superseded")
+    assert [r[at] for r in rows] == ["3", "3"]
+    assert [r[header.index("reached live")] for r in rows] == ["2", "2"]
+    assert rows[0].endswith("41.7%    0.9712") and " none " in rows[1]
+
+
 def test_promote_evidence_bound_promotes_on_fewer_audits_than_the_e_value(tmp_path):
     e_value = _moves(_run(tmp_path, "e"), "v2")
     bound = _moves(_run(tmp_path, "b", promote_evidence="bound"), "v2")
