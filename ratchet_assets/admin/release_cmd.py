@@ -20,6 +20,7 @@ import click
 from ratchet_assets.admin.common import control_db_option, echo_json, engine_for, json_option
 from ratchet_assets.admin.common import reason_option as common_reason_option
 from ratchet_assets.cli_names import actor_checked, names_checked
+from ratchet_assets.release.registry import VERSION_STATUSES
 from ratchet_core.control_db import ensure_schema
 
 FLAG_NAMES = ("student_disabled", "releases_frozen", "training_paused", "audit_rate")
@@ -108,7 +109,12 @@ def _current_version_row(conn: Any, version: str, task: str) -> dict[str, Any] |
 
 
 @click.command("versions")
-@click.option("--status", default=None, help="Only versions with this status (candidate, live, ...).")
+@click.option(
+    "--status",
+    type=click.Choice(VERSION_STATUSES),
+    default=None,
+    help="Only versions with this status.",
+)
 @click.option(
     "--artifacts",
     default="",
@@ -144,7 +150,10 @@ def versions_cmd(status: str | None, artifacts: str, control_db: str, as_json: b
         echo_json([{**r, "certificates": certs.get(r["version"], [])} for r in rows])
         return
     if not rows:
-        click.echo("no versions yet: a passing evaluation certificate registers one")
+        if status and registry.list_versions(engine):
+            click.echo(f"no version is {status} (`ratchet admin versions` lists them all)")
+        else:
+            click.echo("no versions yet: a passing evaluation certificate registers one")
         return
     shown: set[str] = set()
     for r in rows:

@@ -69,6 +69,13 @@ def test_admin_changes_are_signed_audited_and_exported(setup, key, engine, tmp_p
 
     versions = json.loads(_run(["versions", "--json", "--control-db", url]).output)
     assert {(v["version"], v["task"], v["status"]) for v in versions} == {("v1-abc", "tickets", "shadow")}
+    # --status filters; an unknown status is a usage error naming the statuses, and an empty filter does not claim
+    # that no version exists (before: 'bogus' listed nothing and said "no versions yet")
+    assert "v1-abc" in _run(["versions", "--status", "shadow", "--control-db", url]).output
+    live = _run(["versions", "--status", "live", "--control-db", url]).output
+    assert "no version is live" in live and "no versions yet" not in live
+    bogus = _run(["versions", "--status", "bogus", "--control-db", url], ok=False)
+    assert bogus.exit_code == 2 and "rolled_back" in bogus.output and "superseded" in bogus.output
 
     # A gateway safety event (H5's table) shows up in the audit log next to the signed changes.
     with engine.begin() as conn:
