@@ -155,6 +155,32 @@ def test_the_evidence_budget_rolls_a_bad_deploy_back_on_its_first_day_at_the_def
     assert carried and carried[0]["action"] == "promote" and carried[0]["version"] != bad["version"]
 
 
+def test_sim_json_shows_each_admissions_evidence_budget_as_the_readme_computes_it(tmp_path):
+    """`ratchet sim --json` carries every admission's audit rate, targeted rate and reason (before: only a
+    preempting admission had a message, so the budget the README works through was in no output). At 600 requests
+    a day the rate beside a live version is the README's: 1.25 x 4 x 144 = 720 audits a day asked, 720 / 600 = 1.2,
+    capped at 0.25; the mirrored answers it names are 1.25 x 4 x mirror_per_stage at the carry level it names."""
+    import math
+    import re
+
+    from ratchet_assets.release.budget import DEFAULT_MAX_RATE, MARGIN, mirror_per_stage
+    from ratchet_assets.release.decision import ReleaseRule
+
+    run = _run(tmp_path, "budget600", days=3, requests=600)
+    admits = [e for d in run["days"] for e in d["events"] if e["action"] == "admit"]
+    first, beside_live = admits[0], admits[1]
+    # nothing live: every shadowed request is already paired with the teacher's answer, no budget to sign
+    assert "certified by" in first["message"] and "audit_rate" not in first
+    assert beside_live["version"] != first["version"] and "(it also watches live)" in beside_live["message"]
+    assert beside_live["audit_rate"] == min(DEFAULT_MAX_RATE, MARGIN * 4 * 144 / 600) == 0.25
+    assert beside_live["target_audit_rate"] == 1.0  # no evidence_spend_usd: every differing answer is judged
+    assert "audit rate 0.25" in beside_live["message"]
+    carried = re.search(r"more than ([0-9.]+); ([0-9]+) mirrored answers", beside_live["message"])
+    assert carried, beside_live["message"]
+    u, mirrored = float(carried.group(1)), int(carried.group(2))
+    assert mirrored == math.ceil(MARGIN * 4 * mirror_per_stage(ReleaseRule(), u))
+
+
 def test_a_newer_certified_version_waits_behind_the_candidate_then_the_stale_one_is_preempted(tmp_path):
     run = _run(tmp_path, "s", days=4, requests=400)
     deps = {d["number"]: d for d in run["summary"]["deployments"]}
