@@ -49,6 +49,21 @@ def _json(path: str, what: str) -> Any:
         raise CliError(f"{what} {path} is not JSON ({exc}); pass the file Ratchet wrote") from exc
 
 
+def _document(path: str, what: str) -> dict[str, Any]:
+    """A JSON object Ratchet wrote; a gateway's error saved in its place (``{"error": ...}``, what curl keeps when
+    the route refuses) or any other JSON is an input error that says so, not a malformed proof."""
+    doc = _json(path, what)
+    if isinstance(doc, dict) and isinstance(doc.get("error"), dict) and "_type" not in doc:
+        message = doc["error"].get("message") or doc["error"]
+        raise CliError(
+            f"{what} {path} is the gateway's error, not a {what}: {message}; fetch it again (your own key, "
+            "a request id of yours, a day that has a receipt)"
+        )
+    if not isinstance(doc, dict):
+        raise CliError(f"{what} {path} is JSON but not an object; pass the file the gateway or Ratchet wrote")
+    return doc
+
+
 def _lines(path: str | None, beside: str | None, name: str, what: str) -> list[bytes] | None:
     """The JSON lines of `path`, else of the file `name` beside `beside` when it exists, else None."""
     if path is None and beside is not None:
@@ -124,7 +139,7 @@ def _run(args: argparse.Namespace) -> int:
         )
     envelope = _read(args.file, "receipt")
     prev = _read(args.prev, "previous receipt") if args.prev else None
-    proof = _json(args.proof, "proof") if args.proof else None
+    proof = _document(args.proof, "proof") if args.proof else None
     leaves = _rows(args.rows) if args.rows else None
     clients = _lines(args.clients, args.file, CLIENTS_FILE, "client lines")
     estimates = _lines(args.estimates, args.file, ESTIMATES_FILE, "estimate lines")
@@ -156,7 +171,7 @@ def _run(args: argparse.Namespace) -> int:
 
 
 def _run_client(args: argparse.Namespace, keys: Any) -> int:
-    view = _json(args.client_proof, "client view")
+    view = _document(args.client_proof, "client view")
     try:
         report = verify_client_view(view, keys)
     except ReceiptError as exc:

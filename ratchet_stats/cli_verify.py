@@ -110,6 +110,13 @@ def _public_key_from_text(text: str, origin: str) -> Ed25519PublicKey:
         raise CliError(f"{origin}: {exc}") from None
 
 
+def _names_a_file(text: str) -> bool:
+    """Whether a --key value that is not a key reads as a path (base64 has "/" too, so only after it failed)."""
+    return len(text) < 4096 and (
+        "/" in text or "\\" in text or text.endswith((".pub", ".pem", ".key", ".txt"))
+    )
+
+
 def load_public_keys(key: str | None, key_file: str | None) -> list[Ed25519PublicKey]:
     """Keys from ``--key`` (comma-separated base64, PEM text or file paths) and ``--key-file`` (PEM blocks and/or
     base64 lines; a private key file contributes its public half)."""
@@ -138,7 +145,16 @@ def load_public_keys(key: str | None, key_file: str | None) -> list[Ed25519Publi
             raise CliError(
                 f"{origin}: holds no key; pass the signer's public key (printed by `ratchet keygen`)"
             )
-        keys.extend(_public_key_from_text(t, origin) for t in texts)
+        try:
+            keys.extend(_public_key_from_text(t, origin) for t in texts)
+        except CliError:
+            if origin == "--key" and _names_a_file(text):  # a path that is not there, not a bad key
+                raise CliError(
+                    f"--key {text}: no such file; pass the signer's public key file ($RATCHET_HOME/keys/"
+                    "signing.pub, written by `ratchet init`; a gateway serves it at GET /ratchet/public-key) "
+                    "or the key itself"
+                ) from None
+            raise
     if not keys:
         raise CliError(
             "no public key given: pass --key PUB (base64 or PEM, comma-separated for several) or --key-file FILE; "

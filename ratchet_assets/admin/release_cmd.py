@@ -20,6 +20,7 @@ import click
 from ratchet_assets.admin.common import control_db_option, echo_json, engine_for, json_option
 from ratchet_assets.admin.common import reason_option as common_reason_option
 from ratchet_assets.cli_names import actor_checked, names_checked
+from ratchet_assets.release.registry import VERSION_STATUSES
 from ratchet_core.control_db import ensure_schema
 
 FLAG_NAMES = ("student_disabled", "releases_frozen", "training_paused", "audit_rate")
@@ -108,7 +109,12 @@ def _current_version_row(conn: Any, version: str, task: str) -> dict[str, Any] |
 
 
 @click.command("versions")
-@click.option("--status", default=None, help="Only versions with this status (candidate, live, ...).")
+@click.option(
+    "--status",
+    type=click.Choice(VERSION_STATUSES),
+    default=None,
+    help="Only versions with this status.",
+)
 @click.option(
     "--artifacts",
     default="",
@@ -144,7 +150,10 @@ def versions_cmd(status: str | None, artifacts: str, control_db: str, as_json: b
         echo_json([{**r, "certificates": certs.get(r["version"], [])} for r in rows])
         return
     if not rows:
-        click.echo("no versions yet: a passing evaluation certificate registers one")
+        if status and registry.list_versions(engine):
+            click.echo(f"no version is {status} (`ratchet admin versions` lists them all)")
+        else:
+            click.echo("no versions yet: a passing evaluation certificate registers one")
         return
     shown: set[str] = set()
     for r in rows:
@@ -422,7 +431,8 @@ def audit_log_cmd(limit: int, control_db: str, as_json: bool) -> None:
 @control_db_option
 def export_cmd(out: str, signing_key_file: str, control_db: str) -> None:
     """Export manifests (with verification status), versions, the audit log and the signed key history as NDJSON,
-    one object a line."""
+    one object a line. Each manifest and key change carries its signed DSSE envelope (``envelope``), the file
+    ``ratchet verify manifest`` checks offline."""
     from ratchet_assets.release import registry
     from ratchet_core import manifest as mf
     from ratchet_core.key_history import signed_history
@@ -430,7 +440,10 @@ def export_cmd(out: str, signing_key_file: str, control_db: str) -> None:
     engine = engine_for(control_db)
     ensure_schema(engine)
     pub = _private_key(signing_key_file).public_key()
-    lines = [{"type": "manifest", **h} for h in mf.history(engine, pub)]
+    lines = [
+        {"type": "manifest", **h, "envelope": mf.envelope_of(engine, h["sequence"])}
+        for h in mf.history(engine, pub)
+    ]
     lines += [{"type": "version", **v} for v in registry.list_versions(engine)]
     lines += [{"type": "audit", **a} for a in reversed(registry.read_audit_log(engine, limit=10**9))]
     lines += [{"type": "key_change", **c} for c in signed_history(engine)]

@@ -183,9 +183,10 @@ def split_golden(
         new_keys, new_golden = con.execute(
             "SELECT count(*), count(*) FILTER (WHERE golden) FROM new"
         ).fetchall()[0]
-        if new_keys:
+        if new_keys or not had_reg:
             # Streamed range by range (registry and new keys merged in key order); row groups as pq.write_table
-            # makes them (1Mi rows), so the file is the same bytes.
+            # makes them (1Mi rows), so the file is the same bytes. A first day with nothing to assign still
+            # writes the (empty) registry: it is the record that golden_split ran, which training_set requires.
             writer = ChunkedParquetWriter(
                 reg_path,
                 REGISTRY_SCHEMA,

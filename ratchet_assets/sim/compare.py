@@ -50,17 +50,23 @@ def compare_release(
 
 
 def comparison_lines(comparison: dict[str, dict[str, Any]]) -> list[str]:
-    """The side-by-side table, one line per rule."""
+    """The side-by-side table, one line per rule (the rolled-back column as wide as its longest list, so the columns
+    after it stay under their headers when a drift run rolls back several versions)."""
+    backs = {
+        rule: ", ".join(
+            f"{v} ({n})" for v, n in zip(row["rolled_back"], row["audits_to_rollback"], strict=True)
+        )
+        or "none"
+        for rule, row in comparison.items()
+    }
+    width = max([40, *(len(b) for b in backs.values())])
     lines = [
-        f"{'rule':<11} {'rolled back (audits to rollback)':<40} {'superseded':<12} {'reached live':<13} "
+        f"{'rule':<11} {'rolled back (audits to rollback)':<{width}} {'superseded':<12} {'reached live':<13} "
         f"{'student':>8} {'precision':>9}"
     ]
     for rule, row in comparison.items():
-        back = ", ".join(
-            f"{v} ({n})" for v, n in zip(row["rolled_back"], row["audits_to_rollback"], strict=True)
-        )
         lines.append(
-            f"{rule:<11} {back or 'none':<40} {len(row['superseded']):<12} {len(row['reached_live']):<13} "
+            f"{rule:<11} {backs[rule]:<{width}} {len(row['superseded']):<12} {len(row['reached_live']):<13} "
             f"{row['student_share']:>8.1%} {row['served_precision']:>9.4f}"
         )
     for rule, row in comparison.items():

@@ -417,7 +417,14 @@ class Simulation:
             "version": adm.version,
             "task": adm.task,
             "to": "shadow",
+            # what the manifest's reason says: the certificate, and beside a live version the evidence budget
+            # (release.budget: its rate, the targeted stream's p_hi, the arithmetic), as the sensor signs them
+            "message": adm.message,
         }
+        if adm.audit_rate is not None:
+            event["audit_rate"] = adm.audit_rate
+        if adm.target_audit_rate is not None:
+            event["target_audit_rate"] = adm.target_audit_rate
         if adm.replaces:  # what the manifest's reason and the audit log say, with the replaced evidence
             event.update(message=adm.message, supersedes=adm.replaces, its_evidence=adm.replaced_evidence)
         s.events.append(event)

@@ -134,6 +134,27 @@ def test_golden_by_keyed_hash_with_floor_and_permanence(two_days: Path) -> None:
     assert s2.golden_root == merkle.root(sorted(k.encode() for k in golden2)).hex()
 
 
+def test_a_day_without_traffic_on_a_new_home_makes_an_empty_training_set(tmp_path: Path) -> None:
+    """The README's CI command on a fresh home (no traffic yet): golden_split records that nothing was assigned (an
+    empty registry), so training_set writes 0 rows instead of failing with "materialise golden_split first" right
+    after golden_split ran; a second day still finds and extends that registry."""
+    art = tmp_path / "art"
+    (tmp_path / "lake").mkdir()
+    consolidate_traffic(tmp_path / "lake", art, DAY1)
+    build_examples(art, DAY1)
+    s = split_golden(art, DAY1, floor=10)
+    assert (s.golden_size, s.new_keys) == (0, 0)
+    t = build_training_set(art, DAY1)
+    assert t.rows == 0 and Path(t.path).read_bytes() == b""
+    registry = pq.read_table(art / "golden" / "registry.parquet")
+    assert registry.num_rows == 0
+    write_day(tmp_path / "lake", DAY2, 80, seed=5, day_index=1)
+    consolidate_traffic(tmp_path / "lake", art, DAY2)
+    build_examples(art, DAY2)
+    assert split_golden(art, DAY2, floor=10).golden_size >= 10
+    assert build_training_set(art, DAY2).rows > 0
+
+
 def test_training_rows_are_canonical_chat_rows_with_recomputable_roots(two_days: Path) -> None:
     art = two_days / "artifacts"
     consolidate_traffic(two_days / "lake", art, DAY1)

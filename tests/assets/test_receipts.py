@@ -415,6 +415,27 @@ def test_cli_verify_receipt_auditor_and_client(signed: dict, tmp_path: Path, cap
     assert "check the path" in capsys.readouterr().err
 
 
+def test_cli_verify_receipt_refuses_a_saved_gateway_error_as_a_proof(
+    signed: dict, tmp_path: Path, capsys
+) -> None:
+    """What `curl ... > p.json` keeps when the gateway refuses (a 404 for a request id that is not yours, a 401 for a
+    wrong key) is the gateway's error: an input error (exit 2) that quotes it, not "malformed proof (KeyError)"."""
+    f2 = str(signed["layout"].receipt_envelope(DAY2))
+    key = str(signed["pub_path"])
+    not_found = {"error": {"message": "no request req_x of yours in the receipt", "type": "not_found_error"}}
+    (tmp_path / "p.json").write_text(json.dumps(not_found))
+    assert stats_main(["verify", "receipt", f2, "--key", key, "--proof", str(tmp_path / "p.json")]) == 2
+    err = capsys.readouterr().err
+    assert "the gateway's error, not a proof" in err and "no request req_x of yours" in err
+    assert "KeyError" not in err
+    (tmp_path / "mine.json").write_text(json.dumps({"error": {"message": "invalid or missing API key"}}))
+    assert stats_main(["verify", "receipt", "--client-proof", str(tmp_path / "mine.json"), "--key", key]) == 2
+    assert "not a client view: invalid or missing API key" in capsys.readouterr().err
+    (tmp_path / "list.json").write_text("[1, 2]")
+    assert stats_main(["verify", "receipt", f2, "--key", key, "--proof", str(tmp_path / "list.json")]) == 2
+    assert "not an object" in capsys.readouterr().err
+
+
 @pytest.mark.parametrize("old_share", ["some", "all"])
 def test_segments_sealed_before_teacher_prompt_tokens_existed_still_make_a_receipt(
     home: Path, tmp_path: Path, old_share: str

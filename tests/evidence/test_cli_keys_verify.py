@@ -183,6 +183,16 @@ def test_key_arguments(tmp_path, capsys, signing_key, other_key):
     assert "--key" in capsys.readouterr().err
     assert main(["verify", "manifest", str(tmp_path / "missing.json"), "--key", both]) == 2
     assert "cannot read" in capsys.readouterr().err
+    # A key path that is not there (a home the night made without `ratchet init`: no signing.pub) says so; a
+    # base64 key may hold "/" too, and one that parses is still a key.
+    missing = tmp_path / "keys" / "signing.pub"
+    assert main(["verify", "manifest", str(doc), "--key", str(missing)]) == 2
+    err = capsys.readouterr().err
+    assert f"--key {missing}: no such file" in err and "ratchet init" in err and "neither PEM" not in err
+    assert main(["verify", "manifest", str(doc), "--key", f"{public_key_b64(signing_key)},{missing}"]) == 2
+    assert "no such file" in capsys.readouterr().err
+    assert main(["verify", "manifest", str(doc), "--key", "abc/def"]) == 2
+    assert "no such file" in capsys.readouterr().err
 
 
 def test_console_scripts_help():

@@ -17,7 +17,8 @@ from ratchet_assets.release import registry
 from ratchet_assets.release.control import release_tick
 from ratchet_core import manifest as mf
 from ratchet_core.control_db import ensure_schema
-from ratchet_stats.keys import save_private_key
+from ratchet_stats.cli import main as stats_main
+from ratchet_stats.keys import public_key_pem, save_private_key
 from tests.evidence.certificates import sign_certificate
 
 from .conftest import write_certificate, write_pairs
@@ -39,7 +40,7 @@ def _run(args, ok=True):
     return result
 
 
-def test_admin_changes_are_signed_audited_and_exported(setup, key, engine, tmp_path):
+def test_admin_changes_are_signed_audited_and_exported(setup, key, engine, tmp_path, capsys):
     url, common = setup
     write_certificate(tmp_path / "artifacts", key, "v1-abc", "tickets", correct=300, n=300)
     promote = ["promote", "v1-abc", "--task", "tickets", "--artifacts", str(tmp_path / "artifacts")]
@@ -68,6 +69,13 @@ def test_admin_changes_are_signed_audited_and_exported(setup, key, engine, tmp_p
 
     versions = json.loads(_run(["versions", "--json", "--control-db", url]).output)
     assert {(v["version"], v["task"], v["status"]) for v in versions} == {("v1-abc", "tickets", "shadow")}
+    # --status filters; an unknown status is a usage error naming the statuses, and an empty filter does not claim
+    # that no version exists (before: 'bogus' listed nothing and said "no versions yet")
+    assert "v1-abc" in _run(["versions", "--status", "shadow", "--control-db", url]).output
+    live = _run(["versions", "--status", "live", "--control-db", url]).output
+    assert "no version is live" in live and "no versions yet" not in live
+    bogus = _run(["versions", "--status", "bogus", "--control-db", url], ok=False)
+    assert bogus.exit_code == 2 and "rolled_back" in bogus.output and "superseded" in bogus.output
 
     # A gateway safety event (H5's table) shows up in the audit log next to the signed changes.
     with engine.begin() as conn:
@@ -97,6 +105,19 @@ def test_admin_changes_are_signed_audited_and_exported(setup, key, engine, tmp_p
     manifests = [r for r in records if r["type"] == "manifest"]
     assert [r["sequence"] for r in manifests] == list(range(1, 7)) and all(r["verified"] for r in manifests)
     assert sum(r["type"] == "audit" for r in records) == 7
+    # Each manifest line carries its signed envelope: the file `ratchet verify manifest` checks offline (README,
+    # "Verifying evidence": before it, no command gave a user that file).
+    pub_file = tmp_path / "signing.pub"
+    pub_file.write_text(public_key_pem(key))
+    for r in (manifests[0], manifests[-1]):
+        doc = tmp_path / f"manifest-{r['sequence']}.dsse.json"
+        doc.write_text(json.dumps(r["envelope"]))
+        assert stats_main(["verify", "manifest", str(doc), "--key", str(pub_file), "--json"]) == 0
+        assert json.loads(capsys.readouterr().out)["predicate"]["sequence"] == r["sequence"]
+    tampered = json.loads(json.dumps(manifests[-1]["envelope"]))
+    tampered["payload"] = manifests[0]["envelope"]["payload"]
+    (tmp_path / "tampered.json").write_text(json.dumps(tampered))
+    assert stats_main(["verify", "manifest", str(tmp_path / "tampered.json"), "--key", str(pub_file)]) == 1
 
 
 @pytest.mark.slow

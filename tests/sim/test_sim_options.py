@@ -74,6 +74,32 @@ def test_compare_release_runs_each_rule_on_one_seed_side_by_side(tmp_path):
     assert clash.exit_code != 0 and "leave --release out" in clash.output
 
 
+def test_compare_table_columns_stay_under_their_headers_with_long_rollback_lists():
+    """A drift run rolls back three versions: their list is longer than the column, and the numbers after it must
+    still sit under "superseded" and "reached live" (before, they slid right by the overflow)."""
+    from ratchet_assets.sim.compare import comparison_lines
+
+    def row(back: list[str]) -> dict:
+        return {
+            "rolled_back": back,
+            "audits_to_rollback": [616, 180, 49][: len(back)],
+            "superseded": ["x"] * 3,
+            "reached_live": ["a", "b"],
+            "student_share": 0.417,
+            "served_precision": 0.9712,
+            "flywheel": {},
+        }
+
+    lines = comparison_lines(
+        {"sequential": row(["v1-fcd05f4a", "v2-f89e5db4", "v3-6641fe0c"]), "wilson": row([])}
+    )
+    header, *rows = lines
+    at = header.index("superseded")
+    assert [r[at] for r in rows] == ["3", "3"]
+    assert [r[header.index("reached live")] for r in rows] == ["2", "2"]
+    assert rows[0].endswith("41.7%    0.9712") and " none " in rows[1]
+
+
 def test_promote_evidence_bound_promotes_on_fewer_audits_than_the_e_value(tmp_path):
     e_value = _moves(_run(tmp_path, "e"), "v2")
     bound = _moves(_run(tmp_path, "b", promote_evidence="bound"), "v2")
@@ -127,6 +153,32 @@ def test_the_evidence_budget_rolls_a_bad_deploy_back_on_its_first_day_at_the_def
     # the good version after it agrees with live v1 (well audited) on its mirrored answers: carried past shadow
     carried = [e for d in run["days"] for e in d["events"] if "carried bound" in e.get("message", "")]
     assert carried and carried[0]["action"] == "promote" and carried[0]["version"] != bad["version"]
+
+
+def test_sim_json_shows_each_admissions_evidence_budget_as_the_readme_computes_it(tmp_path):
+    """`ratchet sim --json` carries every admission's audit rate, targeted rate and reason (before: only a
+    preempting admission had a message, so the budget the README works through was in no output). At 600 requests
+    a day the rate beside a live version is the README's: 1.25 x 4 x 144 = 720 audits a day asked, 720 / 600 = 1.2,
+    capped at 0.25; the mirrored answers it names are 1.25 x 4 x mirror_per_stage at the carry level it names."""
+    import math
+    import re
+
+    from ratchet_assets.release.budget import DEFAULT_MAX_RATE, MARGIN, mirror_per_stage
+    from ratchet_assets.release.decision import ReleaseRule
+
+    run = _run(tmp_path, "budget600", days=3, requests=600)
+    admits = [e for d in run["days"] for e in d["events"] if e["action"] == "admit"]
+    first, beside_live = admits[0], admits[1]
+    # nothing live: every shadowed request is already paired with the teacher's answer, no budget to sign
+    assert "certified by" in first["message"] and "audit_rate" not in first
+    assert beside_live["version"] != first["version"] and "(it also watches live)" in beside_live["message"]
+    assert beside_live["audit_rate"] == min(DEFAULT_MAX_RATE, MARGIN * 4 * 144 / 600) == 0.25
+    assert beside_live["target_audit_rate"] == 1.0  # no evidence_spend_usd: every differing answer is judged
+    assert "audit rate 0.25" in beside_live["message"]
+    carried = re.search(r"more than ([0-9.]+); ([0-9]+) mirrored answers", beside_live["message"])
+    assert carried, beside_live["message"]
+    u, mirrored = float(carried.group(1)), int(carried.group(2))
+    assert mirrored == math.ceil(MARGIN * 4 * mirror_per_stage(ReleaseRule(), u))
 
 
 def test_a_newer_certified_version_waits_behind_the_candidate_then_the_stale_one_is_preempted(tmp_path):
