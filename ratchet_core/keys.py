@@ -25,6 +25,7 @@ from ratchet_stats.keys import (
     load_private_key,
     load_private_key_file,
     load_public_key,
+    public_key_pem,
     save_private_key,
 )
 
@@ -92,6 +93,10 @@ def signing_key(
         raise KeyTrustError(f"no signing key at {path}: {_NO_KEY}")
     key = generate_private_key()
     save_private_key(key, path)
+    public = public_key_path(settings)
+    if path == settings.signing_key_path and not public.exists():
+        # what `ratchet init` writes beside it: the `--key` an auditor verifies what this key signs with
+        public.write_text(public_key_pem(key.public_key()))
     log.warning("created a new signing key at %s (embedded default); keep it: signatures depend on it", path)
     return key
 

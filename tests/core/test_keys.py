@@ -16,6 +16,7 @@ from ratchet_core.settings import load_settings
 from ratchet_stats.keys import (
     generate_private_key,
     key_id,
+    load_public_key,
     private_key_b64,
     public_key_pem,
     save_private_key,
@@ -64,6 +65,24 @@ def test_signing_key_resolution_order(tmp_path, monkeypatch) -> None:
     with pytest.raises(K.KeyTrustError, match="RATCHET_SIGNING_KEY") as err:
         K.signing_key(s)
     assert "not a key" not in str(err.value)  # never echo key material
+
+
+def test_a_key_the_embedded_default_creates_gets_its_public_half_beside_it(tmp_path, monkeypatch) -> None:
+    """A night on a fresh home creates signing.key; signing.pub (what `ratchet init` writes, an auditor's `--key`)
+    is written beside it, never over one that exists, and never beside a key file named elsewhere."""
+    s = _settings(tmp_path, monkeypatch)
+    created = K.signing_key(s, create=True)
+    assert [key_id(k) for k in K.root_public_keys(s)] == [key_id(created)]
+    assert key_id(load_public_key(K.public_key_path(s).read_text())) == key_id(created)
+    elsewhere = _settings(tmp_path / "other", monkeypatch)
+    K.signing_key(elsewhere, tmp_path / "other-keys" / "named.key", create=True)
+    assert not (tmp_path / "other-keys" / "signing.pub").exists() and not K.public_key_path(elsewhere).exists()
+    kept = generate_private_key()
+    third = _settings(tmp_path / "third", monkeypatch)
+    K.public_key_path(third).parent.mkdir(parents=True)
+    K.public_key_path(third).write_text(public_key_pem(kept.public_key()))
+    K.signing_key(third, create=True)
+    assert key_id(load_public_key(K.public_key_path(third).read_text())) == key_id(kept)
 
 
 def test_root_public_keys_prefer_the_public_key_file(tmp_path, monkeypatch) -> None:
