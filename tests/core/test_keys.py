@@ -76,7 +76,9 @@ def test_a_key_the_embedded_default_creates_gets_its_public_half_beside_it(tmp_p
     assert key_id(load_public_key(K.public_key_path(s).read_text())) == key_id(created)
     elsewhere = _settings(tmp_path / "other", monkeypatch)
     K.signing_key(elsewhere, tmp_path / "other-keys" / "named.key", create=True)
-    assert not (tmp_path / "other-keys" / "signing.pub").exists() and not K.public_key_path(elsewhere).exists()
+    assert (
+        not (tmp_path / "other-keys" / "signing.pub").exists() and not K.public_key_path(elsewhere).exists()
+    )
     kept = generate_private_key()
     third = _settings(tmp_path / "third", monkeypatch)
     K.public_key_path(third).parent.mkdir(parents=True)
