@@ -3,7 +3,9 @@
 Dagster wiring only. The step (documents, proofs, the auditor's verification before anything is written, the
 files under ``<artifacts>/boms/<version>/``) is ``ratchet_assets.night.bom_writer.write_bom``. When the night's
 signed certificate certifies no task, the asset materialises nothing (a BOM is for an adapter that will serve) and
-the run still succeeds: "not certified" is the certificate's outcome, not a broken night.
+the run still succeeds: "not certified" is the certificate's outcome, not a broken night. When the night's adapter is
+an earlier night's version re-certified (``bom_writer.KeepsItsBom``), that version's BOM stands: the asset
+materialises it again (``reused``) and writes nothing.
 """
 
 from collections.abc import Iterator
@@ -42,6 +44,16 @@ def bom(
     except step.NotCertifiedNoBom as exc:
         context.log.info(f"no BOM: {exc}")
         return  # nothing materialised; the run stays successful
+    except step.KeepsItsBom as exc:
+        context.log.info(str(exc))
+        yield dg.MaterializeResult(
+            metadata={
+                "version": exc.bom.parent.name,
+                "reused": True,
+                "dagster/uri": dg.MetadataValue.path(str(exc.bom)),
+            }
+        )
+        return
     except (AdapterError, CommitmentMissing, step.BomStepError) as exc:
         raise dg.Failure(str(exc)) from exc
     yield dg.MaterializeResult(

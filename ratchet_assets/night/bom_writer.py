@@ -22,6 +22,7 @@ from typing import Any
 
 from ratchet_assets.night import bom_document as BD
 from ratchet_assets.night.adapter import adapter_path, read_record
+from ratchet_assets.night.certificate import certificate_path
 from ratchet_assets.night.commitments import golden_commitment, training_commitment
 from ratchet_core.lake import atomic_write_bytes
 from ratchet_core.layout import ArtifactLayout
@@ -33,6 +34,17 @@ class BomStepError(RuntimeError):
 
 class NotCertifiedNoBom(BomStepError):
     """The night's certificate certified no task: an outcome, not a failure; there is no BOM to write."""
+
+
+class KeepsItsBom(BomStepError):
+    """The night's adapter is an earlier night's version, re-certified on this night's golden set
+    (``ratchet_assets.release.content``): the version's BOM, written the night that minted it, stands (it names
+    that night's training and golden sets, and its certificate); this night's certificate is its own signed
+    document beside the first (``certificates/<version>@<day>.dsse.json``). An outcome, not a failure."""
+
+    def __init__(self, message: str, bom: Path) -> None:
+        super().__init__(message)
+        self.bom = bom
 
 
 @dataclass
@@ -66,7 +78,12 @@ def write_bom(
     layout = ArtifactLayout(artifacts)
     record = read_record(artifacts, day, needed_by="`evaluation_certificate` and `bom`")
     version = record["version"]
-    cert_file = layout.certificate(version)
+    if record.get("recertifies") and layout.bom(version).exists():
+        raise KeepsItsBom(
+            f"{version} was re-certified on the golden set of {day}; its BOM stands: {layout.bom(version)}",
+            layout.bom(version),
+        )
+    cert_file = certificate_path(layout, version, day)  # a re-certified version without a BOM yet: tonight's
     if not cert_file.exists():
         raise BomStepError(
             f"no certificate at {cert_file}: materialise `evaluation_certificate` for {day} first"

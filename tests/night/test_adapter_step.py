@@ -234,6 +234,19 @@ def test_a_later_night_whose_adapter_equals_an_earlier_ones_is_that_version_not_
         first["version"]
     ]  # no second folder of the same weights
 
+    # the version's BOM, written the night that minted it, stands: the re-certifying night's `bom` step keeps it
+    # (before: it failed, "the golden set of <day 2> is not the one v1 was certified on", on make demo's night 4)
+    from ratchet_assets.night import bom_writer
+    from ratchet_stats.keys import generate_private_key
+
+    bom = ArtifactLayout(art).bom(first["version"])
+    bom.parent.mkdir(parents=True)
+    bom.write_bytes(b"night 1's signed BOM")
+    key = generate_private_key()
+    with pytest.raises(bom_writer.KeepsItsBom) as kept:
+        bom_writer.write_bom(art, day2, private_key=key, public_keys=key.public_key(), teacher_model="t")
+    assert kept.value.bom == bom and bom.read_bytes() == b"night 1's signed BOM"
+
 
 def test_a_night_that_keeps_its_parents_weights_re_certifies_it_though_its_training_record_differs(tmp_path):
     """The trainer writes each night's own training record (``ratchet_train.json``: its rows, steps, validation)
