@@ -69,6 +69,10 @@ class LoraAdapterConfig(dg.Config):
     refit: bool = _DEFAULTS.refit
     # the validation split holds out at least this many rows (its share raised, never above 0.3); 0 = the share
     validation_min_rows: int = _DEFAULTS.validation_min_rows
+    # a cold run whose schedule ran out with a task below this split accuracy and still rising runs again on a
+    # schedule twice as long, at most `max_extensions` times (``lora_trainer``, "Short of steps"); 0 = off
+    extend_below: float = _DEFAULTS.extend_below
+    max_extensions: int = _DEFAULTS.max_extensions
     # torch threads: 0 = every CPU this process may use, idle threads sleeping (``LoraTrainConfig.num_threads``).
     # Not part of the config hash (a rerun reuses the night's adapter); the adapter records the count it trained with.
     num_threads: int = _DEFAULTS.num_threads or 0

@@ -57,6 +57,16 @@ is left to show that what it saves beats the parent (``make demo`` saved such re
 A warm night's parent that answers some training row differently from its label is trained even when it is all
 right on the split (``initial_train_accuracy``): those rows are worth steps.
 
+Short of steps (``extend_below``, ``max_extensions``): a cold selection run whose schedule ran out (no patience
+stop, no time budget) while some task's validation accuracy had never reached ``extend_below`` and had risen by
+at least ``STILL_LEARNING_RISE`` since the schedule's halfway epoch (``short_of_steps``) was short of steps: it runs again
+from the same seed and data order on a schedule twice as long (``min_steps`` and ``max_epochs`` doubled), at most
+``max_extensions`` times; the last run is the selection (its best epoch, and the refit's steps and schedule). The
+run at 2x is the one a night started at 2x trains, so the same night gets the same adapter whatever the machine.
+A task at or above ``extend_below`` is done, a flat one (``extract`` on the demo base: 0 at every epoch) gains
+nothing from steps; ``validation.short_of_steps`` lists the shorter runs (schedule, steps, accuracy per epoch,
+the tasks still learning). Measured: ``benchmarks/measured/learner_issue36.json``, ``stop_3``.
+
 PII surrogates (``pii_surrogates``, default 0 = off): the ledger, and so train.jsonl and the golden set, holds
 redacted text (``<EMAIL_1a2b3c4d>``), but the gateway sends the student the client's real text. A demo adapter
 trained only on placeholders was measured 100 % right on golden yet 29 % wrong on live tickets carrying an e-mail
@@ -95,6 +105,7 @@ torch/transformers/peft are imported inside the functions: importing this module
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import math
@@ -183,6 +194,11 @@ class LoraTrainConfig:
     # of a small night is a handful of rows that a good parent answers all right; the share rises to hold out at
     # least this many rows (never more than MAX_SIZED_SHARE of them). 0 = exactly `validation_share`.
     validation_min_rows: int = 0
+    # Short of steps (module docstring): a cold selection run whose schedule ran out while a task's validation
+    # accuracy was below `extend_below` and still rising runs again on a schedule twice as long, at most
+    # `max_extensions` times (2: up to 4x the steps; `time_budget_s` still ends a run). 0 = off.
+    extend_below: float = 0.0
+    max_extensions: int = 2
 
     def __post_init__(self) -> None:
         if self.validation_groups not in VALIDATION_GROUPS:
@@ -191,6 +207,14 @@ class LoraTrainConfig:
             )
         if self.start not in STARTS:
             raise ValueError(f"start {self.start!r} is not one of {', '.join(STARTS)}")
+        if not 0.0 <= self.extend_below <= 1.0:
+            raise ValueError(
+                f"extend_below is a validation accuracy in [0, 1] (0 = off), got {self.extend_below}"
+            )
+        if self.max_extensions < 0:
+            raise ValueError(
+                f"max_extensions must be 0 (never) or a number of doublings, got {self.max_extensions}"
+            )
         if self.validation_min_rows < 0:
             raise ValueError(
                 f"validation_min_rows must be 0 (off) or a number of rows, got {self.validation_min_rows}"
@@ -487,55 +511,20 @@ def train_lora(
             on_step(float(batch_loss.detach()))
         return taken
 
-    model = start_model()
     steps_per_epoch = math.ceil(len(examples) / config.batch_size)
-    # a warm start already knows the task: `min_steps` (enough steps for a fresh LoRA) does not apply; with a
-    # validation split its floor is half of `max_epochs` (the first epochs at the peak learning rate were measured
-    # to score below the parent, and patience from epoch 1 stopped tickets nights 3 and 4 with the parent's weights)
-    if init_adapter is None:
-        floor = epochs_to_run(len(examples), config)
-    else:
-        floor = max(1, config.epochs, math.ceil(config.max_epochs / 2) if validation else 0)
-    epochs = floor
-    if validation:
-        epochs = max(epochs, config.max_epochs)
-    total = steps_per_epoch * epochs
-    params, optimiser, scheduler = optimiser_for(model, total)
-    losses: list[float] = []
-    step = 0
-    history: list[float] = []
-    per_task_history: list[dict[str, float]] = []
-    loss_history: list[float] = []
-    best: int | None = None
-    best_state: dict | None = None
-    stopped = "epochs"
-    epochs_run = 0
+    # Short of steps (module docstring, "Short of steps"): a cold selection run whose schedule ran out while a
+    # task was still learning runs again from the same start on a schedule twice as long (`min_steps`, `max_epochs`
+    # doubled), at most `max_extensions` times; `schedule` is the config of the run in hand.
+    schedule = config
+    extensions: list[dict] = []
 
     def trained_state() -> dict:
+        """The trained weights of the model in hand (the LoRA, and the demo base's saved modules)."""
         return {
             k: v.detach().clone()
             for k, v in model.state_dict().items()
             if "lora_" in k or "modules_to_save" in k
         }
-
-    initial: tuple[float, float] | None = None
-    if validation and init_adapter is not None:
-        # the parent's own score on this split: the epochs must beat it, else the parent's weights are kept
-        right, val_loss = _validate(model, validation, pad, config.batch_size)
-        initial = (sum(right) / len(right), val_loss)
-        best_state = trained_state()
-        # rows the parent answers wrong are worth steps: the shortcut below is taken only when it answers every
-        # training row (the night's new rows, the replay sample) as the teacher did, too
-        parent_train_right = _validate(model, examples, pad, config.batch_size)[0]
-        initial_train = sum(parent_train_right) / max(1, len(parent_train_right))
-        if unbeatable(*initial, config.min_loss_delta) and initial_train >= 1.0:
-            # no epoch can beat it (accuracy cannot rise, the loss cannot fall by min_loss_delta) and no training
-            # row disagrees with it: keep it untrained
-            epochs = 0
-            stopped = (
-                f"the parent is all right on the split with a loss {val_loss:.4g} under min_loss_delta "
-                f"{config.min_loss_delta:g}, and on every training row: no epoch can beat it"
-            )
 
     def selection_step(loss_value: float) -> None:
         nonlocal step
@@ -544,33 +533,97 @@ def train_lora(
         if on_progress is not None:
             on_progress(step, total, loss_value)
 
-    for _ in range(epochs):
-        epochs_run += 1
-        run_epoch(model, params, optimiser, scheduler, examples, rng, selection_step)
+    while True:
+        model = start_model()
+        rng = random.Random(config.seed)  # the data order a fresh run at this schedule would take
+        # a warm start already knows the task: `min_steps` (enough steps for a fresh LoRA) does not apply; with a
+        # validation split its floor is half of `max_epochs` (the first epochs at the peak learning rate were measured
+        # to score below the parent, and patience from epoch 1 stopped tickets nights 3 and 4 with the parent's weights)
+        if init_adapter is None:
+            floor = epochs_to_run(len(examples), schedule)
+        else:
+            floor = max(1, config.epochs, math.ceil(config.max_epochs / 2) if validation else 0)
+        epochs = floor
         if validation:
+            epochs = max(epochs, schedule.max_epochs)
+        total = steps_per_epoch * epochs
+        params, optimiser, scheduler = optimiser_for(model, total)
+        losses: list[float] = []
+        step = 0
+        history: list[float] = []
+        per_task_history: list[dict[str, float]] = []
+        loss_history: list[float] = []
+        best: int | None = None
+        best_state: dict | None = None
+        stopped = "epochs"
+        epochs_run = 0
+
+        initial: tuple[float, float] | None = None
+        if validation and init_adapter is not None:
+            # the parent's own score on this split: the epochs must beat it, else the parent's weights are kept
             right, val_loss = _validate(model, validation, pad, config.batch_size)
-            history.append(sum(right) / len(right))
-            loss_history.append(val_loss)
-            per_task_history.append(_by_task(right, validation_tasks))
-            # better = higher exact accuracy, then (equal accuracy) a validation loss lower by `min_loss_delta`: a
-            # split that is all right after a few epochs does not stop the run while the answers still get surer.
-            # A warm start's parent is beaten by the same rule: letting a tie go to the epoch (its weights learned
-            # the night's new rows) was tried and certified nothing on the demo's night 2 (epoch 2: 1.0 on the
-            # split and a lower loss than the parent, 169/180 golden; the parent's weights 176/179)
-            to_beat = initial if best is None else (history[best], loss_history[best])
-            if to_beat is None or _better(history[-1], val_loss, *to_beat, config.min_loss_delta):
-                best = len(history) - 1
-                best_state = trained_state()
-            # patience counts only past the fixed schedule's floor (`epochs`, `min_steps`): a small set's
-            # validation split is a handful of rows, too noisy to cut a run shorter than that
-            since_best = len(history) - 1 - (-1 if best is None else best)
-            if len(history) >= floor and since_best >= config.patience:
-                stopped = f"no improvement for {config.patience} epochs"
-                break
-            if config.time_budget_s and time.perf_counter() - started > config.time_budget_s:
-                stopped = f"time budget {config.time_budget_s:g} s"
-                break
-            stopped = f"all {epochs} epochs"
+            initial = (sum(right) / len(right), val_loss)
+            best_state = trained_state()
+            # rows the parent answers wrong are worth steps: the shortcut below is taken only when it answers every
+            # training row (the night's new rows, the replay sample) as the teacher did, too
+            parent_train_right = _validate(model, examples, pad, config.batch_size)[0]
+            initial_train = sum(parent_train_right) / max(1, len(parent_train_right))
+            if unbeatable(*initial, config.min_loss_delta) and initial_train >= 1.0:
+                # no epoch can beat it (accuracy cannot rise, the loss cannot fall by min_loss_delta) and no training
+                # row disagrees with it: keep it untrained
+                epochs = 0
+                stopped = (
+                    f"the parent is all right on the split with a loss {val_loss:.4g} under min_loss_delta "
+                    f"{config.min_loss_delta:g}, and on every training row: no epoch can beat it"
+                )
+
+        for _ in range(epochs):
+            epochs_run += 1
+            run_epoch(model, params, optimiser, scheduler, examples, rng, selection_step)
+            if validation:
+                right, val_loss = _validate(model, validation, pad, config.batch_size)
+                history.append(sum(right) / len(right))
+                loss_history.append(val_loss)
+                per_task_history.append(_by_task(right, validation_tasks))
+                # better = higher exact accuracy, then (equal accuracy) a validation loss lower by `min_loss_delta`: a
+                # split that is all right after a few epochs does not stop the run while the answers still get surer.
+                # A warm start's parent is beaten by the same rule: letting a tie go to the epoch (its weights learned
+                # the night's new rows) was tried and certified nothing on the demo's night 2 (epoch 2: 1.0 on the
+                # split and a lower loss than the parent, 169/180 golden; the parent's weights 176/179)
+                to_beat = initial if best is None else (history[best], loss_history[best])
+                if to_beat is None or _better(history[-1], val_loss, *to_beat, config.min_loss_delta):
+                    best = len(history) - 1
+                    best_state = trained_state()
+                # patience counts only past the fixed schedule's floor (`epochs`, `min_steps`): a small set's
+                # validation split is a handful of rows, too noisy to cut a run shorter than that
+                since_best = len(history) - 1 - (-1 if best is None else best)
+                if len(history) >= floor and since_best >= config.patience:
+                    stopped = f"no improvement for {config.patience} epochs"
+                    break
+                if config.time_budget_s and time.perf_counter() - started > config.time_budget_s:
+                    stopped = f"time budget {config.time_budget_s:g} s"
+                    break
+                stopped = f"all {epochs} epochs"
+        still = (
+            short_of_steps(per_task_history, stopped == f"all {epochs} epochs", config.extend_below)
+            if validation and init_adapter is None and len(extensions) < config.max_extensions
+            else []
+        )
+        if not still:
+            break
+        extensions.append(
+            {
+                "min_steps": schedule.min_steps,
+                "max_epochs": schedule.max_epochs,
+                "steps": step,
+                "accuracy_per_epoch": [round(a, 6) for a in history],
+                "still_learning": still,
+            }
+        )
+        schedule = dataclasses.replace(
+            schedule, min_steps=2 * schedule.min_steps, max_epochs=2 * schedule.max_epochs
+        )
+        del model, optimiser, scheduler
     refit: dict = {}
     if validation and config.refit and best is not None and init_adapter is None:
         # the split chose the selection's first `best + 1` epochs, `chosen` optimiser steps; every row (held-out
@@ -641,6 +694,9 @@ def train_lora(
             report["initial_train_accuracy"] = round(initial_train, 6)
         if refit:
             report["refit"] = refit  # the adapter saved: every row, the chosen epochs
+        # the shorter runs before the one reported (only when there were any, so other runs keep their bytes)
+        if extensions:
+            report["short_of_steps"] = extensions
 
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
@@ -724,6 +780,29 @@ def unbeatable(accuracy: float, loss: float, min_loss_delta: float) -> bool:
     """Whether no epoch can beat a score by ``_better``: every answer right and the loss too small to fall by
     ``min_loss_delta`` (a loss is never below 0)."""
     return accuracy >= 1.0 and min_loss_delta > 0 and loss < min_loss_delta
+
+
+# A task is still learning when its validation accuracy rose by at least this much over the second half of the
+# schedule: a row or two of noise on a split of ~100 rows is 0.01-0.02; `departments` night 1 rose 0.30 -> 0.52.
+STILL_LEARNING_RISE = 0.1
+
+
+def short_of_steps(per_task_per_epoch: Sequence[dict[str, float]], ran_out: bool, below: float) -> list[str]:
+    """The tasks a cold selection run left still learning (module docstring, "Short of steps"): the run went to
+    the end of its schedule (``ran_out``: no patience stop, no time budget), the task's best validation accuracy
+    over the run is below ``below``, and its accuracy at the last epoch is at least ``STILL_LEARNING_RISE`` above
+    its accuracy at the halfway epoch. A task that reached ``below`` at some epoch is done (``tickets`` 700
+    requests: 0.957 at epoch 7, 0.936 at its last); one that stays flat (``extract`` on the demo base: 0 at every
+    epoch) would not gain from more steps. Empty when ``below`` is 0 (off) or fewer than two epochs ran."""
+    if below <= 0 or not ran_out or len(per_task_per_epoch) < 2:
+        return []
+    last, half = per_task_per_epoch[-1], per_task_per_epoch[len(per_task_per_epoch) // 2 - 1]
+    return sorted(
+        task
+        for task, accuracy in last.items()
+        if max(epoch.get(task, 0.0) for epoch in per_task_per_epoch) < below
+        and accuracy - half.get(task, 0.0) >= STILL_LEARNING_RISE
+    )
 
 
 def _better(

@@ -9,7 +9,9 @@ not certified doubles the budget; the walk stops at the first night that certifi
 or that has no record or no certificate. The factor is at most ``MAX_FACTOR``.
 
 The budget scales ``min_steps`` (a cold night's floor) and ``max_epochs`` (how long early stopping may run; a warm
-night's floor is half of it); ``time_budget_s``, the night's time budget, still ends a run that would pass it, so
+night's floor is half of it), and takes as many doublings from ``max_extensions`` (a run short of steps doubling
+its own schedule, ``lora_trainer``, "Short of steps"), so the two together stay within ``MAX_FACTOR`` times the
+config's budget; ``time_budget_s``, the night's time budget, still ends a run that would pass it, so
 "larger" is never "longer than the night may take". The scaled values are the training config the launch is keyed
 by, so a rerun of the same night (same certificates) reuses its adapter; the record's ``step_budget`` says why.
 """
@@ -45,6 +47,10 @@ class StepBudget:
         out = dict(train_config)
         for name in SCALED_FIELDS:
             out[name] = int(out.get(name, getattr(defaults, name))) * self.factor
+        # a run short of steps doubles its schedule again (lora_trainer, "Short of steps"): the doublings left
+        # keep the two together at MAX_FACTOR times the config's budget
+        doublings = int(out.get("max_extensions", defaults.max_extensions))
+        out["max_extensions"] = max(0, min(doublings, _doublings(MAX_FACTOR) - _doublings(self.factor)))
         return out
 
     def to_record(self) -> dict[str, Any]:
@@ -55,6 +61,11 @@ class StepBudget:
             return "step budget x1"
         said = "; ".join(f"{n['day']} {n['version']}: {', '.join(n['tasks'])}" for n in self.nights)
         return f"step budget x{self.factor} (min_steps, max_epochs): not certified on {said}"
+
+
+def _doublings(factor: int) -> int:
+    """How many doublings make ``factor`` (a power of two): 1 -> 0, 2 -> 1, 4 -> 2."""
+    return max(0, int(factor).bit_length() - 1)
 
 
 def _not_certified(layout: ArtifactLayout, day: str, tasks: set[str], public_keys: Any) -> dict | None:

@@ -194,6 +194,13 @@ def main() -> int:
         "night.step_budget gives it (x2 a night, at most x4), as the product's night does",
     )
     ap.add_argument("--golden-floor", type=int, default=0, help="golden rows per task at least (0: none)")
+    ap.add_argument(
+        "--train-from",
+        type=int,
+        default=1,
+        help="train nights from this one on; earlier nights build their day (traffic, golden, training set) and "
+        "count as not certified (a night already measured: its numbers are known)",
+    )
     args = ap.parse_args()
 
     from ratchet_assets.night import warm_start
@@ -236,6 +243,10 @@ def main() -> int:
         build_examples(art, day)
         split_golden(art, day, share=args.golden_share, floor=args.golden_floor)
         train = build_training_set(art, day)
+        if night < args.train_from:
+            results.append({"night": night, "trained": False, "certified_095": False})
+            print(json.dumps(results[-1]), flush=True)
+            continue
         started = time.perf_counter()
         tasks = row_tasks(art, day)
         config = night_config

@@ -21,7 +21,8 @@ LOW_TARGET: dict[str, Any] = {"target": 0.01, "delta": 0.5, "max_tokens": 16}
 # on every row: for tests that certify at a task's own target and test what the night does around the adapter
 # (a new task's policy, imported rows, people's labels, the Responses API), not how good the learner is. Refit is
 # tested in test_adaptive_learner.py, and the product's defaults certify in test_night_e2e.py's good adapter.
-ONE_TRAINING: dict[str, Any] = {"refit": False}
+# Nor does it double a run short of steps (``max_extensions`` 0): one training, as the name says.
+ONE_TRAINING: dict[str, Any] = {"refit": False, "max_extensions": 0}
 
 
 def set_task_policy(home: Path, task: str, options: list[str]) -> None:

@@ -1,6 +1,7 @@
 """Hard tasks get more (``night.step_budget``): each consecutive earlier night whose signed certificate did not
-certify a task of tonight's training set doubles the step budget (min_steps, max_epochs), up to 4x; a certified
-night, a gap or an unverifiable certificate stops the walk."""
+certify a task of tonight's training set doubles the step budget (min_steps, max_epochs), up to 4x together with
+the doublings of a run short of steps (``max_extensions``); a certified night, a gap or an unverifiable
+certificate stops the walk."""
 
 from __future__ import annotations
 
@@ -28,12 +29,20 @@ def test_each_night_that_did_not_certify_doubles_the_budget_up_to_the_cap(tmp_pa
     _night(art, key, "2026-01-01", "v1-aa", "tickets", correct=80)  # not certified at 0.9
     one = step_budget(art, "2026-01-02", ["tickets"], keys)
     assert one.factor == 2 and one.nights == [{"day": "2026-01-01", "version": "v1-aa", "tasks": ["tickets"]}]
-    config = one.apply({"min_steps": 150, "max_epochs": 8, "lr": 4e-3})
-    assert config == {"min_steps": 300, "max_epochs": 16, "lr": 4e-3}
-    assert one.apply({}) == {"min_steps": 300, "max_epochs": 24}  # the trainer's defaults, scaled
+    config = one.apply({"min_steps": 150, "max_epochs": 8, "lr": 4e-3, "max_extensions": 2})
+    # a run short of steps may double its schedule once more: the two together stay within MAX_FACTOR
+    assert config == {"min_steps": 300, "max_epochs": 16, "lr": 4e-3, "max_extensions": 1}
+    assert one.apply({}) == {
+        "min_steps": 300,
+        "max_epochs": 24,
+        "max_extensions": 1,
+    }  # the trainer's defaults
     _night(art, key, "2026-01-02", "v2-bb", "tickets", correct=85)
     _night(art, key, "2026-01-03", "v3-cc", "tickets", correct=86)
-    assert step_budget(art, "2026-01-04", ["tickets"], keys).factor == MAX_FACTOR == 4
+    four = step_budget(art, "2026-01-04", ["tickets"], keys)
+    assert four.factor == MAX_FACTOR == 4
+    assert four.apply({"min_steps": 150, "max_epochs": 8, "max_extensions": 2})["max_extensions"] == 0
+    assert four.apply({"min_steps": 150, "max_epochs": 8, "max_extensions": 0})["max_extensions"] == 0
     # another task's misses are not this set's; a certified night ends the walk
     assert step_budget(art, "2026-01-04", ["extract"], keys).factor == 1
     _night(art, key, "2026-01-04", "v4-dd", "tickets", correct=100)

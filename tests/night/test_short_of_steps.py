@@ -1,0 +1,120 @@
+"""Short of steps (``lora_trainer``, "Short of steps"): a cold run whose schedule ran out while a task was below
+``extend_below`` on its validation split and still rising runs again on a schedule twice as long. The rule is
+checked on the validation curves the night's learner recorded (``benchmarks/measured/learner_issue36.json``,
+``stop_2``), and the doubling on a real (tiny) training: the longer run is the one a night started at 2x trains."""
+
+from __future__ import annotations
+
+import pytest
+
+from .moods import MOODS_WORKLOAD
+
+DAY = "2026-03-09"
+
+
+def _one_task(curve: list[float], task: str = "t") -> list[dict[str, float]]:
+    return [{task: accuracy} for accuracy in curve]
+
+
+def test_a_run_that_ran_out_below_the_target_and_still_rising_is_short_of_steps():
+    from ratchet_assets.night.lora_trainer import short_of_steps
+
+    # departments 700, night 1: 8 of 8 epochs, 0.30 at the halfway epoch, 0.52 at the last (37/97 golden)
+    departments = _one_task([0.0, 0.05, 0.091667, 0.3, 0.383333, 0.516667, 0.441667, 0.516667], "departments")
+    assert short_of_steps(departments, True, 0.95) == ["departments"]
+    assert short_of_steps(departments, True, 0.0) == []  # off
+    # departments night 2: patience stopped it (0.20, 0.11, 0.18): not "ran out", the rule does not apply
+    assert short_of_steps(_one_task([0.0, 0.204082, 0.112245, 0.183673]), False, 0.95) == []
+    # tickets 600 night 1 ends at 0.977, moods 700 night 1 at 1.0: done, the night takes as long as before
+    tickets = _one_task([0.0, 0.0, 0.102273, 0.238636, 0.795455, 0.931818, 0.977273, 0.965909, 0.977273])
+    assert short_of_steps(tickets, True, 0.95) == []
+    moods = _one_task([0.0, 0.517241, 0.689655, 0.758621, 0.873563, 0.977011, 0.988506, 1.0])
+    assert short_of_steps(moods, True, 0.95) == []
+    # tickets 700 night 1: 0.957 at epoch 7, 0.936 at its last (96/96 golden): it reached the target once
+    assert short_of_steps(_one_task([0.0, 0.0, 0.28, 0.79, 0.86, 0.89, 0.957, 0.936]), True, 0.95) == []
+    # a mixed night: tickets done, extract flat at 0 (the demo base copies no value), tools rising
+    mixed = [
+        {"tickets": a, "extract": 0.0, "tools": b}
+        for a, b in zip([0.2, 0.6, 0.9, 0.97], [0.0, 0.05, 0.1, 0.3], strict=True)
+    ]
+    assert short_of_steps(mixed, True, 0.95) == ["tools"]
+    # a rise within noise (0.05 on the split) is not still learning; one epoch is no curve
+    assert short_of_steps(_one_task([0.4, 0.45, 0.45, 0.5]), True, 0.95) == []
+    assert short_of_steps(_one_task([0.3]), True, 0.95) == []
+
+
+@pytest.mark.parametrize(
+    "field,value",
+    [("extend_below", -0.1), ("extend_below", 1.5), ("extend_below", float("nan")), ("max_extensions", -1)],
+)
+def test_the_short_of_steps_settings_refuse_values_that_mean_nothing(field, value):
+    from ratchet_assets.night.lora_trainer import LoraTrainConfig
+
+    with pytest.raises(ValueError, match=field):
+        LoraTrainConfig(**{field: value})
+
+
+def test_the_nights_config_doubles_a_run_short_of_steps_up_to_4x():
+    from ratchet_assets.defs.lora_adapter import LoraAdapterConfig
+    from ratchet_assets.night.adapter import NIGHT_TRAINING
+
+    assert NIGHT_TRAINING.extend_below == 0.95 and NIGHT_TRAINING.max_extensions == 2
+    train = LoraAdapterConfig().train_config()  # what a night without run config trains with
+    assert train["extend_below"] == 0.95 and train["max_extensions"] == 2
+
+
+def test_the_record_and_the_bom_count_the_doublings():
+    from ratchet_assets.night.adapter import learner_numbers
+    from ratchet_assets.night.bom_document import learner_properties
+
+    shorter = {"min_steps": 150, "max_epochs": 8, "steps": 176, "accuracy_per_epoch": [0.3, 0.5]}
+    v = {
+        "rows": 120, "final_accuracy": 0.62, "accuracy_per_epoch": [0.6], "best_epoch": 1, "stopped": "all 1 epochs",
+        "epochs_run": 1, "short_of_steps": [{**shorter, "still_learning": ["departments"]}],
+    }  # fmt: skip
+    numbers = learner_numbers({"validation": v})
+    assert numbers["schedule_doublings"] == 1
+    assert learner_properties(numbers)["ratchet:learner:schedule_doublings"] == "1"
+    # a night that did not double says nothing, so its record and BOM keep their bytes
+    assert "schedule_doublings" not in learner_numbers({"validation": {**v, "short_of_steps": []}})
+
+
+@pytest.mark.slow  # three tiny trainings on the demo base: ~1-2 min on the shared 2 cores
+def test_a_run_short_of_steps_is_the_run_a_night_started_at_twice_the_budget_trains(tmp_path, monkeypatch):
+    from ratchet_assets.night import lora_trainer
+    from ratchet_assets.night.examples import build_examples
+    from ratchet_assets.night.fixtures import write_day
+    from ratchet_assets.night.lora_trainer import LoraTrainConfig, train_lora
+    from ratchet_assets.night.split import split_golden
+    from ratchet_assets.night.traffic import consolidate_traffic
+    from ratchet_assets.night.training_set import build_training_set
+    from ratchet_core import workloads
+    from ratchet_core.student_model import ensure_demo_base
+
+    monkeypatch.setitem(workloads.WORKLOADS, "moods", MOODS_WORKLOAD)
+    write_day(tmp_path / "lake", DAY, 160, seed=9, workload="moods", student_share=0.0)
+    art = tmp_path / "art"
+    consolidate_traffic(tmp_path / "lake", art, DAY)
+    build_examples(art, DAY)
+    split_golden(art, DAY, share=0.2)
+    train = build_training_set(art, DAY)
+    base = ensure_demo_base(tmp_path / "models" / "demo-base")
+    tiny = dict(rank=4, alpha=8, epochs=1, num_threads=1, validation_share=0.2, patience=9)
+    # a tiny run learns too little to rise 0.1 on its split: the rule's verdict is forced, once
+    verdicts = iter([["moods"]])
+    monkeypatch.setattr(lora_trainer, "short_of_steps", lambda *a: next(verdicts, []))
+    once = LoraTrainConfig(**tiny, min_steps=4, max_epochs=1, extend_below=0.95)
+    extended = train_lora(base, train.path, tmp_path / "extended", once)
+    twice = LoraTrainConfig(**tiny, min_steps=8, max_epochs=2, max_extensions=0)
+    direct = train_lora(base, train.path, tmp_path / "direct", twice)
+    shorter = extended.validation["short_of_steps"]
+    assert [(r["min_steps"], r["max_epochs"], r["still_learning"]) for r in shorter] == [(4, 1, ["moods"])]
+    assert shorter[0]["steps"] > 0 and len(shorter[0]["accuracy_per_epoch"]) == 1
+    assert extended.validation["epochs_run"] == direct.validation["epochs_run"] == 2
+    assert extended.steps == direct.steps
+    weights = "adapter_model.safetensors"
+    assert extended.files[weights] == direct.files[weights]  # the same adapter as a run started at 2x
+    # no doubling left: the verdict is never asked for, one run
+    monkeypatch.setattr(lora_trainer, "short_of_steps", lambda *a: pytest.fail("asked while off"))
+    off = LoraTrainConfig(**tiny, min_steps=4, max_epochs=1, extend_below=0.95, max_extensions=0)
+    assert "short_of_steps" not in train_lora(base, train.path, tmp_path / "off", off).validation
