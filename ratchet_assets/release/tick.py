@@ -411,6 +411,16 @@ def release_for(
     `target_audit_rate`: the budget's targeted stream while in shadow or canary beside a live version (the same
     default)."""
     s = LADDER[step]
+
+    def rollout_rate(given: float | None, current_rate: float | None) -> float | None:
+        """A rate of shadow or canary (none once live): the one given, else the current release's when it is the
+        same version's."""
+        if s.stage == "live":
+            return None
+        if given is not None:
+            return given
+        return current_rate if current.version == version else None
+
     if current.stage == "live" and current.version != version:
         prev, prev_thr = current.version, current.threshold
     else:
@@ -423,24 +433,8 @@ def release_for(
         previous_live=prev,
         previous_threshold=prev_thr,
         forced=forced,
-        audit_rate=None
-        if s.stage == "live"
-        else (
-            audit_rate
-            if audit_rate is not None
-            else current.audit_rate
-            if current.version == version
-            else None
-        ),
-        target_audit_rate=None
-        if s.stage == "live"
-        else (
-            target_audit_rate
-            if target_audit_rate is not None
-            else current.target_audit_rate
-            if current.version == version
-            else None
-        ),
+        audit_rate=rollout_rate(audit_rate, current.audit_rate),
+        target_audit_rate=rollout_rate(target_audit_rate, current.target_audit_rate),
     )
 
 
