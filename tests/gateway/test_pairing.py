@@ -45,6 +45,32 @@ def _rows(g, rid: str) -> dict[str, list[dict]]:
     return out
 
 
+def _candidate_beside_live(**extra) -> dict:
+    """The tickets release under test: candidate NEW in shadow, the previous live OLD serving the rest."""
+    return {
+        "stage": "shadow",
+        "version": NEW,
+        "threshold": 0.3,
+        "previous_live": OLD,
+        "previous_threshold": 0.0,
+        **extra,
+    }
+
+
+def _each_tenant_asks(g, seed: int, headers: dict, metadata: dict):
+    """(client id, raw response) for one tickets request from each of two tenants, each sending `headers` and
+    `metadata` (what a hostile client tries)."""
+    from ratchet_core.workloads import get_workload
+
+    ex = get_workload("tickets").generate(1, seed=seed)[0]
+    for key, client in ((API_KEY, "app1"), (OTHER_KEY, "app2")):
+        c = openai.OpenAI(base_url=g.url + "/v1", api_key=key, max_retries=0, timeout=20)
+        raw = c.chat.completions.with_raw_response.create(
+            model="ratchet", messages=ex.messages, extra_headers=headers, metadata=metadata
+        )
+        yield client, raw
+
+
 def _evidence(lake) -> list[tuple[str, str, bool | None]]:
     """(version, role, error) of every sealed pair row, as the release sensor reads them (a mirror row's third
     value is whether the candidate differs from live, ``PairRow.disagrees``; a targeted row's whether it differs
@@ -255,36 +281,22 @@ def test_a_client_can_neither_see_nor_steer_the_mirror_and_its_rows_are_its_own(
     client gets live's answer and nothing in the response names the candidate or its answer; the mirror row is
     written anyway, under the requesting client's id (per-client views, such as the receipt's own pair lines, show
     a client only its own), and another tenant's request is mirrored under its own id."""
-    from ratchet_core.workloads import get_workload
-
-    release = {
-        "stage": "shadow",
-        "version": NEW,
-        "threshold": 0.3,
-        "previous_live": OLD,
-        "previous_threshold": 0.0,
-    }
+    release = _candidate_beside_live()
     with (
         two_version_student(good=NEW, bad=OLD) as student,
         running_gateway(tmp_path, teacher_url, student) as g,
     ):
         g.publish(tickets=release, _flags={"audit_rate": 0.0})
         seen = {}
-        for key, client in ((API_KEY, "app1"), (OTHER_KEY, "app2")):
-            c = openai.OpenAI(base_url=g.url + "/v1", api_key=key, max_retries=0, timeout=20)
-            ex = get_workload("tickets").generate(1, seed=11)[0]
-            raw = c.chat.completions.with_raw_response.create(
-                model="ratchet",
-                messages=ex.messages,
-                extra_headers={
-                    "X-Ratchet-Task": "tickets",
-                    "X-Ratchet-Version": NEW,
-                    "X-Ratchet-Pair-Role": "none",
-                    "X-Ratchet-Shadow": "off",
-                    "X-Ratchet-Mirror": "off",
-                },
-                metadata={"ratchet_version": NEW, "pair_role": "mirror"},
-            )
+        headers = {
+            "X-Ratchet-Task": "tickets",
+            "X-Ratchet-Version": NEW,
+            "X-Ratchet-Pair-Role": "none",
+            "X-Ratchet-Shadow": "off",
+            "X-Ratchet-Mirror": "off",
+        }
+        metadata = {"ratchet_version": NEW, "pair_role": "mirror"}
+        for client, raw in _each_tenant_asks(g, 11, headers, metadata):
             assert raw.status_code == 200
             body = raw.parse()
             assert raw.headers["x-ratchet-version"] == OLD  # live served, whatever the client named
@@ -304,14 +316,7 @@ def test_where_the_candidate_differs_from_live_the_targeted_stream_has_the_teach
     targeted stream at 1.0 each such request is judged by the teacher (a targeted row after its mirror row: the
     teacher's answer, the candidate's confidence and threshold): a new call when the request was not audited, the
     audit's answer (billed once) when it was."""
-    release = {
-        "stage": "shadow",
-        "version": NEW,
-        "threshold": 0.3,
-        "previous_live": OLD,
-        "previous_threshold": 0.0,
-        "target_audit_rate": 1.0,
-    }
+    release = _candidate_beside_live(target_audit_rate=1.0)
     with (
         two_version_student(good=NEW, bad=OLD) as student,
         running_gateway(tmp_path, teacher_url, student) as g,
@@ -353,36 +358,21 @@ def test_a_client_can_neither_steer_nor_read_the_targeted_stream(tmp_path, teach
     """Hostile: a client with a valid key names a targeted rate of 0, "no audit" or another pair role in headers
     and metadata; the targeted row is written anyway under its own client id, nothing in the response carries the
     inclusion probability or the candidate, and another tenant's request is judged under that tenant's id."""
-    from ratchet_core.workloads import get_workload
-
-    release = {
-        "stage": "shadow",
-        "version": NEW,
-        "threshold": 0.3,
-        "previous_live": OLD,
-        "previous_threshold": 0.0,
-        "target_audit_rate": 0.999,
-    }
+    release = _candidate_beside_live(target_audit_rate=0.999)
     with (
         two_version_student(good=NEW, bad=OLD) as student,
         running_gateway(tmp_path, teacher_url, student) as g,
     ):
         g.publish(tickets=release, _flags={"audit_rate": 0.0})
         seen = {}
-        for key, client in ((API_KEY, "app1"), (OTHER_KEY, "app2")):
-            c = openai.OpenAI(base_url=g.url + "/v1", api_key=key, max_retries=0, timeout=20)
-            ex = get_workload("tickets").generate(1, seed=12)[0]
-            raw = c.chat.completions.with_raw_response.create(
-                model="ratchet",
-                messages=ex.messages,
-                extra_headers={
-                    "X-Ratchet-Task": "tickets",
-                    "X-Ratchet-Target-Audit-Rate": "0",
-                    "X-Ratchet-Audit": "off",
-                    "X-Ratchet-Pair-Role": "mirror",
-                },
-                metadata={"target_audit_rate": "0", "pair_role": "mirror", "ratchet_audit": "off"},
-            )
+        headers = {
+            "X-Ratchet-Task": "tickets",
+            "X-Ratchet-Target-Audit-Rate": "0",
+            "X-Ratchet-Audit": "off",
+            "X-Ratchet-Pair-Role": "mirror",
+        }
+        metadata = {"target_audit_rate": "0", "pair_role": "mirror", "ratchet_audit": "off"}
+        for client, raw in _each_tenant_asks(g, 12, headers, metadata):
             assert raw.status_code == 200
             assert raw.headers["x-ratchet-version"] == OLD
             text = raw.text + " ".join(f"{k}: {v}" for k, v in raw.headers.items())
