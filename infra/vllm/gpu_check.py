@@ -54,17 +54,23 @@ def _env_int(name: str, default: int) -> int:
         raise SystemExit(f"{name} must be a whole number, not {value!r}") from None
 
 
+def _require_model_folder(model: Path) -> Path:
+    """`model` resolved, or exit with a clear error when it has no ``config.json``."""
+    model = model.resolve()
+    if not (model / "config.json").is_file():
+        raise SystemExit(
+            f"{model} is not a Hugging Face model folder (no config.json): give a local model path"
+        )
+    return model
+
+
 def _real_base(model: Path) -> Path:
     """MODEL_DIR checked: an HF model folder whose tokenizer has a chat template (a clear error otherwise)."""
     from transformers import AutoTokenizer
 
     from ratchet_core.chat_format import ChatTemplateError, chat_template
 
-    model = model.resolve()
-    if not (model / "config.json").is_file():
-        raise SystemExit(
-            f"{model} is not a Hugging Face model folder (no config.json): give a local model path"
-        )
+    model = _require_model_folder(model)
     try:
         chat_template(AutoTokenizer.from_pretrained(model))
     except ChatTemplateError as exc:
@@ -88,6 +94,8 @@ def _golden_rows(golden: list, per_task: int) -> list[dict]:
 
 def build(work: Path, model: Path | None = None) -> dict:
     """Step 1 (module docstring); returns what it wrote to ``WORK/check.json``."""
+    if model is not None:
+        _require_model_folder(model)  # before the imports below (seconds): a wrong path fails at once
     from ratchet_assets.night.adapter import NIGHT_TRAINING
     from ratchet_assets.night.evaluate import load_golden
     from ratchet_assets.night.examples import build_examples
