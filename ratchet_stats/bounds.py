@@ -16,7 +16,9 @@ import operator
 from dataclasses import asdict, dataclass
 
 import numpy as np
-from scipy import stats
+
+# scipy (~0.5 s to import) is imported by the functions that compute: a process that loads this module and
+# never computes (a Dagster step, the code location, a CLI) does not pay for it.
 
 __all__ = [
     "PlanRow",
@@ -78,6 +80,8 @@ def clopper_pearson_lower(successes: int, n: int, delta: float) -> float:
     Reference: Clopper, C. J. & Pearson, E. S. (1934), "The use of confidence or fiducial limits illustrated in
     the case of the binomial", Biometrika 26(4), 404-413.
     """
+    from scipy import stats
+
     k, m, d = _check(successes, n, delta)
     if k == 0:
         return 0.0
@@ -91,6 +95,8 @@ def clopper_pearson_upper(successes: int, n: int, delta: float) -> float:
     Equivalently U is the p at which P(Binom(n, p) <= k) = delta.
     Reference: Clopper & Pearson (1934), Biometrika 26(4), 404-413.
     """
+    from scipy import stats
+
     k, m, d = _check(successes, n, delta)
     if k == m:
         return 1.0
@@ -100,6 +106,8 @@ def clopper_pearson_upper(successes: int, n: int, delta: float) -> float:
 @functools.lru_cache(maxsize=64)
 def _z(delta: float) -> float:
     """Phi^-1(1 - delta); cached: the release rule asks for the same level after every audited answer."""
+    from scipy import stats
+
     return float(stats.norm.isf(delta))
 
 
@@ -178,6 +186,8 @@ def rows_to_certify(target: float, delta: float, max_errors: int = 0) -> list[Pl
 
 def _max_errors_array(ns: np.ndarray, target: float, delta: float) -> np.ndarray:
     """Vectorised max_errors_certified over an array of sample sizes (-1 where none certifies)."""
+    from scipy import stats
+
     ns = np.asarray(ns, dtype=np.int64)
     # Certifying k errors out of n  <=>  P(Binom(n, 1 - target) <= k) <= delta; ppf gives a guess, then the
     # exact Clopper-Pearson criterion (the one rows_to_certify uses) settles the off-by-one at float ties.
@@ -247,6 +257,8 @@ def rows_for_power(
     Reference: Chernick & Liu (2002), "The saw-toothed behavior of power versus sample size and software
     solutions: single binomial proportion using exact methods", The American Statistician 56(2), 149-155.
     """
+    from scipy import stats
+
     t = _open_unit(target, "target", "0.95 for a 95% precision claim")
     d = _open_unit(delta, "delta", "0.05 for 95% confidence")
     q = _open_unit(true_precision, "true_precision", "0.98 (the precision you expect the student to have)")

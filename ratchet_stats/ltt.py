@@ -28,7 +28,6 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 
 import numpy as np
-from scipy import stats
 
 from ratchet_stats.bounds import _open_unit, clopper_pearson_lower
 
@@ -132,6 +131,8 @@ def ltt_calibrate(
     first failure. See the module docstring for why this controls the error at delta.
     Reference: Angelopoulos et al. (2021), arXiv:2110.01052.
     """
+    from scipy import stats  # here, not at the top: ratchet_stats.bounds says why
+
     t = _open_unit(target, "target", "0.95 for a 95% precision claim")
     d = _open_unit(delta, "delta", "0.05 for 95% confidence")
     conf, ok = _as_arrays(confidences, correct)

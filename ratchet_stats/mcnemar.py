@@ -10,8 +10,6 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from typing import Literal
 
-from scipy import stats
-
 from ratchet_stats.bounds import _count
 
 __all__ = ["McNemarResult", "mcnemar_exact"]
@@ -56,6 +54,8 @@ def mcnemar_exact(b: int, c: int, alternative: Alternative = "two-sided") -> McN
     References: McNemar, Q. (1947), Psychometrika 12(2), 153-157; exact conditional form: Fagerland,
     Lydersen & Laake (2013), BMC Medical Research Methodology 13:91.
     """
+    from scipy import stats  # here, not at the top: ratchet_stats.bounds says why
+
     nb = _count(b, "b (rows the candidate got right and the baseline wrong)")
     nc = _count(c, "c (rows the candidate got wrong and the baseline right)")
     if alternative not in _ALTERNATIVES:

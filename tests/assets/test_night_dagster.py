@@ -36,6 +36,19 @@ def _meta(result: dg.ExecuteInProcessResult, asset: str) -> dict:
     return {k: v.value for k, v in event.materialization.metadata.items()}
 
 
+def test_the_code_location_loads_without_scipy() -> None:
+    """Every process a Dagster run starts (a step of the default executor, the code server, the daemon) loads the
+    code location first: it must not import scipy (~0.5 s a process), which only the steps that compute a bound
+    use (``ratchet_stats.bounds`` imports it inside those functions)."""
+    code = (
+        "import sys, ratchet_assets.definitions as d; d.defs(); "
+        "print(sorted(m for m in sys.modules if m == 'scipy' or m.startswith('scipy.')))"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.strip() == "[]", done.stdout[-2000:]
+
+
 def test_two_days_then_three_reruns_of_day_one_are_identical_with_one_signature(two_days: Path) -> None:
     home = two_days
     instance = dg.DagsterInstance.ephemeral()
@@ -175,7 +188,11 @@ def test_ci_command_materialises_a_partition_on_a_fresh_dagster_home(two_days: P
 def test_a_ui_rerun_without_run_config_reuses_the_demo_nights_adapter(home: Path, tmp_path: Path) -> None:
     """The demo runs a night as ``python -m ratchet_cli.demo.night DAY OUT RUN_CONFIG`` passing only the torch thread
     count (lora_adapter's defaults are its training settings); "Materialize all" from the UI, i.e. ``dagster asset materialize --select
-    '*'`` without run config, must then reuse that adapter: one training launch in the effect ledger."""
+    '*'`` without op config, must then reuse that adapter: one training launch in the effect ledger.
+
+    The rerun's run config names only the executor, in process: what a step computes and which config it gets are
+    the same in either executor, and the UI's default (a process per step, each loading the code location) spent
+    ~40 of this test's ~100 s starting processes (11 steps, ~4 s each)."""
     from ratchet_assets.effects import EffectLedger
     from ratchet_assets.night.fixtures import write_day
     from ratchet_cli.demo.night import night_run_config
@@ -208,9 +225,11 @@ def test_a_ui_rerun_without_run_config_reuses_the_demo_nights_adapter(home: Path
         assert summary["materialised"]["lora_adapter"]["reused"] is False
         version = summary["materialised"]["lora_adapter"]["version"]
         certificate = (home / "artifacts" / "certificates" / f"{version}.dsse.json").read_bytes()
+        in_process = tmp_path / "in_process.yaml"  # the executor only: no op's config
+        in_process.write_text(json.dumps({"execution": {"config": {"in_process": {}}}}))
         rerun = subprocess.run(
             [str(Path(sys.executable).with_name("dagster")), "asset", "materialize", "-m",
-             "ratchet_assets.definitions", "--select", "*", "--partition", DAY1],
+             "ratchet_assets.definitions", "--select", "*", "--partition", DAY1, "-c", str(in_process)],
             env=env, capture_output=True, text=True, timeout=1500, cwd=dagster_home,
         )  # fmt: skip
     why = f"night failures: {summary['failures']}; rerun: {rerun.stderr[-2000:]}"
