@@ -2,7 +2,8 @@
 resources), loaded with ``load_from_defs_folder`` (project config: ``ratchet_assets/dg.toml``).
 
 UI: ``dagster dev -w workspace.yaml``. CI: ``dagster asset materialize -m ratchet_assets.definitions
---select 'traffic,examples,golden_split,training_set,daily_receipt' --partition YYYY-MM-DD``.
+--select 'traffic,examples,golden_split,training_set,daily_receipt' --partition YYYY-MM-DD --config-json
+'{"execution": {"config": {"in_process": {}}}}'`` (README, "Dagster: watching, rerunning, CI").
 """
 
 from __future__ import annotations

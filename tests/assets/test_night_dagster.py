@@ -173,7 +173,13 @@ def test_ci_command_materialises_a_partition_on_a_fresh_dagster_home(two_days: P
         "traffic,examples,golden_split,training_set,daily_receipt",
         "--partition",
         DAY1,
+        "--config-json",
+        '{"execution": {"config": {"in_process": {}}}}',
     ]
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    assert (
+        f"--select '{cmd[6]}' --partition" in readme and f"--config-json '{cmd[-1]}'" in readme
+    )  # as it says
     proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=240, cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr[-3000:]
     art = two_days / "artifacts"
