@@ -15,11 +15,12 @@ install: $(BIN)/python  ## .venv with Ratchet, its dev and scale extras (CPU tor
 	$(BIN)/python -m tests.system_packages
 	@$(BIN)/ratchet --version
 
-# `make test`: pytest-xdist workers (one per CPU; WORKERS=1 runs in this process), each file whole on one worker,
+# `make test`: pytest-xdist workers (one per CPU and one more: many tests wait on a server or a subprocess part of
+# the time, and the extra worker uses it; WORKERS=1 runs in this process), each file whole on one worker,
 # the longest files first (tests/xdist_layout.py, tests/durations.json); then the tests marked `timing` alone, so
 # that nothing else runs beside the latencies they measure. The timing tests run even when the first part failed
 # (one failure never hides them); make fails when either part failed (pytest's exit code 5: none collected).
-WORKERS ?= $(shell nproc 2>/dev/null || echo 2)
+WORKERS ?= $(shell echo $$(( $$(nproc 2>/dev/null || echo 2) + 1 )))
 PARALLEL := $(if $(filter 1,$(WORKERS)),,-n $(WORKERS) --dist loadfile --no-loadscope-reorder)
 # $(call two_parts,<first part's pytest arguments>,<timing part's -m expression>)
 two_parts = first=0; $(BIN)/pytest -q $(1) || first=$$?; \
