@@ -2,9 +2,9 @@
 
 Plain functions (no Dagster), called by ``night.adapter.train_adapter`` before a launch. The evidence is the
 nights' own signed certificates: walking back from the day before ``day`` (at most ``LOOKBACK_DAYS``), each
-earlier night's adapter record (``adapters/day=P/adapter.json``) names its version, whose certificate
-(``certificates/<version>.dsse.json``, verified with the home's keys before it is read) says per task whether it
-certified. Every consecutive night, newest first, on which some task of tonight's training set was evaluated and
+earlier night's adapter record (``adapters/day=P/adapter.json``) names its version, whose certificate of that
+night (``certificates/<version>.dsse.json``, or ``<version>@<day>.dsse.json`` where the night re-certified a version
+an earlier night minted; verified with the home's keys before it is read) says per task whether it certified. Every consecutive night, newest first, on which some task of tonight's training set was evaluated and
 not certified doubles the budget; the walk stops at the first night that certified every such task it evaluated,
 or that has no record or no certificate. The factor is at most ``MAX_FACTOR``.
 
@@ -73,13 +73,16 @@ def _not_certified(layout: ArtifactLayout, day: str, tasks: set[str], public_key
     stops there (no record, no verifiable certificate, or every such task certified)."""
     import json
 
+    from ratchet_assets.night.certificate import certificate_path
     from ratchet_stats.certificate import check_certificate, verify_certificate
 
     pointer = layout.adapter_pointer(day)
     if not pointer.exists():
         return None
     version = json.loads(pointer.read_text(encoding="utf-8")).get("version")
-    cert = layout.certificate(str(version)) if version else None
+    # night `day`'s own certificate: the minting night's, or ``<version>@<day>`` where that night re-certified a
+    # version an earlier night minted (its outcome on that night's golden set, not the first night's)
+    cert = certificate_path(layout, str(version), day) if version else None
     if cert is None or not cert.exists():
         return None
     try:

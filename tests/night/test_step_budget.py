@@ -14,11 +14,13 @@ from ratchet_stats.keys import generate_private_key
 from tests.evidence.certificates import sign_certificate
 
 
-def _night(art: Path, key, day: str, version: str, task: str, correct: int, n: int = 100) -> None:
+def _night(
+    art: Path, key, day: str, version: str, task: str, correct: int, n: int = 100, path: Path | None = None
+) -> None:
     pointer = ArtifactLayout(art).adapter_pointer(day)
     pointer.parent.mkdir(parents=True, exist_ok=True)
     pointer.write_text(json.dumps({"version": version}))
-    sign_certificate(art, key, version, task, correct, n, day)
+    sign_certificate(art, key, version, task, correct, n, day, path=path)
 
 
 def test_each_night_that_did_not_certify_doubles_the_budget_up_to_the_cap(tmp_path):
@@ -62,3 +64,28 @@ def test_a_certificate_the_home_cannot_verify_grows_nothing(tmp_path):
     envelope["payload"] = envelope["payload"][:-8] + "AAAAAAA="
     cert.write_text(json.dumps(envelope))
     assert step_budget(art, "2026-01-02", ["tickets"], [stranger.public_key()]).factor == 1
+
+
+def test_a_version_re_certified_by_a_later_night_is_judged_by_that_nights_certificate(tmp_path):
+    """Night 1 mints v1 and certifies it; night 2 trains the same weights (the same version) and re-certifies it
+    on its own golden set, where it does not certify (``certificates/v1-aa@<day 2>.dsse.json``): night 3's budget
+    doubles on night 2's outcome, not on night 1's certificate of the same version."""
+    key = generate_private_key()
+    art = tmp_path / "art"
+    keys = [key.public_key()]
+    layout = ArtifactLayout(art)
+    _night(art, key, "2026-01-01", "v1-aa", "tickets", correct=100)
+    _night(
+        art,
+        key,
+        "2026-01-02",
+        "v1-aa",
+        "tickets",
+        correct=80,
+        path=layout.recertificate("v1-aa", "2026-01-02"),
+    )
+    three = step_budget(art, "2026-01-03", ["tickets"], keys)
+    assert three.factor == 2 and three.nights == [
+        {"day": "2026-01-02", "version": "v1-aa", "tasks": ["tickets"]}
+    ]
+    assert step_budget(art, "2026-01-02", ["tickets"], keys).factor == 1  # night 1 certified it
