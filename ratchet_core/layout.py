@@ -248,6 +248,28 @@ class ArtifactLayout:
         minted (its adapter has the same content, ``ratchet_assets.release.content``); certificates are write-once."""
         return self.path(f"{CERTIFICATES}/{_name(version, 'version')}@{_name(day, 'day')}.dsse.json")
 
+    def night_certificate(self, version: str, day: str) -> Path:
+        """Night `day`'s certificate of `version`: :meth:`certificate` for the night that minted it (or a rerun of
+        that night), :meth:`recertificate` when a later night's adapter is the same version (it re-certifies it on
+        its own golden set). Which night minted it is read from the first certificate's ``day``."""
+        import base64
+        import json
+
+        first = self.certificate(version)
+        if not first.exists():
+            return first
+        try:  # only which night wrote it is read here: the registry verifies every certificate it registers
+            envelope = json.loads(first.read_text(encoding="utf-8"))
+            minted_on = json.loads(base64.b64decode(envelope["payload"]))["predicate"].get("day")
+        except (
+            OSError,
+            ValueError,
+            KeyError,
+            TypeError,
+        ):  # unreadable: never overwrite a write-once certificate
+            minted_on = None
+        return first if minted_on == day else self.recertificate(version, day)
+
     def certificate_predicate(self, version: str) -> Path:
         """An unsigned certificate predicate (``ratchet sim`` holds no signing key)."""
         return self.path(f"{CERTIFICATES}/{_name(version, 'version')}.predicate.json")

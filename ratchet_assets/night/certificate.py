@@ -42,19 +42,9 @@ class CertificateResult:
 def certificate_path(layout: ArtifactLayout, version: str, day: str) -> Path:
     """Where night `day`'s certificate of `version` goes: ``certificates/<version>.dsse.json`` for the night that
     minted it (or a rerun of that night), ``certificates/<version>@<day>.dsse.json`` when a later night's adapter
-    is the same version (``ratchet_assets.release.content``: it re-certifies it on its own golden set)."""
-    import base64
-    import json
-
-    first = layout.certificate(version)
-    if not first.exists():
-        return first
-    try:  # only which night wrote it is read here: the registry verifies every certificate it registers
-        envelope = json.loads(first.read_text(encoding="utf-8"))
-        minted_on = json.loads(base64.b64decode(envelope["payload"]))["predicate"].get("day")
-    except (OSError, ValueError, KeyError, TypeError):  # unreadable: never overwrite a write-once certificate
-        minted_on = None
-    return first if minted_on == day else layout.recertificate(version, day)
+    is the same version (``ratchet_assets.release.content``: it re-certifies it on its own golden set);
+    ``ArtifactLayout.night_certificate``."""
+    return layout.night_certificate(version, day)
 
 
 def live_versions(engine: Any, public_key: Any) -> dict[str, str]:

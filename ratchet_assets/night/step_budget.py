@@ -73,7 +73,6 @@ def _not_certified(layout: ArtifactLayout, day: str, tasks: set[str], public_key
     stops there (no record, no verifiable certificate, or every such task certified)."""
     import json
 
-    from ratchet_assets.night.certificate import certificate_path
     from ratchet_stats.certificate import check_certificate, verify_certificate
 
     pointer = layout.adapter_pointer(day)
@@ -82,7 +81,7 @@ def _not_certified(layout: ArtifactLayout, day: str, tasks: set[str], public_key
     version = json.loads(pointer.read_text(encoding="utf-8")).get("version")
     # night `day`'s own certificate: the minting night's, or ``<version>@<day>`` where that night re-certified a
     # version an earlier night minted (its outcome on that night's golden set, not the first night's)
-    cert = certificate_path(layout, str(version), day) if version else None
+    cert = layout.night_certificate(str(version), day) if version else None
     if cert is None or not cert.exists():
         return None
     try:
