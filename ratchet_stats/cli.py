@@ -2,7 +2,8 @@
 
 argparse on purpose: this package depends on scipy and cryptography only. Subcommands are contributed by
 modules listed in REGISTRARS; each has ``register(subparsers)`` adding its parsers, whose ``func(args)``
-returns an exit code. Exit codes: 0 ok, 1 verification failed / not certified, 2 usage or input error.
+returns an exit code. Exit codes: 0 ok, 1 verification failed / not certified, 2 usage or input error, 141 the
+reader closed the pipe before the output ended (``... | head``; no traceback).
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ import argparse
 import importlib
 import importlib.util
 import json
+import os
 import sys
 from typing import Any
 
@@ -66,3 +68,8 @@ def main(argv: list[str] | None = None, prog: str = "python -m ratchet_stats") -
     except CliError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
+    except BrokenPipeError:
+        # the reader left (`... | head`): no traceback; stdout goes to /dev/null so that the interpreter's last
+        # flush does not fail again, and the exit status says the output was cut (as SIGPIPE would: 128 + 13)
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 141

@@ -186,3 +186,29 @@ def test_import_ratchet_stats_pulls_in_no_heavy_stack() -> None:
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, cwd=ROOT)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.strip() == ""
+
+
+def test_a_reader_that_closes_the_pipe_early_gets_no_traceback() -> None:
+    """``python -m ratchet_stats stats plan ... | head -1``: the CLI stops quietly with 141 (128 + SIGPIPE)."""
+    import os
+    import subprocess
+    import sys
+
+    cmd = [
+        sys.executable,
+        "-m",
+        "ratchet_stats",
+        "stats",
+        "plan",
+        "--target",
+        "0.95",
+        "--max-errors",
+        "20000",
+    ]
+    with subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=dict(os.environ)) as proc:
+        first = proc.stdout.readline()
+        proc.stdout.close()  # the reader leaves while more than a pipe's buffer is still to come
+        err = proc.stderr.read().decode()
+        code = proc.wait(timeout=120)
+    assert first.startswith(b"Rows needed to certify")
+    assert code == 141 and "Traceback" not in err and "BrokenPipeError" not in err, err
