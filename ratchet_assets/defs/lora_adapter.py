@@ -72,6 +72,9 @@ class LoraAdapterConfig(dg.Config):
     # a cold run whose schedule ran out with a task below this split accuracy and still rising runs again on a
     # schedule twice as long, at most `max_extensions` times (``lora_trainer``, "Short of steps"); 0 = off
     extend_below: float = _DEFAULTS.extend_below
+    # > 0: `extend_below` is a certificate's target at this delta, and a task must reach the split accuracy that
+    # would certify it on its split's rows (0.99 on ~100 rows); 0: `extend_below` is that accuracy itself
+    extend_delta: float = _DEFAULTS.extend_delta
     max_extensions: int = _DEFAULTS.max_extensions
     # torch threads: 0 = every CPU this process may use, idle threads sleeping (``LoraTrainConfig.num_threads``).
     # Not part of the config hash (a rerun reuses the night's adapter); the adapter records the count it trained with.

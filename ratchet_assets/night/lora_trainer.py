@@ -57,15 +57,20 @@ is left to show that what it saves beats the parent (``make demo`` saved such re
 A warm night's parent that answers some training row differently from its label is trained even when it is all
 right on the split (``initial_train_accuracy``): those rows are worth steps.
 
-Short of steps (``extend_below``, ``max_extensions``): a cold selection run whose schedule ran out (no patience
-stop, no time budget) while some task's validation accuracy had never reached ``extend_below`` and had risen by
-at least ``STILL_LEARNING_RISE`` since the schedule's halfway epoch (``short_of_steps``) was short of steps: it runs again
+Short of steps (``extend_below``, ``extend_delta``, ``max_extensions``): a cold selection run whose schedule ran out
+(every epoch ran: no patience stop before the last epoch, no time budget) while some task's validation accuracy had
+never reached its threshold and had risen by at least ``STILL_LEARNING_RISE`` since the schedule's halfway epoch
+(``short_of_steps``) was short of steps. The threshold is the accuracy the task's own split would need to certify
+``extend_below`` at ``extend_delta`` (``certify_accuracy``, the certificate's Clopper-Pearson bound; the night's
+0.95 at 0.05: every row on a split under 94 rows, 99/100, 196/200), or ``extend_below`` itself with
+``extend_delta`` 0: a split at 0.95 cannot certify 0.95, and the golden set the certificate reads is about the
+split's size (``make demo``'s nights of 600 requests: 76-91 split rows, 106-111 golden rows). It runs again
 from the same seed and data order on a schedule twice as long (``min_steps`` and ``max_epochs`` doubled), at most
 ``max_extensions`` times; the last run is the selection (its best epoch, and the refit's steps and schedule). The
 run at 2x is the one a night started at 2x trains, so the same night gets the same adapter whatever the machine.
-A task at or above ``extend_below`` is done, a flat one (``extract`` on the demo base: 0 at every epoch) gains
+A task at or above its threshold is done, a flat one (``extract`` on the demo base: 0 at every epoch) gains
 nothing from steps; ``validation.short_of_steps`` lists the shorter runs (schedule, steps, accuracy per epoch,
-the tasks still learning). Measured: ``benchmarks/measured/learner_issue36.json``, ``stop_3``.
+the tasks still learning). Measured: ``benchmarks/measured/learner_issue36.json``, ``stop_3`` and ``stop_4``.
 
 PII surrogates (``pii_surrogates``, default 0 = off): the ledger, and so train.jsonl and the golden set, holds
 redacted text (``<EMAIL_1a2b3c4d>``), but the gateway sends the student the client's real text. A demo adapter
@@ -199,6 +204,11 @@ class LoraTrainConfig:
     # `max_extensions` times (2: up to 4x the steps; `time_budget_s` still ends a run). 0 = off.
     extend_below: float = 0.0
     max_extensions: int = 2
+    # 0: `extend_below` is the split accuracy a task must reach. > 0: `extend_below` is a certificate's target and
+    # this its delta; a task must reach the accuracy its own split would need to certify that target
+    # (``certify_accuracy``: the least k/rows whose Clopper-Pearson lower bound reaches it, 1.0 on a split too small
+    # to certify; a split of ~100 rows needs 0.99, not 0.95).
+    extend_delta: float = 0.0
 
     def __post_init__(self) -> None:
         if self.validation_groups not in VALIDATION_GROUPS:
@@ -210,6 +220,11 @@ class LoraTrainConfig:
         if not 0.0 <= self.extend_below <= 1.0:
             raise ValueError(
                 f"extend_below is a validation accuracy in [0, 1] (0 = off), got {self.extend_below}"
+            )
+        if not 0.0 <= self.extend_delta < 1.0:
+            raise ValueError(
+                f"extend_delta is a certificate's delta in [0, 1) (0 = extend_below is a split accuracy), "
+                f"got {self.extend_delta}"
             )
         if self.max_extensions < 0:
             raise ValueError(
@@ -604,8 +619,17 @@ def train_lora(
                     stopped = f"time budget {config.time_budget_s:g} s"
                     break
                 stopped = f"all {epochs} epochs"
+        # the schedule ran out: every epoch ran and no time budget cut it (patience running out at the last epoch
+        # is the schedule's end too: it stopped nothing)
+        ran_out = epochs_run == epochs and not stopped.startswith("time budget")
         still = (
-            short_of_steps(per_task_history, stopped == f"all {epochs} epochs", config.extend_below)
+            short_of_steps(
+                per_task_history,
+                ran_out,
+                config.extend_below,
+                {task: validation_tasks.count(task) for task in set(validation_tasks)},
+                config.extend_delta,
+            )
             if validation and init_adapter is None and len(extensions) < config.max_extensions
             else []
         )
@@ -787,20 +811,43 @@ def unbeatable(accuracy: float, loss: float, min_loss_delta: float) -> bool:
 STILL_LEARNING_RISE = 0.1
 
 
-def short_of_steps(per_task_per_epoch: Sequence[dict[str, float]], ran_out: bool, below: float) -> list[str]:
+def certify_accuracy(rows: int, target: float, delta: float) -> float:
+    """The least accuracy k/rows whose Clopper-Pearson lower bound at ``delta`` reaches ``target`` (the bound the
+    certificate takes, ``ratchet_stats.bounds``); 1.0 where even rows/rows does not (fewer than 59 rows for 0.95 at
+    0.05). 100 rows need 99 right (0.99), 102 rows 101, 200 rows 196 (0.98)."""
+    from ratchet_stats.bounds import max_errors_certified
+
+    if rows <= 0:
+        return 1.0
+    return (rows - max(0, max_errors_certified(rows, target, delta))) / rows
+
+
+def short_of_steps(
+    per_task_per_epoch: Sequence[dict[str, float]],
+    ran_out: bool,
+    below: float,
+    rows: dict[str, int] | None = None,
+    delta: float = 0.0,
+) -> list[str]:
     """The tasks a cold selection run left still learning (module docstring, "Short of steps"): the run went to
     the end of its schedule (``ran_out``: no patience stop, no time budget), the task's best validation accuracy
-    over the run is below ``below``, and its accuracy at the last epoch is at least ``STILL_LEARNING_RISE`` above
-    its accuracy at the halfway epoch. A task that reached ``below`` at some epoch is done (``tickets`` 700
-    requests: 0.957 at epoch 7, 0.936 at its last); one that stays flat (``extract`` on the demo base: 0 at every
+    over the run is below its threshold, and its accuracy at the last epoch is at least ``STILL_LEARNING_RISE`` above
+    its accuracy at the halfway epoch. The threshold is ``below`` itself (``delta`` 0), or, with ``delta`` > 0, the
+    accuracy the task's split of ``rows[task]`` rows would need to certify ``below`` at ``delta``
+    (``certify_accuracy``). A task that reached its threshold at some epoch is done (``tickets`` 700 requests: 0.957
+    at epoch 7, 0.936 at its last, against 0.95); one that stays flat (``extract`` on the demo base: 0 at every
     epoch) would not gain from more steps. Empty when ``below`` is 0 (off) or fewer than two epochs ran."""
     if below <= 0 or not ran_out or len(per_task_per_epoch) < 2:
         return []
     last, half = per_task_per_epoch[-1], per_task_per_epoch[len(per_task_per_epoch) // 2 - 1]
+
+    def threshold(task: str) -> float:
+        return certify_accuracy((rows or {}).get(task, 0), below, delta) if delta > 0 else below
+
     return sorted(
         task
         for task, accuracy in last.items()
-        if max(epoch.get(task, 0.0) for epoch in per_task_per_epoch) < below
+        if max(epoch.get(task, 0.0) for epoch in per_task_per_epoch) < threshold(task)
         and accuracy - half.get(task, 0.0) >= STILL_LEARNING_RISE
     )
 

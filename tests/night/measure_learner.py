@@ -101,10 +101,13 @@ def field_exact(base: Path, adapter: Path, golden) -> dict[str, str]:
     return {k: f"{r}/{n}" for k, (r, n) in sorted(counts.items())}
 
 
-def _demo_day(lake: Path, day: str, index: int, n: int, workload: str, bursts: int = 6) -> None:
+def _demo_day(
+    lake: Path, day: str, index: int, n: int, workload: str, bursts: int = 6, traffic_seed: int = 0
+) -> None:
     """Day ``index`` (0-based) of ``make demo``'s traffic (``ratchet_cli.demo.runner``: ``bursts`` bursts, burst j
     the workload's examples for seed ``index * 1000 + j`` and day ``index``), every answer the teacher's, written
-    to the lake as sealed segments (no failures or resends: the gateway's loadgen sends each example once)."""
+    to the lake as sealed segments (no failures or resends: the gateway's loadgen sends each example once).
+    ``traffic_seed`` > 0 draws another day of the same shape (seeds ``traffic_seed * 100000`` on)."""
     from datetime import UTC, datetime, timedelta
 
     from ratchet_assets.night.fixtures import (
@@ -121,7 +124,7 @@ def _demo_day(lake: Path, day: str, index: int, n: int, workload: str, bursts: i
         rows += request_rows(
             day,
             size,
-            seed=index * 1000 + j,
+            seed=traffic_seed * 100_000 + index * 1000 + j,
             workload=workload,
             student_share=0.0,
             failure_share=0.0,
@@ -193,6 +196,12 @@ def main() -> int:
         help="a night after nights that did not certify (bound < 0.95) trains with the larger budget "
         "night.step_budget gives it (x2 a night, at most x4), as the product's night does",
     )
+    ap.add_argument(
+        "--traffic-seed",
+        type=int,
+        default=0,
+        help="0: the nights' usual traffic; N > 0: another draw of the same shape (seeds you did not tune on)",
+    )
     ap.add_argument("--golden-floor", type=int, default=0, help="golden rows per task at least (0: none)")
     ap.add_argument(
         "--train-from",
@@ -236,9 +245,10 @@ def main() -> int:
     for night in range(1, args.nights + 1):
         day = f"2026-03-{night + 1:02d}"
         if args.demo_traffic:
-            _demo_day(lake, day, night - 1, args.requests, args.workload)
+            _demo_day(lake, day, night - 1, args.requests, args.workload, traffic_seed=args.traffic_seed)
         else:
-            write_day(lake, day, args.requests, seed=100 + night, workload=args.workload, student_share=0.0)
+            seed = 100 + night + 1000 * args.traffic_seed
+            write_day(lake, day, args.requests, seed=seed, workload=args.workload, student_share=0.0)
         consolidate_traffic(lake, art, day)
         build_examples(art, day)
         split_golden(art, day, share=args.golden_share, floor=args.golden_floor)

@@ -365,7 +365,7 @@ DAY = "2026-02-02"
 @pytest.fixture(scope="module")
 def night(chatml_base, tmp_path_factory):
     """One night of `tickets` traffic on the base through the night's Dagster assets: the adapter trained with the
-    night's defaults, evaluated through Ratchet's student server serving the base, at a target a random base can
+    night's defaults (short of steps judged at this night's target), evaluated through Ratchet's student server serving the base, at a target a random base can
     reach in one night (the chat, tools and json_schema prompts are proven above; a night of tool prompts, ~650
     tokens each, trains several times longer on two cores)."""
     from ratchet_assets.night.fixtures import write_day
@@ -376,7 +376,16 @@ def night(chatml_base, tmp_path_factory):
     key = generate_private_key()
     save_private_key(key, home / "keys" / "signing.key")
     write_day(home / "lake", DAY, 300, seed=3, workload="tickets", student_share=0.0)
-    result = run_night(home, DAY, base=chatml_base, bom=True, resources={"certify_target": 0.3})
+    # short of steps asks what this night's certificate needs (target 0.3 at the night's delta), not 0.95: the
+    # lora_adapter asset does not pass the night's target to the trainer yet, so the test does
+    result = run_night(
+        home,
+        DAY,
+        base=chatml_base,
+        bom=True,
+        resources={"certify_target": 0.3},
+        training={"extend_below": 0.3},
+    )
     failures = [e.event_specific_data.error for e in result.all_events if e.is_step_failure]
     assert result.success, [f.message + "".join(f.stack[-3:]) for f in failures]
     art = home / "artifacts"
