@@ -258,15 +258,12 @@ class ArtifactLayout:
         first = self.certificate(version)
         if not first.exists():
             return first
-        try:  # only which night wrote it is read here: the registry verifies every certificate it registers
+        # only which night wrote it is read here (the registry verifies every certificate it registers); an
+        # unreadable one names no night, so a later night never overwrites a write-once certificate
+        try:
             envelope = json.loads(first.read_text(encoding="utf-8"))
             minted_on = json.loads(base64.b64decode(envelope["payload"]))["predicate"].get("day")
-        except (
-            OSError,
-            ValueError,
-            KeyError,
-            TypeError,
-        ):  # unreadable: never overwrite a write-once certificate
+        except (OSError, ValueError, KeyError, TypeError):
             minted_on = None
         return first if minted_on == day else self.recertificate(version, day)
 

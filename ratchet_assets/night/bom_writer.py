@@ -22,7 +22,6 @@ from typing import Any
 
 from ratchet_assets.night import bom_document as BD
 from ratchet_assets.night.adapter import adapter_path, read_record
-from ratchet_assets.night.certificate import certificate_path
 from ratchet_assets.night.commitments import golden_commitment, training_commitment
 from ratchet_core.lake import atomic_write_bytes
 from ratchet_core.layout import ArtifactLayout
@@ -83,7 +82,7 @@ def write_bom(
             f"{version} was re-certified on the golden set of {day}; its BOM stands: {layout.bom(version)}",
             layout.bom(version),
         )
-    cert_file = certificate_path(layout, version, day)  # a re-certified version without a BOM yet: tonight's
+    cert_file = layout.night_certificate(version, day)  # a re-certified version without a BOM yet: tonight's
     if not cert_file.exists():
         raise BomStepError(
             f"no certificate at {cert_file}: materialise `evaluation_certificate` for {day} first"

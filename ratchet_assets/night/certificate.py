@@ -39,14 +39,6 @@ class CertificateResult:
         return list(self.predicate["certified_tasks"])
 
 
-def certificate_path(layout: ArtifactLayout, version: str, day: str) -> Path:
-    """Where night `day`'s certificate of `version` goes: ``certificates/<version>.dsse.json`` for the night that
-    minted it (or a rerun of that night), ``certificates/<version>@<day>.dsse.json`` when a later night's adapter
-    is the same version (``ratchet_assets.release.content``: it re-certifies it on its own golden set);
-    ``ArtifactLayout.night_certificate``."""
-    return layout.night_certificate(version, day)
-
-
 def live_versions(engine: Any, public_key: Any) -> dict[str, str]:
     """task -> the version the night compares its adapter with, from the newest verified release manifest ({}
     when none): the candidate in the task's slot (shadow, canary), else the live version
@@ -155,7 +147,7 @@ def certify_adapter(
         cert.predicate_type_of(predicate), predicate, cert.certificate_subjects(predicate)
     )
     envelope = sign_statement(statement, private_key)
-    path = certificate_path(layout, version, day)
+    path = layout.night_certificate(version, day)  # the minting night's name, or <version>@<day>
     atomic_write_bytes(path, canonical_json(envelope) + b"\n")
     for line in cert.summary_lines(predicate):
         log(line)

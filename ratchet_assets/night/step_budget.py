@@ -3,8 +3,9 @@
 Plain functions (no Dagster), called by ``night.adapter.train_adapter`` before a launch. The evidence is the
 nights' own signed certificates: walking back from the day before ``day`` (at most ``LOOKBACK_DAYS``), each
 earlier night's adapter record (``adapters/day=P/adapter.json``) names its version, whose certificate of that
-night (``certificates/<version>.dsse.json``, or ``<version>@<day>.dsse.json`` where the night re-certified a version
-an earlier night minted; verified with the home's keys before it is read) says per task whether it certified. Every consecutive night, newest first, on which some task of tonight's training set was evaluated and
+night (``certificates/<version>.dsse.json``, or ``<version>@<day>.dsse.json`` where the night re-certified a
+version an earlier night minted; verified with the home's keys before it is read) says per task whether it
+certified. Every consecutive night, newest first, on which some task of tonight's training set was evaluated and
 not certified doubles the budget; the walk stops at the first night that certified every such task it evaluated,
 or that has no record or no certificate. The factor is at most ``MAX_FACTOR``.
 

@@ -3,7 +3,6 @@ re-certifies that version (a new certificate, chained to its earlier one) and st
 
 from __future__ import annotations
 
-from ratchet_assets.night.certificate import certificate_path
 from ratchet_assets.release import registry
 from ratchet_assets.release.content import content_digest, existing_version, record_content
 from ratchet_assets.release.control import release_tick
@@ -31,9 +30,9 @@ def test_a_version_identical_to_live_is_recertified_and_not_released_again(engin
     r, sequence = _walk_to_live(engine, key, tmp_path, "v1-aaa")
 
     # Night 2's adapter has v1's content: the night names it v1-aaa and writes a second certificate beside the first.
-    second = certificate_path(layout, "v1-aaa", "2026-01-02")
+    second = layout.night_certificate("v1-aaa", "2026-01-02")
     assert second.name == "v1-aaa@2026-01-02.dsse.json"
-    assert certificate_path(layout, "v1-aaa", "2026-01-01") == layout.certificate(
+    assert layout.night_certificate("v1-aaa", "2026-01-01") == layout.certificate(
         "v1-aaa"
     )  # a rerun: same file
     sign_certificate(art, key, "v1-aaa", "tickets", correct=299, n=300, day="2026-01-02", path=second)
