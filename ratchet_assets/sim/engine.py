@@ -425,8 +425,8 @@ class Simulation:
             event["audit_rate"] = adm.audit_rate
         if adm.target_audit_rate is not None:
             event["target_audit_rate"] = adm.target_audit_rate
-        if adm.replaces:  # what the manifest's reason and the audit log say, with the replaced evidence
-            event.update(message=adm.message, supersedes=adm.replaces, its_evidence=adm.replaced_evidence)
+        if adm.replaces:  # what the audit log says too: the version replaced, with its evidence
+            event.update(supersedes=adm.replaces, its_evidence=adm.replaced_evidence)
         s.events.append(event)
 
     def _tick(self, day: int, i: int) -> None:
