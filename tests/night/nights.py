@@ -55,6 +55,25 @@ def night_assets(*, bom: bool = False, receipt: bool = False) -> list:
     return assets + ([bom_asset] if bom else []) + ([daily_receipt] if receipt else [])
 
 
+def day_training_set(root: Path, day: str, requests: int, *, seed: int, workload: str) -> Any:
+    """A day of ``requests`` teacher-answered ``workload`` requests in ``root/lake``, and the night's steps before
+    training run as plain functions in ``root/art`` (traffic, examples, the golden split at a share of 0.2, the
+    training set): the training set's result (``.path``: its train.jsonl, ``.rows``). For tests of the learner
+    itself (``train_lora`` on that file)."""
+    from ratchet_assets.night.examples import build_examples
+    from ratchet_assets.night.fixtures import write_day
+    from ratchet_assets.night.split import split_golden
+    from ratchet_assets.night.traffic import consolidate_traffic
+    from ratchet_assets.night.training_set import build_training_set
+
+    write_day(root / "lake", day, requests, seed=seed, workload=workload, student_share=0.0)
+    art = root / "art"
+    consolidate_traffic(root / "lake", art, day)
+    build_examples(art, day)
+    split_golden(art, day, share=0.2)
+    return build_training_set(art, day)
+
+
 def demo_base_of(home: Path) -> Path:
     """The home's demo base (models/demo-base), written when missing: what ``lora_adapter`` trains by default."""
     from ratchet_core.student_model import ensure_demo_base

@@ -9,6 +9,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.night.nights import day_training_set, demo_base_of
+
 from .moods import MOODS_WORKLOAD
 
 pytestmark = pytest.mark.slow  # a few tiny epochs on the demo base: ~1-3 min on the shared 2 cores
@@ -17,8 +19,6 @@ DAY = "2026-03-09"
 
 
 def test_training_stops_on_its_validation_split_and_reports_its_choices(tmp_path, monkeypatch):
-    from ratchet_assets.night.examples import build_examples
-    from ratchet_assets.night.fixtures import write_day
     from ratchet_assets.night.lora_trainer import (
         TRAIN_META_FILE,
         LoraTrainConfig,
@@ -26,20 +26,11 @@ def test_training_stops_on_its_validation_split_and_reports_its_choices(tmp_path
         train_lora,
         validation_mask,
     )
-    from ratchet_assets.night.split import split_golden
-    from ratchet_assets.night.traffic import consolidate_traffic
-    from ratchet_assets.night.training_set import build_training_set
     from ratchet_core import workloads
-    from ratchet_core.student_model import ensure_demo_base
 
     monkeypatch.setitem(workloads.WORKLOADS, "moods", MOODS_WORKLOAD)
-    write_day(tmp_path / "lake", DAY, 260, seed=9, workload="moods", student_share=0.0)
-    art = tmp_path / "art"
-    consolidate_traffic(tmp_path / "lake", art, DAY)
-    build_examples(art, DAY)
-    split_golden(art, DAY, share=0.2)
-    train = build_training_set(art, DAY)
-    base = ensure_demo_base(tmp_path / "models" / "demo-base")
+    train = day_training_set(tmp_path, DAY, 260, seed=9, workload="moods")
+    base = demo_base_of(tmp_path)
     config = LoraTrainConfig(
         rank=4, alpha=8, epochs=1, min_steps=0, num_threads=1,
         validation_share=0.2, patience=1, max_epochs=3, time_budget_s=600,
@@ -113,23 +104,12 @@ def test_a_parent_no_epoch_can_beat_is_kept_without_training():
 def test_the_split_chooses_the_epochs_then_every_row_teaches(tmp_path, monkeypatch):
     """``refit``: the validation split picks the steps; the adapter saved is trained again from the same start on
     every row (held-out groups included) for that many steps; the selection's numbers stay in the report."""
-    from ratchet_assets.night.examples import build_examples
-    from ratchet_assets.night.fixtures import write_day
     from ratchet_assets.night.lora_trainer import TRAIN_META_FILE, LoraTrainConfig, train_lora
-    from ratchet_assets.night.split import split_golden
-    from ratchet_assets.night.traffic import consolidate_traffic
-    from ratchet_assets.night.training_set import build_training_set
     from ratchet_core import workloads
-    from ratchet_core.student_model import ensure_demo_base
 
     monkeypatch.setitem(workloads.WORKLOADS, "moods", MOODS_WORKLOAD)
-    write_day(tmp_path / "lake", DAY, 160, seed=9, workload="moods", student_share=0.0)
-    art = tmp_path / "art"
-    consolidate_traffic(tmp_path / "lake", art, DAY)
-    build_examples(art, DAY)
-    split_golden(art, DAY, share=0.2)
-    train = build_training_set(art, DAY)
-    base = ensure_demo_base(tmp_path / "models" / "demo-base")
+    train = day_training_set(tmp_path, DAY, 160, seed=9, workload="moods")
+    base = demo_base_of(tmp_path)
     kw = dict(
         rank=4, alpha=8, epochs=1, min_steps=0, num_threads=1, validation_share=0.2, patience=1, max_epochs=2
     )
@@ -176,23 +156,13 @@ def test_a_warm_night_trains_when_the_parent_gets_training_rows_wrong(tmp_path):
     rows disagreed with its answers; rows the parent gets wrong are worth steps, so now it trains."""
     import random
 
-    from ratchet_assets.night.examples import build_examples
-    from ratchet_assets.night.fixtures import write_day
     from ratchet_assets.night.lora_trainer import LoraTrainConfig, train_lora
-    from ratchet_assets.night.split import split_golden
-    from ratchet_assets.night.traffic import consolidate_traffic
-    from ratchet_assets.night.training_set import build_training_set
-    from ratchet_core.student_model import ensure_demo_base
 
-    write_day(tmp_path / "lake", DAY, 60, seed=3, workload="tickets", student_share=0.0)
-    art = tmp_path / "art"
-    consolidate_traffic(tmp_path / "lake", art, DAY)
-    build_examples(art, DAY)
-    split_golden(art, DAY, share=0.2)
-    lines = Path(build_training_set(art, DAY).path).read_text().splitlines()[:24]
+    train = day_training_set(tmp_path, DAY, 60, seed=3, workload="tickets")
+    lines = Path(train.path).read_text().splitlines()[:24]
     seen = tmp_path / "seen.jsonl"
     seen.write_text("".join(line + "\n" for line in lines))
-    base = ensure_demo_base(tmp_path / "models" / "demo-base")
+    base = demo_base_of(tmp_path)
     tiny = dict(rank=4, alpha=8, epochs=1, num_threads=1, min_loss_delta=5.0)
     parent = train_lora(base, seen, tmp_path / "parent", LoraTrainConfig(**tiny, min_steps=120))
     # the night: the parent's own rows as the split (all right), and new rows whose labels it has never seen

@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import pytest
 
+from tests.night.nights import day_training_set, demo_base_of
+
 from .moods import MOODS_WORKLOAD
 
 DAY = "2026-03-09"
@@ -117,23 +119,12 @@ def test_the_record_and_the_bom_count_the_doublings():
 @pytest.mark.slow  # three tiny trainings on the demo base: ~1-2 min on the shared 2 cores
 def test_a_run_short_of_steps_is_the_run_a_night_started_at_twice_the_budget_trains(tmp_path, monkeypatch):
     from ratchet_assets.night import lora_trainer
-    from ratchet_assets.night.examples import build_examples
-    from ratchet_assets.night.fixtures import write_day
     from ratchet_assets.night.lora_trainer import LoraTrainConfig, train_lora
-    from ratchet_assets.night.split import split_golden
-    from ratchet_assets.night.traffic import consolidate_traffic
-    from ratchet_assets.night.training_set import build_training_set
     from ratchet_core import workloads
-    from ratchet_core.student_model import ensure_demo_base
 
     monkeypatch.setitem(workloads.WORKLOADS, "moods", MOODS_WORKLOAD)
-    write_day(tmp_path / "lake", DAY, 160, seed=9, workload="moods", student_share=0.0)
-    art = tmp_path / "art"
-    consolidate_traffic(tmp_path / "lake", art, DAY)
-    build_examples(art, DAY)
-    split_golden(art, DAY, share=0.2)
-    train = build_training_set(art, DAY)
-    base = ensure_demo_base(tmp_path / "models" / "demo-base")
+    train = day_training_set(tmp_path, DAY, 160, seed=9, workload="moods")
+    base = demo_base_of(tmp_path)
     tiny = dict(rank=4, alpha=8, epochs=1, num_threads=1, validation_share=0.2, patience=9)
     # a tiny run learns too little to rise 0.1 on its split: the rule's verdict is forced, once
     verdicts = iter([["moods"]])
