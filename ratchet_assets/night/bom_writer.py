@@ -77,10 +77,10 @@ def write_bom(
     layout = ArtifactLayout(artifacts)
     record = read_record(artifacts, day, needed_by="`evaluation_certificate` and `bom`")
     version = record["version"]
-    if record.get("recertifies") and layout.bom(version).exists():
+    minted = layout.bom(version)  # written the night that minted the version
+    if record.get("recertifies") and minted.exists():
         raise KeepsItsBom(
-            f"{version} was re-certified on the golden set of {day}; its BOM stands: {layout.bom(version)}",
-            layout.bom(version),
+            f"{version} was re-certified on the golden set of {day}; its BOM stands: {minted}", minted
         )
     cert_file = layout.night_certificate(version, day)  # a re-certified version without a BOM yet: tonight's
     if not cert_file.exists():

@@ -118,6 +118,7 @@ import os
 import random
 import re
 import time
+from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -627,7 +628,7 @@ def train_lora(
                 per_task_history,
                 ran_out,
                 config.extend_below,
-                {task: validation_tasks.count(task) for task in set(validation_tasks)},
+                dict(Counter(validation_tasks)),  # the split's rows per task
                 config.extend_delta,
             )
             if validation and init_adapter is None and len(extensions) < config.max_extensions
