@@ -22,7 +22,7 @@ from typing import Any
 import dagster as dg
 
 from ratchet_assets.defs.partitions import daily_partitions
-from ratchet_assets.defs.resources import ControlDB, ModelEndpoints, RatchetPaths, Signer
+from ratchet_assets.defs.resources import ControlDB, ModelEndpoints, NightConfig, RatchetPaths, Signer
 from ratchet_assets.defs.training_launcher import TrainingLauncher
 from ratchet_assets.night import adapter as step
 from ratchet_assets.night.commitments import CommitmentMissing
@@ -102,6 +102,7 @@ def lora_adapter(
     signer: Signer,
     models: ModelEndpoints,
     training: TrainingLauncher,
+    night: NightConfig,
 ):
     """The night's LoRA adapter for the student, trained once per training set, config and base."""
     day = context.partition_key
@@ -128,6 +129,7 @@ def lora_adapter(
             log=context.log.info,
             release=step.release_view(control_db.engine(), signer.public_key()),
             public_keys=signer.verify_keys(),  # earlier nights' certificates: a larger budget after a miss
+            certify=(night.certify_target, night.certify_delta),  # what a task's split must reach (short of steps)
         )
     except (step.AdapterError, CommitmentMissing) as exc:
         raise dg.Failure(str(exc)) from None

@@ -34,7 +34,7 @@ from __future__ import annotations
 import hashlib
 import json
 import shutil
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -231,6 +231,28 @@ def config_hash(train_config: dict[str, Any]) -> str:
     return digest({k: v for k, v in train_config.items() if k != "num_threads"})
 
 
+def extend_targets(
+    tasks: Sequence[str], policies: dict[str, Any] | None, certify: tuple[float, float] | None, train_config: dict
+) -> dict[str, list[float]]:
+    """task -> [target, delta] of the certificate that will judge it (``task_policy.resolve``: its policy's, else
+    the night's ``certify``), for the "short of steps" rule (``lora_trainer.short_of_steps``), naming only the tasks
+    whose pair differs from the config's ``extend_below``/``extend_delta``: a night at the defaults keeps its
+    config hash. Empty when the rule is off or reads ``extend_below`` as a split accuracy (``extend_delta`` 0),
+    and when neither the night nor a policy says what certifies (``certify`` None, no policies)."""
+    from ratchet_core.task_policy import resolve
+
+    below, delta = float(train_config.get("extend_below") or 0.0), float(train_config.get("extend_delta") or 0.0)
+    if below <= 0 or delta <= 0 or (certify is None and not policies):
+        return {}
+    night_target, night_delta = certify if certify is not None else (below, delta)
+    out: dict[str, list[float]] = {}
+    for task in sorted(set(tasks)):
+        r = resolve(task, policies or None, target=night_target, delta=night_delta)
+        if (float(r.target), float(r.delta)) != (below, delta):
+            out[task] = [float(r.target), float(r.delta)]
+    return out
+
+
 def launch_rank(effects: Any, key: str) -> int:
     """1-based rank of ``key`` among all training launches, by creation time: the N of ``v<N>-...``."""
     rows = effects.list_effects(effect_type=EFFECT, limit=1_000_000)
@@ -383,22 +405,29 @@ def train_adapter(
     log: Callable[[str], None] = lambda line: None,
     release: ReleaseView | None = None,
     public_keys: Any = None,
+    certify: tuple[float, float] | None = None,
 ) -> AdapterResult:
     """Train (or reuse) the adapter for night ``day`` and write its record; see the module docstring.
 
     ``release``: the live and certified versions and the policies (``release_view``), which a warm start needs to
     find its parent (``night.warm_start``); None = a cold start. ``public_keys``: the keys earlier nights'
     certificates are verified with; a night after nights that did not certify one of its tasks trains with a
-    larger step budget (``night.step_budget``); None = the config's budget."""
+    larger step budget (``night.step_budget``); None = the config's budget. ``certify``: the night's certificate
+    target and delta (``NightConfig``), which with the policies' own targets say how accurate a task's split must
+    be before its run stops being short of steps (``extend_targets``); None = the config's ``extend_below``."""
     from ratchet_assets.night.step_budget import step_budget
     from ratchet_core.student_model import base_identity
 
     layout = ArtifactLayout(artifacts)
     train_jsonl = require_training_set(artifacts, day)
-    budget = step_budget(artifacts, day, sorted(set(row_tasks(artifacts, day))), public_keys)
+    tasks = row_tasks(artifacts, day)
+    budget = step_budget(artifacts, day, sorted(set(tasks)), public_keys)
     if budget.factor > 1:
         train_config = budget.apply(train_config)
         log(budget.describe())
+    targets = extend_targets(tasks, release.policies if release else None, certify, train_config)
+    if targets:  # part of the config, so of its hash: another target is another training
+        train_config = {**train_config, "extend_targets": targets}
     identity = base_identity(base)
     chash = config_hash(train_config)
     rows_root = training_commitment(artifacts, day).rows.root
@@ -409,7 +438,6 @@ def train_adapter(
         staging = layout.adapter_staging(fingerprint)
         shutil.rmtree(staging, ignore_errors=True)
         staging.mkdir(parents=True)
-        tasks = row_tasks(artifacts, day)
         plan, policies_digest = _start_plan(
             artifacts, day, base, identity["sha256"], train_config, effects, release, tasks
         )

@@ -64,7 +64,9 @@ never reached its threshold and had risen by at least ``STILL_LEARNING_RISE`` si
 ``extend_below`` at ``extend_delta`` (``certify_accuracy``, the certificate's Clopper-Pearson bound; the night's
 0.95 at 0.05: every row on a split under 94 rows, 99/100, 196/200), or ``extend_below`` itself with
 ``extend_delta`` 0: a split at 0.95 cannot certify 0.95, and the golden set the certificate reads is about the
-split's size (``make demo``'s nights of 600 requests: 76-91 split rows, 106-111 golden rows). It runs again
+split's size (``make demo``'s nights of 600 requests: 76-91 split rows, 106-111 golden rows). A task named in
+``extend_targets`` (the night fills in those whose policy or night target differs) is held to its own target and
+delta instead. It runs again
 from the same seed and data order on a schedule twice as long (``min_steps`` and ``max_epochs`` doubled), at most
 ``max_extensions`` times; the last run is the selection (its best epoch, and the refit's steps and schedule). The
 run at 2x is the one a night started at 2x trains, so the same night gets the same adapter whatever the machine.
@@ -210,6 +212,11 @@ class LoraTrainConfig:
     # (``certify_accuracy``: the least k/rows whose Clopper-Pearson lower bound reaches it, 1.0 on a split too small
     # to certify; a split of ~100 rows needs 0.99, not 0.95).
     extend_delta: float = 0.0
+    # task -> [target, delta] of the certificate that will judge it (its policy's, else the night's; the night
+    # fills it in, ``night.adapter.extend_targets``): with `extend_delta` > 0 such a task must reach the accuracy its
+    # split would need to certify that target at that delta instead of `extend_below` at `extend_delta`. Only the
+    # tasks whose pair differs from those two are named, so a night at the defaults keeps its config hash.
+    extend_targets: dict[str, list[float]] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if self.validation_groups not in VALIDATION_GROUPS:
@@ -227,6 +234,16 @@ class LoraTrainConfig:
                 f"extend_delta is a certificate's delta in [0, 1) (0 = extend_below is a split accuracy), "
                 f"got {self.extend_delta}"
             )
+        for task, pair in self.extend_targets.items():
+            if (
+                not isinstance(pair, list | tuple)
+                or len(pair) != 2
+                or not all(isinstance(v, int | float) and not isinstance(v, bool) for v in pair)
+                or not (0.0 < pair[0] <= 1.0 and 0.0 < pair[1] < 1.0)
+            ):
+                raise ValueError(
+                    f"extend_targets[{task!r}] is a certificate's [target in (0, 1], delta in (0, 1)], got {pair!r}"
+                )
         if self.max_extensions < 0:
             raise ValueError(
                 f"max_extensions must be 0 (never) or a number of doublings, got {self.max_extensions}"
@@ -630,6 +647,7 @@ def train_lora(
                 config.extend_below,
                 dict(Counter(validation_tasks)),  # the split's rows per task
                 config.extend_delta,
+                config.extend_targets,
             )
             if validation and init_adapter is None and len(extensions) < config.max_extensions
             else []
@@ -829,13 +847,15 @@ def short_of_steps(
     below: float,
     rows: dict[str, int] | None = None,
     delta: float = 0.0,
+    targets: dict[str, Sequence[float]] | None = None,
 ) -> list[str]:
     """The tasks a cold selection run left still learning (module docstring, "Short of steps"): the run went to
     the end of its schedule (``ran_out``: no patience stop, no time budget), the task's best validation accuracy
     over the run is below its threshold, and its accuracy at the last epoch is at least ``STILL_LEARNING_RISE`` above
     its accuracy at the halfway epoch. The threshold is ``below`` itself (``delta`` 0), or, with ``delta`` > 0, the
     accuracy the task's split of ``rows[task]`` rows would need to certify ``below`` at ``delta``
-    (``certify_accuracy``). A task that reached its threshold at some epoch is done (``tickets`` 700 requests: 0.957
+    (``certify_accuracy``); ``targets`` names tasks judged at another ``[target, delta]`` (their policy's, or the
+    night's certificate target) in that mode. A task that reached its threshold at some epoch is done (``tickets`` 700 requests: 0.957
     at epoch 7, 0.936 at its last, against 0.95); one that stays flat (``extract`` on the demo base: 0 at every
     epoch) would not gain from more steps. Empty when ``below`` is 0 (off) or fewer than two epochs ran."""
     if below <= 0 or not ran_out or len(per_task_per_epoch) < 2:
@@ -843,7 +863,10 @@ def short_of_steps(
     last, half = per_task_per_epoch[-1], per_task_per_epoch[len(per_task_per_epoch) // 2 - 1]
 
     def threshold(task: str) -> float:
-        return certify_accuracy((rows or {}).get(task, 0), below, delta) if delta > 0 else below
+        if delta <= 0:
+            return below
+        target, task_delta = (targets or {}).get(task, (below, delta))
+        return certify_accuracy((rows or {}).get(task, 0), target, task_delta)
 
     return sorted(
         task

@@ -376,16 +376,9 @@ def night(chatml_base, tmp_path_factory):
     key = generate_private_key()
     save_private_key(key, home / "keys" / "signing.key")
     write_day(home / "lake", DAY, 300, seed=3, workload="tickets", student_share=0.0)
-    # short of steps asks what this night's certificate needs (target 0.3 at the night's delta), not 0.95: the
-    # lora_adapter asset does not pass the night's target to the trainer yet, so the test does
-    result = run_night(
-        home,
-        DAY,
-        base=chatml_base,
-        bom=True,
-        resources={"certify_target": 0.3},
-        training={"extend_below": 0.3},
-    )
+    # short of steps asks what this night's certificate needs (target 0.3 at the night's delta), not the
+    # config's 0.95: the lora_adapter asset passes the night's target to the trainer (``adapter.extend_targets``)
+    result = run_night(home, DAY, base=chatml_base, bom=True, resources={"certify_target": 0.3})
     failures = [e.event_specific_data.error for e in result.all_events if e.is_step_failure]
     assert result.success, [f.message + "".join(f.stack[-3:]) for f in failures]
     art = home / "artifacts"
@@ -402,6 +395,11 @@ def test_a_night_on_the_real_base_trains_a_vllm_loadable_adapter(night, chatml_b
     from ratchet_stats.dsse import verify_statement
 
     record = night.record
+    # the night's certificate target reached the trainer: the rule asked for what certifies 0.3, not 0.95
+    assert record["config"]["extend_targets"] == {"tickets": [0.3, 0.05]}
+    assert json.loads((night.adapter / "ratchet_train.json").read_text())["config"]["extend_targets"] == {
+        "tickets": [0.3, 0.05]
+    }
     print(
         f"training: {record['seconds']:.0f} s wall, {record['cpu_seconds']:.0f} CPU-s, {record['steps']} steps"
     )

@@ -70,6 +70,63 @@ def test_a_task_short_of_the_accuracy_its_split_needs_to_certify_is_short_of_ste
     assert short_of_steps(demo, True, 0.95, {}, 0.05) == ["tickets"]
 
 
+def test_a_task_is_held_to_the_target_of_the_certificate_that_will_judge_it():
+    from ratchet_assets.night.lora_trainer import short_of_steps
+
+    # a 76-row split at 0.94 and rising: short of 0.95's every-row, but past what certifies 0.8 (67/76, 0.882)
+    curve = _one_task([0.0, 0.4, 0.6, 0.94], "t")
+    assert short_of_steps(curve, True, 0.95, {"t": 76}, 0.05) == ["t"]
+    assert short_of_steps(curve, True, 0.95, {"t": 76}, 0.05, {"t": [0.8, 0.05]}) == []
+    # a stricter policy (0.99 at 0.01: every row of 200) asks more of a 200-row split than the night's 0.95 (0.98)
+    rising = _one_task([0.5, 0.8, 0.9, 0.985])
+    assert short_of_steps(rising, True, 0.95, {"t": 200}, 0.05) == []
+    assert short_of_steps(rising, True, 0.95, {"t": 200}, 0.05, {"t": [0.99, 0.01]}) == ["t"]
+    # another task's target changes nothing for this one; a literal threshold (delta 0) ignores the targets
+    assert short_of_steps(curve, True, 0.95, {"t": 76}, 0.05, {"u": [0.5, 0.05]}) == ["t"]
+    assert short_of_steps(curve, True, 0.95, {"t": 76}, 0.0, {"t": [0.8, 0.05]}) == ["t"]
+
+
+def test_the_night_names_each_task_whose_certificate_asks_another_target():
+    from ratchet_assets.night.adapter import extend_targets
+    from ratchet_core.task_policy import TaskPolicy
+
+    config = {"extend_below": 0.95, "extend_delta": 0.05}
+    tasks = ["b", "a", "b", "c"]
+    # at the night's defaults nothing is named: the config, and so its hash and the adapter it reuses, is unchanged
+    assert extend_targets(tasks, {}, (0.95, 0.05), config) == {}
+    assert extend_targets(tasks, None, None, config) == {}
+    # the night's own target (a real base certified at 0.3) names every task; a policy's target wins for its task
+    policies = {"a": TaskPolicy(target=0.9), "c": TaskPolicy(delta=0.01), "z": TaskPolicy(target=0.5)}
+    assert extend_targets(tasks, policies, (0.3, 0.05), config) == {
+        "a": [0.9, 0.05], "b": [0.3, 0.05], "c": [0.3, 0.01],
+    }  # fmt: skip
+    assert extend_targets(tasks, policies, None, config) == {"a": [0.9, 0.05], "c": [0.95, 0.01]}
+    # the rule off, or a literal split accuracy: no targets
+    assert extend_targets(tasks, policies, (0.3, 0.05), {**config, "extend_below": 0.0}) == {}
+    assert extend_targets(tasks, policies, (0.3, 0.05), {**config, "extend_delta": 0.0}) == {}
+
+
+@pytest.mark.parametrize(
+    "targets",
+    [
+        {"t": [0.0, 0.05]},
+        {"t": [1.5, 0.05]},
+        {"t": [0.95, 1.0]},
+        {"t": [0.95, 0.0]},
+        {"t": [float("nan"), 0.05]},
+        {"t": [0.95]},
+        {"t": "0.95"},
+        {"t": [True, 0.05]},
+        {"t": None},
+    ],
+)
+def test_extend_targets_refuse_pairs_that_are_no_certificate(targets):
+    from ratchet_assets.night.lora_trainer import LoraTrainConfig
+
+    with pytest.raises(ValueError, match="extend_targets"):
+        LoraTrainConfig(extend_targets=targets)
+
+
 @pytest.mark.parametrize(
     "field,value",
     [
