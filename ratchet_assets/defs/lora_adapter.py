@@ -129,7 +129,8 @@ def lora_adapter(
             log=context.log.info,
             release=step.release_view(control_db.engine(), signer.public_key()),
             public_keys=signer.verify_keys(),  # earlier nights' certificates: a larger budget after a miss
-            certify=(night.certify_target, night.certify_delta),  # what a task's split must reach (short of steps)
+            # what a task's split must reach before its run stops being short of steps
+            certify=(night.certify_target, night.certify_delta),
         )
     except (step.AdapterError, CommitmentMissing) as exc:
         raise dg.Failure(str(exc)) from None

@@ -232,7 +232,10 @@ def config_hash(train_config: dict[str, Any]) -> str:
 
 
 def extend_targets(
-    tasks: Sequence[str], policies: dict[str, Any] | None, certify: tuple[float, float] | None, train_config: dict
+    tasks: Sequence[str],
+    policies: dict[str, Any] | None,
+    certify: tuple[float, float] | None,
+    train_config: dict,
 ) -> dict[str, list[float]]:
     """task -> [target, delta] of the certificate that will judge it (``task_policy.resolve``: its policy's, else
     the night's ``certify``), for the "short of steps" rule (``lora_trainer.short_of_steps``), naming only the tasks
@@ -241,7 +244,8 @@ def extend_targets(
     and when neither the night nor a policy says what certifies (``certify`` None, no policies)."""
     from ratchet_core.task_policy import resolve
 
-    below, delta = float(train_config.get("extend_below") or 0.0), float(train_config.get("extend_delta") or 0.0)
+    below = float(train_config.get("extend_below") or 0.0)
+    delta = float(train_config.get("extend_delta") or 0.0)
     if below <= 0 or delta <= 0 or (certify is None and not policies):
         return {}
     night_target, night_delta = certify if certify is not None else (below, delta)
