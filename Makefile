@@ -57,7 +57,7 @@ reference: $(BIN)/python  ## pinned `ratchet sim` runs reproduce byte for byte (
 	$(BIN)/python -m benchmarks.sim_reference $(REFERENCE_ARGS)
 
 demo: $(BIN)/python  ## the whole loop on this machine (Ctrl-C stops it; run again to resume)
-	$(BIN)/ratchet demo --days 4 --day-seconds 60 $(DEMO_ARGS)
+	$(BIN)/ratchet demo --days 4 --day-seconds 50 $(DEMO_ARGS)
 
 clean:
 	rm -rf .ratchet .pytest_cache benchmarks/results/*.json

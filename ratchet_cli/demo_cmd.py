@@ -134,7 +134,7 @@ def demo(
 ) -> None:
     """Run the whole loop on this machine: teacher, student, gateway, Dagster, nightly training and release.
 
-    Example (what `make demo` runs: four days and nights): ratchet demo --days 4 --day-seconds 60
+    Example (what `make demo` runs: four days and nights): ratchet demo --days 4 --day-seconds 50
     """
     from datetime import date
 

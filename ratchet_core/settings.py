@@ -187,6 +187,13 @@ class Settings(BaseSettings):
     manifest_poll_seconds: float = Field(
         1.0, gt=0, description="How often the gateway re-reads the manifest."
     )
+    release_tick_seconds: int = Field(
+        15,
+        ge=1,
+        le=3600,
+        description="Seconds between the release sensor's evaluations (read when the code location loads); the "
+        "accelerated demo sets a tenth of its day.",
+    )
     partitions_start: str = Field(
         "2026-01-01", pattern=r"^\d{4}-\d{2}-\d{2}$", description="First day (UTC) of the nightly partitions."
     )

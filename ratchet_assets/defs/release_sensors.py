@@ -48,9 +48,18 @@ def _release_rule(night: NightConfig):
     return ReleaseRule(target=target, floor=max(0.5, round(target - 0.05, 6)))
 
 
+def release_tick_seconds() -> int:
+    """Seconds between the release sensor's evaluations: ``RATCHET_RELEASE_TICK_SECONDS`` (15 by default), read when
+    the code location loads. The accelerated demo sets a tenth of its day (5 s at 50 s a day): at 15 s its ladder
+    moved one step per 15 s, a third of a demo day, and a step's evidence waited hours of the day it stands for."""
+    from ratchet_core.settings import load_settings
+
+    return load_settings().release_tick_seconds
+
+
 @dg.sensor(
     name="release_promotion_sensor",
-    minimum_interval_seconds=15,
+    minimum_interval_seconds=release_tick_seconds(),
     default_status=dg.DefaultSensorStatus.RUNNING,
     description="Promote (shadow -> canary 5/25/50% -> live) or roll back adapters on audit evidence.",
 )

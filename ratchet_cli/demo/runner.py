@@ -152,7 +152,17 @@ class DemoRunner:
             PYTHONUNBUFFERED="1",
         )
         env.update(demo_price_env(env))  # the nights' cost_report prices the deployment the demo stands for
+        if (
+            self.accelerated_tick is not None
+        ):  # the release sensor ticks a tenth of a day, as --no-dagster-ui does
+            env.setdefault("RATCHET_RELEASE_TICK_SECONDS", str(self.accelerated_tick))
         return env
+
+    @property
+    def accelerated_tick(self) -> int | None:
+        """Seconds between release-control evaluations on the accelerated clock: a tenth of a day, at least 2 (None:
+        real days, the sensor's own 15 s)."""
+        return None if self.o.day_seconds is None else max(2, round(self.o.day_seconds / 10.0))
 
     def partitions_window(self) -> PartitionWindow | None:
         """First and last day the accelerated demo runs with --days: its days lie far before the wall clock, and the
@@ -428,7 +438,7 @@ class DemoRunner:
         """--no-dagster-ui: one release-control evaluation (at most every few seconds unless forced)."""
         if self.o.dagster_ui:
             return
-        every = 60.0 if not self.o.accelerated else max(2.0, self.o.day_seconds / 10.0)
+        every = 60.0 if self.accelerated_tick is None else float(self.accelerated_tick)
         if not force and time.monotonic() - self.last_tick < every:
             return
         self.last_tick = time.monotonic()

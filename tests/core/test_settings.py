@@ -75,3 +75,27 @@ def test_service_tiers_are_tier_names(tmp_path, monkeypatch):
     with pytest.raises(SettingsError) as info:
         load_settings()
     assert "RATCHET_SERVICE_TIERS" in str(info.value)
+
+
+@pytest.mark.parametrize("value", ["0", "-5", "3601", "1.5", "soon", ""])
+def test_the_release_tick_refuses_what_is_no_interval(tmp_path, monkeypatch, value):
+    monkeypatch.setenv("RATCHET_HOME", str(tmp_path))
+    monkeypatch.setenv("RATCHET_RELEASE_TICK_SECONDS", value)
+    with pytest.raises(SettingsError, match="RATCHET_RELEASE_TICK_SECONDS"):
+        load_settings()
+
+
+def test_the_release_sensor_ticks_as_configured_when_the_code_location_loads(tmp_path):
+    import os
+    import subprocess
+    import sys
+
+    probe = "from ratchet_assets.defs.release_sensors import release_promotion_sensor as s; print(s.minimum_interval_seconds)"
+    env = {k: v for k, v in os.environ.items() if not k.startswith("RATCHET_")}
+    env["RATCHET_HOME"] = str(tmp_path)
+    default = subprocess.run(
+        [sys.executable, "-c", probe], env=env, capture_output=True, text=True, check=True
+    )
+    env["RATCHET_RELEASE_TICK_SECONDS"] = "5"
+    fast = subprocess.run([sys.executable, "-c", probe], env=env, capture_output=True, text=True, check=True)
+    assert (default.stdout.strip(), fast.stdout.strip()) == ("15", "5")

@@ -91,7 +91,7 @@ def test_the_partitions_window_setting_and_the_schedule_skip_days_outside_it(tmp
     assert not before.run_requests and "not a night partition" in before.skip_message
 
 
-def test_the_accelerated_demo_sets_the_partitions_to_its_own_days(tmp_path: Path) -> None:
+def test_the_accelerated_demo_sets_the_partitions_to_its_own_days(tmp_path: Path, monkeypatch) -> None:
     from ratchet_cli.demo.runner import DemoOptions, DemoRunner
     from ratchet_core.partition_window import PartitionWindow
 
@@ -103,6 +103,13 @@ def test_the_accelerated_demo_sets_the_partitions_to_its_own_days(tmp_path: Path
     assert fast.partitions_window() == PartitionWindow("2026-01-01", "2026-01-04")
     # the window is the home's (tests/demo/test_partition_window.py), not the services' environment
     assert "RATCHET_PARTITIONS_END" not in fast.base_env()
+    # the release sensor ticks a tenth of an accelerated day (6 s of a 60 s day), real days keep its 15 s, and an
+    # operator's own tick is kept
+    monkeypatch.delenv("RATCHET_RELEASE_TICK_SECONDS", raising=False)
+    assert fast.base_env()["RATCHET_RELEASE_TICK_SECONDS"] == "6"
+    assert "RATCHET_RELEASE_TICK_SECONDS" not in real.base_env()
+    monkeypatch.setenv("RATCHET_RELEASE_TICK_SECONDS", "30")
+    assert fast.base_env()["RATCHET_RELEASE_TICK_SECONDS"] == "30"
     # resumed with --days 6 after two nights and an interrupted third day: the window covers all six
     fast.o.days = 6
     fast.state.days_done, fast.state.open_day = ["2026-01-01", "2026-01-02"], "2026-01-03"
