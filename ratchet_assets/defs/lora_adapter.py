@@ -75,6 +75,9 @@ class LoraAdapterConfig(dg.Config):
     # > 0: `extend_below` is a certificate's target at this delta, and a task must reach the split accuracy that
     # would certify it on its split's rows (0.99 on ~100 rows); 0: `extend_below` is that accuracy itself
     extend_delta: float = _DEFAULTS.extend_delta
+    # how a run short of steps gets them: "refit" = every row teaches for the whole doubled schedule, no second
+    # selection run; "rerun" = a new selection run on the doubled schedule chooses the refit's steps
+    extend_by: str = _DEFAULTS.extend_by
     max_extensions: int = _DEFAULTS.max_extensions
     # torch threads: 0 = every CPU this process may use, idle threads sleeping (``LoraTrainConfig.num_threads``).
     # Not part of the config hash (a rerun reuses the night's adapter); the adapter records the count it trained with.

@@ -57,7 +57,7 @@ is left to show that what it saves beats the parent (``make demo`` saved such re
 A warm night's parent that answers some training row differently from its label is trained even when it is all
 right on the split (``initial_train_accuracy``): those rows are worth steps.
 
-Short of steps (``extend_below``, ``extend_delta``, ``max_extensions``): a cold selection run whose schedule ran out
+Short of steps (``extend_below``, ``extend_delta``, ``extend_by``, ``max_extensions``): a cold selection run whose schedule ran out
 (every epoch ran: no patience stop before the last epoch, no time budget) while some task's validation accuracy had
 never reached its threshold and had risen by at least ``STILL_LEARNING_RISE`` since the schedule's halfway epoch
 (``short_of_steps``) was short of steps. The threshold is the accuracy the task's own split would need to certify
@@ -66,13 +66,16 @@ never reached its threshold and had risen by at least ``STILL_LEARNING_RISE`` si
 ``extend_delta`` 0: a split at 0.95 cannot certify 0.95, and the golden set the certificate reads is about the
 split's size (``make demo``'s nights of 600 requests: 76-91 split rows, 106-111 golden rows). A task named in
 ``extend_targets`` (the night fills in those whose policy or night target differs) is held to its own target and
-delta instead. It runs again
-from the same seed and data order on a schedule twice as long (``min_steps`` and ``max_epochs`` doubled), at most
-``max_extensions`` times; the last run is the selection (its best epoch, and the refit's steps and schedule). The
-run at 2x is the one a night started at 2x trains, so the same night gets the same adapter whatever the machine.
+delta instead. With ``extend_by`` "rerun" it runs again from the same seed and data order on a schedule twice as long (``min_steps`` and
+``max_epochs`` doubled), at most ``max_extensions`` times; the last run is the selection (its best epoch, and the
+refit's steps and schedule), and it is the one a night started at 2x trains. With "refit" (the night's setting)
+there is no second selection run: the split has said the schedule was short, and the refit trains every row for
+the whole doubled schedule (``validation.refit.schedule`` "doubled"). Measured on the ten nights of ``stop_4``
+(``benchmarks/measured/learner_issue36.json``, ``stop_5``): golden rows right 931 -> 945 of 956, fresh 2375 ->
+2415 of 2444, certified 5 -> 6, each doubled night ~0.6x as long (the second selection run was ~40% of it).
 A task at or above its threshold is done, a flat one (``extract`` on the demo base: 0 at every epoch) gains
 nothing from steps; ``validation.short_of_steps`` lists the shorter runs (schedule, steps, accuracy per epoch,
-the tasks still learning). Measured: ``benchmarks/measured/learner_issue36.json``, ``stop_3`` and ``stop_4``.
+the tasks still learning). Measured: ``benchmarks/measured/learner_issue36.json``, ``stop_3`` to ``stop_5``.
 
 PII surrogates (``pii_surrogates``, default 0 = off): the ledger, and so train.jsonl and the golden set, holds
 redacted text (``<EMAIL_1a2b3c4d>``), but the gateway sends the student the client's real text. A demo adapter
@@ -217,12 +220,18 @@ class LoraTrainConfig:
     # split would need to certify that target at that delta instead of `extend_below` at `extend_delta`. Only the
     # tasks whose pair differs from those two are named, so a night at the defaults keeps its config hash.
     extend_targets: dict[str, list[float]] = field(default_factory=dict)
+    # How a run short of steps gets them: "rerun" = a new selection run on the doubled schedule (which chooses the
+    # refit's steps, and may double again); "refit" = no second selection run: the refit trains every row for the
+    # whole doubled schedule (needs `refit`; a night without it reruns).
+    extend_by: str = "rerun"
 
     def __post_init__(self) -> None:
         if self.validation_groups not in VALIDATION_GROUPS:
             raise ValueError(
                 f"validation_groups {self.validation_groups!r} is not one of {', '.join(VALIDATION_GROUPS)}"
             )
+        if self.extend_by not in EXTEND_BY:
+            raise ValueError(f"extend_by {self.extend_by!r} is not one of {', '.join(EXTEND_BY)}")
         if self.start not in STARTS:
             raise ValueError(f"start {self.start!r} is not one of {', '.join(STARTS)}")
         if not 0.0 <= self.extend_below <= 1.0:
@@ -259,6 +268,7 @@ class LoraTrainConfig:
 
 VALIDATION_GROUPS = ("near_duplicate", "prompt")
 STARTS = ("cold", "warm")
+EXTEND_BY = ("rerun", "refit")
 
 
 @dataclass
@@ -550,6 +560,7 @@ def train_lora(
     # doubled), at most `max_extensions` times; `schedule` is the config of the run in hand.
     schedule = config
     extensions: list[dict] = []
+    doubled_total = 0  # extend_by "refit": the steps of the doubled schedule the refit trains
 
     def trained_state() -> dict:
         """The trained weights of the model in hand (the LoRA, and the demo base's saved modules)."""
@@ -666,6 +677,10 @@ def train_lora(
         schedule = dataclasses.replace(
             schedule, min_steps=2 * schedule.min_steps, max_epochs=2 * schedule.max_epochs
         )
+        if config.extend_by == "refit" and config.refit:
+            # no second selection run: the refit below trains every row for the whole doubled schedule
+            doubled_total = steps_per_epoch * max(epochs_to_run(len(examples), schedule), schedule.max_epochs)
+            break
         del model, optimiser, scheduler
     refit: dict = {}
     if validation and config.refit and best is not None and init_adapter is None:
@@ -675,6 +690,8 @@ def train_lora(
         # the split chose it at. A warm night is never refit: its saved weights are the epoch that beat its parent
         # on held-out rows (module docstring, "Refit").
         chosen = (best + 1) * steps_per_epoch
+        if doubled_total:
+            total = chosen = doubled_total
         del model, optimiser, scheduler
         model = start_model()
         params, optimiser, scheduler = optimiser_for(model, total)
@@ -707,6 +724,8 @@ def train_lora(
             "steps": len(refit_losses),
             "selection_steps": selection_steps,
         }
+        if doubled_total:  # extend_by "refit": the steps are the doubled schedule's, not a selection's choice
+            refit["schedule"] = "doubled"
         losses = refit_losses
         step = len(refit_losses)
     # the last batch's loss; with no step (a parent no epoch can beat), the kept weights' validation loss

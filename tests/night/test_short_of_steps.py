@@ -137,6 +137,8 @@ def test_extend_targets_refuse_pairs_that_are_no_certificate(targets):
         ("extend_delta", -0.05),
         ("extend_delta", 1.0),
         ("extend_delta", float("nan")),
+        ("extend_by", "twice"),
+        ("extend_by", ""),
     ],
 )
 def test_the_short_of_steps_settings_refuse_values_that_mean_nothing(field, value):
@@ -173,7 +175,7 @@ def test_the_record_and_the_bom_count_the_doublings():
     assert "schedule_doublings" not in learner_numbers({"validation": {**v, "short_of_steps": []}})
 
 
-@pytest.mark.slow  # three tiny trainings on the demo base: ~1-2 min on the shared 2 cores
+@pytest.mark.slow  # five tiny trainings on the demo base: ~1-2 min on the shared 2 cores
 def test_a_run_short_of_steps_is_the_run_a_night_started_at_twice_the_budget_trains(tmp_path, monkeypatch):
     from ratchet_assets.night import lora_trainer
     from ratchet_assets.night.lora_trainer import LoraTrainConfig, train_lora
@@ -197,6 +199,16 @@ def test_a_run_short_of_steps_is_the_run_a_night_started_at_twice_the_budget_tra
     assert extended.steps == direct.steps
     weights = "adapter_model.safetensors"
     assert extended.files[weights] == direct.files[weights]  # the same adapter as a run started at 2x
+    # extend_by "refit": no second selection run; every row teaches for the whole doubled schedule
+    verdicts = iter([["moods"]])
+    by_refit = LoraTrainConfig(
+        **tiny, min_steps=4, max_epochs=1, extend_below=0.95, refit=True, extend_by="refit"
+    )
+    refit = train_lora(base, train.path, tmp_path / "by-refit", by_refit).validation
+    assert [(r["min_steps"], r["max_epochs"]) for r in refit["short_of_steps"]] == [(4, 1)]
+    assert refit["epochs_run"] == 1  # the one selection run, at 1x
+    x1_steps = refit["short_of_steps"][0]["steps"]
+    assert refit["refit"]["schedule"] == "doubled" and refit["refit"]["steps"] == 2 * x1_steps
     # no doubling left: the verdict is never asked for, one run
     monkeypatch.setattr(lora_trainer, "short_of_steps", lambda *a: pytest.fail("asked while off"))
     off = LoraTrainConfig(**tiny, min_steps=4, max_epochs=1, extend_below=0.95, max_extensions=0)
@@ -210,6 +222,6 @@ def test_a_run_short_of_steps_is_the_run_a_night_started_at_twice_the_budget_tra
     last = LoraTrainConfig(**{**tiny, "patience": 2}, min_steps=1, max_epochs=3, extend_below=0.95)
     stopped = train_lora(base, train.path, tmp_path / "last", last).validation
     assert stopped["epochs_run"] == 3 and stopped["stopped"] == "no improvement for 2 epochs"
-    ((curve, ran_out, below, rows, delta),) = asked
-    assert ran_out is True and below == 0.95 and delta == 0.0
+    ((curve, ran_out, below, rows, delta, targets),) = asked
+    assert ran_out is True and below == 0.95 and delta == 0.0 and targets == {}
     assert rows == {"all": stopped["rows"]} and [c["all"] for c in curve] == [1.0, 0.0, 0.0]
