@@ -57,24 +57,24 @@ is left to show that what it saves beats the parent (``make demo`` saved such re
 A warm night's parent that answers some training row differently from its label is trained even when it is all
 right on the split (``initial_train_accuracy``): those rows are worth steps.
 
-Short of steps (``extend_below``, ``extend_delta``, ``extend_by``, ``max_extensions``): a cold selection run whose schedule ran out
-(every epoch ran: no patience stop before the last epoch, no time budget) while some task's validation accuracy had
-never reached its threshold and had risen by at least ``STILL_LEARNING_RISE`` since the schedule's halfway epoch
-(``short_of_steps``) was short of steps. The threshold is the accuracy the task's own split would need to certify
-``extend_below`` at ``extend_delta`` (``certify_accuracy``, the certificate's Clopper-Pearson bound; the night's
-0.95 at 0.05: every row on a split under 94 rows, 99/100, 196/200), or ``extend_below`` itself with
-``extend_delta`` 0: a split at 0.95 cannot certify 0.95, and the golden set the certificate reads is about the
+Short of steps (``extend_below``, ``extend_delta``, ``extend_by``, ``max_extensions``): a cold selection run whose
+schedule ran out (every epoch ran: no patience stop before the last epoch, no time budget) while some task's
+validation accuracy had never reached its threshold and had risen by at least ``STILL_LEARNING_RISE`` since the
+schedule's halfway epoch (``short_of_steps``) was short of steps. The threshold is the accuracy the task's own split
+would need to certify ``extend_below`` at ``extend_delta`` (``certify_accuracy``, the certificate's Clopper-Pearson
+bound; the night's 0.95 at 0.05: every row on a split under 94 rows, 99/100, 196/200), or ``extend_below`` itself
+with ``extend_delta`` 0: a split at 0.95 cannot certify 0.95, and the golden set the certificate reads is about the
 split's size (``make demo``'s nights of 600 requests: 76-91 split rows, 106-111 golden rows). A task named in
 ``extend_targets`` (the night fills in those whose policy or night target differs) is held to its own target and
-delta instead. With ``extend_by`` "rerun" it runs again from the same seed and data order on a schedule twice as long (``min_steps`` and
-``max_epochs`` doubled), at most ``max_extensions`` times; the last run is the selection (its best epoch, and the
-refit's steps and schedule), and it is the one a night started at 2x trains. With "refit" (the night's setting)
-there is no second selection run: the split has said the schedule was short, and the refit trains every row for
-the whole doubled schedule (``validation.refit.schedule`` "doubled"). Measured on the ten nights of ``stop_4``
-(``benchmarks/measured/learner_issue36.json``, ``stop_5``): golden rows right 931 -> 945 of 956, fresh 2375 ->
-2415 of 2444, certified 5 -> 6, each doubled night ~0.6x as long (the second selection run was ~40% of it).
-A task at or above its threshold is done, a flat one (``extract`` on the demo base: 0 at every epoch) gains
-nothing from steps; ``validation.short_of_steps`` lists the shorter runs (schedule, steps, accuracy per epoch,
+delta instead. With ``extend_by`` "rerun" it runs again from the same seed and data order on a schedule twice as
+long (``min_steps`` and ``max_epochs`` doubled), at most ``max_extensions`` times; the last run is the selection
+(its best epoch, and the refit's steps and schedule), and it is the one a night started at 2x trains. With "refit"
+(the night's setting) there is no second selection run: the split has said the schedule was short, and the refit
+trains every row for the whole doubled schedule (``validation.refit.schedule`` "doubled"). Measured on the ten
+nights of ``stop_4`` (``benchmarks/measured/learner_issue36.json``, ``stop_5``): golden rows right 931 -> 945 of
+956, fresh 2375 -> 2415 of 2444, certified 5 -> 6, each doubled night ~0.6x as long (the second selection run was
+~40% of it). A task at or above its threshold is done, a flat one (``extract`` on the demo base: 0 at every epoch)
+gains nothing from steps; ``validation.short_of_steps`` lists the shorter runs (schedule, steps, accuracy per epoch,
 the tasks still learning). Measured: ``benchmarks/measured/learner_issue36.json``, ``stop_3`` to ``stop_5``.
 
 PII surrogates (``pii_surrogates``, default 0 = off): the ledger, and so train.jsonl and the golden set, holds
