@@ -3,10 +3,12 @@
     .venv/bin/python -m benchmarks.pretrain_demo_base --out DIR --steps 2400 --repeat-first 1400 --copy-only
     .venv/bin/python -m benchmarks.pretrain_demo_base --out F.json --evaluate DATA --base DIR --tasks extract,tools
 
-Measured (``benchmarks/measured/pretrained_base.json``, the report of issue 36 point 4): no run copies yet. At lr
-3e-3 the copy task stays at chance; at 1e-3 (the default now) with ``--repeat-first 1400 --copy-only`` the copy loss
-falls from 4.38 to 2.45 nats in 1,400 steps (20 % of repeated characters right) and the night over that base learns
-the labels better than over the random base, but copies no value (``extract``/``tools`` 0 exact).
+Measured (``benchmarks/measured/pretrained_base.json``, the report of issue 36 point 4): at lr 3e-3 the copy task
+stays at chance; at 1e-3 (the default now) ``repeat`` items alone with ``--copy-only`` go through the induction phase
+change at 1,500-2,500 steps (held-out repeats exact 16/40 at 2,500, 40/40 at 4,000: 605 s on one thread). A base
+that left the copy phase at 1,400 steps (``--repeat-first 1400``, then the mix) copies no value after a night
+(``extract``/``tools`` 0 exact) but learns the labels better than the random base; a base past the phase change has
+not been through a night yet.
 
 The demo base (``ratchet_core.student_model.build_demo_base``: a 2-layer Llama with random weights and the ByT5
 byte tokenizer) has never learnt to copy, and one night's LoRA does not teach it (README, "The learner's settings,
