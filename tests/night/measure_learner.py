@@ -13,7 +13,8 @@ Prints one JSON object per night: steps, epochs, validation accuracy per epoch, 
 adapter certified (lower bound >= 0.95), on its rows since the parent's day plus the replay sample, validated on the
 new rows' held-out groups; cold while none has certified (``--parent-bound``: the bound that counts as
 certified here, 0.95 by default). Each warm night also scores its parent on the same golden
-rows (``parent_golden_correct``). ``--workload tickets --requests 600 --nights 4 --warm`` is ``make demo``'s
+rows (``parent_golden_correct``). ``--base DIR`` trains over another base folder (a pretrained demo base: benchmarks/pretrain_demo_base.py) instead
+of the demo base. ``--workload tickets --requests 600 --nights 4 --warm`` is ``make demo``'s
 learning (the demo's workload, requests a day and base; its golden split also has a per-task floor:
 ``--golden-floor``).
 """
@@ -204,6 +205,11 @@ def main() -> int:
     )
     ap.add_argument("--golden-floor", type=int, default=0, help="golden rows per task at least (0: none)")
     ap.add_argument(
+        "--base",
+        default="",
+        help="a base model folder to train over (default: the demo base, built in the run's temporary folder)",
+    )
+    ap.add_argument(
         "--train-from",
         type=int,
         default=1,
@@ -229,7 +235,7 @@ def main() -> int:
     workloads.WORKLOADS.update(_unseen())
     night_config = config = dataclasses.replace(NIGHT_TRAINING, **json.loads(args.config))
     tmp = Path(tempfile.mkdtemp(prefix="measure-learner-"))
-    base = ensure_demo_base(tmp / "demo-base")
+    base = Path(args.base) if args.base else ensure_demo_base(tmp / "demo-base")
     art, lake = tmp / "art", tmp / "lake"
     fresh = []
     if args.fresh:
