@@ -874,9 +874,10 @@ def short_of_steps(
     its accuracy at the halfway epoch. The threshold is ``below`` itself (``delta`` 0), or, with ``delta`` > 0, the
     accuracy the task's split of ``rows[task]`` rows would need to certify ``below`` at ``delta``
     (``certify_accuracy``); ``targets`` names tasks judged at another ``[target, delta]`` (their policy's, or the
-    night's certificate target) in that mode. A task that reached its threshold at some epoch is done (``tickets`` 700 requests: 0.957
-    at epoch 7, 0.936 at its last, against 0.95); one that stays flat (``extract`` on the demo base: 0 at every
-    epoch) would not gain from more steps. Empty when ``below`` is 0 (off) or fewer than two epochs ran."""
+    night's certificate target) in that mode. A task that reached its threshold at some epoch is done (``tickets``
+    700 requests: 0.957 at epoch 7, 0.936 at its last, against 0.95); one that stays flat (``extract`` on the demo
+    base: 0 at every epoch) would not gain from more steps. Empty when ``below`` is 0 (off) or fewer than two epochs
+    ran."""
     if below <= 0 or not ran_out or len(per_task_per_epoch) < 2:
         return []
     last, half = per_task_per_epoch[-1], per_task_per_epoch[len(per_task_per_epoch) // 2 - 1]

@@ -152,9 +152,8 @@ class DemoRunner:
             PYTHONUNBUFFERED="1",
         )
         env.update(demo_price_env(env))  # the nights' cost_report prices the deployment the demo stands for
-        if (
-            self.accelerated_tick is not None
-        ):  # the release sensor ticks a tenth of a day, as --no-dagster-ui does
+        # the release sensor ticks a tenth of an accelerated day, as --no-dagster-ui does; an operator's value stays
+        if self.accelerated_tick is not None:
             env.setdefault("RATCHET_RELEASE_TICK_SECONDS", str(self.accelerated_tick))
         return env
 
