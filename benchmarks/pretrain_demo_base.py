@@ -411,7 +411,7 @@ def pretrain(args: argparse.Namespace) -> dict:
         student_model.DEMO_CONFIG = default
     tokenizer = AutoTokenizer.from_pretrained(random_dir)
     torch.manual_seed(args.seed)
-    model = LlamaForCausalLM.from_pretrained(random_dir, dtype=torch.float32)
+    model = LlamaForCausalLM.from_pretrained(args.init or random_dir, dtype=torch.float32)
     if args.init_std:  # the same shape drawn at another scale (the demo base's is initializer_range 0.02)
         model.config.initializer_range = args.init_std
         model = LlamaForCausalLM(model.config)
@@ -549,6 +549,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--max-len", type=int, default=512)
     ap.add_argument("--mix", default="{}", help="JSON: weight per kind (KINDS), over DEFAULT_MIX")
+    ap.add_argument("--init", default="", help="start from this pretrained base folder's weights (same shape)")
     ap.add_argument("--init-std", type=float, default=0.0, help="re-draw the weights at this std (0: keep)")
     ap.add_argument("--copy-only", action="store_true", help="repeat items: loss on the repeats only")
     ap.add_argument(
