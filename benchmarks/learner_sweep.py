@@ -210,7 +210,7 @@ def build_base(path: Path, name: str) -> Path:
     default = dict(student_model.DEMO_CONFIG)
     student_model.DEMO_CONFIG = {**default, **shape}  # type: ignore[dict-item]
     try:
-        return student_model.build_demo_base(path)
+        return student_model.build_demo_base(path, pretrained=not shape)
     finally:
         student_model.DEMO_CONFIG = default
 
