@@ -16,8 +16,9 @@ Two phases, so the training can run where the project's data plane is not instal
 - ``train`` runs every job of the grid (``grid``), one process per job with one torch thread, ``--workers`` at a
   time, on the CPU. A job is ``train_lora`` with the night's settings ``night.adapter.NIGHT_TRAINING`` (a cold
   night: early stopping on the validation split, then the refit on every row) and the job's overrides, over a base
-  built here: the demo base (``ratchet_core.student_model.build_demo_base``) or a differently shaped variant of it
-  (``BASES``: the same builder with another ``DEMO_CONFIG``) or the ChatML base (``ratchet_core.chatml_base``: a
+  built here: the demo base (``ratchet_core.student_model.build_demo_base``, pretrained; the grid's
+  numbers in ``benchmarks/measured/learner_sweep.json`` are of the random base it replaced) or a differently shaped
+  variant of it (``BASES``: the same builder with another ``DEMO_CONFIG``, random weights) or the ChatML base (``ratchet_core.chatml_base``: a
   BPE tokenizer, LoRA only). Each adapter is scored on the night's golden rows: exact answer (teacher-forced
   argmax over the whole answer, EOS included: what greedy decoding writes; the certificate's comparators are no
   stricter) with the Clopper-Pearson lower bound at delta 0.05, and for ``extract``/``tools`` per JSON key
@@ -210,7 +211,7 @@ def build_base(path: Path, name: str) -> Path:
     default = dict(student_model.DEMO_CONFIG)
     student_model.DEMO_CONFIG = {**default, **shape}  # type: ignore[dict-item]
     try:
-        return student_model.build_demo_base(path)
+        return student_model.build_demo_base(path, pretrained=not shape)
     finally:
         student_model.DEMO_CONFIG = default
 

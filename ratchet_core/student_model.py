@@ -1,9 +1,15 @@
-"""The student's base model: the deterministic demo base, and the identity (hashes) of any base on disk.
+"""The student's base model: the demo base, and the identity (hashes) of any base on disk.
 
-The demo base is NOT a language model. It is a 2-layer Llama with random weights (fixed seed) and the file-free
-ByT5 byte tokenizer, small enough to fine-tune on two CPU cores in a minute. It knows nothing before training;
-the LoRA adapter (plus its trained embeddings and head, see ratchet_assets.night.lora_trainer) teaches it one narrow task,
-which is exactly what the nightly loop needs to exercise end to end without downloading anything.
+The demo base is NOT a language model. It is a 2-layer Llama (about a million weights) with the file-free ByT5 byte
+tokenizer, small enough to fine-tune on two CPU cores in a minute. Its weights (``demo_base.safetensors``, beside
+this module) were pretrained on this project's machine from the random weights of ``DEMO_SEED``, on a generic
+synthetic corpus generated from a seed (``benchmarks/pretrain_demo_base.py``: made-up words, codes, numbers, keys
+and tools; nothing of the built-in workloads): it has learnt to find an earlier occurrence and copy what followed
+it, and the shape of JSON objects and tool calls, and knows no task. The random base it replaced never learnt to
+copy a value from a request into an answer, so `extract` and `tools` answered 0 rows exactly after any night; the
+pretrained one answers most of them after one night (README, "The demo base, pretrained"). The LoRA adapter (plus
+its trained embeddings and head, see ratchet_assets.night.lora_trainer) teaches it one narrow task, which is
+exactly what the nightly loop needs to exercise end to end without downloading anything.
 
 It is saved in standard Hugging Face format (``config.json``, ``model.safetensors``, tokenizer files, with
 Ratchet's compact chat template ``ratchet_core.chat_format.RATCHET_CHAT_TEMPLATE`` as ``chat_template`` in its
@@ -30,6 +36,9 @@ from ratchet_stats.canonical import sha256_file
 
 DEMO_BASE_NAME = "ratchet-demo-base"
 DEMO_SEED = 20240607
+# The pretrained weights of DEMO_CONFIG's shape (module docstring) and their SHA-256: a build refuses any other file.
+DEMO_WEIGHTS = Path(__file__).with_name("demo_base.safetensors")
+DEMO_WEIGHTS_SHA256 = "c36d0c04ccc5477f663729852ce5a24433b8f21a23edb0a38eb6bdb8043ee2d6"
 
 # Byte vocabulary of ByT5: 3 special tokens + 256 bytes + 125 sentinel ids = 384.
 DEMO_CONFIG = {
@@ -49,8 +58,10 @@ _IDENTITY_SUFFIXES = (".safetensors", ".bin", ".json", ".model", ".txt", ".tikto
 _MARKER = "ratchet_demo_base.txt"
 
 
-def build_demo_base(path: str | Path) -> Path:
-    """Build the demo base at `path` (overwriting), deterministically from DEMO_SEED and DEMO_CONFIG."""
+def build_demo_base(path: str | Path, *, pretrained: bool = True) -> Path:
+    """Build the demo base at `path` (overwriting): DEMO_CONFIG's shape with the pretrained weights
+    (``DEMO_WEIGHTS``), or with ``pretrained=False`` the random weights of DEMO_SEED they were pretrained from (the
+    only choice for a DEMO_CONFIG of another shape: the learner sweep's variants, the pretraining's start)."""
     import torch
     from transformers import ByT5Tokenizer, LlamaConfig, LlamaForCausalLM
 
@@ -68,11 +79,24 @@ def build_demo_base(path: str | Path) -> Path:
     )
     torch.manual_seed(DEMO_SEED)
     model = LlamaForCausalLM(config)
+    if pretrained:
+        from safetensors.torch import load_file
+
+        if sha256_file(DEMO_WEIGHTS) != DEMO_WEIGHTS_SHA256:
+            raise RuntimeError(
+                f"{DEMO_WEIGHTS} is not the demo base's weights (SHA-256 {DEMO_WEIGHTS_SHA256}): reinstall Ratchet"
+            )
+        model.load_state_dict(load_file(DEMO_WEIGHTS), strict=True)
     model.generation_config.pad_token_id = tokenizer.pad_token_id
     model.save_pretrained(out)
     tokenizer.save_pretrained(out, save_jinja_files=False)  # the template inside tokenizer_config.json
+    weights = (
+        f"weights pretrained on a generic synthetic corpus (SHA-256 {DEMO_WEIGHTS_SHA256[:16]})"
+        if pretrained
+        else f"random weights (seed {DEMO_SEED})"
+    )
     (out / _MARKER).write_text(
-        f"{DEMO_BASE_NAME}: a 2-layer Llama with random weights (seed {DEMO_SEED}) and a byte tokenizer.\n"
+        f"{DEMO_BASE_NAME}: a 2-layer Llama with {weights} and a byte tokenizer.\n"
         "A demo base for Ratchet's embedded default, not a language model.\n"
     )
     return out

@@ -78,6 +78,8 @@ class LoraAdapterConfig(dg.Config):
     # how a run short of steps gets them: "refit" = every row teaches for the whole doubled schedule, no second
     # selection run; "rerun" = a new selection run on the doubled schedule chooses the refit's steps
     extend_by: str = _DEFAULTS.extend_by
+    # a refit trains at least the fixed schedule's floor (`epochs`, `min_steps`), the steps patience never cuts
+    refit_floor: bool = _DEFAULTS.refit_floor
     max_extensions: int = _DEFAULTS.max_extensions
     # torch threads: 0 = every CPU this process may use, idle threads sleeping (``LoraTrainConfig.num_threads``).
     # Not part of the config hash (a rerun reuses the night's adapter); the adapter records the count it trained with.

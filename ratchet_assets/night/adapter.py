@@ -106,6 +106,7 @@ NIGHT_TRAINING = LoraTrainConfig(
     extend_below=0.95,
     extend_delta=0.05,
     extend_by="refit",
+    refit_floor=True,
     max_extensions=2,
     patience=2,
     max_epochs=8,

@@ -49,7 +49,12 @@ the chosen epoch ended at); those weights are saved. Golden rows are never in tr
 honest; the split only picked a number. The same steps, not the same epochs: an epoch over every row is 1/(1 -
 share) times longer, so the same epochs cost a cold night that much more (``make demo``'s night 1: 207 refit steps
 where the selection's 9 epochs took 162). ``validation.refit`` reports rows, passes over every row begun, steps
-and the selection's steps.
+and the selection's steps. With ``refit_floor`` (the night's setting) the refit trains at least the fixed
+schedule's floor (``epochs_run`` above), as patience never stops a selection run before it (``floor_steps`` in the
+report when it did): the pretrained demo base's split peaks early, at epochs where its held-out groups (whole
+phrasings it never saw) stop improving, and a 300-request ``tickets`` night refit for the chosen 56 and 72 steps
+answered 50/59 and 42/59 golden rows; at the floor's 152 and 153, 54/59 and 53/59
+(``benchmarks/measured/pretrained_base.json``, ``demo_base``).
 A WARM night is never refit: the weights saved are the selection's best epoch, the one that beat the parent on the
 held-out groups ``night.warm_start`` passes (the new rows' and the old ones'), or the parent's own, kept. A refit of a warm night trains on those rows too, so nothing
 is left to show that what it saves beats the parent (``make demo`` saved such refit adapters that scored 167/182,
@@ -224,6 +229,10 @@ class LoraTrainConfig:
     # refit's steps, and may double again); "refit" = no second selection run: the refit trains every row for the
     # whole doubled schedule (needs `refit`; a night without it reruns).
     extend_by: str = "rerun"
+    # A refit trains at least the fixed schedule's floor (`epochs`, `min_steps`: enough steps for a fresh LoRA),
+    # as patience never stops a selection run before it; off = exactly the epochs the split chose, which on a
+    # pretrained base can be a third of the floor: its split peaks early (module docstring, "Refit").
+    refit_floor: bool = False
 
     def __post_init__(self) -> None:
         if self.validation_groups not in VALIDATION_GROUPS:
@@ -690,6 +699,9 @@ def train_lora(
         # the split chose it at. A warm night is never refit: its saved weights are the epoch that beat its parent
         # on held-out rows (module docstring, "Refit").
         chosen = (best + 1) * steps_per_epoch
+        floored = config.refit_floor and chosen < floor * steps_per_epoch
+        if floored:
+            chosen = floor * steps_per_epoch
         if doubled_total:
             total = chosen = doubled_total
         del model, optimiser, scheduler
@@ -726,6 +738,8 @@ def train_lora(
         }
         if doubled_total:  # extend_by "refit": the steps are the doubled schedule's, not a selection's choice
             refit["schedule"] = "doubled"
+        elif floored:  # refit_floor: the split chose fewer steps than the fixed schedule's floor
+            refit["floor_steps"] = chosen
         losses = refit_losses
         step = len(refit_losses)
     # the last batch's loss; with no step (a parent no epoch can beat), the kept weights' validation loss

@@ -1,4 +1,5 @@
-"""The demo base is deterministic, loads with the Auto classes, and its identity follows its files."""
+"""The demo base is deterministic, carries its pretrained weights (it copies; the random weights it was pretrained
+from do not), refuses other weights, loads with the Auto classes, and its identity follows its files."""
 
 from __future__ import annotations
 
@@ -16,6 +17,53 @@ def test_demo_base_is_deterministic_and_identity_tracks_files(demo_base, tmp_pat
     assert {"config.json", "model.safetensors"} <= set(first["files"])
     (again / "config.json").write_text((again / "config.json").read_text().replace("192", "193", 1))
     assert base_identity(again)["sha256"] != first["sha256"]
+
+
+def _copies(base, items: int = 30) -> int:
+    """Of `items` held-out strings of random letters and digits in which a 16-character segment comes back, how
+    many the base (no adapter) continues exactly: the last 12 characters of the second occurrence, each the argmax
+    after what came before it (greedy decoding). Nothing of the pretraining corpus's generator is used."""
+    import random
+    import string
+
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(base)
+    model = AutoModelForCausalLM.from_pretrained(base, dtype=torch.float32).eval()
+    rng, chars = random.Random(5), string.ascii_letters + string.digits
+
+    def noise(n: int) -> str:
+        return "".join(rng.choice(chars) for _ in range(n))
+
+    right = 0
+    for _ in range(items):
+        segment = noise(16)
+        ids = tok(f"{noise(12)} {segment} {noise(12)} {segment}", add_special_tokens=False)["input_ids"]
+        with torch.no_grad():
+            pred = model(torch.tensor([ids])).logits[0].argmax(-1).tolist()
+        right += all(pred[i - 1] == ids[i] for i in range(len(ids) - 12, len(ids)))
+    return right
+
+
+def test_the_demo_base_is_pretrained_to_copy_and_its_random_start_is_not(demo_base, tmp_path):
+    """The shipped weights are what makes `extract` and `tools` learnable in a night (README, "The demo base,
+    pretrained"): copying a span seen earlier. Measured 26/30 for the pretrained weights, 0/30 for the random ones."""
+    random_base = build_demo_base(tmp_path / "random", pretrained=False)
+    assert base_identity(random_base)["sha256"] != base_identity(demo_base)["sha256"]
+    assert _copies(demo_base) >= 20
+    assert _copies(random_base) <= 2
+
+
+def test_a_build_refuses_weights_that_are_not_the_demo_bases(tmp_path, monkeypatch):
+    from ratchet_core import student_model
+
+    forged = tmp_path / "demo_base.safetensors"
+    forged.write_bytes(student_model.DEMO_WEIGHTS.read_bytes()[:-1] + b" ")
+    monkeypatch.setattr(student_model, "DEMO_WEIGHTS", forged)
+    with pytest.raises(RuntimeError, match="not the demo base's weights"):
+        build_demo_base(tmp_path / "base")
+    assert not (tmp_path / "base" / "model.safetensors").exists()
 
 
 def test_ensure_does_not_rebuild_an_existing_base(demo_base):

@@ -129,6 +129,32 @@ def test_the_split_chooses_the_epochs_then_every_row_teaches(tmp_path, monkeypat
     assert meta["validation"]["refit"] == r["refit"] and meta["examples"] == train.rows
 
 
+def test_a_refit_trains_at_least_the_schedules_floor(tmp_path, monkeypatch):
+    """``refit_floor``: when the split picks an epoch before the fixed schedule's floor (`min_steps`), the refit
+    trains the floor's steps (patience never stops a selection run before it); without it, the split's choice."""
+    from ratchet_assets.night.lora_trainer import LoraTrainConfig, train_lora
+    from ratchet_core import workloads
+
+    monkeypatch.setitem(workloads.WORKLOADS, "moods", MOODS_WORKLOAD)
+    train = day_training_set(tmp_path, DAY, 160, seed=9, workload="moods")
+    base = demo_base_of(tmp_path)
+    # a learning rate too small to answer a row and a loss delta no epoch reaches: the split keeps epoch 1, while
+    # min_steps 24 makes the schedule's floor several epochs
+    kw = dict(
+        rank=4, alpha=8, epochs=1, min_steps=24, num_threads=1, validation_share=0.2, patience=1, max_epochs=2,
+        refit=True, lr=1e-5, min_loss_delta=10.0,
+    )  # fmt: skip
+    plain = train_lora(base, train.path, tmp_path / "plain", LoraTrainConfig(**kw))
+    floored = train_lora(base, train.path, tmp_path / "floored", LoraTrainConfig(**kw, refit_floor=True))
+    v, f = plain.validation, floored.validation
+    per_epoch = -(-plain.validation["refit"]["selection_steps"] // v["epochs_run"])
+    assert {k: f[k] for k in v if k != "refit"} == {k: v[k] for k in v if k != "refit"}  # the same selection
+    floor_steps = per_epoch * max(1, -(-24 // per_epoch))
+    assert v["best_epoch"] == 1 and v["refit"]["steps"] == per_epoch < floor_steps  # chosen below the floor
+    assert floored.steps == f["refit"]["steps"] == f["refit"]["floor_steps"] == floor_steps
+    assert "floor_steps" not in v["refit"]
+
+
 def test_the_validation_split_is_sized_from_the_rows_with_a_floor():
     from ratchet_assets.night.lora_trainer import sized_share
 
@@ -146,7 +172,8 @@ def test_the_nights_config_refits_and_refuses_a_negative_validation_floor():
     from ratchet_assets.night.lora_trainer import LoraTrainConfig
 
     train = LoraAdapterConfig().train_config()
-    assert train["refit"] is True and train["validation_min_rows"] == NIGHT_TRAINING.validation_min_rows > 0
+    assert train["refit"] is True and train["refit_floor"] is NIGHT_TRAINING.refit_floor is True
+    assert train["validation_min_rows"] == NIGHT_TRAINING.validation_min_rows > 0
     with pytest.raises(ValueError, match="validation_min_rows must be 0"):
         LoraTrainConfig(validation_min_rows=-5)
 
