@@ -167,6 +167,13 @@ def is_demo_base(path: str | Path) -> bool:
     return (Path(path) / _MARKER).exists()
 
 
+def is_pretrained_demo_base(path: str | Path) -> bool:
+    """Whether `path` holds the demo base with its pretrained weights (``DEMO_WEIGHTS``), not a random demo base
+    a home built before them: its embeddings and head already know bytes, so LoRA alone trains it."""
+    weights = Path(path) / "model.safetensors"
+    return is_demo_base(path) and weights.is_file() and sha256_file(weights) == DEMO_WEIGHTS_SHA256
+
+
 def is_demo_identity(identity: dict) -> bool:
     """Whether a base identity (:func:`base_identity`, as records keep it) is the demo base's: its marker file is
     one of the files (the ``.txt`` suffix puts it there), so no path is needed."""
