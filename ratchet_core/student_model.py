@@ -7,9 +7,10 @@ synthetic corpus generated from a seed (``benchmarks/pretrain_demo_base.py``: ma
 and tools; nothing of the built-in workloads): it has learnt to find an earlier occurrence and copy what followed
 it, and the shape of JSON objects and tool calls, and knows no task. The random base it replaced never learnt to
 copy a value from a request into an answer, so `extract` and `tools` answered 0 rows exactly after any night; the
-pretrained one answers most of them after one night (README, "The demo base, pretrained"). The LoRA adapter (plus
-its trained embeddings and head, see ratchet_assets.night.lora_trainer) teaches it one narrow task, which is
-exactly what the nightly loop needs to exercise end to end without downloading anything.
+pretrained one answers most of them after one night (README, "The demo base, pretrained"). The LoRA adapter teaches
+it one narrow task (LoRA alone; a demo base with random weights, built by a home before, also trains its embeddings
+and head: ``ratchet_assets.night.lora_trainer.resolve_modules_to_save``), which is exactly what the nightly loop
+needs to exercise end to end without downloading anything.
 
 It is saved in standard Hugging Face format (``config.json``, ``model.safetensors``, tokenizer files, with
 Ratchet's compact chat template ``ratchet_core.chat_format.RATCHET_CHAT_TEMPLATE`` as ``chat_template`` in its
@@ -165,6 +166,13 @@ def base_identity(path: str | Path) -> dict:
 def is_demo_base(path: str | Path) -> bool:
     """Whether `path` holds the demo base (which needs embeddings and head trained alongside LoRA)."""
     return (Path(path) / _MARKER).exists()
+
+
+def is_pretrained_demo_base(path: str | Path) -> bool:
+    """Whether `path` holds the demo base with its pretrained weights (``DEMO_WEIGHTS``), not a random demo base
+    a home built before them: its embeddings and head already know bytes, so LoRA alone trains it."""
+    weights = Path(path) / "model.safetensors"
+    return is_demo_base(path) and weights.is_file() and sha256_file(weights) == DEMO_WEIGHTS_SHA256
 
 
 def is_demo_identity(identity: dict) -> bool:

@@ -111,9 +111,12 @@ Files saved: the standard PEFT pair ``adapter_config.json`` + ``adapter_model.sa
 that carry fully trained ``embed_tokens``/``lm_head`` weights (peft ``modules_to_save``) — see vllm-project/vllm
 issue #9280 (closed unresolved) and the unmerged PRs #8082 / #11714 ("LoRA with lm_head and embed_tokens fully
 trained"); the older ``lora_extra_vocab_size`` path only covered added tokens. So ``modules_to_save`` is used
-only for the demo base (random weights: its embeddings and head must be learnt, and it is served by Ratchet's
-own student server), and is empty by default for a real base, whose adapters must stay vLLM-loadable (the adapter
-reconciler checks it before loading into vLLM: ``ratchet_assets.release.vllm_compat``).
+only for a demo base with random weights (one a home built before the demo base was pretrained: its embeddings and
+head must be learnt, and it is served by Ratchet's own student server), and is empty by default for a real base,
+whose adapters must stay vLLM-loadable (the adapter reconciler checks it before loading into vLLM:
+``ratchet_assets.release.vllm_compat``), and for the pretrained demo base, whose embeddings and head already know
+bytes: trained in full at the LoRA's rate they gave up part of what the pretraining taught (measured on the ten
+judged nights, ``benchmarks/measured/pretrained_base.json``, ``lora_only``).
 
 torch/transformers/peft are imported inside the functions: importing this module stays light.
 """
@@ -160,7 +163,8 @@ class LoraTrainConfig:
     # 0 = exactly `epochs`. Part of the config (and so of the config hash) like every hyper-parameter.
     min_steps: int = 150
     target_modules: str | list[str] = "all-linear"
-    # None = decide from the base: DEMO_MODULES_TO_SAVE for the demo base, none for a real base (vLLM).
+    # None = decide from the base: DEMO_MODULES_TO_SAVE for a demo base with random weights, none for the
+    # pretrained demo base and for a real base (vLLM).
     modules_to_save: list[str] | None = None
     weight_decay: float = 0.0
     warmup_fraction: float = 0.05
@@ -413,11 +417,12 @@ def with_surrogates(text: str) -> str:
 
 
 def resolve_modules_to_save(base_path: str | Path, config: LoraTrainConfig) -> list[str] | None:
-    from ratchet_core.student_model import is_demo_base
+    from ratchet_core.student_model import is_demo_base, is_pretrained_demo_base
 
     if config.modules_to_save is not None:
         return list(config.modules_to_save) or None
-    return list(DEMO_MODULES_TO_SAVE) if is_demo_base(base_path) else None
+    random_demo = is_demo_base(base_path) and not is_pretrained_demo_base(base_path)
+    return list(DEMO_MODULES_TO_SAVE) if random_demo else None
 
 
 def train_lora(

@@ -55,6 +55,27 @@ def test_the_demo_base_is_pretrained_to_copy_and_its_random_start_is_not(demo_ba
     assert _copies(random_base) <= 2
 
 
+def test_only_a_random_demo_base_trains_its_embeddings_and_head(demo_base, tmp_path):
+    """The pretrained demo base trains LoRA alone (its embeddings and head already know bytes); a demo base with
+    random weights, as a home built before them keeps, also trains embeddings and head; a config that names its
+    modules is followed either way."""
+    from ratchet_assets.night.lora_trainer import (
+        DEMO_MODULES_TO_SAVE,
+        LoraTrainConfig,
+        resolve_modules_to_save,
+    )
+    from ratchet_core.student_model import is_pretrained_demo_base
+
+    random_base = build_demo_base(tmp_path / "random", pretrained=False)
+    assert is_pretrained_demo_base(demo_base) and not is_pretrained_demo_base(random_base)
+    assert not is_pretrained_demo_base(tmp_path / "nothing")
+    assert resolve_modules_to_save(demo_base, LoraTrainConfig()) is None
+    assert resolve_modules_to_save(random_base, LoraTrainConfig()) == DEMO_MODULES_TO_SAVE
+    named = LoraTrainConfig(modules_to_save=["lm_head"])
+    assert resolve_modules_to_save(demo_base, named) == ["lm_head"]
+    assert resolve_modules_to_save(random_base, LoraTrainConfig(modules_to_save=[])) is None
+
+
 def test_a_build_refuses_weights_that_are_not_the_demo_bases(tmp_path, monkeypatch):
     from ratchet_core import student_model
 

@@ -286,12 +286,15 @@ def test_the_student_server_decodes_under_the_response_format(chatml_base, token
             assert r.status_code == 400 and "response_format" in r.json()["error"]["message"]
 
 
-def _tiny_adapter(base: Path, out: Path, work: Path) -> Path:
+def _tiny_adapter(base: Path, out: Path, work: Path, modules_to_save: list[str] | None = None) -> Path:
     from ratchet_assets.night.lora_trainer import LoraTrainConfig, train_lora
     from tests.student.bases import write_train_jsonl
 
     train = write_train_jsonl(get_workload("tickets").generate(16, seed=2), work / f"{out.name}.jsonl")
-    train_lora(base, train, out, LoraTrainConfig(rank=4, alpha=8, epochs=1, min_steps=0, num_threads=1))
+    config = LoraTrainConfig(
+        rank=4, alpha=8, epochs=1, min_steps=0, num_threads=1, modules_to_save=modules_to_save
+    )
+    train_lora(base, train, out, config)
     return out
 
 
@@ -326,7 +329,8 @@ def test_the_reconciler_loads_into_vllm_only_what_vllm_can_load(chatml_base, dem
 
     art = tmp_path / "artifacts"
     real = _tiny_adapter(chatml_base, art / "adapters" / "v1-real", tmp_path)
-    demo = _tiny_adapter(demo_base, art / "adapters" / "v2-demo", tmp_path)
+    # trained embeddings and head, as a random demo base's adapters carry them
+    demo = _tiny_adapter(demo_base, art / "adapters" / "v2-demo", tmp_path, ["embed_tokens", "lm_head"])
     assert vllm_compatible(real, chatml_base, max_rank=32).ok
     reasons = vllm_compatible(demo, chatml_base, max_rank=32).reasons
     assert any("modules_to_save" in r and "Ratchet's student server only" in r for r in reasons), reasons
