@@ -107,6 +107,7 @@ NIGHT_TRAINING = LoraTrainConfig(
     extend_delta=0.05,
     extend_by="refit",
     refit_floor=True,
+    patience_on_loss=True,
     max_extensions=2,
     patience=2,
     max_epochs=8,
