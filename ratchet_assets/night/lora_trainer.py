@@ -58,6 +58,13 @@ report when it did): the pretrained demo base's split peaks early, at epochs whe
 phrasings it never saw) stop improving, and a 300-request ``tickets`` night refit for the chosen 56 and 72 steps
 answered 50/59 and 42/59 golden rows; at the floor's 152 and 153, 54/59 and 53/59
 (``benchmarks/measured/pretrained_base.json``, ``demo_base``).
+A refit can fall short: it ends at the learning rate the chosen epoch ended at, which on a long budget's schedule
+(the step budget's x4) is still most of the peak, and one sample of weights there is not the split's best of many.
+``ratchet sim --student lora`` measured one: `extract` night 3, 0.99 on its split at epoch 11, refit 792 steps,
+answered 119/150 of its own training rows and 264/352 golden. So the refit is scored on the split's rows, which it
+trained on: a task it answers worse than the chosen epoch answered them unseen means the refit failed, and the chosen
+epoch's weights are saved instead (``validation.refit.kept`` "selection", ``short_on`` the tasks;
+``split_accuracy`` is the refit's score either way).
 A WARM night is never refit: the weights saved are the selection's best epoch, the one that beat the parent on the
 held-out groups ``night.warm_start`` passes (the new rows' and the old ones'), or the parent's own, kept. A refit of a warm night trains on those rows too, so nothing
 is left to show that what it saves beats the parent (``make demo`` saved such refit adapters that scored 167/182,
@@ -708,6 +715,9 @@ def train_lora(
         # the split chose it at. A warm night is never refit: its saved weights are the epoch that beat its parent
         # on held-out rows (module docstring, "Refit").
         chosen = (best + 1) * steps_per_epoch
+        # the split's choice, validated on rows it never trained on: what is saved if the refit falls short (below)
+        selection_state, selection_steps_kept = best_state, chosen
+        selection_loss = losses[chosen - 1] if len(losses) >= chosen else (losses[-1] if losses else 0.0)
         floored = config.refit_floor and chosen < floor * steps_per_epoch
         if floored:
             chosen = floor * steps_per_epoch
@@ -751,6 +761,19 @@ def train_lora(
             refit["floor_steps"] = chosen
         losses = refit_losses
         step = len(refit_losses)
+        # The refit trained on the split's rows too, so it must answer them, task by task, at least as well as the
+        # chosen epoch answered them unseen; else it fell short (module docstring, "Refit") and the chosen epoch's
+        # weights are saved instead.
+        right, _ = _validate(model, validation, pad, config.batch_size)
+        refit_split = _by_task(right, validation_tasks)
+        refit["split_accuracy"] = round(sum(right) / len(right), 6)
+        short = refit_short_on(per_task_history[best], refit_split)
+        if short:
+            refit["kept"] = "selection"
+            refit["short_on"] = short
+            best_state = selection_state
+            step = selection_steps_kept
+            losses = [selection_loss]
     # the last batch's loss; with no step (a parent no epoch can beat), the kept weights' validation loss
     final_loss = losses[-1] if losses else (initial[1] if initial is not None else 0.0)
     report: dict = {}
@@ -778,7 +801,7 @@ def train_lora(
             report["initial_loss"] = round(initial[1], 6)
             report["initial_train_accuracy"] = round(initial_train, 6)
         if refit:
-            report["refit"] = refit  # the adapter saved: every row, the chosen epochs
+            report["refit"] = refit  # every row, the chosen steps; saved unless `kept` says "selection"
         # the shorter runs before the one reported (only when there were any, so other runs keep their bytes)
         if extensions:
             report["short_of_steps"] = extensions
@@ -917,6 +940,13 @@ def short_of_steps(
         if max(epoch.get(task, 0.0) for epoch in per_task_per_epoch) < threshold(task)
         and accuracy - half.get(task, 0.0) >= STILL_LEARNING_RISE
     )
+
+
+def refit_short_on(chosen: dict[str, float], refit: dict[str, float]) -> list[str]:
+    """The tasks a refit answers worse on the validation split's rows (which it trained on) than the chosen epoch
+    answered them unseen (``chosen``, ``refit``: task -> accuracy on those rows): a refit short on any task is not
+    saved (module docstring, "Refit")."""
+    return sorted(task for task, accuracy in chosen.items() if refit.get(task, 0.0) < accuracy)
 
 
 def patience_state(

@@ -125,6 +125,8 @@ def test_the_split_chooses_the_epochs_then_every_row_teaches(tmp_path, monkeypat
     assert r["refit"]["epochs"] == -(-chosen_steps // -(-train.rows // 16)) <= v["best_epoch"]
     assert r["refit"]["selection_steps"] == chosen.steps
     assert refit.adapter_sha256 != chosen.adapter_sha256
+    # scored on the split's rows, which it trained on: not short on them, so the refit is what is saved
+    assert "kept" not in r["refit"] and r["refit"]["split_accuracy"] >= v["final_accuracy"]
     meta = json.loads((tmp_path / "refit" / TRAIN_META_FILE).read_text())
     assert meta["validation"]["refit"] == r["refit"] and meta["examples"] == train.rows
 
@@ -224,6 +226,11 @@ def test_the_bom_says_the_adapter_was_refit_on_every_row():
     props = learner_properties(numbers)
     assert props["ratchet:learner:refit_rows"] == "400" and props["ratchet:learner:selection_steps"] == "19"
     assert "refit_rows" not in learner_numbers({"validation": {k: x for k, x in v.items() if k != "refit"}})
+    # a refit that fell short on the split is not what was saved: the BOM says so and claims no refit rows
+    short = {**v, "refit": {**v["refit"], "kept": "selection", "short_on": ["extract"]}}
+    numbers = learner_numbers({"validation": short})
+    assert numbers["refit_short_on"] == "extract" and "refit_rows" not in numbers
+    assert learner_properties(numbers)["ratchet:learner:refit_short_on"] == "extract"
 
 
 def test_patience_counts_a_new_lowest_loss_as_progress_only_with_patience_on_loss():
@@ -244,3 +251,16 @@ def test_patience_counts_a_new_lowest_loss_as_progress_only_with_patience_on_los
     assert patience_state([0.9, 0.9], [0.06, 0.04], parent, 0.005, True) == (None, 0)
     assert patience_state([0.96], [0.06], parent, 0.005, False) == (0, 0)
     assert patience_state([], [], None, 0.005, True) == (None, 0)
+
+
+def test_a_refit_short_on_a_task_of_the_split_is_not_saved():
+    """``refit_short_on``: the refit trained on the split's rows, so on each task it must answer them at least as
+    well as the chosen epoch did unseen (``ratchet sim --student lora``'s `extract` night 3: 0.99 chosen, the refit
+    answered 119/150 of its own rows)."""
+    from ratchet_assets.night.lora_trainer import refit_short_on
+
+    assert refit_short_on({"extract": 0.99}, {"extract": 0.79}) == ["extract"]
+    assert refit_short_on({"extract": 0.99}, {"extract": 0.99}) == []
+    assert refit_short_on({"extract": 0.9, "tickets": 1.0}, {"extract": 1.0, "tickets": 0.97}) == ["tickets"]
+    assert refit_short_on({"tools": 0.5}, {}) == ["tools"]  # a task the refit did not score is short
+    assert refit_short_on({}, {"tools": 1.0}) == []
