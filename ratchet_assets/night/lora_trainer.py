@@ -62,8 +62,8 @@ A refit can fall short: it ends at the learning rate the chosen epoch ended at, 
 (the step budget's x4) is still most of the peak, and one sample of weights there is not the split's best of many.
 ``ratchet sim --student lora`` measured one: `extract` night 3, 0.99 on its split at epoch 11, refit 792 steps,
 answered 119/150 of its own training rows and 264/352 golden. So the refit is scored on the split's rows, which it
-trained on: a task it answers worse than the chosen epoch answered them unseen means the refit failed, and the chosen
-epoch's weights are saved instead (``validation.refit.kept`` "selection", ``short_on`` the tasks;
+trained on: a task it answers significantly worse (``refit_short_on``: exact McNemar, one-sided, 0.05) than the chosen
+epoch answered them unseen means the refit failed, and the chosen epoch's weights are saved instead (``validation.refit.kept`` "selection", ``short_on`` the tasks;
 ``split_accuracy`` is the refit's score either way).
 A WARM night is never refit: the weights saved are the selection's best epoch, the one that beat the parent on the
 held-out groups ``night.warm_start`` passes (the new rows' and the old ones'), or the parent's own, kept. A refit of a warm night trains on those rows too, so nothing
@@ -627,6 +627,7 @@ def train_lora(
         loss_history: list[float] = []
         best: int | None = None
         best_state: dict | None = None
+        best_right: list[bool] = []
         stopped = "epochs"
         epochs_run = 0
 
@@ -664,6 +665,9 @@ def train_lora(
                 )
                 if best == len(history) - 1:
                     best_state = trained_state()
+                    best_right = (
+                        right  # per split row: the chosen epoch's answers (the refit is checked on them)
+                    )
                 # patience counts only past the fixed schedule's floor (`epochs`, `min_steps`): a small set's
                 # validation split is a handful of rows, too noisy to cut a run shorter than that
                 if len(history) >= floor and since_best >= config.patience:
@@ -765,9 +769,8 @@ def train_lora(
         # chosen epoch answered them unseen; else it fell short (module docstring, "Refit") and the chosen epoch's
         # weights are saved instead.
         right, _ = _validate(model, validation, pad, config.batch_size)
-        refit_split = _by_task(right, validation_tasks)
         refit["split_accuracy"] = round(sum(right) / len(right), 6)
-        short = refit_short_on(per_task_history[best], refit_split)
+        short = refit_short_on(best_right, right, validation_tasks)
         if short:
             refit["kept"] = "selection"
             refit["short_on"] = short
@@ -942,11 +945,29 @@ def short_of_steps(
     )
 
 
-def refit_short_on(chosen: dict[str, float], refit: dict[str, float]) -> list[str]:
-    """The tasks a refit answers worse on the validation split's rows (which it trained on) than the chosen epoch
-    answered them unseen (``chosen``, ``refit``: task -> accuracy on those rows): a refit short on any task is not
-    saved (module docstring, "Refit")."""
-    return sorted(task for task, accuracy in chosen.items() if refit.get(task, 0.0) < accuracy)
+# A refit is short on a task when exact McNemar, one-sided, says it answers the split's rows of that task worse than
+# the chosen epoch did at this level: a row or two either way on a small split is noise (a tiny test's 7/21 -> 6/21),
+# `extract`'s broken refit (0.99 -> 0.77 on 299 rows) is not. A guard on which weights are saved, not a claim: the
+# certificate, on golden rows neither run trained on, spends no error budget on it.
+REFIT_SHORT_P = 0.05
+
+
+def refit_short_on(chosen: Sequence[bool], refit: Sequence[bool], tasks: Sequence[str]) -> list[str]:
+    """The tasks whose split rows the refit answers significantly worse than the chosen epoch did (per row: the
+    chosen epoch's exact answer, on a row it never trained on; the refit's, which trained on it; the row's task) (``REFIT_SHORT_P``,
+    exact McNemar, one-sided): a refit short on any task is not saved (module docstring, "Refit")."""
+    from ratchet_stats.mcnemar import mcnemar_exact
+
+    discordant: dict[str, list[int]] = {}
+    for was, now, task in zip(chosen, refit, tasks, strict=True):
+        counts = discordant.setdefault(task, [0, 0])
+        if now and not was:
+            counts[0] += 1  # b: the refit right, the chosen epoch wrong
+        elif was and not now:
+            counts[1] += 1  # c: the refit wrong where the chosen epoch was right
+    return sorted(
+        task for task, (b, c) in discordant.items() if mcnemar_exact(b, c, "less").p_value < REFIT_SHORT_P
+    )
 
 
 def patience_state(

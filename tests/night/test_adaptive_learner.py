@@ -126,7 +126,7 @@ def test_the_split_chooses_the_epochs_then_every_row_teaches(tmp_path, monkeypat
     assert r["refit"]["selection_steps"] == chosen.steps
     assert refit.adapter_sha256 != chosen.adapter_sha256
     # scored on the split's rows, which it trained on: not short on them, so the refit is what is saved
-    assert "kept" not in r["refit"] and r["refit"]["split_accuracy"] >= v["final_accuracy"]
+    assert "kept" not in r["refit"] and 0 <= r["refit"]["split_accuracy"] <= 1
     meta = json.loads((tmp_path / "refit" / TRAIN_META_FILE).read_text())
     assert meta["validation"]["refit"] == r["refit"] and meta["examples"] == train.rows
 
@@ -253,14 +253,22 @@ def test_patience_counts_a_new_lowest_loss_as_progress_only_with_patience_on_los
     assert patience_state([], [], None, 0.005, True) == (None, 0)
 
 
-def test_a_refit_short_on_a_task_of_the_split_is_not_saved():
-    """``refit_short_on``: the refit trained on the split's rows, so on each task it must answer them at least as
-    well as the chosen epoch did unseen (``ratchet sim --student lora``'s `extract` night 3: 0.99 chosen, the refit
-    answered 119/150 of its own rows)."""
-    from ratchet_assets.night.lora_trainer import refit_short_on
+def test_a_refit_significantly_worse_on_the_split_is_not_saved():
+    """``refit_short_on``: the refit trained on the split's rows, so on each task it must not answer them
+    significantly worse (exact McNemar, one-sided) than the chosen epoch did unseen (``ratchet sim --student lora``'s
+    `extract` night 3: 0.99 chosen, the refit 0.77 on the same 299 rows); a row or two is noise."""
+    from ratchet_assets.night.lora_trainer import REFIT_SHORT_P, refit_short_on
 
-    assert refit_short_on({"extract": 0.99}, {"extract": 0.79}) == ["extract"]
-    assert refit_short_on({"extract": 0.99}, {"extract": 0.99}) == []
-    assert refit_short_on({"extract": 0.9, "tickets": 1.0}, {"extract": 1.0, "tickets": 0.97}) == ["tickets"]
-    assert refit_short_on({"tools": 0.5}, {}) == ["tools"]  # a task the refit did not score is short
-    assert refit_short_on({}, {"tools": 1.0}) == []
+    assert REFIT_SHORT_P == 0.05
+    broken = refit_short_on([True] * 296 + [False] * 3, [True] * 231 + [False] * 68, ["extract"] * 299)
+    assert broken == ["extract"]
+    # 7/21 -> 6/21 (the tiny refit test's split): one row is no evidence
+    assert refit_short_on([True] * 7 + [False] * 14, [True] * 6 + [False] * 15, ["all"] * 21) == []
+    # five rows lost, none gained: p = 1/32 < 0.05; four: 1/16, not enough
+    assert refit_short_on([True] * 5, [False] * 5, ["tools"] * 5) == ["tools"]
+    assert refit_short_on([True] * 4, [False] * 4, ["tools"] * 4) == []
+    # per task: a task the refit broke is named even when another one gained
+    chosen = [True] * 6 + [False] * 6
+    refit = [False] * 6 + [True] * 6
+    assert refit_short_on(chosen, refit, ["extract"] * 6 + ["tickets"] * 6) == ["extract"]
+    assert refit_short_on([], [], []) == []
