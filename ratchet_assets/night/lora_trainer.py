@@ -62,9 +62,10 @@ A refit can fall short: it ends at the learning rate the chosen epoch ended at, 
 (the step budget's x4) is still most of the peak, and one sample of weights there is not the split's best of many.
 ``ratchet sim --student lora`` measured one: `extract` night 3, 0.99 on its split at epoch 11, refit 792 steps,
 answered 119/150 of its own training rows and 264/352 golden. So the refit is scored on the split's rows, which it
-trained on: a task it answers significantly worse (``refit_short_on``: exact McNemar, one-sided, 0.05) than the chosen
-epoch answered them unseen means the refit failed, and the chosen epoch's weights are saved instead (``validation.refit.kept`` "selection", ``short_on`` the tasks;
-``split_accuracy`` is the refit's score either way).
+trained on: a task it answers significantly worse (``refit_short_on``: exact McNemar, one-sided, 0.05) than the
+chosen epoch answered them unseen means the refit failed, and the chosen epoch's weights are saved instead
+(``validation.refit.kept`` "selection", ``short_on`` the tasks; ``split_accuracy`` is the refit's score either
+way). Re-run with the guard, that night saved its chosen epoch: 351/352 golden, certified.
 A WARM night is never refit: the weights saved are the selection's best epoch, the one that beat the parent on the
 held-out groups ``night.warm_start`` passes (the new rows' and the old ones'), or the parent's own, kept. A refit of a warm night trains on those rows too, so nothing
 is left to show that what it saves beats the parent (``make demo`` saved such refit adapters that scored 167/182,
@@ -665,9 +666,8 @@ def train_lora(
                 )
                 if best == len(history) - 1:
                     best_state = trained_state()
-                    best_right = (
-                        right  # per split row: the chosen epoch's answers (the refit is checked on them)
-                    )
+                    # per split row: the chosen epoch's answers (the refit is checked against them)
+                    best_right = right
                 # patience counts only past the fixed schedule's floor (`epochs`, `min_steps`): a small set's
                 # validation split is a handful of rows, too noisy to cut a run shorter than that
                 if len(history) >= floor and since_best >= config.patience:
@@ -765,9 +765,9 @@ def train_lora(
             refit["floor_steps"] = chosen
         losses = refit_losses
         step = len(refit_losses)
-        # The refit trained on the split's rows too, so it must answer them, task by task, at least as well as the
-        # chosen epoch answered them unseen; else it fell short (module docstring, "Refit") and the chosen epoch's
-        # weights are saved instead.
+        # The refit trained on the split's rows too, so it must not answer a task's rows significantly worse than
+        # the chosen epoch answered them unseen; else it fell short (module docstring, "Refit") and the chosen
+        # epoch's weights are saved instead.
         right, _ = _validate(model, validation, pad, config.batch_size)
         refit["split_accuracy"] = round(sum(right) / len(right), 6)
         short = refit_short_on(best_right, right, validation_tasks)
@@ -953,9 +953,9 @@ REFIT_SHORT_P = 0.05
 
 
 def refit_short_on(chosen: Sequence[bool], refit: Sequence[bool], tasks: Sequence[str]) -> list[str]:
-    """The tasks whose split rows the refit answers significantly worse than the chosen epoch did (per row: the
-    chosen epoch's exact answer, on a row it never trained on; the refit's, which trained on it; the row's task) (``REFIT_SHORT_P``,
-    exact McNemar, one-sided): a refit short on any task is not saved (module docstring, "Refit")."""
+    """The tasks whose split rows the refit answers significantly worse than the chosen epoch did (``REFIT_SHORT_P``,
+    exact McNemar, one-sided). Per row: the chosen epoch's exact answer (a row it never trained on), the refit's
+    (which trained on it), the row's task. A refit short on any task is not saved (module docstring, "Refit")."""
     from ratchet_stats.mcnemar import mcnemar_exact
 
     discordant: dict[str, list[int]] = {}
