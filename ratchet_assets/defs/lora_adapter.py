@@ -80,6 +80,8 @@ class LoraAdapterConfig(dg.Config):
     extend_by: str = _DEFAULTS.extend_by
     # a refit trains at least the fixed schedule's floor (`epochs`, `min_steps`), the steps patience never cuts
     refit_floor: bool = _DEFAULTS.refit_floor
+    # patience counts a new lowest validation loss as progress too (the best epoch is still chosen by accuracy)
+    patience_on_loss: bool = _DEFAULTS.patience_on_loss
     max_extensions: int = _DEFAULTS.max_extensions
     # torch threads: 0 = every CPU this process may use, idle threads sleeping (``LoraTrainConfig.num_threads``).
     # Not part of the config hash (a rerun reuses the night's adapter); the adapter records the count it trained with.

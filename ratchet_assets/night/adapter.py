@@ -107,6 +107,7 @@ NIGHT_TRAINING = LoraTrainConfig(
     extend_delta=0.05,
     extend_by="refit",
     refit_floor=True,
+    patience_on_loss=True,
     max_extensions=2,
     patience=2,
     max_epochs=8,
@@ -329,13 +330,16 @@ def learner_numbers(trained: dict[str, Any]) -> dict[str, Any]:
                 out[name] = v[field_]
         if v.get("short_of_steps"):  # the schedule doubled this many times (lora_trainer, "Short of steps")
             out["schedule_doublings"] = len(v["short_of_steps"])
-        if v.get(
-            "refit"
-        ):  # the adapter saved was trained on every row for the chosen epochs (BOM provenance)
+        refit = v.get("refit")
+        if refit and refit.get("kept") == "selection":
+            # the refit fell short on the split's rows (lora_trainer, "Refit"): the adapter saved is the chosen
+            # epoch's, trained on every row but the split's (BOM provenance)
+            out["refit_short_on"] = ",".join(refit.get("short_on") or [])
+        elif refit:  # the adapter saved was trained on every row for the chosen epochs (BOM provenance)
             out.update(
-                refit_rows=v["refit"]["rows"],
-                refit_epochs=v["refit"]["epochs"],
-                selection_steps=v["refit"]["selection_steps"],
+                refit_rows=refit["rows"],
+                refit_epochs=refit["epochs"],
+                selection_steps=refit["selection_steps"],
             )
     return out
 

@@ -21,9 +21,12 @@ Early stopping (``validation_share > 0``; the night's default, ``night.adapter.N
 group (below) hashes below ``validation_share`` are held out (never golden rows: the training set has none); the schedule
 is ``max(epochs_run above, max_epochs)`` epochs; after each epoch the held-out rows are scored (exact answer,
 teacher-forced, and mean target-token loss); the best epoch (higher accuracy, then a loss lower by ``min_loss_delta``) is kept, and the run
-stops after ``patience`` epochs without a better one (counted only once the fixed schedule's ``epochs_run`` above
+stops after ``patience`` epochs without progress (counted only once the fixed schedule's ``epochs_run`` above
 is done: a small set's split is a handful of rows, too noisy to cut it shorter), at the end of the schedule, or
-past ``time_budget_s``.
+past ``time_budget_s``. Progress is a better epoch, and with ``patience_on_loss`` (the night's setting) also an
+epoch whose validation loss is the lowest of the run by ``min_loss_delta``: a slow task's split wobbles while it
+climbs, and counting only better epochs stopped `departments` night 2 at 0.59 on its split (77/194 golden) two
+epochs into a climb to 0.90 (187/194) (``patience_state``).
 Stopping at the first all-right epoch was measured too early: a five-label task at 68/68 on its validation split
 answered 173/184 golden rows (0.94); trained on while the loss fell, 184/184. ``row_tasks`` gives the accuracy per
 task. Nothing here depends on the clock except the time budget (a run it cuts says so in ``stopped``).
@@ -55,6 +58,14 @@ report when it did): the pretrained demo base's split peaks early, at epochs whe
 phrasings it never saw) stop improving, and a 300-request ``tickets`` night refit for the chosen 56 and 72 steps
 answered 50/59 and 42/59 golden rows; at the floor's 152 and 153, 54/59 and 53/59
 (``benchmarks/measured/pretrained_base.json``, ``demo_base``).
+A refit can fall short: it ends at the learning rate the chosen epoch ended at, which on a long budget's schedule
+(the step budget's x4) is still most of the peak, and one sample of weights there is not the split's best of many.
+``ratchet sim --student lora`` measured one: `extract` night 3, 0.99 on its split at epoch 11, refit 792 steps,
+answered 119/150 of its own training rows and 264/352 golden. So the refit is scored on the split's rows, which it
+trained on: a task it answers significantly worse (``refit_short_on``: exact McNemar, one-sided, 0.05) than the
+chosen epoch answered them unseen means the refit failed, and the chosen epoch's weights are saved instead
+(``validation.refit.kept`` "selection", ``short_on`` the tasks; ``split_accuracy`` is the refit's score either
+way). Re-run with the guard, that night saved its chosen epoch: 351/352 golden, certified.
 A WARM night is never refit: the weights saved are the selection's best epoch, the one that beat the parent on the
 held-out groups ``night.warm_start`` passes (the new rows' and the old ones'), or the parent's own, kept. A refit of a warm night trains on those rows too, so nothing
 is left to show that what it saves beats the parent (``make demo`` saved such refit adapters that scored 167/182,
@@ -237,6 +248,10 @@ class LoraTrainConfig:
     # as patience never stops a selection run before it; off = exactly the epochs the split chose, which on a
     # pretrained base can be a third of the floor: its split peaks early (module docstring, "Refit").
     refit_floor: bool = False
+    # Patience counts epochs without progress: with this on, an epoch whose validation loss is the lowest of the run
+    # by `min_loss_delta` is progress too, though the best epoch is still chosen by accuracy, then loss. Off =
+    # only a better epoch resets patience, which stopped a slow task mid-climb (module docstring, "Early stopping").
+    patience_on_loss: bool = False
 
     def __post_init__(self) -> None:
         if self.validation_groups not in VALIDATION_GROUPS:
@@ -613,6 +628,7 @@ def train_lora(
         loss_history: list[float] = []
         best: int | None = None
         best_state: dict | None = None
+        best_right: list[bool] = []
         stopped = "epochs"
         epochs_run = 0
 
@@ -643,18 +659,17 @@ def train_lora(
                 history.append(sum(right) / len(right))
                 loss_history.append(val_loss)
                 per_task_history.append(_by_task(right, validation_tasks))
-                # better = higher exact accuracy, then (equal accuracy) a validation loss lower by `min_loss_delta`: a
-                # split that is all right after a few epochs does not stop the run while the answers still get surer.
-                # A warm start's parent is beaten by the same rule: letting a tie go to the epoch (its weights learned
-                # the night's new rows) was tried and certified nothing on the demo's night 2 (epoch 2: 1.0 on the
-                # split and a lower loss than the parent, 169/180 golden; the parent's weights 176/179)
-                to_beat = initial if best is None else (history[best], loss_history[best])
-                if to_beat is None or _better(history[-1], val_loss, *to_beat, config.min_loss_delta):
-                    best = len(history) - 1
+                # the best epoch and the epochs since the last progress (`patience_state`: what better means, and
+                # why a parent is beaten by the same rule)
+                best, since_best = patience_state(
+                    history, loss_history, initial, config.min_loss_delta, config.patience_on_loss
+                )
+                if best == len(history) - 1:
                     best_state = trained_state()
+                    # per split row: the chosen epoch's answers (the refit is checked against them)
+                    best_right = right
                 # patience counts only past the fixed schedule's floor (`epochs`, `min_steps`): a small set's
                 # validation split is a handful of rows, too noisy to cut a run shorter than that
-                since_best = len(history) - 1 - (-1 if best is None else best)
                 if len(history) >= floor and since_best >= config.patience:
                     stopped = f"no improvement for {config.patience} epochs"
                     break
@@ -704,6 +719,9 @@ def train_lora(
         # the split chose it at. A warm night is never refit: its saved weights are the epoch that beat its parent
         # on held-out rows (module docstring, "Refit").
         chosen = (best + 1) * steps_per_epoch
+        # the split's choice, validated on rows it never trained on: what is saved if the refit falls short (below)
+        selection_state, selection_steps_kept = best_state, chosen
+        selection_loss = losses[chosen - 1] if len(losses) >= chosen else (losses[-1] if losses else 0.0)
         floored = config.refit_floor and chosen < floor * steps_per_epoch
         if floored:
             chosen = floor * steps_per_epoch
@@ -747,6 +765,18 @@ def train_lora(
             refit["floor_steps"] = chosen
         losses = refit_losses
         step = len(refit_losses)
+        # The refit trained on the split's rows too, so it must not answer a task's rows significantly worse than
+        # the chosen epoch answered them unseen; else it fell short (module docstring, "Refit") and the chosen
+        # epoch's weights are saved instead.
+        right, _ = _validate(model, validation, pad, config.batch_size)
+        refit["split_accuracy"] = round(sum(right) / len(right), 6)
+        short = refit_short_on(best_right, right, validation_tasks)
+        if short:
+            refit["kept"] = "selection"
+            refit["short_on"] = short
+            best_state = selection_state
+            step = selection_steps_kept
+            losses = [selection_loss]
     # the last batch's loss; with no step (a parent no epoch can beat), the kept weights' validation loss
     final_loss = losses[-1] if losses else (initial[1] if initial is not None else 0.0)
     report: dict = {}
@@ -774,7 +804,7 @@ def train_lora(
             report["initial_loss"] = round(initial[1], 6)
             report["initial_train_accuracy"] = round(initial_train, 6)
         if refit:
-            report["refit"] = refit  # the adapter saved: every row, the chosen epochs
+            report["refit"] = refit  # every row, the chosen steps; saved unless `kept` says "selection"
         # the shorter runs before the one reported (only when there were any, so other runs keep their bytes)
         if extensions:
             report["short_of_steps"] = extensions
@@ -913,6 +943,61 @@ def short_of_steps(
         if max(epoch.get(task, 0.0) for epoch in per_task_per_epoch) < threshold(task)
         and accuracy - half.get(task, 0.0) >= STILL_LEARNING_RISE
     )
+
+
+# A refit is short on a task when exact McNemar, one-sided, says it answers the split's rows of that task worse than
+# the chosen epoch did at this level: a row or two either way on a small split is noise (a tiny test's 7/21 -> 6/21),
+# `extract`'s broken refit (0.99 -> 0.77 on 299 rows) is not. A guard on which weights are saved, not a claim: the
+# certificate, on golden rows neither run trained on, spends no error budget on it.
+REFIT_SHORT_P = 0.05
+
+
+def refit_short_on(chosen: Sequence[bool], refit: Sequence[bool], tasks: Sequence[str]) -> list[str]:
+    """The tasks whose split rows the refit answers significantly worse than the chosen epoch did (``REFIT_SHORT_P``,
+    exact McNemar, one-sided). Per row: the chosen epoch's exact answer (a row it never trained on), the refit's
+    (which trained on it), the row's task. A refit short on any task is not saved (module docstring, "Refit")."""
+    from ratchet_stats.mcnemar import mcnemar_exact
+
+    discordant: dict[str, list[int]] = {}
+    for was, now, task in zip(chosen, refit, tasks, strict=True):
+        counts = discordant.setdefault(task, [0, 0])
+        if now and not was:
+            counts[0] += 1  # b: the refit right, the chosen epoch wrong
+        elif was and not now:
+            counts[1] += 1  # c: the refit wrong where the chosen epoch was right
+    return sorted(
+        task for task, (b, c) in discordant.items() if mcnemar_exact(b, c, "less").p_value < REFIT_SHORT_P
+    )
+
+
+def patience_state(
+    accuracy: Sequence[float],
+    losses: Sequence[float],
+    initial: tuple[float, float] | None,
+    min_loss_delta: float,
+    on_loss: bool,
+) -> tuple[int | None, int]:
+    """(the best epoch so far, as an index, or None while none beat ``initial``; the epochs since the last progress)
+    of a run whose validation split scored ``accuracy`` and ``losses`` per epoch. Better = higher exact accuracy,
+    then (equal accuracy) a validation loss lower by ``min_loss_delta`` (``_better``): a split that is all right after
+    a few epochs does not stop the run while the answers still get surer. A warm start's parent (``initial``, its
+    accuracy and loss on the split) is beaten by the same rule: letting a tie go to the epoch (its weights learned
+    the night's new rows) was tried and certified nothing on the demo's night 2 (epoch 2: 1.0 on the split and a
+    lower loss than the parent, 169/180 golden; the parent's weights 176/179). Progress = a better epoch, or with
+    ``on_loss`` (``patience_on_loss``) an epoch whose loss is the lowest yet (the parent's included) by
+    ``min_loss_delta``: `departments` night 2 scored 0.59, 0.58, 0.58 on its split while the loss fell 0.121 ->
+    0.115, and patience 2 stopped it at 77/194 golden; counting the loss it climbed on to 0.90, 187/194."""
+    best: int | None = None
+    progress = -1
+    lowest = None if initial is None else initial[1]
+    for i, (a, loss) in enumerate(zip(accuracy, losses, strict=True)):
+        to_beat = initial if best is None else (accuracy[best], losses[best])
+        if to_beat is None or _better(a, loss, *to_beat, min_loss_delta):
+            best = progress = i
+        if on_loss and (lowest is None or lowest - loss >= max(min_loss_delta, 0.0)):
+            progress = i
+        lowest = loss if lowest is None else min(lowest, loss)
+    return best, len(accuracy) - 1 - progress
 
 
 def _better(

@@ -181,6 +181,8 @@ class Simulation:
         self.flywheel_days: dict[str, dict[int, list]] = {}
         self.minted_day: dict[str, int] = {}
         self.nights = 0
+        # per night, oldest first: task -> whether its certificate certified it (the step budget's evidence)
+        self.night_certified: list[dict[str, bool]] = []
 
     # one request -----------------------------------------------------------------------------------------
     def _student(self, version: str) -> Student:
@@ -508,6 +510,7 @@ class Simulation:
 
     # the night ---------------------------------------------------------------------------------------------
     def _night(self, day: int, date_s: str) -> dict[str, Any]:
+        from ratchet_assets.night.adapter import row_tasks
         from ratchet_assets.night.evaluate import Answer, load_golden, task_outcomes
         from ratchet_assets.night.examples import build_examples
         from ratchet_assets.night.split import split_golden
@@ -520,7 +523,7 @@ class Simulation:
         examples = build_examples(self.artifacts, date_s)
         split = split_golden(self.artifacts, date_s, share=cfg.golden_share)
         train = build_training_set(self.artifacts, date_s, window_days=cfg.window_days)
-        student = self._train(Path(train.path), day)
+        student = self._train(Path(train.path), day, set(row_tasks(self.artifacts, date_s)) - {"?"})
         # A version is its content (release.content): the same weights as an earlier night's are that version.
         content = content_digest(student.digest, f"sim-{cfg.student}-student", "", "sim")
         same = existing_version(self.contents, content)
@@ -603,6 +606,7 @@ class Simulation:
                         paired=n.paired,
                     )
                 )
+        self.night_certified.append({task: bool(sec["certified"]) for task, sec in tasks.items()})
         return {
             "version": version,
             "recertified": same is not None,
@@ -615,16 +619,15 @@ class Simulation:
             "certificate": tasks,
         }
 
-    def _train(self, train_jsonl: Path, day: int) -> Student:
+    def _train(self, train_jsonl: Path, day: int, tasks: set[str]) -> Student:
         if self.cfg.student == "fast":
             return FastStudent.train(train_jsonl)
         from ratchet_assets.sim.student import LoraStudent
         from ratchet_core.student_model import ensure_demo_base
 
         base = ensure_demo_base(self.home / "models" / "demo-base")
-        return LoraStudent.train(
-            base, train_jsonl, self.layout.adapter_dir(f"night-{day}"), seed=self.cfg.seed
-        )
+        config = lora_night_config(self.cfg.seed, budget_factor(self.night_certified, tasks))
+        return LoraStudent.train(base, train_jsonl, self.layout.adapter_dir(f"night-{day}"), config)
 
     def _flywheel(self) -> dict[str, Any]:
         """Per task, what issue-level release health is measured by: versions minted (nights whose adapter was new
@@ -809,6 +812,34 @@ class Simulation:
                 "public_key": "sim-receipt-key.pub",
             }
         return {"config": dataclasses.asdict(cfg), "days": records, "summary": summary}
+
+
+def budget_factor(nights: list[dict[str, bool]], tasks: set[str]) -> int:
+    """The step budget's factor for a night training ``tasks`` (``night.step_budget``, the product's rule): doubled
+    for every consecutive night, newest first, that evaluated one of them and did not certify it; at most
+    ``MAX_FACTOR``. ``nights``: per earlier night, oldest first, task -> certified."""
+    from ratchet_assets.night.step_budget import MAX_FACTOR
+
+    streak = 0
+    for night in reversed(nights):
+        if not any(task in night and not night[task] for task in tasks):
+            break
+        streak += 1
+        if 2**streak >= MAX_FACTOR:
+            break
+    return min(MAX_FACTOR, 2**streak)
+
+
+def lora_night_config(seed: int, factor: int) -> Any:
+    """What ``--student lora`` trains with: the night's settings (``night.adapter.NIGHT_TRAINING``: validation
+    split, refit on every row, extensions) scaled by the step budget's ``factor``, cold (the simulator keeps no
+    parent adapter; the product's night is cold too until a task certifies), seeded by the run's seed."""
+    from ratchet_assets.night.adapter import NIGHT_TRAINING
+    from ratchet_assets.night.lora_trainer import LoraTrainConfig
+    from ratchet_assets.night.step_budget import StepBudget
+
+    config = dataclasses.replace(NIGHT_TRAINING, start="cold", seed=seed)
+    return LoraTrainConfig(**StepBudget(factor).apply(config.to_dict()))
 
 
 def _golden_answer(model: Student, row: Any) -> tuple[dict[str, Any], float]:

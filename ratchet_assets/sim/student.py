@@ -15,8 +15,9 @@ so it can be wrong, and it gives a confidence in [0, 1] for the cascade and Lear
   the rule's training support otherwise, 0.05 when no candidate fits).
 
 It stands in for the LoRA adapter so that a 7-day simulation runs in seconds; ``LoraStudent``
-(``--student lora``) trains the real adapter with ``ratchet_assets.night.lora_trainer.train_lora`` on the demo base and
-answers by greedy generation in process (minutes per night on a CPU; not used by the tests).
+(``--student lora``) trains the real adapter with ``ratchet_assets.night.lora_trainer.train_lora`` on the demo base, with
+the night's settings and step budget (``sim.engine.lora_night_config``), and answers by greedy generation in process
+(minutes per night on a CPU; the tests check its config, not a run).
 """
 
 from __future__ import annotations
@@ -365,10 +366,12 @@ class LoraStudent:
         self._torch = torch
 
     @classmethod
-    def train(cls, base_path: Path, train_jsonl: Path, out_dir: Path, seed: int = 0) -> LoraStudent:
-        from ratchet_assets.night.lora_trainer import LoraTrainConfig, train_lora
+    def train(cls, base_path: Path, train_jsonl: Path, out_dir: Path, config: Any) -> LoraStudent:
+        """Train on ``train_jsonl`` with ``config`` (a ``LoraTrainConfig``; the simulator's is the night's,
+        ``sim.engine.lora_night_config``)."""
+        from ratchet_assets.night.lora_trainer import train_lora
 
-        result = train_lora(base_path, train_jsonl, out_dir, LoraTrainConfig(seed=seed))
+        result = train_lora(base_path, train_jsonl, out_dir, config)
         return cls(base_path, Path(result.adapter_dir), result.adapter_sha256)
 
     def answer(
