@@ -9,8 +9,9 @@ certified. Every consecutive night, newest first, on which some task of tonight'
 not certified doubles the budget; the walk stops at the first night that certified every such task it evaluated,
 or that has no record or no certificate. The factor is at most ``MAX_FACTOR``.
 
-The budget scales ``min_steps`` (a cold night's floor) and ``max_epochs`` (how long early stopping may run; a warm
-night's floor is half of it), and takes as many doublings from ``max_extensions`` (a run short of steps doubling
+The budget scales ``min_steps`` (a cold night's floor) and ``max_epochs`` (how long early stopping may run, and the
+schedule the learning rate decays over; a warm night's floor is half of it; at most x``MAX_EPOCHS_FACTOR``), and
+takes as many doublings from ``max_extensions`` (a run short of steps doubling
 its own schedule, ``lora_trainer``, "Short of steps"), so the two together stay within ``MAX_FACTOR`` times the
 config's budget; ``time_budget_s``, the night's time budget, still ends a run that would pass it, so
 "larger" is never "longer than the night may take". The scaled values are the training config the launch is keyed
@@ -29,6 +30,10 @@ from ratchet_core.layout import ArtifactLayout
 MAX_FACTOR = 4
 LOOKBACK_DAYS = 7
 SCALED_FIELDS = ("min_steps", "max_epochs")
+# `max_epochs` grows at most this much: it is also the length the learning rate decays over, and at x4 a run that
+# patience stops is still near its peak rate. `departments` night 3 (cold, x4): 32 epochs, the split swinging 0.17-0.57,
+# 161/298 golden; 16 epochs (x2) with the same x4 floor: 297/298, certified. The floor (`min_steps`) still grows x4.
+MAX_EPOCHS_FACTOR = 2
 
 
 @dataclass(frozen=True)
@@ -47,7 +52,8 @@ class StepBudget:
         defaults = LoraTrainConfig()
         out = dict(train_config)
         for name in SCALED_FIELDS:
-            out[name] = int(out.get(name, getattr(defaults, name))) * self.factor
+            factor = min(self.factor, MAX_EPOCHS_FACTOR) if name == "max_epochs" else self.factor
+            out[name] = int(out.get(name, getattr(defaults, name))) * factor
         # a run short of steps doubles its schedule again (lora_trainer, "Short of steps"): the doublings left
         # keep the two together at MAX_FACTOR times the config's budget
         doublings = int(out.get("max_extensions", defaults.max_extensions))

@@ -8,7 +8,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from ratchet_assets.night.step_budget import MAX_FACTOR, step_budget
+from ratchet_assets.night.step_budget import MAX_EPOCHS_FACTOR, MAX_FACTOR, step_budget
 from ratchet_core.layout import ArtifactLayout
 from ratchet_stats.keys import generate_private_key
 from tests.evidence.certificates import sign_certificate
@@ -44,6 +44,9 @@ def test_each_night_that_did_not_certify_doubles_the_budget_up_to_the_cap(tmp_pa
     four = step_budget(art, "2026-01-04", ["tickets"], keys)
     assert four.factor == MAX_FACTOR == 4
     assert four.apply({"min_steps": 150, "max_epochs": 8, "max_extensions": 2})["max_extensions"] == 0
+    # the floor grows x4, the schedule the learning rate decays over at most x2 (MAX_EPOCHS_FACTOR)
+    scaled = four.apply({"min_steps": 150, "max_epochs": 8, "max_extensions": 2})
+    assert (scaled["min_steps"], scaled["max_epochs"]) == (600, 8 * MAX_EPOCHS_FACTOR) == (600, 16)
     assert four.apply({"min_steps": 150, "max_epochs": 8, "max_extensions": 0})["max_extensions"] == 0
     # another task's misses are not this set's; a certified night ends the walk
     assert step_budget(art, "2026-01-04", ["extract"], keys).factor == 1

@@ -34,7 +34,11 @@ def test_the_lora_student_trains_with_the_nights_settings_scaled_by_the_budget()
     assert doubled.max_epochs == 2 * NIGHT_TRAINING.max_epochs
     # the run's own extensions keep the two together within MAX_FACTOR times the budget
     assert doubled.max_extensions == 1
-    assert lora_night_config(7, MAX_FACTOR).max_extensions == 0
+    four = lora_night_config(7, MAX_FACTOR)
+    assert four.max_extensions == 0 and four.min_steps == MAX_FACTOR * NIGHT_TRAINING.min_steps
+    assert (
+        four.max_epochs == 2 * NIGHT_TRAINING.max_epochs
+    )  # the schedule grows at most x2 (night.step_budget)
     # what the budget leaves alone is the night's
     assert doubled.lr == NIGHT_TRAINING.lr and doubled.validation_share == NIGHT_TRAINING.validation_share
     assert doubled.time_budget_s == NIGHT_TRAINING.time_budget_s
