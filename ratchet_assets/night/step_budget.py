@@ -20,6 +20,7 @@ by, so a rerun of the same night (same certificates) reuses its adapter; the rec
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import date, timedelta
 from pathlib import Path
@@ -109,13 +110,23 @@ def step_budget(artifacts: str | Path, day: str, tasks: list[str], public_keys: 
         return StepBudget()
     layout = ArtifactLayout(artifacts)
     wanted = {t for t in tasks if t != "?"}
-    nights: list[dict[str, Any]] = []
     current = date.fromisoformat(day)
-    for back in range(1, LOOKBACK_DAYS + 1):
-        found = _not_certified(layout, (current - timedelta(days=back)).isoformat(), wanted, public_keys)
-        if found is None:
+    return budget_of(
+        _not_certified(layout, (current - timedelta(days=back)).isoformat(), wanted, public_keys)
+        for back in range(1, LOOKBACK_DAYS + 1)
+    )
+
+
+def budget_of(nights: Iterable[dict[str, Any] | None]) -> StepBudget:
+    """The budget earned by earlier ``nights``, newest first: each one's record of the tasks it did not certify, or
+    None where the walk stops (a night that certified every such task, or no evidence). Each night doubles the
+    factor, up to ``MAX_FACTOR``; the iterable is read no further than needed (``step_budget`` reads certificates
+    lazily; ``ratchet sim`` passes its own nights' outcomes)."""
+    found: list[dict[str, Any]] = []
+    for night in nights:
+        if night is None:
             break
-        nights.append(found)
-        if 2 ** len(nights) >= MAX_FACTOR:
+        found.append(night)
+        if 2 ** len(found) >= MAX_FACTOR:
             break
-    return StepBudget(min(MAX_FACTOR, 2 ** len(nights)), nights)
+    return StepBudget(min(MAX_FACTOR, 2 ** len(found)), found)

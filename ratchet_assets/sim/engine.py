@@ -818,16 +818,10 @@ def budget_factor(nights: list[dict[str, bool]], tasks: set[str]) -> int:
     """The step budget's factor for a night training ``tasks`` (``night.step_budget``, the product's rule): doubled
     for every consecutive night, newest first, that evaluated one of them and did not certify it; at most
     ``MAX_FACTOR``. ``nights``: per earlier night, oldest first, task -> certified."""
-    from ratchet_assets.night.step_budget import MAX_FACTOR
+    from ratchet_assets.night.step_budget import budget_of
 
-    streak = 0
-    for night in reversed(nights):
-        if not any(task in night and not night[task] for task in tasks):
-            break
-        streak += 1
-        if 2**streak >= MAX_FACTOR:
-            break
-    return min(MAX_FACTOR, 2**streak)
+    failed = ([t for t in sorted(tasks) if t in night and not night[t]] for night in reversed(nights))
+    return budget_of({"tasks": names} if names else None for names in failed).factor
 
 
 def lora_night_config(seed: int, factor: int) -> Any:

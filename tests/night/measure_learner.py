@@ -225,7 +225,7 @@ def main() -> int:
     from ratchet_assets.night.fixtures import write_day
     from ratchet_assets.night.lora_trainer import LoraTrainConfig, train_lora
     from ratchet_assets.night.split import split_golden
-    from ratchet_assets.night.step_budget import MAX_FACTOR, StepBudget
+    from ratchet_assets.night.step_budget import budget_of
     from ratchet_assets.night.traffic import consolidate_traffic
     from ratchet_assets.night.training_set import build_training_set
     from ratchet_core import workloads
@@ -267,13 +267,8 @@ def main() -> int:
         tasks = row_tasks(art, day)
         config = night_config
         if args.step_budget:
-            streak = 0
-            for earlier in reversed(results):
-                if earlier["certified_095"]:
-                    break
-                streak += 1
-            factor = min(MAX_FACTOR, 2**streak)
-            config = LoraTrainConfig(**StepBudget(factor).apply(night_config.to_dict()))
+            earlier = (None if e["certified_095"] else {"night": e["night"]} for e in reversed(results))
+            config = LoraTrainConfig(**budget_of(earlier).apply(night_config.to_dict()))
         start: dict = {"mode": "cold"}
         if args.warm and parent is not None:
             # the rows and split of a warm night, as night.adapter.train_adapter picks them (night.warm_start)
