@@ -183,6 +183,10 @@ class Simulation:
         self.nights = 0
         # per night, oldest first: task -> whether its certificate certified it (the step budget's evidence)
         self.night_certified: list[dict[str, bool]] = []
+        # --student lora: each version's training record, what a warm night reads to choose and check its parent
+        # (night.warm_start), and the (version, task) pairs a night certified (the versions registry's rows)
+        self.lora_records: dict[str, dict[str, Any]] = {}
+        self.certified_pairs: list[tuple[str, str]] = []
 
     # one request -----------------------------------------------------------------------------------------
     def _student(self, version: str) -> Student:
@@ -523,9 +527,9 @@ class Simulation:
         examples = build_examples(self.artifacts, date_s)
         split = split_golden(self.artifacts, date_s, share=cfg.golden_share)
         train = build_training_set(self.artifacts, date_s, window_days=cfg.window_days)
-        student = self._train(Path(train.path), day, set(row_tasks(self.artifacts, date_s)) - {"?"})
+        student, record = self._train(Path(train.path), day, date_s, row_tasks(self.artifacts, date_s))
         # A version is its content (release.content): the same weights as an earlier night's are that version.
-        content = content_digest(student.digest, f"sim-{cfg.student}-student", "", "sim")
+        content = content_digest(student.weights, f"sim-{cfg.student}-student", "", "sim")
         same = existing_version(self.contents, content)
         if same is not None:
             version = same
@@ -538,6 +542,10 @@ class Simulation:
             if self.version_count == cfg.worse_version:  # wrong everywhere, on the golden rows too
                 student = CorruptedStudent(student, cfg.worse_share, evaluated=True)
             s.models[version] = student
+        # the version's launch record; a re-certified one's is tonight's, its folder kept
+        if record is not None:
+            kept = self.lora_records.get(version, {}).get("adapter_dir", record["adapter_dir"])
+            self.lora_records[version] = {**record, "version": version, "adapter_dir": kept}
         golden = load_golden(self.artifacts, date_s)
         answers = [Answer(*_golden_answer(student, g)) for g in golden]
         baselines = {}
@@ -568,6 +576,8 @@ class Simulation:
         tasks = {}
         for task, sec in sorted(predicate["tasks"].items()):
             n = certificate_numbers(predicate, task)
+            if sec["certified"] and (version, task) not in self.certified_pairs:
+                self.certified_pairs.append((version, task))
             tasks[task] = {
                 "n": sec["n"],
                 "correct": sec["correct"],
@@ -607,7 +617,7 @@ class Simulation:
                     )
                 )
         self.night_certified.append({task: bool(sec["certified"]) for task, sec in tasks.items()})
-        return {
+        out = {
             "version": version,
             "recertified": same is not None,
             "traffic_rows": traffic.rows,
@@ -618,16 +628,78 @@ class Simulation:
             "train_root": train.rows_root,
             "certificate": tasks,
         }
+        if record is not None:
+            out["training"] = record["training"]
+        return out
 
-    def _train(self, train_jsonl: Path, day: int, tasks: set[str]) -> Student:
+    def _train(
+        self, train_jsonl: Path, day: int, date_s: str, tasks: list[str]
+    ) -> tuple[Student, dict[str, Any] | None]:
+        """The night's student, and with ``--student lora`` its launch record (``night.adapter``'s fields that
+        ``night.warm_start`` reads). The LoRA night starts as the product's does: warm from the newest version live
+        or certified for one of its tasks (not rejected or rolled back) when ``warm_start.plan_start`` allows it,
+        on the new rows, a replay sample and every held-out group; else cold on every row."""
         if self.cfg.student == "fast":
-            return FastStudent.train(train_jsonl)
+            return FastStudent.train(train_jsonl), None
+        from ratchet_assets.night import warm_start
         from ratchet_assets.sim.student import LoraStudent
-        from ratchet_core.student_model import ensure_demo_base
+        from ratchet_core.student_model import base_identity, ensure_demo_base
 
         base = ensure_demo_base(self.home / "models" / "demo-base")
-        config = lora_night_config(self.cfg.seed, budget_factor(self.night_certified, tasks))
-        return LoraStudent.train(base, train_jsonl, self.layout.adapter_dir(f"night-{day}"), config)
+        names = sorted(set(tasks) - {"?"})
+        factor = budget_factor(self.night_certified, set(names))
+        config = lora_night_config(self.cfg.seed, factor)
+        base_sha = base_identity(base)["sha256"]
+        policies = warm_start.policies_sha256(dict(self.s.manifest.policies), names)
+        live, certified = self._parents()
+        plan = warm_start.plan_start(
+            self.artifacts,
+            date_s,
+            base=base,
+            tasks=names,
+            base_sha256=base_sha,
+            train_config=config.to_dict(),
+            policies_digest=policies,
+            records=self.lora_records,
+            live=live,
+            certified=certified,
+        )
+        out = self.layout.adapter_dir(f"night-{day}")
+        init, held = None, None
+        if plan.mode == "warm":
+            assert plan.parent is not None and plan.rows is not None
+            init = self.layout.resolve(plan.parent.record["adapter_dir"])
+            subset = self.home / "staging" / f"night-{day}.train.jsonl"
+            subset.parent.mkdir(parents=True, exist_ok=True)
+            warm_start.write_subset(train_jsonl, plan.rows, subset)
+            train_jsonl, tasks, held = subset, [tasks[i] for i in plan.rows], plan.held
+        student = LoraStudent.train(base, train_jsonl, out, config, tasks, init, held)
+        result = student.trained
+        record = {
+            "adapter_sha256": student.digest,
+            "train_day": date_s,
+            "adapter_dir": self.layout.name_of(out),
+            "base": {"sha256": base_sha},
+            "hyperparameters": config.to_dict(),
+            "policies_sha256": policies,
+            "start": plan.to_record(config.replay_share, config.replay_cap),
+            "training": {
+                "start": plan.mode,
+                "reason": plan.reason,
+                "rows": result.examples,
+                "steps": result.steps,
+                "budget_factor": factor,
+            },
+        }
+        return student, record
+
+    def _parents(self) -> tuple[dict[str, str | None], list[tuple[str, str]]]:
+        """What a warm night chooses its parent from, as ``night.adapter.release_view`` reads it: task -> the live
+        version of the manifest, and the (version, task) pairs certified by a night whose registry status is not
+        ``rejected`` or ``rolled_back``."""
+        gone = {key for key, status in self.s.statuses.items() if status in ("rejected", "rolled_back")}
+        live = {task: rel.live_version for task, rel in self.s.manifest.tasks.items()}
+        return live, [pair for pair in self.certified_pairs if pair not in gone]
 
     def _flywheel(self) -> dict[str, Any]:
         """Per task, what issue-level release health is measured by: versions minted (nights whose adapter was new
@@ -826,13 +898,13 @@ def budget_factor(nights: list[dict[str, bool]], tasks: set[str]) -> int:
 
 def lora_night_config(seed: int, factor: int) -> Any:
     """What ``--student lora`` trains with: the night's settings (``night.adapter.NIGHT_TRAINING``: validation
-    split, refit on every row, extensions) scaled by the step budget's ``factor``, cold (the simulator keeps no
-    parent adapter; the product's night is cold too until a task certifies), seeded by the run's seed."""
+    split, refit on every row, extensions, a warm start where its parent allows one) scaled by the step budget's
+    ``factor``, seeded by the run's seed."""
     from ratchet_assets.night.adapter import NIGHT_TRAINING
     from ratchet_assets.night.lora_trainer import LoraTrainConfig
     from ratchet_assets.night.step_budget import StepBudget
 
-    config = dataclasses.replace(NIGHT_TRAINING, start="cold", seed=seed)
+    config = dataclasses.replace(NIGHT_TRAINING, seed=seed)
     return LoraTrainConfig(**StepBudget(factor).apply(config.to_dict()))
 
 

@@ -39,9 +39,11 @@ _SLOT = "\u0000slot"
 
 
 class Student(Protocol):
-    """What the simulator needs of a trained student version."""
+    """What the simulator needs of a trained student version: ``digest`` names it in its certificate, ``weights``
+    is what its content is (``release.content``: two nights that keep the same weights make one version)."""
 
     digest: str
+    weights: str
 
     def answer(
         self,
@@ -264,7 +266,7 @@ class FastStudent:
 
     def __init__(self, models: dict[str, _TaskModel], digest: str) -> None:
         self.models = models
-        self.digest = digest
+        self.digest = self.weights = digest
 
     @classmethod
     def train(cls, train_jsonl: str | Path) -> FastStudent:
@@ -309,7 +311,7 @@ class CorruptedStudent:
         self.inner = inner
         self.share = share
         self.evaluated = evaluated
-        self.digest = inner.digest
+        self.digest, self.weights = inner.digest, inner.weights
 
     def hit(self, request_id: str) -> bool:
         h = sha256_hex(f"corrupt:{request_id}".encode())
@@ -354,25 +356,50 @@ def _wrong(task: str, message: dict[str, Any]) -> dict[str, Any]:
 class LoraStudent:
     """The real student: a LoRA adapter on the demo base, answering by greedy generation in this process."""
 
-    def __init__(self, base_path: Path, adapter_dir: Path, digest: str) -> None:
+    def __init__(
+        self, base_path: Path, adapter_dir: Path, digest: str, weights: str = "", trained: Any = None
+    ) -> None:
         import torch
         from peft import PeftModel
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
         self.digest = digest
+        self.weights = weights or digest
+        self.trained = trained  # the night's TrainResult (None for an adapter loaded as it is)
         self.tokenizer = AutoTokenizer.from_pretrained(str(base_path))
         base = AutoModelForCausalLM.from_pretrained(str(base_path), torch_dtype=torch.float32)
         self.model = PeftModel.from_pretrained(base, str(adapter_dir)).eval()
         self._torch = torch
 
     @classmethod
-    def train(cls, base_path: Path, train_jsonl: Path, out_dir: Path, config: Any) -> LoraStudent:
+    def train(
+        cls,
+        base_path: Path,
+        train_jsonl: Path,
+        out_dir: Path,
+        config: Any,
+        row_tasks: Sequence[str] | None = None,
+        init_adapter: Path | None = None,
+        held_out: Sequence[bool] | None = None,
+    ) -> LoraStudent:
         """Train on ``train_jsonl`` with ``config`` (a ``LoraTrainConfig``; the simulator's is the night's,
-        ``sim.engine.lora_night_config``)."""
+        ``sim.engine.lora_night_config``), as the night's training job calls the trainer: ``row_tasks`` per row,
+        and on a warm night the parent's folder (``init_adapter``) and the split's rows (``held_out``)."""
+        from ratchet_assets.night.adapter import weights_digest
         from ratchet_assets.night.lora_trainer import train_lora
 
-        result = train_lora(base_path, train_jsonl, out_dir, config)
-        return cls(base_path, Path(result.adapter_dir), result.adapter_sha256)
+        result = train_lora(
+            base_path,
+            train_jsonl,
+            out_dir,
+            config,
+            row_tasks=row_tasks,
+            init_adapter=init_adapter,
+            held_out=held_out,
+        )
+        return cls(
+            base_path, Path(result.adapter_dir), result.adapter_sha256, weights_digest(result.files), result
+        )
 
     def answer(
         self,
