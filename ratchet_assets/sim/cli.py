@@ -30,6 +30,10 @@ def _day_line(r: dict[str, Any]) -> str:
         f"({(cost['ratio'] or 0):.1%}) | audits so far {r['audits']['cumulative']} | night "
         f"{r['night']['version']}: bound {bounds}"
     )
+    if "training" in r["night"]:  # --student lora: how the night started, on how many rows, in how many steps
+        t = r["night"]["training"]
+        start = "warm " + t["reason"] if t["start"] == "warm" else "cold"
+        line += f" | trained {start}, {t['rows']} rows, {t['steps']} steps"
     if "receipt" in r:
         rc = r["receipt"]
         line += (

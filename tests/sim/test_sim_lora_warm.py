@@ -14,6 +14,7 @@ import dataclasses
 import pytest
 
 from ratchet_assets.sim import engine
+from ratchet_assets.sim.cli import _day_line
 from ratchet_assets.sim.config import SimConfig
 
 
@@ -49,6 +50,10 @@ def test_night_two_starts_from_the_version_night_one_certified(tmp_path, few_ste
     record = sim.lora_records[second["version"]]
     assert record["start"]["parent"]["version"] == v1
     assert record["train_day"] == result["days"][1]["date"]
+    # and the day's line says so
+    line = _day_line(result["days"][1])
+    assert "| trained warm from " in line and f"{v1}, {second['training']['rows']} rows" in line
+    assert "trained cold," in _day_line(result["days"][0])
 
 
 def test_a_rejected_or_rolled_back_version_is_no_parent(tmp_path):
