@@ -12,3 +12,7 @@ import os
 # litellm (``ratchet_core.pricing`` is the one reader of prices; ``ratchet_cli.main`` imports this package first),
 # so the bundled map is used; a user who wants the remote map sets the variable to False.
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
+# Nor do the Hugging Face libraries: a base is a local folder, yet peft looks a base's config up on the Hub by the
+# base's name when it saves an adapter trained from a parent (a warm night). Unless HF_HUB_OFFLINE is set, they run
+# offline.
+os.environ.setdefault("HF_HUB_OFFLINE", "1")

@@ -13,34 +13,20 @@ import httpx
 import pytest
 
 from ratchet_core.workloads import get_workload
+from tests.network_guard import GUARD_PRELUDE
 from tests.serve import free_port, wait_healthy
 
 pytestmark = pytest.mark.slow  # a fresh process that imports litellm (~10 s on the shared machine)
 
 # Runs in the child before anything of Ratchet: any non-loopback resolution or connection is reported and refused.
-GUARD = """
-import runpy, socket, sys
-LOOPBACK = {"127.0.0.1", "::1", "localhost", None}
-def refuse(what):
-    print(f"NETWORK ATTEMPT: {what}", file=sys.stderr, flush=True)
-    raise OSError(f"network blocked by the test: {what}")
-real_getaddrinfo = socket.getaddrinfo
-def getaddrinfo(host, *args, **kwargs):
-    if host not in LOOPBACK:
-        refuse(f"resolve {host}")
-    return real_getaddrinfo(host, *args, **kwargs)
-socket.getaddrinfo = getaddrinfo
-real_connect, real_connect_ex = socket.socket.connect, socket.socket.connect_ex
-def guarded(real):
-    def connect(self, address):
-        if self.family in (socket.AF_INET, socket.AF_INET6) and address[0] not in LOOPBACK:
-            refuse(f"connect {address[0]}")
-        return real(self, address)
-    return connect
-socket.socket.connect, socket.socket.connect_ex = guarded(real_connect), guarded(real_connect_ex)
+GUARD = (
+    GUARD_PRELUDE
+    + """
+import runpy
 sys.argv = ["ratchet", *sys.argv[1:]]
 runpy.run_module("ratchet_cli.main", run_name="__main__")
 """
+)
 
 
 def test_the_demo_teacher_started_alone_tries_no_network(tmp_path) -> None:
