@@ -356,16 +356,14 @@ def _wrong(task: str, message: dict[str, Any]) -> dict[str, Any]:
 class LoraStudent:
     """The real student: a LoRA adapter on the demo base, answering by greedy generation in this process."""
 
-    def __init__(
-        self, base_path: Path, adapter_dir: Path, digest: str, weights: str = "", trained: Any = None
-    ) -> None:
+    def __init__(self, base_path: Path, adapter_dir: Path, digest: str, weights: str, trained: Any) -> None:
         import torch
         from peft import PeftModel
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
         self.digest = digest
-        self.weights = weights or digest
-        self.trained = trained  # the night's TrainResult (None for an adapter loaded as it is)
+        self.weights = weights
+        self.trained = trained  # the night's TrainResult
         self.tokenizer = AutoTokenizer.from_pretrained(str(base_path))
         base = AutoModelForCausalLM.from_pretrained(str(base_path), torch_dtype=torch.float32)
         self.model = PeftModel.from_pretrained(base, str(adapter_dir)).eval()
